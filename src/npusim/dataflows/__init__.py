@@ -1,0 +1,10 @@
+"""The dataflows: one module per machine, all behind the one ``Dataflow`` interface.
+
+``REGISTRY`` maps a dataflow's name to its instance; ``simulate`` and the arch
+loader dispatch only through it.
+"""
+
+from .base import REGISTRY, Dataflow, get, names, register
+from . import systolic  # noqa: F401  (registers itself)
+
+__all__ = ["REGISTRY", "Dataflow", "get", "names", "register"]

@@ -1,0 +1,63 @@
+"""The interface every dataflow shares, and the registry ``simulate`` dispatches through.
+
+A dataflow joins a problem (``ConvLayer``) and a machine (``Arch``):
+
+- ``supports(layer, arch)``: ``None``, or why this machine cannot run the layer;
+- ``run(layer, x, w, bias, arch)``: exact outputs by the machine's own arithmetic,
+  and the ``LayerStats`` of that run;
+- ``estimate(layer, x_mask, w_mask, arch)``: the same ``LayerStats`` from the
+  non-zero masks of the real tensors, without computing outputs.
+
+``x`` and ``w`` are float32 (outputs float32) or int8 (outputs int32 accumulators,
+with ``bias`` already int32 in accumulator units). ``Params`` is the dataclass of
+the dataflow's own hardware section in an arch TOML file.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..ir import ConvLayer
+from ..stats import LayerStats
+
+
+class Dataflow(Protocol):
+    name: ClassVar[str]
+    Params: ClassVar[type]
+
+    def supports(self, layer: ConvLayer, arch) -> str | None: ...
+
+    def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+            arch) -> tuple[np.ndarray, LayerStats]: ...
+
+    def estimate(self, layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
+                 arch) -> LayerStats: ...
+
+
+REGISTRY: dict[str, Dataflow] = {}
+
+
+def register(dataflow_cls):
+    """Class decorator: add one instance of the dataflow to ``REGISTRY`` under its ``name``."""
+    REGISTRY[dataflow_cls.name] = dataflow_cls()
+    return dataflow_cls
+
+
+def get(name: str) -> Dataflow:
+    """The registered dataflow called ``name``; the error lists the valid names."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"dataflow {name!r}: must be one of {', '.join(names())}") from None
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per stored element: 1 for int8, 4 for float32."""
+    return 1 if dtype == "int8" else 4

@@ -1,0 +1,26 @@
+"""The project's one small exception hierarchy.
+
+The library raises; it never prints an error or exits. Only ``cli`` turns an
+``NpusimError`` into one line on stderr and exit code 2. Every message names
+the file, layer or field at fault, its value, and what would be valid.
+"""
+
+
+class NpusimError(Exception):
+    """Base of every error npusim raises on bad input."""
+
+
+class LayerError(NpusimError):
+    """A layer or op whose parameters do not fit together (names the layer and field)."""
+
+
+class ConfigError(NpusimError):
+    """A bad hardware description: unknown key, wrong type, impossible value."""
+
+
+class ModelError(NpusimError):
+    """A network that cannot be built, loaded or imported (unknown name, bad file, unsupported op)."""
+
+
+class InputError(NpusimError):
+    """A bad input tensor or image file."""

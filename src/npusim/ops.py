@@ -1,0 +1,406 @@
+"""The ops a ``Graph`` holds: their parameters, shape rule, numpy arithmetic and vector work.
+
+Convolution (``Conv``) is the only op a dataflow runs; the others run on the
+NPU's vector unit. Each op has
+
+- ``out_shape(in_shapes, name)``: the shape rule, raising ``LayerError`` naming the node;
+- ``__call__(*arrays)``: float32 numpy arithmetic (NCHW);
+- ``vector_ops(in_shapes, out_shape)``: element operations the vector unit performs,
+  which ``simulate`` turns into cycles (one op per lane per cycle).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .errors import LayerError
+
+Shape = tuple[int, ...]
+
+
+def _numel(shape: Shape) -> int:
+    return int(np.prod(shape))
+
+
+class Op:
+    """Base op: elementwise on one input unless a subclass says otherwise."""
+
+    ops_per_element = 1
+
+    def out_shape(self, in_shapes: list[Shape], name: str) -> Shape:
+        _expect_inputs(in_shapes, 1, name, type(self).__name__)
+        return in_shapes[0]
+
+    def vector_ops(self, in_shapes: list[Shape], out_shape: Shape) -> int:
+        """Element operations on the vector unit (ops)."""
+        return _numel(out_shape) * self.ops_per_element
+
+
+def _expect_inputs(in_shapes, count: int, name: str, kind: str) -> None:
+    if len(in_shapes) != count:
+        raise LayerError(f"{name}: {kind} takes {count} input(s), got {len(in_shapes)}")
+
+
+def _expect_4d(shape: Shape, name: str, kind: str) -> None:
+    if len(shape) != 4:
+        raise LayerError(f"{name}: {kind} needs an N x C x H x W input, got shape {shape}")
+
+
+@dataclass(frozen=True, eq=False)
+class Conv(Op):
+    """Convolution weights (K, C/groups, R, S), optional bias (K,), and its geometry.
+
+    On a 2-D (N, F) input it is a fully connected layer: a 1x1 conv on a 1x1 map.
+    """
+
+    weight: np.ndarray
+    bias: np.ndarray | None = None
+    stride: object = 1
+    padding: object = 0
+    dilation: object = 1
+    groups: int = 1
+
+    def layer(self, in_shapes: list[Shape], name: str):
+        from .ir import ConvLayer
+
+        _expect_inputs(in_shapes, 1, name, "Conv")
+        shape = in_shapes[0]
+        if len(shape) == 2:
+            shape = shape + (1, 1)
+        if len(shape) != 4 or self.weight.ndim != 4:
+            raise LayerError(f"{name}: conv needs a 4-D input and weight, got input {in_shapes[0]} "
+                             f"and weight {self.weight.shape}")
+        n, c, h, w = shape
+        k, cg, r, s = self.weight.shape
+        if cg * self.groups != c:
+            raise LayerError(f"{name}: weight has {cg} input channels per group x groups="
+                             f"{self.groups}, but the input has C={c}")
+        if self.bias is not None and self.bias.shape != (k,):
+            raise LayerError(f"{name}: bias shape {self.bias.shape} must be ({k},)")
+        return ConvLayer(n, c, h, w, k, r, s, self.stride, self.padding, self.dilation,
+                         self.groups, self.bias is not None, name)
+
+    def out_shape(self, in_shapes, name):
+        layer = self.layer(in_shapes, name)
+        return (layer.N, layer.K) if len(in_shapes[0]) == 2 else layer.output_shape
+
+
+@dataclass(frozen=True)
+class Relu(Op):
+    def __call__(self, x):
+        return np.maximum(x, 0, dtype=x.dtype)
+
+
+@dataclass(frozen=True)
+class Relu6(Op):
+    ops_per_element = 2
+
+    def __call__(self, x):
+        return np.clip(x, 0, 6).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class LeakyRelu(Op):
+    alpha: float = 0.01
+    ops_per_element = 2
+
+    def __call__(self, x):
+        return np.where(x >= 0, x, x * np.float32(self.alpha)).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class PRelu(Op):
+    """Parametric ReLU with one slope per channel (or one shared slope)."""
+
+    slope: np.ndarray
+    ops_per_element = 2
+
+    def _slope(self, ndim):
+        s = np.asarray(self.slope, np.float32).reshape(-1)
+        return s.reshape((1, -1) + (1,) * (ndim - 2)) if s.size > 1 else s.reshape(())
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "PRelu")
+        s = np.asarray(self.slope).size
+        if s != 1 and (len(in_shapes[0]) < 2 or in_shapes[0][1] != s):
+            raise LayerError(f"{name}: PRelu has {s} slopes but the input has shape {in_shapes[0]}")
+        return in_shapes[0]
+
+    def __call__(self, x):
+        return np.where(x >= 0, x, x * self._slope(x.ndim)).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchNorm(Op):
+    """Per-channel affine ``y = x * scale + shift``; ``fold_batchnorm`` merges it into a conv."""
+
+    scale: np.ndarray
+    shift: np.ndarray
+    ops_per_element = 2
+
+    @classmethod
+    def from_stats(cls, gamma, beta, mean, var, eps=1e-5):
+        scale = np.asarray(gamma, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
+        shift = np.asarray(beta, np.float64) - np.asarray(mean, np.float64) * scale
+        return cls(scale.astype(np.float32), shift.astype(np.float32))
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "BatchNorm")
+        if in_shapes[0][1] != self.scale.size:
+            raise LayerError(f"{name}: BatchNorm has {self.scale.size} channels, input {in_shapes[0]}")
+        return in_shapes[0]
+
+    def __call__(self, x):
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return (x * self.scale.reshape(shape) + self.shift.reshape(shape)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Pool(Op):
+    """Max or average pooling; ``padding`` is (top, bottom, left, right).
+
+    Max pooling pads with -inf. Average pooling divides by the window area when
+    ``count_include_pad``, else by the number of real pixels in the window.
+    """
+
+    kernel: object
+    stride: object = None
+    padding: object = 0
+    ceil_mode: bool = False
+    kind: str = "max"
+    count_include_pad: bool = True
+
+    def _geometry(self):
+        from .ir import _padding4, _pair
+
+        k = _pair(self.kernel, "kernel", "pool")
+        s = _pair(self.stride if self.stride is not None else self.kernel, "stride", "pool")
+        return k, s, _padding4(self.padding, "pool")
+
+    def _out(self, size, k, s, lo, hi):
+        span = size + lo + hi - k
+        out = (-(-span // s) if self.ceil_mode else span // s) + 1
+        if self.ceil_mode and (out - 1) * s >= size + lo:  # last window must start inside
+            out -= 1
+        return out
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Pool")
+        _expect_4d(in_shapes[0], name, "Pool")
+        (kh, kw), (sh, sw), (t, b, l, r) = self._geometry()
+        n, c, h, w = in_shapes[0]
+        p, q = self._out(h, kh, sh, t, b), self._out(w, kw, sw, l, r)
+        if p < 1 or q < 1:
+            raise LayerError(f"{name}: pool window {kh}x{kw} does not fit input {h}x{w}")
+        return (n, c, p, q)
+
+    def vector_ops(self, in_shapes, out_shape):
+        (kh, kw), _, _ = self._geometry()
+        return _numel(out_shape) * kh * kw
+
+    def __call__(self, x):
+        (kh, kw), (sh, sw), (t, b, l, r) = self._geometry()
+        n, c, h, w = x.shape
+        p, q = self._out(h, kh, sh, t, b), self._out(w, kw, sw, l, r)
+        # extra bottom/right padding so that ceil-mode windows exist
+        eb = max(0, (p - 1) * sh + kh - (h + t + b))
+        er = max(0, (q - 1) * sw + kw - (w + l + r))
+        pad = ((0, 0), (0, 0), (t, b + eb), (l, r + er))
+        fill = -np.inf if self.kind == "max" else 0.0
+        xp = np.pad(x, pad, constant_values=fill)
+        win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, : (p - 1) * sh + 1 : sh,
+                                                            : (q - 1) * sw + 1 : sw]
+        if self.kind == "max":
+            return win.max(axis=(4, 5)).astype(x.dtype)
+        total = win.sum(axis=(4, 5), dtype=np.float64)
+        ones = np.pad(np.ones((h, w)), ((t, b + eb), (l, r + er)))
+        if self.count_include_pad:  # the window clipped to the padded (not ceil-extended) input
+            ones = np.pad(np.ones((h + t + b, w + l + r)), ((0, eb), (0, er)))
+        count = sliding_window_view(ones, (kh, kw))[: (p - 1) * sh + 1 : sh,
+                                                    : (q - 1) * sw + 1 : sw].sum(axis=(2, 3))
+        return (total / count).astype(x.dtype)
+
+
+def MaxPool(kernel, stride=None, padding=0, ceil_mode=False) -> Pool:
+    return Pool(kernel, stride, padding, ceil_mode, "max")
+
+
+def AvgPool(kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Pool:
+    return Pool(kernel, stride, padding, ceil_mode, "avg", count_include_pad)
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool(Op):
+    """Mean over H and W, output N x C x 1 x 1."""
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "GlobalAvgPool")
+        _expect_4d(in_shapes[0], name, "GlobalAvgPool")
+        return in_shapes[0][:2] + (1, 1)
+
+    def vector_ops(self, in_shapes, out_shape):
+        return _numel(in_shapes[0])
+
+    def __call__(self, x):
+        return x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Add(Op):
+    """Elementwise sum of two or more inputs of one shape."""
+
+    def out_shape(self, in_shapes, name):
+        if len(in_shapes) < 2 or any(s != in_shapes[0] for s in in_shapes):
+            raise LayerError(f"{name}: Add needs two or more inputs of one shape, got {in_shapes}")
+        return in_shapes[0]
+
+    def vector_ops(self, in_shapes, out_shape):
+        return _numel(out_shape) * (len(in_shapes) - 1)
+
+    def __call__(self, *xs):
+        out = xs[0].copy()
+        for x in xs[1:]:
+            out += x
+        return out
+
+
+@dataclass(frozen=True)
+class Concat(Op):
+    """Concatenation along ``axis`` (channels by default); a data move, costed as one op per element."""
+
+    axis: int = 1
+
+    def out_shape(self, in_shapes, name):
+        if not in_shapes:
+            raise LayerError(f"{name}: Concat needs inputs")
+        a = self.axis % len(in_shapes[0])
+        rest = [s[:a] + s[a + 1:] for s in in_shapes]
+        if any(len(s) != len(in_shapes[0]) for s in in_shapes) or any(r != rest[0] for r in rest):
+            raise LayerError(f"{name}: Concat along axis {self.axis} of mismatched shapes {in_shapes}")
+        return in_shapes[0][:a] + (sum(s[a] for s in in_shapes),) + in_shapes[0][a + 1:]
+
+    def __call__(self, *xs):
+        return np.concatenate(xs, axis=self.axis)
+
+
+@dataclass(frozen=True)
+class Flatten(Op):
+    """N x ... to N x (product of the rest). A free reinterpretation: no vector work."""
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Flatten")
+        return (in_shapes[0][0], _numel(in_shapes[0][1:]))
+
+    def vector_ops(self, in_shapes, out_shape):
+        return 0
+
+    def __call__(self, x):
+        return x.reshape(x.shape[0], -1)
+
+
+@dataclass(frozen=True)
+class Reshape(Op):
+    """Reshape keeping the batch axis; ``shape`` excludes it (-1 allowed once)."""
+
+    shape: tuple = ()
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Reshape")
+        n, total = in_shapes[0][0], _numel(in_shapes[0][1:])
+        dims = list(self.shape)
+        if dims.count(-1) > 1:
+            raise LayerError(f"{name}: Reshape to {self.shape}: at most one -1")
+        known = _numel(tuple(d for d in dims if d != -1))
+        if -1 in dims:
+            if known == 0 or total % known:
+                raise LayerError(f"{name}: cannot reshape {in_shapes[0]} to (N, *{self.shape})")
+            dims[dims.index(-1)] = total // known
+        if _numel(tuple(dims)) != total:
+            raise LayerError(f"{name}: cannot reshape {in_shapes[0]} to (N, *{self.shape})")
+        return (n, *dims)
+
+    def vector_ops(self, in_shapes, out_shape):
+        return 0
+
+    def __call__(self, x):
+        return x.reshape((x.shape[0], *self.shape))
+
+
+@dataclass(frozen=True)
+class Softmax(Op):
+    axis: int = 1
+    ops_per_element = 4  # max, subtract, exp, divide
+
+    def __call__(self, x):
+        e = np.exp(x - x.max(axis=self.axis, keepdims=True))
+        return (e / e.sum(axis=self.axis, keepdims=True)).astype(x.dtype)
+
+
+def _bilinear_axis(in_size: int, out_size: int, align_corners: bool):
+    """Source indices (lo, hi) and weight of hi for 1-D linear resampling (torch's rule)."""
+    dst = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        src = dst * ((in_size - 1) / (out_size - 1)) if out_size > 1 else np.zeros(out_size)
+    else:
+        src = np.maximum((dst + 0.5) * (in_size / out_size) - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+    hi = np.minimum(lo + 1, in_size - 1)
+    return lo, hi, (src - lo).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Upsample(Op):
+    """Resize H, W by an integer-or-float ``scale`` (or to ``size``), nearest or bilinear."""
+
+    scale: object = 2
+    mode: str = "nearest"
+    align_corners: bool = False
+    size: tuple | None = None
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Upsample")
+        _expect_4d(in_shapes[0], name, "Upsample")
+        if self.mode not in ("nearest", "bilinear"):
+            raise LayerError(f"{name}: Upsample mode {self.mode!r}: must be 'nearest' or 'bilinear'")
+        n, c, h, w = in_shapes[0]
+        if self.size is not None:
+            return (n, c, int(self.size[0]), int(self.size[1]))
+        sh, sw = (self.scale, self.scale) if np.isscalar(self.scale) else self.scale
+        return (n, c, int(math.floor(h * sh)), int(math.floor(w * sw)))
+
+    @property
+    def ops_per_element(self):
+        return 1 if self.mode == "nearest" else 7  # 4 multiplies + 3 adds per output pixel
+
+    def __call__(self, x):
+        n, c, h, w = x.shape
+        _, _, p, q = self.out_shape([x.shape], "upsample")
+        if self.mode == "nearest":
+            rows = np.minimum((np.arange(p) * (h / p)).astype(np.int64), h - 1)
+            cols = np.minimum((np.arange(q) * (w / q)).astype(np.int64), w - 1)
+            return x[:, :, rows][:, :, :, cols]
+        r0, r1, fr = _bilinear_axis(h, p, self.align_corners)
+        c0, c1, fc = _bilinear_axis(w, q, self.align_corners)
+        top = x[:, :, r0] * (1 - fr)[:, None] + x[:, :, r1] * fr[:, None]
+        return (top[..., c0] * (1 - fc) + top[..., c1] * fc).astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Identity(Op):
+    def vector_ops(self, in_shapes, out_shape):
+        return 0
+
+    def __call__(self, x):
+        return x
+
+
+OPS: dict[str, type] = {
+    "relu": Relu, "relu6": Relu6, "leakyrelu": LeakyRelu, "prelu": PRelu,
+    "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool, "add": Add,
+    "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
+    "upsample": Upsample, "identity": Identity,
+}

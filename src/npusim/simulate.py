@@ -1,0 +1,206 @@
+"""Run a network, or one conv, on an accelerator: real outputs plus what the hardware spends.
+
+Three modes, one result type:
+
+- ``run``: every conv through its dataflow's own arithmetic (``Dataflow.run``);
+- ``estimate``: activations from the dense engine, costs from ``Dataflow.estimate``
+  on the non-zero masks of the real tensors (the mode for big networks and sweeps);
+- ``emulate``: every conv through the dataflow's cycle emulator (small inputs).
+
+Non-conv ops run in numpy on the vector unit: ``ceil(vector_ops / lanes)`` cycles,
+where ``vector_ops`` is the op's element work (``ops.Op.vector_ops``), and each
+input and output element is one SRAM access.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import engine, ops, quant
+from .arch import Arch, load_arch
+from .dataflows import get as get_dataflow
+from .errors import InputError, NpusimError
+from .ir import DTYPES, ConvLayer, Graph, _padding4, _pair
+from .stats import LayerStats, energy_pj, total
+
+MODES = ("run", "estimate", "emulate")
+
+
+@dataclass
+class SimResult:
+    """Outputs and costs of one simulated network."""
+
+    output: np.ndarray
+    layers: list[LayerStats]
+    arch: Arch
+    mode: str
+    dtype: str
+    dataflow: str
+    seconds: float
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def total(self) -> LayerStats:
+        return total(self.layers)
+
+    @property
+    def conv_layers(self) -> list[LayerStats]:
+        return [s for s in self.layers if s.dataflow != "vector"]
+
+
+def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str):
+    """One conv layer in ``mode``: (float32 output for the next op, its LayerStats)."""
+    w, b = conv.weight, conv.bias
+    if layer.dtype == "int8":
+        xq, sx = quant.quantize_activations(x)
+        wq, sw = quant.quantize_weights(w)
+        x_in, w_in, b_in = xq, wq, quant.quantize_bias(b, sx, sw)
+    else:
+        x_in, w_in, b_in = x, w, b
+    if mode == "run":
+        out, st = df.run(layer, x_in, w_in, b_in, arch)
+    elif mode == "emulate":
+        if not hasattr(df, "emulate"):
+            raise NpusimError(f"dataflow {df.name!r} has no cycle emulator; use mode 'run'")
+        out, st = df.emulate(layer, x_in, w_in, b_in, arch)
+    else:
+        out = engine.conv2d(x_in, w_in, b_in, layer)
+        st = df.estimate(layer, x_in != 0, w_in != 0, arch)
+    if layer.dtype == "int8":
+        out = quant.requantize(out, sx, sw).dequantize()
+    return out, st
+
+
+def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
+    work = op.vector_ops(in_shapes, out_shape)
+    elem = 1 if dtype == "int8" else 4
+    moved = (sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))) * elem if work else 0
+    cycles = math.ceil(work / arch.vector.lanes)
+    return LayerStats(name=name, dataflow="vector", shape=type(op).__name__, cycles=cycles,
+                      vector_ops=work, sram_ofmap_bytes=moved,
+                      energy_pj=energy_pj(arch, macs=0, sram_bytes=moved, dram_bytes=0,
+                                          dtype=dtype, vector_ops=work))
+
+
+def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
+             mode: str = "run", dtype: str = "float32", dataflow: str | None = None,
+             keep_outputs: bool = False,
+             progress: Callable[[int, int, str], None] | None = None) -> SimResult:
+    """Run ``model`` on ``input`` (N x C x H x W float) on ``arch``.
+
+    Returns the output, one ``LayerStats`` per op (convs by their dataflow, the
+    rest by the vector unit) and, with ``keep_outputs``, every node's output.
+    ``progress(i, n, name)`` is called before each op.
+    """
+    if mode not in MODES:
+        raise NpusimError(f"mode={mode!r}: must be one of {', '.join(MODES)}")
+    if dtype not in DTYPES:
+        raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
+    arch = load_arch(arch)
+    df = get_dataflow(dataflow or arch.dataflow)
+    x = np.asarray(input, np.float32)
+    if x.shape != model.input_shape:
+        if x.shape[1:] != model.input_shape[1:] or x.ndim != len(model.input_shape):
+            raise InputError(f"input shape {x.shape} does not fit {model.name}, which takes "
+                             f"{model.input_shape} (N may differ)")
+        model = model.with_batch(x.shape[0])
+    start = time.perf_counter()
+    values = {model.input_name: x}
+    stats: list[LayerStats] = []
+    for i, node in enumerate(model.nodes):
+        if progress:
+            progress(i, len(model.nodes), node.name)
+        args = [values[n] for n in node.inputs]
+        if isinstance(node.op, ops.Conv):
+            layer = model.layers[node.name].with_dtype(dtype)
+            why = df.supports(layer, arch)
+            if why:
+                raise NpusimError(f"{node.name}: dataflow {df.name!r} cannot run it: {why}")
+            x_in = args[0].reshape(layer.input_shape)
+            out, st = _conv_step(layer, x_in, node.op, df, arch, mode)
+            out = out.astype(np.float32, copy=False).reshape(model.shapes[node.name])
+        else:
+            out = node.op(*args)
+            st = _vector_stats(node.name, node.op, [model.shapes[n] for n in node.inputs],
+                               model.shapes[node.name], arch, dtype)
+        values[node.name] = out
+        stats.append(st)
+        if not keep_outputs:
+            _release(values, model, i)
+    return SimResult(values[model.output_name], stats, arch, mode, dtype, df.name,
+                     time.perf_counter() - start, values if keep_outputs else {})
+
+
+def _release(values: dict, model: Graph, i: int) -> None:
+    """Drop tensors no later node reads (keeps peak memory to the live set)."""
+    later = {n for node in model.nodes[i + 1:] for n in node.inputs} | {model.output_name}
+    for name in [n for n in values if n not in later]:
+        del values[name]
+
+
+def same_padding(kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int, int, int]:
+    """'same' padding for stride 1: total d*(k-1) per axis, the odd pixel at the end."""
+    out = []
+    for k, d in zip(kernel, dilation):
+        tot = d * (k - 1)
+        out += [tot // 2, tot - tot // 2]
+    return tuple(out)  # type: ignore[return-value]
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+           dataflow: str = "systolic", arch: Arch | str | None = None,
+           dtype: str = "float32", emulate: bool = False) -> tuple[np.ndarray, LayerStats]:
+    """One convolution on one dataflow, with torch's argument conventions.
+
+    ``x`` is N x C x H x W, ``w`` K x C/groups x R x S; ``padding`` an int, (h, w),
+    (top, bottom, left, right), 'same' or 'valid'. Float inputs with
+    ``dtype='int8'`` are quantised (see ``quant``) and the float32 product
+    ``acc * s_x * s_w`` is returned; int8 inputs return the int32 accumulators.
+    """
+    x, w = np.asarray(x), np.asarray(w)
+    if x.ndim != 4 or w.ndim != 4:
+        raise InputError(f"conv2d: x and w must be 4-D (NCHW, KCRS), got {x.shape} and {w.shape}")
+    dil = _pair(dilation, "dilation", "conv2d")
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise InputError(f"conv2d.padding={padding!r}: must be 'same', 'valid' or integers")
+        padding = same_padding(w.shape[2:], dil) if padding == "same" else 0
+    layer = ConvLayer(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2],
+                      w.shape[3], stride, _padding4(padding, "conv2d"), dil, groups,
+                      bias is not None, "conv2d", dtype)
+    if w.shape[1] * groups != x.shape[1]:
+        raise InputError(f"conv2d: w has {w.shape[1]} channels per group x groups={groups}, "
+                         f"x has C={x.shape[1]}")
+    arch = load_arch(arch)
+    df = get_dataflow(dataflow)
+    why = df.supports(layer, arch)
+    if why:
+        raise NpusimError(f"conv2d: dataflow {dataflow!r} cannot run it: {why}")
+    integer_in = np.issubdtype(x.dtype, np.integer)
+    if dtype == "int8" and not integer_in:
+        xq, sx = quant.quantize_activations(x.astype(np.float32))
+        wq, sw = quant.quantize_weights(w.astype(np.float32))
+        bq = quant.quantize_bias(bias, sx, sw)
+        acc, st = _run_one(df, layer, xq, wq, bq, arch, emulate)
+        return (acc * (sx * sw).reshape(1, -1, 1, 1)).astype(np.float32), st
+    if integer_in:
+        x, w = x.astype(np.int8), w.astype(np.int8)
+        bias = None if bias is None else np.asarray(bias, np.int32)
+        layer = layer.with_dtype("int8")
+    else:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+        bias = None if bias is None else np.asarray(bias, np.float32)
+    return _run_one(df, layer, x, w, bias, arch, emulate)
+
+
+def _run_one(df, layer, x, w, bias, arch, emulate: bool):
+    if not emulate:
+        return df.run(layer, x, w, bias, arch)
+    if not hasattr(df, "emulate"):
+        raise NpusimError(f"dataflow {df.name!r} has no cycle emulator")
+    return df.emulate(layer, x, w, bias, arch)
