@@ -16,7 +16,8 @@ from ..ir import ConvLayer, Graph
 def load_model(spec: str, *, batch: int = 1, input_shape: tuple[int, ...] | None = None,
                seed: int = 0) -> Graph | list[ConvLayer]:
     """A network from a zoo name, ``file.csv`` (SCALE-Sim topology), ``file.onnx``, or
-    ``file.py:factory`` (a function returning a torch ``nn.Module``)."""
+    ``file.py:factory`` (a function returning a torch ``nn.Module``). ``input_shape`` sets an
+    imported model's input, or the side of a zoo model's square input where it has one."""
     path = Path(spec.split(":")[0] if ".py:" in spec else spec)
     if path.suffix in (".csv", ".onnx", ".py") and not path.is_file():
         raise ModelError(f"{path}: no such file")
@@ -34,4 +35,5 @@ def load_model(spec: str, *, batch: int = 1, input_shape: tuple[int, ...] | None
         return from_factory(spec, input_shape=input_shape).with_batch(batch)
     from . import zoo
 
-    return zoo.build(spec, batch=batch, seed=seed)
+    size = input_shape[-1] if input_shape else None  # zoo inputs are square: N, C, S, S
+    return zoo.build(spec, batch=batch, seed=seed, size=size)
