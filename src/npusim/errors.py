@@ -19,7 +19,7 @@ class ConfigError(NpusimError):
 
 
 class ModelError(NpusimError):
-    """A network that cannot be built, loaded or imported (unknown name, bad file, unsupported op)."""
+    """A network that cannot be built, loaded or imported (bad name, file or op)."""
 
 
 class InputError(NpusimError):

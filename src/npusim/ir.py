@@ -9,8 +9,8 @@ shape error names the node that caused it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -40,7 +40,8 @@ def _padding4(value, layer: str) -> tuple[int, int, int, int]:
         return (values[0], values[0], values[1], values[1])
     if len(values) == 4:
         return values  # type: ignore[return-value]
-    raise LayerError(f"{layer}.padding={value!r}: must be an int, (h, w) or (top, bottom, left, right)")
+    raise LayerError(f"{layer}.padding={value!r}: must be an int, (h, w) or "
+                     "(top, bottom, left, right)")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class ConvLayer:
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
-            raise LayerError(f"{self.name}.dtype={self.dtype!r}: must be one of {', '.join(DTYPES)}")
+            raise LayerError(f"{self.name}.dtype={self.dtype!r}: must be one of "
+                             f"{', '.join(DTYPES)}")
         object.__setattr__(self, "stride", _pair(self.stride, "stride", self.name))
         object.__setattr__(self, "dilation", _pair(self.dilation, "dilation", self.name))
         object.__setattr__(self, "padding", _padding4(self.padding, self.name))
@@ -88,7 +90,8 @@ class ConvLayer:
             )
         if self.P < 1 or self.Q < 1:
             raise LayerError(
-                f"{self.name}: kernel {self.R}x{self.S} (dilation {self.dilation}) does not fit the "
+                f"{self.name}: kernel {self.R}x{self.S} (dilation {self.dilation}) does not fit "
+                f"the "
                 f"padded input {self.H + self.padding[0] + self.padding[1]}x"
                 f"{self.W + self.padding[2] + self.padding[3]}; output would be {self.P}x{self.Q}"
             )
@@ -138,17 +141,18 @@ class ConvLayer:
     def is_depthwise(self) -> bool:
         return self.groups == self.C and self.groups > 1
 
-    def with_batch(self, n: int) -> "ConvLayer":
+    def with_batch(self, n: int) -> ConvLayer:
         return dataclasses.replace(self, N=n)
 
-    def with_dtype(self, dtype: str) -> "ConvLayer":
+    def with_dtype(self, dtype: str) -> ConvLayer:
         return dataclasses.replace(self, dtype=dtype)
 
     def describe(self) -> str:
         """Short text of the shape, for tables: C x H x W -> K x P x Q, R x S / stride."""
         extra = []
         if self.stride != (1, 1):
-            extra.append(f"s{self.stride[0]}" if self.stride[0] == self.stride[1] else f"s{self.stride}")
+            sh, sw = self.stride
+            extra.append(f"s{sh}" if sh == sw else f"s{self.stride}")
         if self.dilation != (1, 1):
             extra.append(f"d{self.dilation[0]}")
         if self.groups > 1:
@@ -162,7 +166,7 @@ class Node:
     """One op of a graph: a unique ``name``, the op, and the names of its input nodes."""
 
     name: str
-    op: "_ops.Op"
+    op: _ops.Op
     inputs: tuple[str, ...] = ()
 
 
@@ -211,13 +215,13 @@ class Graph:
                 return n
         raise KeyError(name)
 
-    def with_batch(self, n: int) -> "Graph":
+    def with_batch(self, n: int) -> Graph:
         """The same network for a batch of ``n`` inputs."""
         return Graph(list(self.nodes), (n,) + self.input_shape[1:], self.name,
                      self.input_name, self.output_name)
 
-    def map_convs(self, fn) -> "Graph":
-        """A copy whose conv ops are replaced by ``fn(name, conv) -> Conv`` (pruning, quantising)."""
+    def map_convs(self, fn) -> Graph:
+        """A copy whose conv ops are replaced by ``fn(name, conv) -> Conv`` (e.g. pruning)."""
         nodes = [Node(n.name, fn(n.name, n.op), n.inputs) if isinstance(n.op, _ops.Conv) else n
                  for n in self.nodes]
         return Graph(nodes, self.input_shape, self.name, self.input_name, self.output_name)
@@ -235,7 +239,7 @@ class GraphBuilder:
     """Builds a ``Graph`` op by op; each method returns the new node's name.
 
     >>> g = GraphBuilder("tiny", (1, 3, 8, 8))
-    >>> x = g.conv(g.input, weight, stride=2, padding=1); x = g.relu(x)
+    >>> x = g.relu(g.conv(g.input, weight, stride=2, padding=1))
     >>> graph = g.build()
     """
 
@@ -246,7 +250,8 @@ class GraphBuilder:
         self.nodes: list[Node] = []
         self._count: dict[str, int] = {}
 
-    def add(self, op: "_ops.Op", *inputs: str, name: str | None = None) -> str:
+    def append(self, op: _ops.Op, *inputs: str, name: str | None = None) -> str:
+        """Add ``op`` reading ``inputs``; returns its node name (auto-named if ``name`` is None)."""
         kind = type(op).__name__.lower()
         if name is None:
             self._count[kind] = self._count.get(kind, 0) + 1
@@ -256,21 +261,21 @@ class GraphBuilder:
 
     def conv(self, x: str, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
              name: str | None = None) -> str:
-        return self.add(_ops.Conv(np.asarray(weight, np.float32),
+        return self.append(_ops.Conv(np.asarray(weight, np.float32),
                                   None if bias is None else np.asarray(bias, np.float32),
                                   stride, padding, dilation, groups), x, name=name)
 
     def linear(self, x: str, weight, bias=None, *, name: str | None = None) -> str:
         """Fully connected layer, weight (out, in), on a flattened (N, in) input."""
         w = np.asarray(weight, np.float32)
-        return self.add(_ops.Conv(w[:, :, None, None], None if bias is None else
+        return self.append(_ops.Conv(w[:, :, None, None], None if bias is None else
                                   np.asarray(bias, np.float32)), x, name=name)
 
     def batchnorm(self, x: str, gamma, beta, mean, var, eps=1e-5, *, name=None) -> str:
-        return self.add(_ops.BatchNorm.from_stats(gamma, beta, mean, var, eps), x, name=name)
+        return self.append(_ops.BatchNorm.from_stats(gamma, beta, mean, var, eps), x, name=name)
 
     def __getattr__(self, kind: str):
-        """``g.relu(x)``, ``g.maxpool(x, 3, 2, 1)``...: any op class in ``ops`` by lower-case name."""
+        """``g.relu(x)``, ``g.maxpool(x, 3, 2, 1)``...: any op in ``ops.OPS`` by lower-case name."""
         cls = _ops.OPS.get(kind)
         if cls is None:
             raise AttributeError(kind)
@@ -278,7 +283,7 @@ class GraphBuilder:
         def make(*inputs_and_args, name: str | None = None, **kwargs):
             inputs = [a for a in inputs_and_args if isinstance(a, str)]
             args = [a for a in inputs_and_args if not isinstance(a, str)]
-            return self.add(cls(*args, **kwargs), *inputs, name=name)
+            return self.append(cls(*args, **kwargs), *inputs, name=name)
 
         return make
 

@@ -12,7 +12,7 @@ NPU's vector unit. Each op has
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -151,7 +151,8 @@ class BatchNorm(Op):
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "BatchNorm")
         if in_shapes[0][1] != self.scale.size:
-            raise LayerError(f"{name}: BatchNorm has {self.scale.size} channels, input {in_shapes[0]}")
+            raise LayerError(f"{name}: BatchNorm has {self.scale.size} channels, "
+                             f"input {in_shapes[0]}")
         return in_shapes[0]
 
     def __call__(self, x):
@@ -270,7 +271,7 @@ class Add(Op):
 
 @dataclass(frozen=True)
 class Concat(Op):
-    """Concatenation along ``axis`` (channels by default); a data move, costed as one op per element."""
+    """Concatenation along ``axis`` (channels by default); a data move, one op per element."""
 
     axis: int = 1
 
@@ -280,7 +281,8 @@ class Concat(Op):
         a = self.axis % len(in_shapes[0])
         rest = [s[:a] + s[a + 1:] for s in in_shapes]
         if any(len(s) != len(in_shapes[0]) for s in in_shapes) or any(r != rest[0] for r in rest):
-            raise LayerError(f"{name}: Concat along axis {self.axis} of mismatched shapes {in_shapes}")
+            raise LayerError(f"{name}: Concat along axis {self.axis} of mismatched shapes "
+                             f"{in_shapes}")
         return in_shapes[0][:a] + (sum(s[a] for s in in_shapes),) + in_shapes[0][a + 1:]
 
     def __call__(self, *xs):
@@ -365,7 +367,8 @@ class Upsample(Op):
         _expect_inputs(in_shapes, 1, name, "Upsample")
         _expect_4d(in_shapes[0], name, "Upsample")
         if self.mode not in ("nearest", "bilinear"):
-            raise LayerError(f"{name}: Upsample mode {self.mode!r}: must be 'nearest' or 'bilinear'")
+            raise LayerError(f"{name}: Upsample mode {self.mode!r}: must be 'nearest' or "
+                             "'bilinear'")
         n, c, h, w = in_shapes[0]
         if self.size is not None:
             return (n, c, int(self.size[0]), int(self.size[1]))

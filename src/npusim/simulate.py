@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -79,7 +79,8 @@ def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str):
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
-    moved = (sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))) * elem if work else 0
+    elements = sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))
+    moved = elements * elem if work else 0
     cycles = math.ceil(work / arch.vector.lanes)
     return LayerStats(name=name, dataflow="vector", shape=type(op).__name__, cycles=cycles,
                       vector_ops=work, sram_ofmap_bytes=moved,
@@ -146,7 +147,7 @@ def _release(values: dict, model: Graph, i: int) -> None:
 def same_padding(kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int, int, int]:
     """'same' padding for stride 1: total d*(k-1) per axis, the odd pixel at the end."""
     out = []
-    for k, d in zip(kernel, dilation):
+    for k, d in zip(kernel, dilation, strict=True):
         tot = d * (k - 1)
         out += [tot // 2, tot - tot // 2]
     return tuple(out)  # type: ignore[return-value]

@@ -8,8 +8,8 @@ gives the right network ratio. Energy comes from one function, ``energy_pj``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Mapping
 
 TENSORS = ("ifmap", "filter", "ofmap")
 
@@ -59,7 +59,7 @@ class LayerStats:
     def dram_bytes(self) -> int:
         return self.dram_ifmap_bytes + self.dram_filter_bytes + self.dram_ofmap_bytes
 
-    def __add__(self, other: "LayerStats") -> "LayerStats":
+    def __add__(self, other: LayerStats) -> LayerStats:
         values = {}
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
@@ -71,7 +71,7 @@ class LayerStats:
                 values[f.name] = a + b
         return LayerStats(**values)
 
-    def renamed(self, name: str) -> "LayerStats":
+    def renamed(self, name: str) -> LayerStats:
         return replace(self, name=name)
 
     def as_dict(self) -> dict:

@@ -1,0 +1,131 @@
+"""simulate() and conv2d(): outputs against torch, modes agreeing, errors naming what is wrong."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from strategies import rel_err
+
+import npusim
+from npusim import reference
+from npusim.errors import InputError, NpusimError
+from npusim.ir import ConvLayer, GraphBuilder
+
+
+def small_net(rng, n=2):
+    """conv-bn-relu, pool, residual add, concat, global pool, linear, softmax."""
+    g = GraphBuilder("small", (n, 3, 15, 13))
+    w1 = rng.standard_normal((8, 3, 3, 3)) * 0.3
+    w2 = rng.standard_normal((8, 1, 3, 3)) * 0.3
+    fc = rng.standard_normal((10, 16)) * 0.3
+    a = g.relu(g.conv(g.input, w1, rng.standard_normal(8), stride=2, padding=(1, 0, 1, 2)))
+    b = g.relu6(g.conv(a, w2, padding=2, dilation=2, groups=8))
+    s = g.add(a, b)
+    c = g.concat(s, g.maxpool(a, 3, 1, 1))
+    y = g.softmax(g.linear(g.flatten(g.globalavgpool(c)), fc, np.zeros(10)))
+    return g.build(y), (w1, w2, fc)
+
+
+def small_net_torch(x, graph, weights):
+    w1, w2, fc = (torch.tensor(w, dtype=torch.float64) for w in weights)
+    b1 = torch.tensor(graph.node("conv1").op.bias, dtype=torch.float64)
+    a = F.relu(F.conv2d(F.pad(x, (1, 2, 1, 0)), w1, b1, stride=2))
+    b = F.relu6(F.conv2d(a, w2, padding=2, dilation=2, groups=8))
+    c = torch.cat([a + b, F.max_pool2d(a, 3, 1, 1)], 1)
+    return F.softmax(F.linear(c.mean((2, 3)), fc), 1)
+
+
+def test_simulate_small_net_equals_torch_and_costs_every_op():
+    rng = np.random.default_rng(0)
+    graph, weights = small_net(rng)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    res = npusim.simulate(graph, x, "systolic-32x32-os")
+    ref = small_net_torch(torch.tensor(x, dtype=torch.float64), graph, weights).numpy()
+    assert rel_err(res.output, ref) < 1e-5
+    assert len(res.layers) == len(graph.nodes)
+    assert [s.name for s in res.conv_layers] == ["conv1", "conv2", "conv3"]
+    assert res.total.cycles == sum(s.cycles for s in res.layers) > 0
+    assert res.total.dense_macs == sum(layer.macs for layer in graph.layers.values())
+
+
+def test_estimate_gives_the_same_stats_and_outputs_as_run():
+    rng = np.random.default_rng(1)
+    graph, _ = small_net(rng)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    run = npusim.simulate(graph, x, mode="run")
+    est = npusim.simulate(graph, x, mode="estimate")
+    assert run.layers == est.layers
+    assert np.array_equal(run.output, est.output)
+
+
+def test_int8_network_stays_close_to_float():
+    rng = np.random.default_rng(2)
+    graph, _ = small_net(rng, n=1)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    f32 = npusim.simulate(graph, x).output
+    i8 = npusim.simulate(graph, x, dtype="int8").output
+    assert np.abs(f32 - i8).max() < 0.05  # softmax probabilities
+
+
+def test_batch_is_taken_from_the_input():
+    rng = np.random.default_rng(3)
+    graph, _ = small_net(rng, n=1)
+    x = rng.standard_normal((3,) + graph.input_shape[1:]).astype(np.float32)
+    res = npusim.simulate(graph, x)
+    assert res.output.shape == (3, 10)
+    assert res.total.dense_macs == 3 * npusim.simulate(graph, x[:1]).total.dense_macs
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda g, x: npusim.simulate(g, x[:, :2]), InputError,
+     r"input shape \(1, 2, 15, 13\) does not fit small, which takes \(1, 3, 15, 13\)"),
+    (lambda g, x: npusim.simulate(g, x, mode="fast"), NpusimError,
+     "mode='fast': must be one of run, estimate, emulate"),
+    (lambda g, x: npusim.simulate(g, x, dtype="int4"), NpusimError,
+     "dtype='int4': must be one of float32, int8"),
+    (lambda g, x: npusim.simulate(g, x, dataflow="magic"), NpusimError,
+     "dataflow 'magic': must be one of"),
+    (lambda g, x: npusim.simulate(g, x, "no-such-arch"), NpusimError,
+     "arch 'no-such-arch': not a preset"),
+])
+def test_simulate_rejects_bad_arguments_clearly(call, error, message):
+    rng = np.random.default_rng(4)
+    graph, _ = small_net(rng, n=1)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    with pytest.raises(error, match=message):
+        call(graph, x)
+
+
+@pytest.mark.parametrize("kernel, dilation", [((2, 2), (1, 1)), ((3, 4), (2, 1)), ((1, 5), (1, 3))])
+def test_conv2d_same_padding_matches_torch(kernel, dilation):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((6, 4) + kernel).astype(np.float32)
+    out, stats = npusim.conv2d(x, w, padding="same", dilation=dilation)
+    ref = F.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                   padding="same", dilation=dilation).numpy()
+    assert out.shape == ref.shape and rel_err(out, ref) < 1e-5
+    assert stats.dense_macs == stats.macs == ref.size * 4 * kernel[0] * kernel[1]
+
+
+def test_conv2d_int8_from_float_is_the_scaled_exact_integer_sum():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    out, stats = npusim.conv2d(x, w, padding=1, dtype="int8")
+    xq, sx = npusim.quant.quantize_activations(x)
+    wq, sw = npusim.quant.quantize_weights(w)
+    acc = reference.conv2d(xq, wq, None, ConvLayer(1, 8, 6, 6, 4, 3, 3, padding=1))
+    assert np.array_equal(out, (acc * (sx * sw).reshape(1, -1, 1, 1)).astype(np.float32))
+    assert stats.sram_ifmap_bytes > 0 and stats.energy_pj > 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(padding="full"), "conv2d.padding='full': must be 'same', 'valid' or integers"),
+    (dict(groups=3), r"conv2d.groups=3: must divide both C=4 and K=6"),
+    (dict(dataflow="nope"), "dataflow 'nope': must be one of"),
+])
+def test_conv2d_errors(kwargs, message):
+    x, w = np.zeros((1, 4, 5, 5), np.float32), np.zeros((6, 4, 3, 3), np.float32)
+    with pytest.raises(NpusimError, match=message):
+        npusim.conv2d(x, w, **kwargs)
