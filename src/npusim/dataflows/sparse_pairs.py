@@ -1,0 +1,235 @@
+"""The sparse-pairs machine: only (non-zero feature, non-zero weight) pairs are multiplied.
+
+Source: seed 001 (Korean claims 1-15, see ``docs/sparse-pairs.md``). Claims 1-4: a
+fetch controller takes the non-zero bit vectors of features and weights, ANDs
+them and decides the pairs (``bitmap``); claim 5: one decided pair is read and
+multiplied per cycle; claims 11-14: a processor array split into processor
+groups, weight maps grouped by density and dealt to the processor groups one
+after another (``grouping``).
+
+Mapping: every processor of a group holds one kernel (its bit vector and its
+compressed non-zero weights); the group steps through output pixels in lockstep,
+each step broadcasting a pixel's receptive-field vector; each processor ANDs it
+with its kernel vector and issues one pair per cycle; the step ends when the
+slowest processor is done (at least one cycle, the empty AND). Loop order::
+
+    for unit u = (weight group, pixel slice), on processor group u mod groups:  # parallel
+        for pixel (n, p, q) in the slice:                       # one lockstep step
+            for processor j (parallel): v = f(n, p, q) AND w(k_j)
+                while v: one pair per cycle (priority encoder)
+
+    cycles = max over processor groups g of
+             sum over units u on g, pixels x of u: max(1, max_j pairs(x, k_j))
+
+The fast model gets pairs(x, k) for all pixels and kernels as one convolution of
+the 0/1 masks; the emulator (``npusim.emulate.sparse_pairs``) runs the datapath
+cycle by cycle. Both fill the same ``Schedule``; one function turns it into stats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from .. import engine
+from ..arch.spec import spec
+from ..ir import ConvLayer
+from ..quant import check_int32
+from ..stats import LayerStats, energy_pj
+from . import bitmap, grouping
+from .base import element_bytes, register
+
+NAME = "sparse-pairs"
+
+
+@dataclass(frozen=True)
+class Params:
+    """The ``[sparse-pairs]`` section of an arch file. Multipliers = groups x processors."""
+
+    processor_groups: int = spec(32, "processor groups", min=1)
+    processors_per_group: int = spec(32, "processors (one multiplier each) per group", min=1)
+    grouping: str = spec("similar-density", "weight grouping policy", choices=grouping.POLICIES)
+
+    @property
+    def processors(self) -> int:
+        return self.processor_groups * self.processors_per_group
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """What one layer did on the array, counted by the fast model or by the emulator.
+
+    Cycles are per processor group (``group_cycles``, G) and per processor
+    (``processor_cycles``, G x size: cycles it multiplied); ``step_capacity`` is
+    processor-cycles inside lockstep steps, ``mapped_capacity`` those of
+    processors holding a kernel; ``skipped`` = (weight-only zero, feature-only
+    zero, both zero) multiplies; bitmap traffic in bits.
+    """
+
+    pairs: int
+    skipped: tuple[int, int, int]
+    group_cycles: np.ndarray
+    processor_cycles: np.ndarray
+    step_capacity: int
+    mapped_capacity: int
+    bitmap_traffic_bits: int
+    feature_nonzeros: int
+    weight_nonzeros: int
+    weight_groups: int
+    units: int
+
+    @property
+    def cycles(self) -> int:
+        """Layer cycles: the last processor group to finish."""
+        return int(self.group_cycles.max())
+
+
+def _kernel_pixels(layer: ConvLayer, x_mask, w_mask) -> np.ndarray:
+    """Pairs per kernel and pixel, (K + 1) x (N*P*Q) int32; the last row is the empty slot."""
+    pc = bitmap.pair_counts(layer, x_mask, w_mask)
+    per = np.zeros((layer.K + 1, layer.N * layer.P * layer.Q), np.int32)
+    per[:-1] = pc.transpose(1, 0, 2, 3).reshape(layer.K, -1)
+    return per
+
+
+def _traffic_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
+    """Bitmap bits moved: each unit loads its kernel vectors once; each step broadcasts one
+    receptive-field vector per distinct conv group among the group's kernels."""
+    width = layer.Cg * layer.R * layer.S
+    bits = 0
+    for kernels in plan.groups:
+        held = kernels[kernels != grouping.EMPTY]
+        conv_groups = len(np.unique(held // layer.Kg))
+        bits += width * (len(held) * plan.slices + conv_groups * layer.N * layer.P * layer.Q)
+    return bits
+
+
+def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
+    """The fast model: every count of the machine from the masks, by array operations."""
+    per = _kernel_pixels(layer, x_mask, w_mask)
+    nnz = np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)
+    size = p.processors_per_group
+    pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping)
+    slots = per[pl.groups]  # weight groups x size x pixels
+    steps = np.maximum(slots.max(axis=1), 1)
+    starts = pl.bounds[:-1]
+    unit_cycles = np.add.reduceat(steps, starts, axis=1, dtype=np.int64).ravel()
+    unit_busy = np.add.reduceat(slots, starts, axis=2, dtype=np.int64)
+    unit_busy = unit_busy.transpose(0, 2, 1).reshape(-1, size)
+    where = np.arange(pl.units) % p.processor_groups
+    group_cycles = np.zeros(p.processor_groups, np.int64)
+    np.add.at(group_cycles, where, unit_cycles)
+    processor_cycles = np.zeros((p.processor_groups, size), np.int64)
+    np.add.at(processor_cycles, where, unit_busy)
+    occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
+    pairs = int(per.sum(dtype=np.int64))
+    return Schedule(
+        pairs=pairs, skipped=bitmap.skipped(layer, x_mask, w_mask, pairs),
+        group_cycles=group_cycles, processor_cycles=processor_cycles,
+        step_capacity=int(unit_cycles.sum()) * size,
+        mapped_capacity=int((unit_cycles * occupied).sum()),
+        bitmap_traffic_bits=_traffic_bits(layer, pl),
+        feature_nonzeros=int(np.count_nonzero(x_mask)), weight_nonzeros=int(nnz.sum()),
+        weight_groups=len(pl.groups), units=pl.units)
+
+
+def _extra(layer: ConvLayer, s: Schedule, pes: int, elem: int) -> dict:
+    """The machine's own additive counts (maxima and means summed over layers, so
+    network imbalance = sum of maxima / sum of means)."""
+    cycles = s.cycles
+    return {
+        "skipped_weight_zero": s.skipped[0], "skipped_feature_zero": s.skipped[1],
+        "skipped_both_zero": s.skipped[2],
+        "group_cycles_max": cycles, "group_cycles_mean": float(s.group_cycles.mean()),
+        "processor_cycles_max": int(s.processor_cycles.max()),
+        "processor_cycles_mean": float(s.processor_cycles.mean()),
+        "idle_cycles_within_groups": s.step_capacity - s.pairs,
+        "idle_cycles_between_groups": cycles * pes - s.step_capacity,
+        "bitmap_storage_bytes": sum(bitmap.bitmap_bytes(b) for b in bitmap.storage_bits(layer)),
+        "bitmap_traffic_bytes": bitmap.bitmap_bytes(s.bitmap_traffic_bits),
+        "value_storage_bytes": (s.feature_nonzeros + s.weight_nonzeros) * elem,
+        "weight_groups": s.weight_groups, "work_units": s.units,
+    }
+
+
+def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
+    """LayerStats of a schedule. SRAM: one feature and one weight value read per pair
+    (claim 5), one output written per pixel and kernel. DRAM: compressed values and
+    bitmaps of features and weights in once, dense outputs out once. Bytes, cycles, pJ."""
+    p = arch.params(NAME)
+    elem = element_bytes(layer.dtype)
+    pes = p.processors
+    fbits, wbits = bitmap.storage_bits(layer)
+    ofmap = layer.N * layer.K * layer.P * layer.Q * elem
+    dram = (s.feature_nonzeros * elem + bitmap.bitmap_bytes(fbits),
+            s.weight_nonzeros * elem + bitmap.bitmap_bytes(wbits), ofmap)
+    extra = _extra(layer, s, pes, elem)
+    sram_total = 2 * s.pairs * elem + ofmap + extra["bitmap_traffic_bytes"]
+    return LayerStats(
+        name=layer.name, dataflow=NAME, shape=layer.describe(), dense_macs=layer.macs,
+        macs=s.pairs, cycles=s.cycles, pe_cycles=s.cycles * pes,
+        mapped_pe_cycles=s.mapped_capacity,
+        sram_ifmap_bytes=s.pairs * elem, sram_filter_bytes=s.pairs * elem,
+        sram_ofmap_bytes=ofmap, dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1],
+        dram_ofmap_bytes=dram[2],
+        energy_pj=energy_pj(arch, macs=s.pairs, sram_bytes=sram_total, dram_bytes=sum(dram),
+                            dtype=layer.dtype),
+        extra=extra)
+
+
+def imbalance(stats: LayerStats, level: str = "group") -> float:
+    """Max / mean cycles over processor groups (``group``) or processors (``processor``)."""
+    mean = stats.extra[f"{level}_cycles_mean"]
+    return stats.extra[f"{level}_cycles_max"] / mean if mean else 1.0
+
+
+def _block_weights(layer: ConvLayer, w: np.ndarray, acc) -> sparse.csr_matrix:
+    """Non-zero weights as a K x (C*R*S) sparse matrix: kernel k of conv group g
+    occupies columns of its own group only (block diagonal)."""
+    width = layer.Cg * layer.R * layer.S
+    k, j = np.nonzero(w.reshape(layer.K, width))
+    cols = (k // layer.Kg) * width + j
+    vals = w.reshape(layer.K, width)[k, j].astype(acc)
+    return sparse.csr_matrix((vals, (k, cols)), shape=(layer.K, layer.C * layer.R * layer.S))
+
+
+def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
+    """Outputs from the decided pairs only: a sparse x sparse product forms exactly the
+    products whose two operands are non-zero. float32 in/out; int8 in, int32 out."""
+    integer = np.issubdtype(x.dtype, np.integer)
+    acc = np.float64 if integer else np.float32
+    cols = engine.im2col(x.astype(acc, copy=False), layer)
+    wsp = _block_weights(layer, w, acc)
+    pq = layer.P * layer.Q
+    out = np.stack([(wsp @ sparse.csr_matrix(cols[n].reshape(-1, pq))).toarray()
+                    for n in range(layer.N)]).astype(acc, copy=False)
+    out = out.reshape(layer.output_shape)
+    if bias is not None:
+        out += np.asarray(bias).astype(acc).reshape(1, -1, 1, 1)
+    if integer:
+        return check_int32(np.rint(out).astype(np.int64), layer.name)
+    return out
+
+
+@register
+class SparsePairs:
+    name = NAME
+    Params = Params
+
+    def supports(self, layer: ConvLayer, arch) -> str | None:
+        return None
+
+    def run(self, layer, x, w, bias, arch):
+        out = pair_products(layer, x, w, bias)
+        return out, self.estimate(layer, x != 0, w != 0, arch)
+
+    def estimate(self, layer, x_mask, w_mask, arch):
+        return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
+
+    def emulate(self, layer, x, w, bias, arch):
+        from ..emulate.sparse_pairs import emulate
+
+        out, sched = emulate(layer, x, w, bias, arch.params(NAME))
+        return out, layer_stats(layer, arch, sched)
