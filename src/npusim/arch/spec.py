@@ -25,13 +25,22 @@ def spec(default, unit: str, *, min=None, choices=None):
     return field(default=default, metadata={"unit": unit, "min": min, "choices": choices})
 
 
-def _check_type(value, typ, where: str):
+TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _check_type(value, typ, where: str, unit: str = ""):
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
     if not ok:
-        raise ConfigError(f"{where}={value!r}: must be {typ.__name__}")
+        unit = f" ({unit})" if unit else ""
+        raise ConfigError(f"{where}={value!r}: must be {TYPE_WORDS.get(typ, typ.__name__)}{unit}")
     return value
+
+
+def _key(where: str, name: str) -> str:
+    """``file.toml: clock_mhz`` at the top of a file, ``file.toml: memory.lanes`` in a section."""
+    return f"{where} {name}" if where.endswith(":") else f"{where}.{name}"
 
 
 def from_mapping(cls, table: Mapping[str, Any], where: str):
@@ -42,16 +51,16 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(table) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: "
+        raise ConfigError(f"{where.rstrip(':')}: unknown key(s) {', '.join(unknown)}; valid keys: "
                           f"{', '.join(sorted(known))}")
     values = {}
     for name, value in table.items():
         f, typ = known[name], hints[name]
-        key = f"{where}.{name}"
+        key = _key(where, name)
         if dataclasses.is_dataclass(typ):
             values[name] = from_mapping(typ, value, key)
             continue
-        value = _check_type(value, typ, key)
+        value = _check_type(value, typ, key, f.metadata.get("unit", ""))
         rule_min, choices = f.metadata.get("min"), f.metadata.get("choices")
         if rule_min is not None and value < rule_min:
             raise ConfigError(f"{key}={value!r}: must be >= {rule_min} ({f.metadata['unit']})")
@@ -116,6 +125,22 @@ class Arch:
         return cycles / (self.clock_mhz * 1e6)
 
 
+PARTS = {"memory": Memory, "vector": VectorUnit, "energy": Energy}
+
+
+def _reject_unknown(table: Mapping[str, Any], where: str, dataflows: list[str]) -> None:
+    """Refuse a top-level key or section the arch format does not have, listing the valid."""
+    scalars = [f.name for f in dataclasses.fields(Arch) if f.name not in {*PARTS, "sections"}]
+    valid = ", ".join(f"[{s}]" for s in [*PARTS, *dataflows])
+    for key, value in sorted(table.items()):
+        if isinstance(value, Mapping):
+            raise ConfigError(f"{where}: unknown section [{key}]; valid sections: {valid} "
+                              "(a dataflow section is named after its dataflow)")
+        if key not in scalars:
+            raise ConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(scalars)}, "
+                              f"and the sections {valid}")
+
+
 def arch_from_toml_text(text: str, where: str) -> Arch:
     """Parse and validate a TOML hardware description; ``where`` names it in errors."""
     from ..dataflows import REGISTRY
@@ -125,19 +150,10 @@ def arch_from_toml_text(text: str, where: str) -> Arch:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{where}: not valid TOML: {e}") from None
     sections = {k: table.pop(k) for k in list(table) if k in REGISTRY}
-    parts = {k: table.pop(k) for k in ("memory", "vector", "energy") if k in table}
-    if "sections" in table:
-        raise ConfigError(f"{where}: unknown key sections; dataflow sections are "
-                          f"[{'], ['.join(sorted(REGISTRY))}]")
-    try:
-        arch = from_mapping(Arch, table, where)
-    except ConfigError as e:
-        if "unknown key" in str(e):
-            raise ConfigError(f"{e}, memory, vector, energy, or a dataflow section "
-                              f"{', '.join(sorted(REGISTRY))}") from None
-        raise
-    hints = {"memory": Memory, "vector": VectorUnit, "energy": Energy}
-    built = {k: from_mapping(hints[k], v, f"{where}: {k}") for k, v in parts.items()}
+    parts = {k: table.pop(k) for k in PARTS if k in table}
+    _reject_unknown(table, where, sorted(REGISTRY))
+    arch = from_mapping(Arch, table, f"{where}:")
+    built = {k: from_mapping(PARTS[k], v, f"{where}: {k}") for k, v in parts.items()}
     params = {k: from_mapping(REGISTRY[k].Params, v, f"{where}: {k}") for k, v in sections.items()}
     if arch.dataflow not in REGISTRY:
         raise ConfigError(f"{where}: dataflow={arch.dataflow!r}: must be one of "
