@@ -1,0 +1,153 @@
+"""The arch TOML loader: presets, defaults, and every kind of bad file with its message pinned."""
+
+import re
+
+import pytest
+
+from npusim import ConfigError, load_arch, presets
+from npusim.arch import Arch, Memory
+from npusim.dataflows import names as dataflow_names
+
+FULL = """
+name = "my-npu"
+description = "a 16x8 output-stationary array"
+dataflow = "systolic"
+clock_mhz = 700
+
+[memory]
+ifmap_sram_kb = 128
+filter_sram_kb = 32
+ofmap_sram_kb = 16
+dram_bytes_per_cycle = 4
+
+[vector]
+lanes = 64
+
+[energy]
+mac_fp32_pj = 3.0
+
+[systolic]
+rows = 16
+cols = 8
+stationary = "os"
+"""
+
+
+def write(tmp_path, text: str, name: str = "npu.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_every_preset_loads_and_names_itself():
+    assert presets(), "no built-in presets"
+    for name in presets():
+        arch = load_arch(name)
+        assert arch.name == name
+        assert arch.dataflow in dataflow_names()
+        assert arch.description
+        assert "Horowitz" in arch.energy.source
+
+
+@pytest.mark.parametrize("stationary", ["os", "ws", "is"])
+def test_systolic_presets_are_scalesim_default_config(stationary):
+    """SCALE-Sim's scale.cfg: 32 x 32 array, 64 KiB per SRAM, 10 words/cycle of bandwidth."""
+    arch = load_arch(f"systolic-32x32-{stationary}")
+    p = arch.params("systolic")
+    assert (p.rows, p.cols, p.stationary) == (32, 32, stationary)
+    assert arch.memory == Memory(64, 64, 64, 10.0)
+
+
+def test_default_arch_is_a_preset():
+    assert load_arch(None).name in presets()
+
+
+def test_file_values_take_effect_and_missing_keys_default(tmp_path):
+    arch = load_arch(write(tmp_path, FULL))
+    assert (arch.name, arch.clock_mhz, arch.vector.lanes) == ("my-npu", 700.0, 64)
+    assert arch.memory == Memory(128, 32, 16, 4.0)
+    assert arch.params("systolic").rows == 16 and arch.params("systolic").stationary == "os"
+    assert arch.energy.mac_fp32_pj == 3.0
+    assert arch.energy.mac_int8_pj == Arch().energy.mac_int8_pj  # not in the file: default
+    assert arch.seconds(700) == pytest.approx(1e-6)  # 700 cycles at 700 MHz
+
+
+def test_load_arch_accepts_a_path_string_and_an_arch(tmp_path):
+    path = write(tmp_path, FULL)
+    arch = load_arch(str(path))
+    assert load_arch(arch) is arch
+    assert arch.params("systolic").cols == 8
+
+
+def test_an_empty_file_is_the_default_machine(tmp_path):
+    arch = load_arch(write(tmp_path, ""))
+    assert arch.memory == Memory() and arch.dataflow == "systolic"
+
+
+# ---- bad files: one case per kind of mistake, the message pinned -------------------------------
+
+BAD = [
+    ("malformed", 'name = "x"\nclock_mhz = = 3\n',
+     r"npu\.toml: not valid TOML: .*line 2"),
+    ("unclosed table", "[memory\nlanes = 3\n", r"npu\.toml: not valid TOML"),
+    ("unknown top key", "rows = 32\n",
+     r"npu\.toml: unknown key 'rows'; valid keys: name, description, dataflow, clock_mhz, "
+     r"and the sections \[memory\], \[vector\], \[energy\], .*\[systolic\]"),
+    ("unknown section", "[systolik]\nrows = 4\n",
+     r"npu\.toml: unknown section \[systolik\]; valid sections: \[memory\], \[vector\], "
+     r"\[energy\], .*\[systolic\]"),
+    ("unknown key in part", "[memory]\nsram_kb = 4\n",
+     r"npu\.toml: memory: unknown key\(s\) sram_kb; valid keys: dram_bytes_per_cycle, "
+     r"filter_sram_kb, ifmap_sram_kb, ofmap_sram_kb"),
+    ("unknown key in dataflow section", "[systolic]\nrows = 4\nheight = 2\n",
+     r"npu\.toml: systolic: unknown key\(s\) height; valid keys: cols, rows, stationary"),
+    ("string for a number", 'clock_mhz = "fast"\n',
+     r"npu\.toml: clock_mhz='fast': must be a number \(MHz\)"),
+    ("float for an integer", "[systolic]\nrows = 1.5\n",
+     r"npu\.toml: systolic\.rows=1\.5: must be an integer \(PEs\)"),
+    ("bool for a number", "[vector]\nlanes = true\n",
+     r"npu\.toml: vector\.lanes=True: must be an integer"),
+    ("number for a string", "name = 3\n", r"npu\.toml: name=3: must be a string"),
+    ("value for a table", "memory = 64\n", r"npu\.toml: memory: must be a table, got 64"),
+    ("zero size", "[systolic]\nrows = 0\n",
+     r"npu\.toml: systolic\.rows=0: must be >= 1 \(PEs\)"),
+    ("negative clock", "clock_mhz = -5\n", r"npu\.toml: clock_mhz=-5\.0: must be >= "),
+    ("negative energy", "[energy]\ndram_byte_pj = -1\n",
+     r"npu\.toml: energy\.dram_byte_pj=-1\.0: must be >= 0\.0 \(pJ per DRAM byte\)"),
+    ("zero bandwidth", "[memory]\ndram_bytes_per_cycle = 0\n",
+     r"npu\.toml: memory\.dram_bytes_per_cycle=0\.0: must be >= .*bytes/cycle"),
+    ("bad choice", '[systolic]\nstationary = "rs"\n',
+     r"npu\.toml: systolic\.stationary='rs': must be one of os, ws, is"),
+    ("unknown dataflow", 'dataflow = "tpu"\n',
+     r"npu\.toml: dataflow='tpu': must be one of .*systolic"),
+]
+
+
+@pytest.mark.parametrize("text, message", [(t, m) for _, t, m in BAD],
+                         ids=[case for case, _, _ in BAD])
+def test_bad_file_is_refused_naming_file_key_and_rule(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_arch(write(tmp_path, text))
+
+
+def test_messages_are_one_line(tmp_path):
+    for _, text, _ in BAD:
+        with pytest.raises(ConfigError) as info:
+            load_arch(write(tmp_path, text))
+        assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_unknown_preset(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=re.escape(f"{missing}: cannot read: No such file")):
+        load_arch(missing)
+    with pytest.raises(ConfigError, match=r"arch 'big-npu': not a preset \(.*systolic-32x32-ws"
+                                          r".*\) nor a \.toml file"):
+        load_arch("big-npu")
+
+
+def test_a_folder_is_not_an_arch_file(tmp_path):
+    folder = tmp_path / "archs.toml"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=r"archs\.toml: cannot read"):
+        load_arch(folder)
