@@ -12,10 +12,11 @@ one after another (claim 13). Three policies:
   densest kernel first, each to the group with the least total so far that still
   has a free slot (longest-processing-time greedy with a capacity).
 
-When there are fewer weight groups than processor groups the output pixels are
-cut into contiguous slices as well, so every processor group gets work: a work
-unit is (weight group, pixel slice), and unit ``i`` goes to processor group
-``i mod groups`` (dealt one after another).
+Unless the weight-group count is a multiple of the processor-group count, the
+output pixels are cut into contiguous slices too: the fewest slices (at most one
+per pixel) that make the unit count a multiple of the processor groups, so each
+processor group gets as many units. A work unit is (weight group, pixel slice);
+unit ``i`` goes to processor group ``i mod groups`` (dealt one after another).
 """
 
 from __future__ import annotations
@@ -101,6 +102,6 @@ class Plan:
 def plan(nnz: np.ndarray, pixels: int, processor_groups: int, size: int, policy: str) -> Plan:
     """Group the kernels (``nnz`` per kernel), slice ``pixels`` output pixels, deal the units."""
     groups = weight_groups(nnz, size, policy)
-    slices = min(pixels, max(1, processor_groups // len(groups)))
+    slices = min(pixels, processor_groups // math.gcd(len(groups), processor_groups))
     bounds = np.arange(slices + 1, dtype=np.int64) * pixels // slices
     return Plan(groups, bounds, processor_groups)

@@ -1,0 +1,177 @@
+"""The sparse-pairs machine: outputs against the reference maths, the fast model against the
+cycle emulator, run against estimate, a worked cycle example, stats and config errors."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import conv_layers, rel_err, tensors
+
+import npusim
+from npusim import reference
+from npusim.arch.spec import arch_from_toml_text
+from npusim.dataflows import get, grouping
+from npusim.dataflows.sparse_pairs import Params, imbalance, schedule
+from npusim.emulate.sparse_pairs import emulate
+from npusim.errors import ConfigError
+from npusim.ir import ConvLayer, GraphBuilder
+from npusim.stats import total
+
+DF = get("sparse-pairs")
+BASE = npusim.load_arch("sparse-pairs-32x32")
+
+
+def arch_with(groups=32, size=32, policy="similar-density"):
+    return dataclasses.replace(BASE, sections={**BASE.sections,
+                                               "sparse-pairs": Params(groups, size, policy)})
+
+
+params = st.builds(Params, st.integers(1, 3), st.integers(1, 4), st.sampled_from(grouping.POLICIES))
+densities = st.sampled_from([1.0, 0.6, 0.3, 0.0])
+
+
+@given(conv_layers(), st.integers(0, 2**16), densities)
+def test_float32_outputs_match_the_float64_reference(layer, seed, density):
+    x, w, b = tensors(layer, seed, density=density)
+    out, _ = DF.run(layer, x, w, b, BASE)
+    assert out.dtype == np.float32
+    assert rel_err(out, reference.conv2d(x, w, b, layer)) <= 1e-5
+
+
+@given(conv_layers(), st.integers(0, 2**16), densities)
+def test_int8_outputs_are_bit_identical_to_the_exact_integer_reference(layer, seed, density):
+    layer = layer.with_dtype("int8")
+    x, w, b = tensors(layer, seed, "int8", density)
+    out, _ = DF.run(layer, x, w, b, BASE)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
+
+
+@given(conv_layers(), st.integers(0, 2**16), densities, params)
+def test_run_and_estimate_give_identical_stats(layer, seed, density, p):
+    arch = arch_with(p.processor_groups, p.processors_per_group, p.grouping)
+    x, w, b = tensors(layer, seed, density=density)
+    _, ran = DF.run(layer, x, w, b, arch)
+    assert ran == DF.estimate(layer, x != 0, w != 0, arch)
+    assert ran.macs + sum(ran.extra[k] for k in ("skipped_weight_zero", "skipped_feature_zero",
+                                                 "skipped_both_zero")) == layer.macs
+
+
+def _same_schedule(a, b):
+    for f in dataclasses.fields(a):
+        np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+
+
+@given(conv_layers(max_hw=6, max_c=4, max_k=5, max_rs=3), st.integers(0, 2**16),
+       st.sampled_from([1.0, 0.5, 0.2]), params, st.sampled_from(["float32", "int8"]))
+def test_emulator_equals_the_fast_model_in_outputs_and_cycles(layer, seed, density, p, dtype):
+    layer = layer.with_dtype(dtype)
+    x, w, b = tensors(layer, seed, dtype, density)
+    arch = arch_with(p.processor_groups, p.processors_per_group, p.grouping)
+    out, sched = emulate(layer, x, w, b, p)
+    _same_schedule(sched, schedule(layer, x != 0, w != 0, p))
+    fast, fast_stats = DF.run(layer, x, w, b, arch)
+    if dtype == "int8":
+        np.testing.assert_array_equal(out, fast)
+    else:
+        assert rel_err(out, reference.conv2d(x, w, b, layer)) <= 1e-5
+    assert DF.emulate(layer, x, w, b, arch)[1] == fast_stats
+
+
+def _worked_example():
+    """1x1 conv, 4 channels, 2 pixels, 2 kernels; pairs per (pixel, kernel) by hand:
+    pixel 0 = [1, 1, 0, 1], pixel 1 = [0, 0, 0, 1]; k0 = [1, 1, 1, 1], k1 = [1, 0, 0, 0]
+    -> pixel 0: k0 3 pairs, k1 1; pixel 1: k0 1, k1 0."""
+    layer = ConvLayer(1, 4, 1, 2, 2, 1, 1)
+    x = np.array([[1, 0], [2, 0], [0, 0], [3, 4]], np.float32).reshape(1, 4, 1, 2)
+    w = np.array([[1, 1, 1, 1], [5, 0, 0, 0]], np.float32).reshape(2, 4, 1, 1)
+    return layer, x, w
+
+
+def test_worked_example_one_group_of_two_processors_in_lockstep():
+    layer, x, w = _worked_example()
+    out, st_ = DF.run(layer, x, w, None, arch_with(1, 2, "in-order"))
+    np.testing.assert_array_equal(out.ravel(), [6, 4, 5, 0])
+    # steps last max(3, 1) + max(1, 1 empty cycle) = 4 cycles; 5 pairs on 2 x 4 slots
+    assert (st_.cycles, st_.macs, st_.extra["idle_cycles_within_groups"]) == (4, 5, 3)
+    s = schedule(layer, x != 0, w != 0, Params(1, 2, "in-order"))
+    assert s.processor_cycles.tolist() == [[4, 1]]
+
+
+def test_worked_example_two_groups_of_one_processor_each():
+    layer, x, w = _worked_example()
+    _, st_ = DF.run(layer, x, w, None, arch_with(2, 1, "in-order"))
+    # group 0 runs k0: 3 + 1 cycles; group 1 runs k1: 1 + 1 (empty step) cycles
+    assert st_.cycles == 4
+    assert st_.extra["group_cycles_mean"] == 3.0
+    assert imbalance(st_) == pytest.approx(4 / 3)
+    assert st_.extra["idle_cycles_between_groups"] == 2 * 4 - 6
+
+
+def test_dense_tensors_decide_every_pair_and_zero_weights_none():
+    layer = ConvLayer(1, 3, 5, 5, 4, 3, 3, padding=0)
+    x, w, _ = tensors(layer, 1)
+    dense = DF.estimate(layer, x != 0, w != 0, BASE)
+    assert dense.macs == layer.macs
+    empty = DF.estimate(layer, x != 0, np.zeros_like(w, bool), BASE)
+    # 9 pixels, one weight group: sliced one pixel per processor group, one empty cycle each
+    assert empty.macs == 0 and empty.cycles == 1
+    assert empty.extra["work_units"] == layer.P * layer.Q
+    assert empty.extra["skipped_feature_zero"] == 0
+    assert empty.extra["skipped_weight_zero"] == layer.macs
+
+
+def test_similar_density_beats_in_order_when_densities_alternate():
+    layer = ConvLayer(1, 16, 6, 6, 8, 3, 3, padding=1)
+    rng = np.random.default_rng(3)
+    x = np.abs(rng.standard_normal(layer.input_shape)).astype(np.float32)
+    w = rng.standard_normal(layer.weight_shape).astype(np.float32)
+    w[1::2] *= rng.random(w[1::2].shape) < 0.1  # odd kernels 10 % dense, even ones dense
+    cycles = {pol: DF.estimate(layer, x != 0, w != 0, arch_with(1, 2, pol)).cycles
+              for pol in grouping.POLICIES}
+    assert cycles["similar-density"] < cycles["in-order"]
+    assert cycles["similar-density"] < cycles["equal-work"]
+
+
+def _tiny_graph():
+    rng = np.random.default_rng(0)
+    g = GraphBuilder("tiny", (1, 3, 10, 10))
+    a = g.relu(g.conv(g.input, rng.standard_normal((6, 3, 3, 3)), rng.standard_normal(6),
+                      padding=1))
+    w2 = rng.standard_normal((6, 1, 3, 3)) * (rng.random((6, 1, 3, 3)) < 0.5)
+    a = g.relu(g.conv(a, w2, stride=2, padding=1, groups=6))
+    return g.build(g.conv(a, rng.standard_normal((4, 6, 1, 1))))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_simulate_run_estimate_and_emulate_agree_on_a_network(dtype):
+    graph = _tiny_graph()
+    x = np.random.default_rng(1).standard_normal(graph.input_shape).astype(np.float32)
+    arch = arch_with(2, 4)
+    res = {m: npusim.simulate(graph, x, arch, mode=m, dtype=dtype) for m in
+           ("run", "estimate", "emulate")}
+    assert res["run"].layers == res["estimate"].layers == res["emulate"].layers
+    if dtype == "int8":
+        np.testing.assert_array_equal(res["run"].output, res["emulate"].output)
+    net = total(res["run"].conv_layers)
+    assert net.extra["group_cycles_max"] == net.cycles
+    assert imbalance(net) >= 1.0 and imbalance(net, "processor") >= 1.0
+
+
+def test_preset_has_as_many_multipliers_as_the_systolic_preset():
+    p, s = BASE.params("sparse-pairs"), npusim.load_arch("systolic-32x32-ws").params("systolic")
+    assert p.processors == s.rows * s.cols == 1024
+
+
+@pytest.mark.parametrize("body,message", [
+    ('grouping = "random"', r"x.toml: sparse-pairs.grouping='random': must be one of "
+                            r"in-order, similar-density, equal-work"),
+    ("processors_per_group = 0", r"x.toml: sparse-pairs.processors_per_group=0: must be >= 1"),
+    ("lanes = 4", r"x.toml: sparse-pairs: unknown key\(s\) lanes; valid keys: grouping, "
+                  r"processor_groups, processors_per_group"),
+])
+def test_bad_sparse_pairs_section_names_the_file_key_value_and_rule(body, message):
+    with pytest.raises(ConfigError, match=message):
+        arch_from_toml_text(f'dataflow = "sparse-pairs"\n[sparse-pairs]\n{body}\n', "x.toml")
