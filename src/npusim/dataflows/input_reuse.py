@@ -1,0 +1,239 @@
+"""The input-reuse machine: one weight times a whole IFM region per cycle.
+
+Source: JP7475855B2 / CN111382859A (seeds 000 and 004), Figs. 4-15, claims 1-17.
+Each non-zero weight ``W[k, c, r, s]`` multiplies every pixel of a stationary IFM
+region in one cycle (Fig. 4/6: one multiplier per region pixel); its products
+accumulate at partial-OFM positions fixed by the weight's kernel position, the
+point reflection ``(R-1-r, S-1-s)`` (claims 2/13), so that
+``O[i - r, j - s] += W[r, s] * I[i, j]``. A region's partial OFM (region + R-1
+rows, + S-1 columns) is added onto the OFM at the region's place (overlap-add,
+claims 3-5). Zero weights cost no cycle (claims 6/15); the IFM is streamed once,
+compressed (``compressed_ifm``, claim 7); operation units work on different
+regions in parallel, processing units on different kernels, output units gather
+partial OFMs over a full, bus or chain interconnect (``operation_units``, Figs.
+11-14); work stealing balances the processing units (Fig. 15, claim 11).
+Stride and dilation run as stride-1 phases (``phases``); groups as independent
+problems; batch images as more regions.
+
+Loop order (per layer): image -> stride phase -> region (on unit ``i mod U``)
+-> conv group -> kernel set (``P`` kernels at once, one per processing unit)
+-> kernel part -> channel group of ``l`` -> non-zero tap (one cycle each).
+
+Cycles: ``max(max_u sum_{jobs on u} job_cycles, last transfer finish)`` with
+``job_cycles = max_p c_p`` (``ceil(sum_p c_p / P)`` with work stealing) and ``c_p``
+the non-skipped (channel group, tap) pairs of kernel p on the region.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import engine
+from ..arch.spec import spec
+from ..ir import ConvLayer
+from ..quant import check_int32
+from ..reference import pad_input
+from ..stats import LayerStats, energy_pj
+from . import compressed_ifm
+from .base import element_bytes, register
+from .operation_units import Schedule, schedule
+from .phases import phases
+from .region_work import Geometry, Work, region_work
+
+ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
+
+
+@dataclass(frozen=True)
+class Params:
+    """The ``[input-reuse]`` section of an arch file."""
+
+    region_rows: int = spec(4, "pixels (n of an n x m region)", min=1)
+    region_cols: int = spec(4, "pixels (m of an n x m region)", min=1)
+    region_channels: int = spec(1, "channels (l of an n x m x l region)", min=1)
+    operation_units: int = spec(16, "operation units (dispatcher + PUs + first buffer)", min=1)
+    processing_units: int = spec(4, "processing units per operation unit (kernels)", min=1)
+    kernel_part_rows: int = spec(0, "kernel rows per pass, 0 = whole kernel (Fig. 9)", min=0)
+    interconnect: str = spec("bus", "partial-OFM links", choices=("full", "bus", "chain"))
+    bus_width: int = spec(16, "partial-OFM pixels per transfer cycle", min=1)
+    output_units: int = spec(4, "output units (full and bus)", min=1)
+    work_stealing: bool = spec(True, "idle processing units take weight cycles")
+    first_buffer_kb: int = spec(16, "KiB per operation unit for partial OFMs", min=1)
+
+    @property
+    def multipliers(self) -> int:
+        """Multipliers of the device: one per region pixel, per PU, per operation unit."""
+        return (self.operation_units * self.processing_units * self.region_rows
+                * self.region_cols * self.region_channels)
+
+    @property
+    def geometry(self) -> Geometry:
+        return Geometry((self.region_rows, self.region_cols), self.region_channels,
+                        self.processing_units, self.kernel_part_rows)
+
+
+def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
+    """Outputs by the device's arithmetic: per non-zero tap, output window += W x input window.
+
+    Vectorised over channels and kernels (one batched product per tap); float32
+    accumulates in float32, int8 exactly (float64 sums of int8 products are exact).
+    """
+    integer = np.issubdtype(x.dtype, np.integer)
+    acc = np.float64 if integer else np.float32
+    xp = pad_input(x.astype(acc, copy=False), layer)
+    G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
+    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
+    out = np.zeros((N, G, Kg, P * Q), acc)
+    for ph in phases(layer):
+        xa = ph.input(xp)
+        for part in ph.parts:
+            for r, s, u, v in zip(part.r, part.s, part.u, part.v, strict=True):
+                wt = wg[:, :, :, r, s]
+                if wt.any():
+                    win = xa[:, :, u:u + P, v:v + Q].reshape(N, G, Cg, P * Q)
+                    out += np.matmul(wt, win)
+    out = out.reshape(layer.output_shape)
+    if bias is not None:
+        out += bias.astype(acc).reshape(1, -1, 1, 1)
+    return check_int32(np.rint(out).astype(np.int64), layer.name) if integer else out
+
+
+def useful_products(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> int:
+    """Products of a non-zero weight and a non-zero pixel that reach a valid output (MACs)."""
+    xp = pad_input(x_mask, layer, False)
+    (sh, sw), (dh, dw), P, Q = layer.stride, layer.dilation, layer.P, layer.Q
+    wcount = w_mask.reshape(layer.groups, layer.Kg, layer.Cg, layer.R, layer.S).sum(axis=1)
+    total = 0
+    for r in range(layer.R):
+        for s in range(layer.S):
+            win = xp[:, :, r * dh:r * dh + (P - 1) * sh + 1:sh, s * dw:s * dw + (Q - 1) * sw + 1:sw]
+            seen = np.count_nonzero(win, axis=(0, 2, 3)).reshape(layer.groups, layer.Cg)
+            total += int((seen * wcount[:, :, r, s]).sum())
+    return total
+
+
+def ofm_mask(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> np.ndarray:
+    """Output pixels the compressor stores: those any product reached, or all with a bias."""
+    if layer.bias:
+        return np.ones(layer.output_shape, bool)
+    hits = engine.conv2d(x_mask.astype(np.float32), w_mask.astype(np.float32), None, layer)
+    return hits > 0
+
+
+def weight_bytes(w_mask: np.ndarray, elem: int) -> int:
+    """Compressed weights: a bitmap of Cg*R*S bits per kernel plus the non-zero values."""
+    per_kernel = math.ceil(w_mask[0].size / 8)
+    return w_mask.shape[0] * per_kernel + int(np.count_nonzero(w_mask)) * elem
+
+
+def memory_bytes(layer, x_mask, w_mask, p: Params, work: Work, arch) -> dict:
+    """SRAM and DRAM bytes per tensor (see docs/input-reuse.md, 'What it counts')."""
+    elem = element_bytes(layer.dtype)
+    region = (p.region_rows, p.region_cols)
+    sets = math.ceil(layer.Kg / p.processing_units)
+    wbytes = weight_bytes(w_mask, elem)
+    waves = math.ceil(work.regions / p.operation_units)
+    fits = wbytes <= arch.memory.filter_sram_kb * 1024
+    pofm_pixels = int(work.transfers.pixels.sum())
+    return dict(
+        sram_ifmap_bytes=sets * (work.sram_ifmap_bitmaps * compressed_ifm.bitmap_bytes(region)
+                                 + work.sram_ifmap_words * elem),
+        sram_filter_bytes=int(work.slot_cycles.sum()) * p.region_channels * elem,
+        sram_ofmap_bytes=2 * ACC_BYTES * pofm_pixels,
+        dram_ifmap_bytes=compressed_ifm.nbytes(x_mask, region, elem),
+        dram_filter_bytes=wbytes * (1 if fits else waves),
+        dram_ofmap_bytes=compressed_ifm.nbytes(ofm_mask(layer, x_mask, w_mask), region, elem),
+    )
+
+
+def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
+                 saved: int) -> dict:
+    """The machine's own additive counts (``peak_*`` keys: see docs on merging)."""
+    elem = element_bytes(layer.dtype)
+    pus = p.operation_units * p.processing_units
+    return {
+        "opunit_busy_cycles": int(sch.unit_busy.sum()),
+        "opunit_busy_max_cycles": int(sch.unit_busy.max(initial=0)),
+        "opunit_idle_cycles": p.operation_units * sch.cycles - int(sch.unit_busy.sum()),
+        "pu_busy_cycles": sch.pu_busy,
+        "pu_idle_cycles": pus * sch.cycles - sch.pu_busy,
+        "dense_weight_cycles": work.dense_cycles,
+        "zero_weight_cycles_skipped": work.dense_cycles - work.weight_only_cycles,
+        "zero_pixel_cycles_skipped": work.weight_only_cycles - int(work.slot_cycles.sum()),
+        "zero_weights": int(w_mask.size - np.count_nonzero(w_mask)),
+        "ifm_zero_pixels": int(x_mask.size - np.count_nonzero(x_mask)),
+        "products": work.products,
+        "ifm_bytes_dense": x_mask.size * elem,
+        "weight_bytes": weight_bytes(w_mask, elem),
+        "transfers": sch.transfers,
+        "transfer_cycles": sch.transfer_cycles,
+        "contention_cycles": sch.contention,
+        "chain_hops": sch.hops,
+        "stealing_saved_cycles": saved,
+        "peak_pofm_pixels": work.pofm_peak[0] * work.pofm_peak[1],
+        "peak_pofm_rows": work.pofm_peak[0],
+        "peak_pofm_cols": work.pofm_peak[1],
+    }
+
+
+def timing(work: Work, p: Params, stealing: bool) -> Schedule:
+    """The layer's schedule on the units, with or without work stealing."""
+    return schedule(work.region, work.slot_cycles, work.transfers, units=p.operation_units,
+                    stealing=stealing, interconnect=p.interconnect,
+                    output_units=p.output_units, width=p.bus_width)
+
+
+def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
+                name: str) -> LayerStats:
+    """Every cost of the layer from the non-zero masks of its input and weights."""
+    p = arch.params(name)
+    work = region_work(layer, x_mask, w_mask, p.geometry)
+    sch = timing(work, p, p.work_stealing)
+    saved = timing(work, p, False).cycles - sch.cycles if p.work_stealing else 0
+    mem = memory_bytes(layer, x_mask, w_mask, p, work, arch)
+    region_pixels = p.region_rows * p.region_cols * p.region_channels
+    return LayerStats(
+        name=layer.name, dataflow=name, shape=layer.describe(), dense_macs=layer.macs,
+        macs=useful_products(layer, x_mask, w_mask), cycles=sch.cycles,
+        pe_cycles=sch.cycles * p.multipliers, mapped_pe_cycles=sch.pu_busy * region_pixels,
+        energy_pj=energy_pj(arch, macs=work.products, dtype=layer.dtype,
+                            sram_bytes=sum(v for k, v in mem.items() if k.startswith("sram")),
+                            dram_bytes=sum(v for k, v in mem.items() if k.startswith("dram"))),
+        extra=extra_counts(layer, x_mask, w_mask, p, work, sch, saved), **mem)
+
+
+def buffer_need(layer: ConvLayer, p: Params) -> int:
+    """Bytes of first buffer an operation unit needs: one partial OFM per PU and kernel part."""
+    parts = [part.pofm_shape((p.region_rows, p.region_cols))
+             for ph in phases(layer, p.kernel_part_rows) for part in ph.parts]
+    return p.processing_units * sum(h * w for h, w in parts) * ACC_BYTES
+
+
+@register
+class InputReuse:
+    name = "input-reuse"
+    Params = Params
+
+    def supports(self, layer: ConvLayer, arch) -> str | None:
+        p = arch.params(self.name)
+        need = buffer_need(layer, p)
+        if need > p.first_buffer_kb * 1024:
+            return (f"partial OFMs need {need} B of first buffer per operation unit, "
+                    f"first_buffer_kb={p.first_buffer_kb}; use kernel_part_rows or a "
+                    f"smaller region")
+        return None
+
+    def run(self, layer, x, w, bias, arch):
+        out = tap_conv(layer, x, w, bias)
+        return out, layer_stats(layer, x != 0, w != 0, arch, self.name)
+
+    def estimate(self, layer, x_mask, w_mask, arch):
+        return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
+                           self.name)
+
+    def emulate(self, layer, x, w, bias, arch):
+        from ..emulate.input_reuse import emulate
+
+        return emulate(layer, x, w, bias, arch.params(self.name), arch)

@@ -1,0 +1,119 @@
+"""Operation units, processing units and the output interconnect (seed 000, Figs. 11-15).
+
+Closed forms, vectorised over jobs, of what the cycle emulator
+(``npusim.emulate.input_reuse``) plays cycle by cycle:
+
+- A *job* is one IFM region against one *kernel set* (the ``P`` kernels in
+  flight, one per processing unit, Fig. 14). Job ``j`` of region ``i`` runs on
+  operation unit ``i mod U`` (each unit keeps its region for all kernel sets);
+  a unit runs its jobs back to back, in the global order.
+- A job lasts ``max_p c_p`` cycles, ``c_p`` being processing unit p's non-skipped
+  weight cycles; with work stealing (Fig. 15, claim 11) a unit that finishes takes
+  single weight cycles of the busiest one, so the job lasts ``ceil(sum_p c_p / P)``.
+- When a job ends, each of its partial OFMs (per kernel and kernel part, if any
+  product was made) is a *transfer* to the unit that accumulates that kernel's OFM
+  region: ``bus`` one shared server; ``full`` one server per output unit
+  (kernel mod output units); ``chain`` the owning operation unit (kernel mod U),
+  ``hops`` links away, store-and-forward. A transfer lasts
+  ``ceil(pixels / bus_width) * (hops if chain else 1)`` cycles; a server takes
+  waiting transfers in order of (ready time, sequence), one at a time.
+
+A FIFO server's finish times have a closed form: with ``C_i`` the running sum of
+durations in service order, ``finish_i = C_i + max_{j<=i} (ready_j - C_{j-1})``.
+Layer cycles = max(last job end, last transfer finish).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """Partial OFMs to move, in sequence order: producing job, kernel, pixels."""
+
+    job: np.ndarray
+    kernel: np.ndarray
+    pixels: np.ndarray
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Timing of one layer on the units (all counts in cycles unless named otherwise)."""
+
+    cycles: int
+    unit_busy: np.ndarray
+    pu_busy: int
+    transfers: int
+    transfer_cycles: int
+    contention: int
+    hops: int
+
+
+def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
+    """Cycles of each job (J,) from its processing units' weight cycles (J x P)."""
+    if stealing:
+        p = slot_cycles.shape[1]
+        return -(-slot_cycles.sum(axis=1) // p)
+    return slot_cycles.max(axis=1, initial=0)
+
+
+def grouped_cumsum(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Running sum of ``values`` within runs of equal ``group`` (``group`` sorted)."""
+    total = np.cumsum(values)
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    run_len = np.diff(np.r_[starts, len(values)])
+    before = np.repeat(total[starts] - values[starts], run_len)
+    return total - before
+
+
+def job_ends(unit: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """End cycle of every job: each unit runs its jobs back to back in global order."""
+    order = np.argsort(unit, kind="stable")
+    ends = np.empty_like(times)
+    ends[order] = grouped_cumsum(times[order], unit[order])
+    return ends
+
+
+def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray) -> tuple[int, int]:
+    """(last finish, total wait) of transfers on FIFO servers, in cycles."""
+    if server.size == 0:
+        return 0, 0
+    order = np.lexsort((np.arange(server.size), ready, server))
+    s, r, d = server[order], ready[order], duration[order]
+    c = grouped_cumsum(d, s)
+    key = r - (c - d)
+    shift = (int(r.max()) + int(d.sum()) + 1) * s.astype(np.int64)
+    finish = c + np.maximum.accumulate(key + shift) - shift
+    return int(finish.max()), int((finish - d - r).sum())
+
+
+def route(t: Transfers, unit: np.ndarray, interconnect: str, units: int,
+          output_units: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(server, duration cycles, hops) of each transfer over the interconnect."""
+    beats = -(-t.pixels // width)
+    src = unit[t.job]
+    if interconnect == "bus":
+        return np.zeros_like(t.job), beats, np.zeros_like(t.job)
+    if interconnect == "full":
+        return t.kernel % output_units, beats, np.zeros_like(t.job)
+    owner = t.kernel % units
+    hops = np.abs(src - owner)
+    return owner, beats * hops, hops
+
+
+def schedule(region: np.ndarray, slot_cycles: np.ndarray, t: Transfers, *, units: int,
+             stealing: bool, interconnect: str, output_units: int, width: int) -> Schedule:
+    """Time the jobs (region index per job, J x P weight cycles) and their transfers."""
+    unit = region % units
+    times = job_times(slot_cycles, stealing)
+    ends = job_ends(unit, times)
+    server, duration, hops = route(t, unit, interconnect, units, output_units, width)
+    moving = duration > 0
+    last, wait = fifo(server[moving], ends[t.job][moving], duration[moving])
+    busy = np.bincount(unit, weights=times, minlength=units).astype(np.int64)
+    return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
+                    pu_busy=int(slot_cycles.sum()), transfers=int(moving.sum()),
+                    transfer_cycles=int(duration.sum()), contention=wait, hops=int(hops.sum()))

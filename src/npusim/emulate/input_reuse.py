@@ -1,0 +1,332 @@
+"""Cycle-by-cycle emulator of the input-reuse device (seed 000, Figs. 5, 6 and 11-15).
+
+The living definition of the machine that ``dataflows.input_reuse`` models in
+closed form. Per processing unit, the Fig. 6 datapath: one multiplier per region
+pixel (times the region depth ``l``, summed by an adder tree), and per partial-OFM
+pixel one MUX, one adder and one accumulator register. The MUX of accumulator
+``(p, q)`` is wired to the products of pixel ``(p - (umax - u), q - (vmax - v))``
+for every tap offset ``(u, v)`` that keeps the pixel inside the region (drawing
+610: fan-in 1 at the corner, 9 at (3, 3) for a 4x4 region and a 3x3 kernel); in
+the cycle of a tap it selects that tap's input: the point reflection.
+
+Per cycle: every operation unit's processing units each execute one weight cycle
+(their own, or, with work stealing, one taken from the unit with most left); a
+job that has no weight cycle left hands its partial OFMs to the interconnect;
+each server (bus / output unit / chain owner) moves one partial OFM at a time,
+``ceil(pixels / bus_width)`` cycles per hop; output units add them onto the OFM at
+the region's place (overlap-add) and the output handler adds the bias.
+The dispatcher reads each region from the compressed stream (``compressed_ifm``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..dataflows import compressed_ifm
+from ..dataflows.phases import Part, phases
+from ..ir import ConvLayer
+from ..quant import check_int32
+from ..reference import pad_input
+
+
+@dataclass(frozen=True)
+class Datapath:
+    """Fig. 6 for one processing unit and one kernel part: MUX wiring and fan-in."""
+
+    region: tuple[int, int]
+    depth: int
+    pofm: tuple[int, int]
+    wiring: tuple[tuple[np.ndarray, np.ndarray], ...]  # per tap: (accumulator, pixel) indices
+    fan_in: np.ndarray
+
+    def inventory(self) -> dict:
+        """Multipliers, depth adders, MUXes, adders and accumulators of one PU for this part."""
+        pixels = self.region[0] * self.region[1]
+        cells = self.pofm[0] * self.pofm[1]
+        return {"multipliers": pixels * self.depth, "depth_adders": pixels * (self.depth - 1),
+                "muxes": cells, "adders": cells, "accumulators": cells,
+                "max_fan_in": int(self.fan_in.max())}
+
+
+def accumulation_position(part: Part, tap: int) -> tuple[int, int]:
+    """Partial-OFM position (0-indexed) where region pixel (0, 0) meets the part's ``tap``."""
+    return int(part.u.max() - part.u[tap]), int(part.v.max() - part.v[tap])
+
+
+def datapath(region: tuple[int, int], depth: int, part: Part) -> Datapath:
+    """Wire the MUXes of one processing unit for a kernel part (Fig. 6)."""
+    rh, rw = region
+    pofm = part.pofm_shape(region)
+    i, j = np.meshgrid(np.arange(rh), np.arange(rw), indexing="ij")
+    wiring, fan_in = [], np.zeros(pofm, np.int64)
+    for tap in range(part.r.size):
+        dr, dc = accumulation_position(part, tap)
+        acc = (i + dr) * pofm[1] + (j + dc)
+        wiring.append((acc.ravel(), (i * rw + j).ravel()))
+        np.add.at(fan_in.reshape(-1), acc.ravel(), 1)
+    return Datapath(region, depth, pofm, tuple(wiring), fan_in)
+
+
+@dataclass
+class Job:
+    """One region against one kernel set: per-PU queues of (part, channel group, tap) cycles."""
+
+    seq: int
+    n: int
+    phase: int
+    ti: int
+    tj: int
+    kernels: list[int]
+    queues: list[deque]
+    region: np.ndarray  # Cg x rh x rw, decoded from the stream
+    pofms: dict = field(default_factory=dict)  # (slot, part) -> accumulators
+    start: int = 0
+
+
+@dataclass
+class Counters:
+    """What the emulator counted (cycles)."""
+
+    unit_busy: np.ndarray
+    pu_busy: int = 0
+    transfers: int = 0
+    transfer_cycles: int = 0
+    contention: int = 0
+    hops: int = 0
+    last_job_end: int = 0
+    last_transfer_end: int = 0
+
+
+@dataclass
+class Result:
+    """Outputs (int32 for int8 inputs, float32 otherwise), cycles, counts, inventory."""
+
+    output: np.ndarray
+    cycles: int
+    counters: Counters
+    inventory: dict
+
+
+class Machine:
+    """The whole device for one layer: operation units, interconnect servers, output units."""
+
+    def __init__(self, layer: ConvLayer, x, w, params):
+        self.layer, self.p = layer, params
+        self.integer = np.issubdtype(x.dtype, np.integer)
+        self.acc = np.int64 if self.integer else np.float32
+        self.w = w.astype(self.acc)
+        self.region = (params.region_rows, params.region_cols)
+        self.phases = phases(layer, params.kernel_part_rows)
+        self.paths = [[datapath(self.region, params.region_channels, part) for part in ph.parts]
+                      for ph in self.phases]
+        xp = pad_input(x.astype(self.acc), layer)
+        self.streams = [compressed_ifm.encode(ph.input(xp), self.region) for ph in self.phases]
+        self.ofm = np.zeros(layer.output_shape, self.acc)
+        self.counters = Counters(np.zeros(params.operation_units, np.int64))
+
+    # -- the dispatcher: regions from the compressed stream, weight cycles per PU --------------
+
+    def read_region(self, n: int, phase: int, g: int, ti: int, tj: int) -> np.ndarray:
+        """Cg x rh x rw of group ``g``, decoded block by block from the stream."""
+        cg = self.layer.Cg
+        s = self.streams[phase]
+        return np.stack([s.block_at(n, g * cg + c, ti, tj) for c in range(cg)])
+
+    def weight_cycles(self, k: int, phase: int, region: np.ndarray) -> deque:
+        """The (part, first channel, tap) cycles of kernel k that are not skipped."""
+        out, depth = deque(), self.p.region_channels
+        live = region.reshape(region.shape[0], -1).any(axis=1)
+        for pi, part in enumerate(self.phases[phase].parts):
+            for c0 in range(0, self.layer.Cg, depth):
+                for tap in range(part.r.size):
+                    wt = self.w[k, c0:c0 + depth, part.r[tap], part.s[tap]]
+                    if ((wt != 0) & live[c0:c0 + depth]).any():
+                        out.append((pi, c0, tap))
+        return out
+
+    def jobs(self) -> list[deque]:
+        """Every job, in global order, queued on operation unit ``region index mod U``."""
+        L, p = self.layer, self.p
+        units = [deque() for _ in range(p.operation_units)]
+        seq = region_index = 0
+        for n in range(L.N):
+            for phase, stream in enumerate(self.streams):
+                th, tw = stream.bitmaps.shape[2:4]
+                for ti in range(th):
+                    for tj in range(tw):
+                        for job in self.region_jobs(n, phase, ti, tj, seq):
+                            units[region_index % p.operation_units].append(job)
+                            seq += 1
+                        region_index += 1
+        return units
+
+    def region_jobs(self, n, phase, ti, tj, seq):
+        """The jobs of one region: per conv group, kernel sets of P kernels."""
+        L, P = self.layer, self.p.processing_units
+        for g in range(L.groups):
+            region = self.read_region(n, phase, g, ti, tj)
+            for k0 in range(0, L.Kg, P):
+                kernels = [g * L.Kg + k for k in range(k0, min(k0 + P, L.Kg))]
+                queues = [self.weight_cycles(k, phase, region) for k in kernels]
+                queues += [deque() for _ in range(P - len(kernels))]
+                yield Job(seq, n, phase, ti, tj, kernels, queues, region)
+                seq += 1
+
+    # -- one processing-unit cycle: multipliers, MUXes, accumulators (Fig. 6) ---------------
+
+    def pu_cycle(self, job: Job, slot: int, item) -> None:
+        """Execute one weight cycle of kernel slot ``slot`` on the job's region."""
+        pi, c0, tap = item
+        part = self.phases[job.phase].parts[pi]
+        path = self.paths[job.phase][pi]
+        k = job.kernels[slot]
+        weights = self.w[k, c0:c0 + path.depth, part.r[tap], part.s[tap]]
+        products = (job.region[c0:c0 + path.depth] * weights[:, None, None]).sum(axis=0)
+        acc = job.pofms.setdefault((slot, pi), np.zeros(path.pofm, self.acc))
+        cells, pixels = path.wiring[tap]
+        acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
+
+    def unit_cycle(self, job: Job) -> None:
+        """All processing units of one operation unit for one cycle (with work stealing)."""
+        queues = job.queues
+        todo = [(slot, q.popleft()) for slot, q in enumerate(queues) if q]
+        if self.p.work_stealing:
+            for _ in range(len(queues) - len(todo)):
+                victim = max(range(len(queues)), key=lambda i: len(queues[i]))
+                if not queues[victim]:
+                    break
+                todo.append((victim, queues[victim].pop()))
+        for slot, item in todo:
+            self.pu_cycle(job, slot, item)
+        self.counters.pu_busy += len(todo)
+
+    # -- output side: servers and output units ---------------------------------------------
+
+    def hand_off(self, job: Job, unit: int, now: int, pending: list) -> None:
+        """Queue the job's partial OFMs (slot, part order) for their servers."""
+        p = self.p
+        for (slot, pi), pofm in sorted(job.pofms.items()):
+            k = job.kernels[slot]
+            beats = math.ceil(pofm.size / p.bus_width)
+            if p.interconnect == "bus":
+                server, duration = 0, beats
+            elif p.interconnect == "full":
+                server, duration = k % p.output_units, beats
+            else:
+                server = k % p.operation_units
+                hops = abs(unit - server)
+                duration = beats * hops
+                self.counters.hops += hops
+            if duration == 0:
+                self.accumulate(job, slot, pi, pofm)
+                continue
+            pending.append(((now, job.seq, slot, pi), server, duration, job, slot, pi, pofm))
+
+    def accumulate(self, job: Job, slot: int, pi: int, pofm: np.ndarray) -> None:
+        """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add)."""
+        part = self.phases[job.phase].parts[pi]
+        top = job.ti * self.region[0] - int(part.u.max())
+        left = job.tj * self.region[1] - int(part.v.max())
+        P, Q = self.layer.P, self.layer.Q
+        r0, c0 = max(top, 0), max(left, 0)
+        r1, c1 = min(top + pofm.shape[0], P), min(left + pofm.shape[1], Q)
+        if r1 > r0 and c1 > c0:
+            self.ofm[job.n, job.kernels[slot], r0:r1, c0:c1] += \
+                pofm[r0 - top:r1 - top, c0 - left:c1 - left]
+
+    def serve(self, now: int, pending: list, busy: dict) -> None:
+        """Each free server starts the earliest-ready waiting transfer (non-preemptive)."""
+        for server in sorted({t[1] for t in pending}):
+            if busy.get(server, 0) > now:
+                continue
+            ready = [t for t in pending if t[1] == server and t[0][0] <= now]
+            if not ready:
+                continue
+            t = min(ready, key=lambda t: t[0])
+            pending.remove(t)
+            (ready_at, *_), _, duration, job, slot, pi, pofm = t
+            busy[server] = now + duration
+            c = self.counters
+            c.transfers += 1
+            c.transfer_cycles += duration
+            c.contention += now - ready_at
+            c.last_transfer_end = max(c.last_transfer_end, now + duration)
+            self.accumulate(job, slot, pi, pofm)
+
+    # -- the clock --------------------------------------------------------------------------
+
+    def start_next(self, queue: deque, unit: int, now: int, pending: list):
+        """The unit's next job with work; jobs without any weight cycle end at once."""
+        while queue:
+            job = queue.popleft()
+            job.start = now
+            if any(job.queues):
+                return job
+            self.hand_off(job, unit, now, pending)
+        return None
+
+    def run(self) -> int:
+        """Clock the device until every job and transfer is done; returns the cycle count."""
+        queues = self.jobs()
+        pending: list = []
+        current = [self.start_next(q, u, 0, pending) for u, q in enumerate(queues)]
+        busy: dict = {}
+        now = 0
+        while any(j is not None for j in current) or pending:
+            self.serve(now, pending, busy)
+            for u, job in enumerate(current):
+                if job is None:
+                    continue
+                self.unit_cycle(job)
+                self.counters.unit_busy[u] += 1
+                if not any(job.queues):
+                    self.hand_off(job, u, now + 1, pending)
+                    self.counters.last_job_end = now + 1
+                    current[u] = self.start_next(queues[u], u, now + 1, pending)
+            now += 1
+        return max(self.counters.last_job_end, self.counters.last_transfer_end)
+
+    def output(self, bias) -> np.ndarray:
+        """The output handler: bias added, int32 accumulators (int8) or float32."""
+        out = self.ofm.copy()
+        if bias is not None:
+            out += np.asarray(bias).astype(self.acc).reshape(1, -1, 1, 1)
+        return check_int32(out, self.layer.name) if self.integer else out
+
+    def inventory(self) -> dict:
+        """Hardware of the device for this layer: counts and the MUX fan-in tables."""
+        p = self.p
+        pus = p.operation_units * p.processing_units
+        largest = max((path for paths in self.paths for path in paths),
+                      key=lambda d: d.pofm[0] * d.pofm[1])
+        per_pu = largest.inventory()
+        out = {k: v * pus for k, v in per_pu.items() if k != "max_fan_in"}
+        out.update(max_fan_in=per_pu["max_fan_in"], per_pu=per_pu,
+                   fan_in=[[path.fan_in for path in paths] for paths in self.paths])
+        return out
+
+
+def emulate_layer(layer: ConvLayer, x, w, bias, params) -> Result:
+    """Run one layer on the emulated device: outputs, cycles, counters, inventory."""
+    m = Machine(layer, x, w, params)
+    cycles = m.run()
+    return Result(m.output(bias), cycles, m.counters, m.inventory())
+
+
+def emulate(layer: ConvLayer, x, w, bias, params, arch):
+    """(outputs, LayerStats): the fast model's stats with the emulator's own counts in."""
+    from ..dataflows.input_reuse import layer_stats
+
+    res = emulate_layer(layer, x, w, bias, params)
+    st = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    c = res.counters
+    extra = dict(st.extra, opunit_busy_cycles=int(c.unit_busy.sum()),
+                 opunit_busy_max_cycles=int(c.unit_busy.max()), pu_busy_cycles=c.pu_busy,
+                 transfers=c.transfers, transfer_cycles=c.transfer_cycles,
+                 contention_cycles=c.contention, chain_hops=c.hops)
+    return res.output, replace(st, cycles=res.cycles, pe_cycles=res.cycles * params.multipliers,
+                               extra=extra)
