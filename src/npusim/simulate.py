@@ -137,6 +137,28 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
                      time.perf_counter() - start, values if keep_outputs else {})
 
 
+def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
+                    dataflow: str | None = None, dtype: str = "float32") -> SimResult:
+    """Costs of conv ``layers`` given as shapes only (a SCALE-Sim topology): no tensors,
+    dense (``Dataflow.estimate`` on all-ones masks); ``output`` is None, mode 'estimate'."""
+    if dtype not in DTYPES:
+        raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
+    arch = load_arch(arch)
+    df = get_dataflow(dataflow or arch.dataflow)
+    start = time.perf_counter()
+    stats = []
+    for layer in layers:
+        layer = layer.with_dtype(dtype)
+        why = df.supports(layer, arch)
+        if why:
+            raise NpusimError(f"{layer.name}: dataflow {df.name!r} cannot run it: {why}")
+        ones_x = np.broadcast_to(np.True_, layer.input_shape)  # all-ones, no memory
+        ones_w = np.broadcast_to(np.True_, layer.weight_shape)
+        stats.append(df.estimate(layer, ones_x, ones_w, arch))
+    return SimResult(None, stats, arch, "estimate", dtype, df.name,
+                     time.perf_counter() - start)
+
+
 def _release(values: dict, model: Graph, i: int) -> None:
     """Drop tensors no later node reads (keeps peak memory to the live set)."""
     later = {n for node in model.nodes[i + 1:] for n in node.inputs} | {model.output_name}

@@ -1,18 +1,23 @@
 """The dense baseline: a rows x cols systolic array, output-, weight- or input-stationary.
 
-Source: SCALE-Sim (Samajdar et al., ISPASS 2020), whose stall-free cycle counts this
-module equals layer by layer (tests/test_systolic.py, data from SCALE-Sim 3.0.0).
+Source: SCALE-Sim 3.0.0 (Samajdar et al., "A systematic methodology for characterizing
+scalability of DNN accelerators using SCALE-Sim", ISPASS 2020). Its stall-free
+``Total Cycles``, utilisation, mapping efficiency and SRAM access counts are equalled
+layer by layer (tests/test_systolic.py, data in tests/data/scalesim/); the cycle
+emulator in ``npusim.emulate.systolic`` is the living definition of the machine.
 
-A conv is lowered to a GEMM per group: M = N*P*Q output pixels, Kr = Cg*R*S
-reduction, F = K/groups filters. Each stationarity maps two of these onto the
-array's rows and columns and streams the third:
+A conv is lowered to one GEMM per group: M = N*P*Q output pixels, Kr = Cg*R*S
+reduction, F = K/groups filters. Each stationarity lays two of them on the array's
+rows and columns (a fold is one array-sized tile of them) and streams the third:
 
     OS: rows <- M,  cols <- F,  stream Kr    fold = Kr + rows + cols - 2
     WS: rows <- Kr, cols <- F,  stream M     fold = 2*rows + cols + M - 2
     IS: rows <- Kr, cols <- M,  stream F     fold = 2*rows + cols + F - 2
 
-cycles = groups * ceil(a/rows) * ceil(b/cols) * fold - 1 (SCALE-Sim's count).
-Zeros are multiplied like any value: a dense machine skips nothing.
+Loop order (outer to inner): group, column fold, row fold, then the streamed dim
+in the array. cycles = groups * ceil(a/rows) * ceil(b/cols) * fold - 1: the array is
+busy ``folds * fold`` cycles and, as SCALE-Sim, the count is the index (from 0) of
+the last busy cycle. Zeros are multiplied like any value: a dense machine skips nothing.
 """
 
 from __future__ import annotations
@@ -49,25 +54,50 @@ class Mapping:
     stationary: str
 
     @property
+    def row_folds(self) -> int:
+        return math.ceil(self.a / self.rows)
+
+    @property
+    def col_folds(self) -> int:
+        return math.ceil(self.b / self.cols)
+
+    @property
     def folds(self) -> int:
         """Array-sized tiles, all groups."""
-        return self.groups * math.ceil(self.a / self.rows) * math.ceil(self.b / self.cols)
+        return self.groups * self.row_folds * self.col_folds
 
     @property
     def fold_cycles(self) -> int:
-        """Cycles of one fold: fill, stream, drain."""
-        if self.stationary == "os":
-            return self.t + self.rows + self.cols - 2
-        return 2 * self.rows + self.cols + self.t - 2
+        """Cycles of one fold: fill, stream, drain (cycles)."""
+        return fold_cycles(self.stationary, self.rows, self.cols, self.t)
+
+    @property
+    def busy_cycles(self) -> int:
+        """Cycles the array is busy with the layer (cycles)."""
+        return self.folds * self.fold_cycles
 
     @property
     def cycles(self) -> int:
-        return self.folds * self.fold_cycles - 1
+        """SCALE-Sim's count: the index of the last busy cycle (cycles)."""
+        return self.busy_cycles - 1
 
     @property
     def mapped_pe_folds(self) -> int:
         """Sum over folds of the PEs that hold work (a * b per group)."""
         return self.groups * self.a * self.b
+
+
+def fold_cycles(stationary: str, rows: int, cols: int, streamed: int) -> int:
+    """Cycles of one fold of ``streamed`` operand vectors on a rows x cols array (cycles).
+
+    OS: operands skewed in from two edges, the last pair meets at the far corner
+    after ``streamed + rows + cols - 2`` cycles. WS/IS: ``rows`` cycles to shift the
+    stationary tile in, then the streamed vectors, skewed, and their partial sums
+    down to the bottom edge: ``streamed + rows + cols - 2`` more.
+    """
+    if stationary == "os":
+        return streamed + rows + cols - 2
+    return 2 * rows + cols + streamed - 2
 
 
 def gemm_mapping(layer: ConvLayer, p: Params) -> Mapping:
@@ -80,34 +110,69 @@ def gemm_mapping(layer: ConvLayer, p: Params) -> Mapping:
 def sram_words(layer: ConvLayer, m: Mapping) -> tuple[int, int, int]:
     """Words read from the ifmap and filter SRAMs and written to the ofmap SRAM.
 
-    The stationary operand is read once; the streamed operand is read once per
-    fold of the other spatial dim; outputs are written once per reduction fold
-    (partial sums) unless the reduction stays in the PEs (OS).
+    The stationary operand is read once; a streamed operand once per fold of the
+    other spatial dim; outputs are written once per reduction fold (partial sums)
+    unless the reduction stays in the PEs (OS). These are SCALE-Sim's counts, except
+    that its OS ofmap count adds rows + cols per fold (see docs/systolic.md).
     """
-    G, M = layer.groups, layer.N * layer.P * layer.Q
-    Kr, F = layer.Cg * layer.R * layer.S, layer.Kg
-    fold_a, fold_b = math.ceil(m.a / m.rows), math.ceil(m.b / m.cols)
-    if m.stationary == "os":
-        ifmap, filt, ofmap = M * Kr * fold_b, F * Kr * fold_a, M * F
-    elif m.stationary == "ws":
-        ifmap, filt, ofmap = M * Kr * fold_b, Kr * F, M * F * fold_a
-    else:
-        ifmap, filt, ofmap = Kr * M, F * Kr * fold_b, M * F * fold_a
-    return G * ifmap, G * filt, G * ofmap
+    M, Kr, F = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S, layer.Kg
+    fa, fb = m.row_folds, m.col_folds
+    words = {"os": (M * Kr * fb, F * Kr * fa, M * F),
+             "ws": (M * Kr * fb, Kr * F, M * F * fa),
+             "is": (Kr * M, F * Kr * fb, M * F * fa)}[m.stationary]
+    return tuple(layer.groups * w for w in words)  # type: ignore[return-value]
+
+
+def used_input_pixels(layer: ConvLayer) -> int:
+    """Input pixels (per image and channel) that some kernel window reads."""
+    rows = _used(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0], layer.P)
+    cols = _used(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1], layer.Q)
+    return rows * cols
+
+
+def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
+    """How many of ``size`` input positions a strided, dilated window touches."""
+    taps = {o * stride + t * dil - pad for o in range(out) for t in range(k)}
+    return sum(1 for x in taps if 0 <= x < size)
 
 
 def dram_bytes(layer: ConvLayer, arch, elem: int, m: Mapping) -> tuple[int, int, int]:
-    """DRAM bytes per tensor: each tensor once, the streamed operand again for every
-    pass over it that its SRAM cannot hold across (capacity-bound refetch)."""
-    ifmap = layer.N * layer.C * layer.H * layer.W * elem
+    """DRAM bytes per tensor: every used element once, the streamed operand again for
+    every pass over it that its SRAM cannot hold across (capacity-bound refetch)."""
+    ifmap = layer.N * layer.C * used_input_pixels(layer) * elem
     filt = layer.K * layer.Cg * layer.R * layer.S * elem
     ofmap = layer.N * layer.K * layer.P * layer.Q * elem
     mem = arch.memory
     if m.stationary in ("os", "ws") and ifmap > mem.ifmap_sram_kb * 1024:
-        ifmap *= math.ceil(m.b / m.cols)  # ifmap re-streamed for every filter fold
+        ifmap *= m.col_folds  # ifmap re-streamed for every filter fold
     if m.stationary in ("os", "is") and filt > mem.filter_sram_kb * 1024:
-        filt *= math.ceil(m.a / m.rows) if m.stationary == "os" else math.ceil(m.b / m.cols)
+        filt *= m.row_folds if m.stationary == "os" else m.col_folds
     return ifmap, filt, ofmap
+
+
+def layer_stats(layer: ConvLayer, arch, m: Mapping, cycles: int, words) -> LayerStats:
+    """The LayerStats of ``layer`` run in ``cycles`` with ``words`` (ifmap, filter, ofmap)
+    SRAM accesses; shared by the fast model and the cycle emulator.
+
+    Mapping efficiency is SCALE-Sim's mean over folds of mapped PEs / PEs: every fold
+    lasts as long, so the mapped PE-cycles are the mapped PE-folds spread over the
+    counted cycles.
+    """
+    p = arch.params("systolic")
+    elem = element_bytes(layer.dtype)
+    pes = p.rows * p.cols
+    sram = [w * elem for w in words]
+    dram = dram_bytes(layer, arch, elem, m)
+    return LayerStats(
+        name=layer.name, dataflow="systolic", shape=layer.describe(),
+        dense_macs=layer.macs, macs=layer.macs, cycles=cycles, pe_cycles=cycles * pes,
+        mapped_pe_cycles=m.mapped_pe_folds * cycles / m.folds,
+        sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2],
+        dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
+        energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram),
+                            dram_bytes=sum(dram), dtype=layer.dtype),
+        extra={"folds": m.folds},
+    )
 
 
 @register
@@ -119,28 +184,23 @@ class Systolic:
         return None
 
     def run(self, layer, x, w, bias, arch):
+        """Outputs by the dense engine (float32, or exact int32 for int8) and the costs."""
         out = engine.conv2d(x, w, bias, layer)
         return out, self.stats(layer, arch)
 
     def estimate(self, layer, x_mask, w_mask, arch):
+        """The costs; a dense array's costs depend on shapes only, not on the masks."""
         return self.stats(layer, arch)
 
+    def emulate(self, layer, x, w, bias, arch):
+        """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``)."""
+        from ..emulate.systolic import emulate_layer
+
+        m = gemm_mapping(layer, arch.params(self.name))
+        run = emulate_layer(layer, x, w, bias, arch.params(self.name))
+        return run.output, layer_stats(layer, arch, m, run.busy_cycles - 1, run.words)
+
     def stats(self, layer: ConvLayer, arch) -> LayerStats:
-        """Costs of the layer; a dense array's costs depend on shapes only."""
-        p = arch.params(self.name)
-        m = gemm_mapping(layer, p)
-        dtype = layer.dtype
-        elem = element_bytes(dtype)
-        pes = p.rows * p.cols
-        sram = [v * elem for v in sram_words(layer, m)]
-        dram = dram_bytes(layer, arch, elem, m)
-        return LayerStats(
-            name=layer.name, dataflow=self.name, shape=layer.describe(),
-            dense_macs=layer.macs, macs=layer.macs, cycles=m.cycles, pe_cycles=m.cycles * pes,
-            mapped_pe_cycles=m.mapped_pe_folds * m.fold_cycles,
-            sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2],
-            dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
-            energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram),
-                                dram_bytes=sum(dram), dtype=dtype),
-            extra={"folds": m.folds},
-        )
+        """Costs of the layer: cycles, utilisation, SRAM/DRAM bytes, energy (pJ)."""
+        m = gemm_mapping(layer, arch.params(self.name))
+        return layer_stats(layer, arch, m, m.cycles, sram_words(layer, m))
