@@ -1,0 +1,266 @@
+"""The group-tile machine: full, grouped and depthwise convolution on tiles of MAC cells
+fed by a broadcast input bus.
+
+Source: seed 003 (JP7834166B2), Fig. 6 (compute tile: MAC cells each with a sum
+register, 8-bit narrow memory for activations, 32-bit-word wide memory for weights,
+input bus, output bus, activation unit), Figs. 7A/7B (channel partitions S = Zin / g
+mapped to MAC subsets; one input broadcast to a subset per cycle, or up to
+``bus_inputs`` inputs a cycle, one per subset), Fig. 8 (a broadcast input is reused by
+every output of its partition: reuse factor = outputs per group, the group size when
+Zin = Zout), claims 1-8 (g read per layer at run time; partition size from the
+tile's hardware description). See ``docs/group-tile.md``.
+
+Group-convolution control (``control``): a layer's g partitions each hold S = C/g input
+and Kg = K/g output channels. A work unit is one output pixel of one partition and one
+block of up to ``macs`` of its outputs; its MAC subset holds those outputs in its sum
+registers. ``bus_inputs`` subsets run at once (one bus lane each), at most
+``macs // subset`` of them. Loop order (outer to inner)::
+
+    for tile t (parallel): units [t*U/tiles, (t+1)*U/tiles) of (n, p, q, group, k-block)
+        for step = next ``subsets`` units:                       # subsets in parallel
+            for c in partition, r, s:                            # one tap
+                wide memory -> weight registers: ceil(sum(m_u) * bytes / 4) words
+                bus lane u broadcasts x[n, c, p*sh + r*dh - pt, q*sw + s*dw - pl]
+                MAC j of subset u: sum[j] += weight[j] * lane[u]
+            sum registers -> shift registers -> output bus (+ bias in the activation unit)
+
+    tap cycles  = max(1, ceil(weight words of the step / wide_words_per_cycle))
+    step cycles c_i = S*R*S_k * tap cycles;  drain d_i = ceil(outputs_i / output_bus_values)
+    tile cycles = c_0 + sum_{i>0} max(c_i, d_{i-1}) + d_last;  cycles = max over tiles
+
+so a layer is bound by the MACs (one tap a cycle) or by the wide memory's parameter
+bandwidth, whichever is slower, and the drain of one step overlaps the next step.
+Padding taps broadcast a zero (a cycle, no narrow-memory read). The emulator
+(``npusim.emulate.group_tile``) runs the same machine cycle by cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..arch.spec import spec
+from ..ir import ConvLayer
+from ..quant import check_int32
+from ..reference import pad_input, tap_window
+from ..stats import LayerStats, energy_pj
+from .base import element_bytes, register
+from .systolic import used_input_pixels
+
+NAME = "group-tile"
+WORD_BYTES = 4  # the wide memory's word: 32 bits
+
+
+@dataclass(frozen=True)
+class Params:
+    """The ``[group-tile]`` section of an arch file."""
+
+    macs: int = spec(64, "MAC cells per tile (compute unit), e.g. 32 or 64", min=1)
+    tiles: int = spec(1, "compute tiles the loop nest is split across", min=1)
+    bus_inputs: int = spec(1, "distinct activations the input bus carries per cycle "
+                           "(1 = broadcast to one MAC subset)", min=1)
+    wide_words_per_cycle: int = spec(16, "32-bit words the wide (weight) memory reads per cycle",
+                                     min=1)
+    output_bus_values: int = spec(16, "sum-register values the output bus drains per cycle",
+                                  min=1)
+
+
+@dataclass(frozen=True)
+class Control:
+    """The group-convolution control's mapping of one layer onto a tile (Fig. 7A).
+
+    ``partition`` = S = C / g input channels; ``reuse`` = Kg outputs each broadcast
+    input serves; ``subset`` = MACs per subset; ``subsets`` = subsets fed at once.
+    """
+
+    groups: int
+    partition: int
+    reuse: int
+    subset: int
+    k_blocks: int
+    subsets: int
+    taps: int
+    pixels: int
+
+    @property
+    def units(self) -> int:
+        """Work units of the layer: pixel x partition x output block."""
+        return self.pixels * self.groups * self.k_blocks
+
+    @property
+    def last_block(self) -> int:
+        """Outputs in a partition's last output block (the others hold ``subset``)."""
+        return self.reuse - (self.k_blocks - 1) * self.subset
+
+
+def control(layer: ConvLayer, p: Params) -> Control:
+    """Map ``layer``'s g partitions onto ``p``'s MAC subsets (claims 2-5): read at run time
+    from the layer (g) and the tile's hardware description (MACs, bus lanes)."""
+    subset = min(layer.Kg, p.macs)
+    return Control(groups=layer.groups, partition=layer.Cg, reuse=layer.Kg, subset=subset,
+                   k_blocks=math.ceil(layer.Kg / subset),
+                   subsets=min(p.bus_inputs, p.macs // subset),
+                   taps=layer.Cg * layer.R * layer.S, pixels=layer.N * layer.P * layer.Q)
+
+
+def unit_widths(ctl: Control, lo: int, hi: int) -> np.ndarray:
+    """Outputs (MACs used) of work units ``lo..hi-1``: full blocks, a partial last one."""
+    last = (np.arange(lo, hi) % ctl.k_blocks) == ctl.k_blocks - 1
+    return np.where(last, ctl.last_block, ctl.subset).astype(np.int64)
+
+
+def tile_ranges(units: int, tiles: int) -> list[tuple[int, int]]:
+    """Contiguous share of work units per tile (the loop nest split across tiles)."""
+    return [(t * units // tiles, (t + 1) * units // tiles) for t in range(tiles)]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Per step of one tile: outputs held (MACs used), wide-memory words per tap, units."""
+
+    outputs: np.ndarray
+    words: np.ndarray
+    units: np.ndarray
+
+
+def tile_steps(ctl: Control, lo: int, hi: int, elem: int) -> Steps:
+    """Group a tile's units ``lo..hi-1`` into steps of ``ctl.subsets`` units. The compiler
+    lays each step's weights for a tap side by side, so a tap reads them packed in words."""
+    m = unit_widths(ctl, lo, hi)
+    pad = (-len(m)) % ctl.subsets
+    m = np.concatenate([m, np.zeros(pad, np.int64)]).reshape(-1, ctl.subsets)
+    outputs = m.sum(axis=1)
+    return Steps(outputs, -(-(outputs * elem) // WORD_BYTES), np.count_nonzero(m, axis=1))
+
+
+def step_timeline(compute: np.ndarray, drain: np.ndarray) -> tuple[int, int]:
+    """(tile cycles, cycles spent waiting for the output bus) for steps of ``compute``
+    cycles whose outputs drain in ``drain`` cycles, overlapped with the next step."""
+    if not len(compute):
+        return 0, 0
+    overlap = np.maximum(compute[1:], drain[:-1])
+    cycles = int(compute[0] + overlap.sum() + drain[-1])
+    return cycles, int((overlap - compute[1:]).sum() + drain[-1])
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a layer did on the tiles (fast model or emulator fill the same counts)."""
+
+    tile_cycles: tuple[int, ...]
+    mapped_mac_cycles: int
+    broadcasts: int
+    weight_words: int
+    weight_stall_cycles: int
+    drain_stall_cycles: int
+
+    @property
+    def cycles(self) -> int:
+        """Layer cycles: the last tile to finish."""
+        return max(self.tile_cycles)
+
+
+def schedule(layer: ConvLayer, p: Params) -> Schedule:
+    """The fast model: every count of the machine from the layer's shape, by array ops."""
+    ctl, elem = control(layer, p), element_bytes(layer.dtype)
+    cycles, mapped, casts, words, wstall, dstall = [], 0, 0, 0, 0, 0
+    for lo, hi in tile_ranges(ctl.units, p.tiles):
+        st = tile_steps(ctl, lo, hi, elem)
+        per_tap = np.maximum(1, -(-st.words // p.wide_words_per_cycle))
+        compute = ctl.taps * per_tap
+        tc, ds = step_timeline(compute, -(-st.outputs // p.output_bus_values))
+        cycles.append(tc)
+        mapped += int((st.outputs * compute).sum())
+        casts += int(st.units.sum()) * ctl.taps
+        words += int(st.words.sum()) * ctl.taps
+        wstall += int((compute - ctl.taps).sum())
+        dstall += ds
+    return Schedule(tuple(cycles), mapped, casts, words, wstall, dstall)
+
+
+def valid_taps(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> np.ndarray:
+    """Per output position along one axis: kernel taps that land inside the input."""
+    pos = np.arange(out)[:, None] * stride + np.arange(k)[None, :] * dil - pad
+    return ((pos >= 0) & (pos < size)).sum(axis=1)
+
+
+def narrow_reads(layer: ConvLayer, ctl: Control) -> int:
+    """Activations read from narrow memory: every non-padding tap of every work unit."""
+    rows = valid_taps(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0],
+                      layer.P)
+    cols = valid_taps(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1],
+                      layer.Q)
+    return int(rows.sum() * cols.sum()) * layer.N * layer.C * ctl.k_blocks
+
+
+def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int) -> LayerStats:
+    """LayerStats of a schedule with ``reads`` narrow-memory activation reads. SRAM: those
+    reads, the wide-memory words, one output per pixel and kernel. DRAM: the used input,
+    the weights and the output once each. Cycles, bytes, pJ."""
+    p = arch.params(NAME)
+    elem = element_bytes(layer.dtype)
+    macs_total = p.macs * p.tiles
+    sram = (reads * elem, s.weight_words * WORD_BYTES, layer.N * layer.K * layer.P * layer.Q * elem)
+    weights = layer.K * layer.Cg * layer.R * layer.S * elem
+    dram = (layer.N * layer.C * used_input_pixels(layer) * elem, weights, sram[2])
+    return LayerStats(
+        name=layer.name, dataflow=NAME, shape=layer.describe(), dense_macs=layer.macs,
+        macs=layer.macs, cycles=s.cycles, pe_cycles=s.cycles * macs_total,
+        mapped_pe_cycles=s.mapped_mac_cycles, sram_ifmap_bytes=sram[0],
+        sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2], dram_ifmap_bytes=dram[0],
+        dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
+        energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram), dram_bytes=sum(dram),
+                            dtype=layer.dtype),
+        extra={"broadcasts": s.broadcasts, "bus_slots": s.cycles * p.bus_inputs * p.tiles,
+               "weight_words": s.weight_words, "weight_stall_cycles": s.weight_stall_cycles,
+               "drain_stall_cycles": s.drain_stall_cycles,
+               "param_load_cycles": math.ceil(weights / arch.memory.dram_bytes_per_cycle)})
+
+
+def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
+    """Outputs by the tile's arithmetic: for each tap (c, r, s) in the MACs' order, every
+    output adds weight x broadcast input (float32 products and sums; int8 exact, int32
+    out); the activation unit adds the bias last."""
+    integer = np.issubdtype(x.dtype, np.integer)
+    acc = np.int64 if integer else np.float32
+    G, Cg, Kg, R, S = layer.groups, layer.Cg, layer.Kg, layer.R, layer.S
+    xp = pad_input(x.astype(acc, copy=False), layer)
+    xg = xp.reshape(layer.N, G, Cg, *xp.shape[2:])
+    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S)
+    out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
+    for c in range(Cg):
+        for r in range(R):
+            for s in range(S):
+                lane = tap_window(xg[:, :, c], layer, r, s)[:, :, None]
+                out += wg[None, :, :, c, r, s, None, None] * lane
+    out = out.reshape(layer.output_shape)
+    if bias is not None:
+        out += np.asarray(bias).astype(acc).reshape(1, -1, 1, 1)
+    return check_int32(out, layer.name) if integer else out
+
+
+@register
+class GroupTile:
+    name = NAME
+    Params = Params
+
+    def supports(self, layer: ConvLayer, arch) -> str | None:
+        return None
+
+    def run(self, layer, x, w, bias, arch):
+        """Outputs by the broadcast arithmetic (float32, or exact int32 for int8) and costs."""
+        return broadcast_conv(layer, x, w, bias), self.estimate(layer, x != 0, w != 0, arch)
+
+    def estimate(self, layer, x_mask, w_mask, arch):
+        """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
+        p = arch.params(NAME)
+        return layer_stats(layer, arch, schedule(layer, p), narrow_reads(layer, control(layer, p)))
+
+    def emulate(self, layer, x, w, bias, arch):
+        """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
+        from ..emulate.group_tile import emulate
+
+        out, sched, reads = emulate(layer, x, w, bias, arch.params(NAME))
+        return out, layer_stats(layer, arch, sched, reads)

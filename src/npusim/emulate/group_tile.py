@@ -1,0 +1,188 @@
+"""Cycle emulator of the group-tile machine (``dataflows/group_tile``, seed 003 Figs. 6-8).
+
+Each tile is built from its parts and clocked one cycle at a time:
+
+- MAC cells, each with a weight register and a sum register;
+- the wide memory, delivering ``wide_words_per_cycle`` 32-bit words of weights a
+  cycle into the weight registers of the MACs that need new ones;
+- the input bus, ``bus_inputs`` lanes; each lane broadcasts one activation from the
+  narrow memory (or a zero for a padding tap) to every MAC of its subset;
+- shift registers that take the sum registers at the end of a step and feed the
+  output bus, ``output_bus_values`` values a cycle, through the activation unit
+  (bias) into the output memory, while the MACs go on with the next step.
+
+The controller deals work units (pixel, partition, output block) to the MAC subsets
+in order; a MAC fires in the cycle its weight register is loaded and its lane
+carries the input. The emulator knows nothing of the fast model's formulas: it
+counts what happens, and so checks them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..dataflows.base import element_bytes
+from ..dataflows.group_tile import WORD_BYTES, Params, Schedule
+from ..ir import ConvLayer
+from ..quant import check_int32
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One work unit: image n, output pixel (p, q), partition, first output channel, width."""
+
+    n: int
+    p: int
+    q: int
+    group: int
+    k0: int
+    width: int
+
+
+@dataclass
+class Counts:
+    """Counters one tile fills while it runs (cycles, words, broadcasts, stalls)."""
+
+    cycles: int = 0
+    mapped: int = 0
+    broadcasts: int = 0
+    reads: int = 0
+    words: int = 0
+    weight_stalls: int = 0
+    drain_stalls: int = 0
+    busy: list[int] = field(default_factory=list)
+
+
+def work_units(layer: ConvLayer, macs: int) -> list[Unit]:
+    """Every (pixel, partition, output block) of the layer, in the controller's order."""
+    units = []
+    size = min(layer.Kg, macs)
+    for n in range(layer.N):
+        for p in range(layer.P):
+            for q in range(layer.Q):
+                for g in range(layer.groups):
+                    for k0 in range(0, layer.Kg, size):
+                        units.append(Unit(n, p, q, g, g * layer.Kg + k0,
+                                          min(size, layer.Kg - k0)))
+    return units
+
+
+class Tile:
+    """One compute tile: MAC registers, bus lanes, wide memory, shift registers, clock."""
+
+    def __init__(self, layer: ConvLayer, x, w, bias, out, p: Params):
+        self.layer, self.p, self.out = layer, p, out
+        self.integer = np.issubdtype(x.dtype, np.integer)
+        self.acc = np.int64 if self.integer else np.float32
+        self.x, self.w = x.astype(self.acc), w.astype(self.acc)
+        self.bias = None if bias is None else np.asarray(bias).astype(self.acc)
+        self.weight_reg = np.zeros(p.macs, self.acc)
+        self.sum_reg = np.zeros(p.macs, self.acc)
+        self.shift: deque = deque()  # (n, k, p, q, value) awaiting the output bus
+        self.elem = element_bytes(layer.dtype)
+        self.c = Counts()
+
+    def tick(self, busy: int = 0) -> None:
+        """One clock cycle: the output bus moves values out of the shift registers."""
+        self.c.cycles += 1
+        self.c.busy.append(busy)
+        for _ in range(min(self.p.output_bus_values, len(self.shift))):
+            n, k, p, q, v = self.shift.popleft()
+            self.out[n, k, p, q] = v + self.bias[k] if self.bias is not None else v
+
+    def lane_value(self, u: Unit, c: int, r: int, s: int):
+        """The activation lane ``u`` broadcasts for tap (c, r, s): narrow memory or zero."""
+        L = self.layer
+        y = u.p * L.stride[0] + r * L.dilation[0] - L.padding[0]
+        x = u.q * L.stride[1] + s * L.dilation[1] - L.padding[2]
+        if 0 <= y < L.H and 0 <= x < L.W:
+            self.c.reads += 1
+            return self.x[u.n, u.group * L.Cg + c, y, x]
+        return self.acc(0)
+
+    def load_weights(self, step: list[Unit], base: list[int], c, r, s) -> None:
+        """Wide memory -> weight registers; the MACs wait until every word is in."""
+        need = -(-sum(u.width for u in step) * self.elem // WORD_BYTES)  # packed words
+        self.c.words += need
+        for u, b in zip(step, base, strict=True):
+            self.weight_reg[b:b + u.width] = self.w[u.k0:u.k0 + u.width, c, r, s]
+        delivered = self.p.wide_words_per_cycle
+        while delivered < need:  # stall cycles: weights still arriving
+            self.tick()
+            self.c.weight_stalls += 1
+            delivered += self.p.wide_words_per_cycle
+        self.c.mapped += sum(u.width for u in step) * (-(-need // self.p.wide_words_per_cycle))
+
+    def fire(self, step: list[Unit], base: list[int], c, r, s) -> None:
+        """One cycle: each lane broadcasts its input; each mapped MAC multiplies and adds."""
+        for u, b in zip(step, base, strict=True):
+            lane = self.lane_value(u, c, r, s)
+            self.c.broadcasts += 1
+            self.sum_reg[b:b + u.width] += self.weight_reg[b:b + u.width] * lane
+        self.tick(busy=sum(u.width for u in step))
+
+    def hand_off(self, step: list[Unit], base: list[int]) -> None:
+        """Sum registers -> shift registers, once the output bus has emptied them."""
+        while self.shift:
+            self.tick()
+            self.c.drain_stalls += 1
+        for u, b in zip(step, base, strict=True):
+            for j in range(u.width):
+                self.shift.append((u.n, u.k0 + j, u.p, u.q, self.sum_reg[b + j]))
+        self.sum_reg[:] = 0
+
+    def run(self, units: list[Unit], subsets: int, subset: int) -> Counts:
+        """Run the tile's share of work units, ``subsets`` at a time, then drain."""
+        L = self.layer
+        queue = deque(units)
+        while queue:
+            step = [queue.popleft() for _ in range(min(subsets, len(queue)))]
+            base = [j * subset for j in range(len(step))]
+            for c in range(L.Cg):
+                for r in range(L.R):
+                    for s in range(L.S):
+                        self.load_weights(step, base, c, r, s)
+                        self.fire(step, base, c, r, s)
+            self.hand_off(step, base)
+        while self.shift:
+            self.tick()
+            self.c.drain_stalls += 1
+        return self.c
+
+
+@dataclass
+class EmulatorRun:
+    """Outputs, the schedule counts, narrow-memory reads, and MACs busy per cycle per tile."""
+
+    output: np.ndarray
+    schedule: Schedule
+    reads: int
+    busy: list[np.ndarray]
+
+
+def run_tiles(layer: ConvLayer, x, w, bias, p: Params) -> EmulatorRun:
+    """Split the work units across ``p.tiles`` tiles and run each to the end."""
+    integer = np.issubdtype(np.asarray(x).dtype, np.integer)
+    out = np.zeros(layer.output_shape, np.int64 if integer else np.float32)
+    units = work_units(layer, p.macs)
+    subset = min(layer.Kg, p.macs)
+    subsets = min(p.bus_inputs, p.macs // subset)
+    counts = []
+    for t in range(p.tiles):
+        share = units[t * len(units) // p.tiles:(t + 1) * len(units) // p.tiles]
+        counts.append(Tile(layer, x, w, bias, out, p).run(share, subsets, subset))
+    sched = Schedule(tuple(c.cycles for c in counts), sum(c.mapped for c in counts),
+                     sum(c.broadcasts for c in counts), sum(c.words for c in counts),
+                     sum(c.weight_stalls for c in counts), sum(c.drain_stalls for c in counts))
+    output = check_int32(out, layer.name) if integer else out
+    return EmulatorRun(output, sched, sum(c.reads for c in counts),
+                       [np.array(c.busy) for c in counts])
+
+
+def emulate(layer: ConvLayer, x, w, bias, p: Params):
+    """(outputs, Schedule, narrow-memory reads) of the layer on the emulated tiles."""
+    run = run_tiles(layer, x, w, bias, p)
+    return run.output, run.schedule, run.reads
