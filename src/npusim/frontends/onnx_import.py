@@ -1,0 +1,676 @@
+"""ONNX -> ``ir.Graph``: onnx's shape inference, one converter per op type, batch norm folded.
+
+The file is read, checked (``onnx.checker``) and shape-inferred with data
+propagation, so every tensor's shape is known before conversion: ``Reshape`` and
+``Flatten`` take their result shape from inference (the ``Shape -> Gather ->
+Concat`` chains exporters emit for ``x.view(x.size(0), -1)`` need not be
+evaluated), and after the graph is built each IR node's shape is checked against
+onnx's. Which nodes become IR ops:
+
+- a node on the data path (reached backwards from the graph output through the
+  inputs each op reads as data: input 0 of ``Conv``, ``Reshape``, ``Resize``...,
+  every input of ``Add`` and ``Concat``) and computed from the graph input;
+- nodes off the data path (shape arithmetic) are skipped; constant inputs
+  (weights, Clip bounds, Resize scales) are read from initialisers, ``Constant``
+  nodes, or ``Identity``/``Cast``/``DequantizeLinear`` of those.
+
+Resampling is mapped only where it is exact: the 1-D sampling weights of the
+ONNX ``Resize`` (its coordinate transformation and nearest rounding, per the ONNX
+operator spec) are compared with those of the IR's ``Upsample`` at the actual
+sizes, and the first IR variant (nearest; bilinear half-pixel; bilinear
+align_corners) that matches is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import ops
+from ..errors import LayerError, ModelError
+from ..ir import Graph, Node, fold_batchnorm
+
+WEIGHT_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
+
+
+class _Refusal(Exception):
+    """A supported op with attributes the IR cannot express (the text says which)."""
+
+
+@dataclass
+class _Model:
+    """What conversion needs of the inferred model: shapes, constants, producers."""
+
+    path: Path
+    opset: int
+    shapes: dict
+    initializers: dict
+    producers: dict
+    depends: set
+
+
+@dataclass
+class _Node:
+    """One ONNX node as a converter sees it."""
+
+    proto: object
+    name: str
+    model: _Model
+
+    @property
+    def op_type(self) -> str:
+        return self.proto.op_type
+
+    def attr(self, key: str, default=None):
+        from onnx import helper
+
+        for a in self.proto.attribute:
+            if a.name == key:
+                value = helper.get_attribute_value(a)
+                return value.decode() if isinstance(value, bytes) else value
+        return default
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.proto.input) and self.proto.input[i] != ""
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        shape = self.model.shapes.get(tensor)
+        if shape is None or None in shape:
+            raise _Refusal(f"the shape of tensor {tensor!r} is unknown after shape inference")
+        return shape
+
+    def in_shape(self, i: int = 0) -> tuple[int, ...]:
+        return self.shape(self.proto.input[i])
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.shape(self.proto.output[0])
+
+    def const(self, i: int) -> np.ndarray | None:
+        """Constant input ``i`` as a numpy array, or None if the input is absent."""
+        return _constant(self.model, self.proto.input[i]) if self.has_input(i) else None
+
+    def weight(self, i: int) -> np.ndarray | None:
+        """Constant input ``i`` as float32 (int8/float16/float32 initialisers), or None."""
+        value = self.const(i)
+        if value is not None and value.dtype.name not in WEIGHT_DTYPES:
+            raise _Refusal(f"input {self.proto.input[i]!r} has element type {value.dtype}; "
+                           f"weights must be one of {', '.join(WEIGHT_DTYPES)}")
+        return None if value is None else value.astype(np.float32)
+
+
+# ---- constants --------------------------------------------------------------------------
+
+
+def _constant(model: _Model, tensor: str) -> np.ndarray:
+    """A tensor that does not depend on the graph input, evaluated (a small set of ops)."""
+    from onnx import numpy_helper
+
+    if tensor in model.initializers:
+        return numpy_helper.to_array(model.initializers[tensor])
+    node = model.producers.get(tensor)
+    if tensor in model.depends or node is None or node.op_type not in _CONSTANT_OPS:
+        how = "is computed from the graph input" if tensor in model.depends else (
+            f"comes from op {node.op_type}" if node is not None else "is not defined")
+        raise _Refusal(f"input {tensor!r} {how}; the IR needs a constant here")
+    return _CONSTANT_OPS[node.op_type](_Node(node, node.name, model))
+
+
+def _constant_node(c: _Node) -> np.ndarray:
+    from onnx import numpy_helper
+
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        value = c.attr(key)
+        if value is not None:
+            return numpy_helper.to_array(value) if key == "value" else np.asarray(value)
+    raise _Refusal(f"Constant {c.name!r} holds no value this importer reads")
+
+
+def _dequantize(c: _Node) -> np.ndarray:
+    """``(x - zero_point) * scale``, per tensor or per channel along ``axis``."""
+    if c.attr("block_size", 0):
+        raise _Refusal("blocked DequantizeLinear is not supported")
+    x = c.const(0).astype(np.float64)
+    scale = c.const(1).astype(np.float64)
+    zero = c.const(2).astype(np.float64) if c.has_input(2) else np.zeros_like(scale)
+    if scale.size > 1:
+        shape = [1] * x.ndim
+        shape[c.attr("axis", 1) % x.ndim] = scale.size
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return ((x - zero) * scale).astype(np.float32)
+
+
+_CONSTANT_OPS = {
+    "Constant": _constant_node,
+    "Identity": lambda c: c.const(0),
+    "Cast": lambda c: c.const(0).astype(_numpy_type(c.attr("to"))),
+    "DequantizeLinear": _dequantize,
+}
+
+
+def _numpy_type(onnx_type: int):
+    from onnx import helper
+
+    return helper.tensor_dtype_to_np_dtype(onnx_type)
+
+
+# ---- shared geometry --------------------------------------------------------------------
+
+
+def _pads(c: _Node, kernel, strides, dilations) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) from ``pads`` or ``auto_pad`` (SAME_UPPER/SAME_LOWER/VALID)."""
+    auto = c.attr("auto_pad", "NOTSET")
+    if auto == "NOTSET":
+        t, left, b, r = c.attr("pads", [0, 0, 0, 0])
+        return (t, b, left, r)
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise _Refusal(f"auto_pad={auto!r}: must be NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    out = []
+    for size, k, s, d in zip(c.in_shape(0)[2:], kernel, strides, dilations, strict=True):
+        total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        out += [small, big] if auto == "SAME_UPPER" else [big, small]
+    return tuple(out)  # type: ignore[return-value]
+
+
+def _per_channel(value: np.ndarray, x_shape, what: str) -> np.ndarray:
+    """A constant broadcast over ``x_shape`` as one value per channel (axis 1), flat (C,)."""
+    channels = x_shape[1]
+    dims = (1,) * (len(x_shape) - value.ndim) + value.shape
+    if len(dims) != len(x_shape) or any(d != 1 for i, d in enumerate(dims) if i != 1) \
+            or dims[1] not in (1, channels):
+        raise _Refusal(f"{what} of shape {value.shape} on an input of shape {x_shape}: only a "
+                       "scalar or one value per channel is supported")
+    return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
+
+
+def _pair_attr(c: _Node, key: str, default=(1, 1)) -> tuple[int, int]:
+    value = tuple(c.attr(key, default))
+    if len(value) != 2:
+        raise _Refusal(f"{key}={list(value)}: only 2-D (H, W) operations are supported")
+    return value  # type: ignore[return-value]
+
+
+def _data_input(c: _Node, rank: int | None = None) -> tuple[int, ...]:
+    shape = c.in_shape(0)
+    if rank is not None and len(shape) != rank:
+        raise _Refusal(f"needs a {rank}-D input, got shape {shape}")
+    return shape
+
+
+# ---- converters: one per op type --------------------------------------------------------
+
+
+def _conv(c: _Node) -> ops.Op:
+    _data_input(c, 4)
+    w, b = c.weight(1), c.weight(2)
+    strides, dilations = _pair_attr(c, "strides"), _pair_attr(c, "dilations")
+    if w is None or w.ndim != 4:
+        raise _Refusal("only 2-D convolution with a constant K x C x R x S weight is supported")
+    return ops.Conv(w, b, strides, _pads(c, w.shape[2:], strides, dilations), dilations,
+                    int(c.attr("group", 1)))
+
+
+def _gemm(c: _Node) -> ops.Op:
+    if c.attr("transA", 0):
+        raise _Refusal("transA=1: the IR keeps the batch on axis 0 of A")
+    _data_input(c, 2)
+    b = c.weight(1)
+    if b is None or b.ndim != 2:
+        raise _Refusal("B must be a constant matrix")
+    w = (b if c.attr("transB", 0) else b.T) * np.float32(c.attr("alpha", 1.0))
+    bias = c.weight(2)
+    if bias is not None:
+        bias = _per_channel(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
+    return ops.Conv(w[:, :, None, None].astype(np.float32), bias)
+
+
+def _matmul(c: _Node) -> ops.Op:
+    _data_input(c, 2)
+    b = c.weight(1)
+    if b is None or b.ndim != 2:
+        raise _Refusal("the second operand must be a constant matrix")
+    return ops.Conv(np.ascontiguousarray(b.T)[:, :, None, None])
+
+
+def _clip(c: _Node) -> ops.Op:
+    if c.model.opset < 11:
+        lo, hi = c.attr("min"), c.attr("max")
+    else:
+        lo, hi = (None if v is None else float(v) for v in (c.const(1), c.const(2)))
+    if lo == 0 and hi is None:
+        return ops.Relu()
+    if lo == 0 and hi == 6:
+        return ops.Relu6()
+    raise _Refusal(f"clips to [{lo}, {hi}]; the IR has ReLU [0, inf) and ReLU6 [0, 6] only")
+
+
+def _pool(c: _Node) -> ops.Op:
+    _data_input(c, 4)
+    kernel, strides = _pair_attr(c, "kernel_shape"), _pair_attr(c, "strides")
+    if _pair_attr(c, "dilations") != (1, 1):
+        raise _Refusal(f"dilations={c.attr('dilations')}: the IR's pooling has no dilation")
+    pads = _pads(c, kernel, strides, (1, 1))
+    ceil = bool(c.attr("ceil_mode", 0))
+    if c.op_type == "MaxPool":
+        return ops.MaxPool(kernel, strides, pads, ceil)
+    return ops.AvgPool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)))
+
+
+def _global_avg_pool(c: _Node) -> ops.Op:
+    _data_input(c, 4)
+    return ops.GlobalAvgPool()
+
+
+def _add(c: _Node) -> ops.Op:
+    data = [t for t in c.proto.input if t in c.model.depends]
+    if len(data) == 1:
+        const = c.const(1 if c.proto.input[0] in c.model.depends else 0)
+        x_shape = c.shape(data[0])
+        shift = _per_channel(const.astype(np.float32), x_shape, "the added constant")
+        return ops.BatchNorm(np.ones(x_shape[1], np.float32), shift)
+    shapes = [c.shape(t) for t in data]
+    if any(s != shapes[0] for s in shapes):
+        raise _Refusal(f"adds shapes {shapes}: the IR's Add does not broadcast")
+    return ops.Add()
+
+
+def _concat(c: _Node) -> ops.Op:
+    if any(t not in c.model.depends for t in c.proto.input):
+        raise _Refusal("concatenates a constant; the IR concatenates computed tensors only")
+    axis = c.attr("axis") % len(c.out_shape)
+    if axis == 0:
+        raise _Refusal("concatenates along the batch axis")
+    return ops.Concat(axis)
+
+
+def _reshape(c: _Node) -> ops.Op:
+    """Flatten / Reshape: the result shape is the one shape inference gives."""
+    x, out = c.in_shape(0), c.out_shape
+    if len(out) < 2 or out[0] != x[0]:
+        raise _Refusal(f"reshapes {x} to {out}: the IR keeps the batch axis first")
+    return ops.Flatten() if len(out) == 2 else ops.Reshape(tuple(out[1:]))
+
+
+def _batch_norm(c: _Node) -> ops.Op:
+    if c.attr("training_mode", 0):
+        raise _Refusal("training_mode=1: the IR folds running statistics only")
+    gamma, beta, mean, var = (c.weight(i) for i in range(1, 5))
+    return ops.BatchNorm.from_stats(gamma, beta, mean, var, c.attr("epsilon", 1e-5))
+
+
+def _prelu(c: _Node) -> ops.Op:
+    return ops.PRelu(_per_channel(c.weight(1), c.in_shape(0), "slope"))
+
+
+def _softmax(c: _Node) -> ops.Op:
+    shape = c.in_shape(0)
+    axis = c.attr("axis", 1 if c.model.opset < 13 else -1) % len(shape)
+    if c.model.opset < 13 and math.prod(shape[axis + 1:]) > 1:
+        raise _Refusal(f"opset {c.model.opset} Softmax over axes {axis}.. of {shape} (flattened); "
+                       "the IR normalises one axis")
+    if axis == 0:
+        raise _Refusal("softmax over the batch axis")
+    return ops.Softmax(axis)
+
+
+def _dropout(c: _Node):
+    training = c.const(2) if c.model.opset >= 12 else None
+    if training is not None and bool(training):
+        raise _Refusal("training_mode=True drops at random")
+    return c.proto.input[0]
+
+
+def _resize(c: _Node) -> ops.Op:
+    mode = c.attr("mode", "nearest")
+    old = c.op_type == "Upsample" or c.model.opset < 11
+    if old:  # Upsample-7/9 and Resize-10: asymmetric coordinates, scales as attr or input 1
+        scales = c.attr("scales") if c.model.opset < 9 else c.const(1)
+        transform, rounding = "asymmetric", "simple"
+    else:
+        scales = c.const(2)
+        transform = c.attr("coordinate_transformation_mode", "half_pixel")
+        rounding = c.attr("nearest_mode", "round_prefer_floor")
+        _refuse_resize_extras(c)
+    mode = {"bilinear": "linear"}.get(mode, mode)
+    if mode not in ("nearest", "linear"):
+        raise _Refusal(f"mode={mode!r}: the IR resamples 'nearest' or 'linear' only")
+    return _resample(c, mode, transform, rounding, scales)
+
+
+def _refuse_resize_extras(c: _Node) -> None:
+    for key, default in (("antialias", 0), ("exclude_outside", 0),
+                         ("keep_aspect_ratio_policy", "stretch")):
+        if c.attr(key, default) != default:
+            raise _Refusal(f"{key}={c.attr(key)!r}: only {default!r} is supported")
+    if c.attr("axes") is not None:
+        raise _Refusal(f"axes={c.attr('axes')}: give scales or sizes for all 4 axes")
+
+
+def _resample(c: _Node, mode: str, transform: str, rounding: str, scales) -> ops.Op:
+    x, out = _data_input(c, 4), c.out_shape
+    if x[:2] != out[:2]:
+        raise _Refusal(f"resizes {x} to {out}: the IR resizes H and W only")
+    scales = (out[2] / x[2], out[3] / x[3]) if scales is None or len(scales) == 0 \
+        else tuple(float(s) for s in scales[2:])
+    want = [_onnx_axis(n, m, s, mode, transform, rounding)
+            for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
+    for align in (False,) if mode == "nearest" else (False, True):
+        op = _upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear", align)
+        if all(np.allclose(_ir_axis(op, n, m), w, rtol=0, atol=1e-6)
+               for n, m, w in zip(x[2:], out[2:], want, strict=True)):
+            return op
+    raise _Refusal(f"mode={mode!r} with coordinate_transformation_mode={transform!r} and "
+                   f"nearest_mode={rounding!r} from {x[2:]} to {out[2:]} samples differently "
+                   "from the IR's Upsample (nearest: floor(dst * in/out); linear: half-pixel "
+                   "or align_corners)")
+
+
+def _upsample(hw, pq, mode: str, align: bool) -> ops.Upsample:
+    if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
+        return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, align)
+    return ops.Upsample(1, mode, align, tuple(pq))
+
+
+def _ir_axis(op: ops.Upsample, n_in: int, n_out: int) -> np.ndarray:
+    """The IR's sampling weights along one axis, n_out x n_in (its own arithmetic on a one-hot)."""
+    eye = np.eye(n_in, dtype=np.float32).reshape(1, n_in, n_in, 1)
+    return dataclasses.replace(op, size=(n_out, 1))(eye)[0, :, :, 0].T
+
+
+_TRANSFORMS = {
+    "half_pixel": lambda d, s, n, m: (d + 0.5) / s - 0.5,
+    "pytorch_half_pixel": lambda d, s, n, m: (d + 0.5) / s - 0.5 if m > 1 else 0 * d,
+    "align_corners": lambda d, s, n, m: d * (n - 1) / (m - 1) if m > 1 else 0 * d,
+    "asymmetric": lambda d, s, n, m: d / s,
+    "tf_half_pixel_for_nn": lambda d, s, n, m: (d + 0.5) / s,
+    "half_pixel_symmetric": lambda d, s, n, m: n / 2 * (1 - m / (s * n)) + (d + 0.5) / s - 0.5,
+}
+
+_ROUNDINGS = {
+    "round_prefer_floor": lambda x, s: np.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x, s: np.floor(x + 0.5),
+    "floor": lambda x, s: np.floor(x),
+    "ceil": lambda x, s: np.ceil(x),
+    "simple": lambda x, s: np.ceil(x) if s < 1 else np.floor(x),  # Upsample, Resize-10
+}
+
+
+def _onnx_axis(n_in: int, n_out: int, scale: float, mode: str, transform: str,
+               rounding: str) -> np.ndarray:
+    """ONNX Resize's sampling weights along one axis (n_out x n_in), per the operator spec."""
+    if transform not in _TRANSFORMS or rounding not in _ROUNDINGS:
+        raise _Refusal(f"coordinate_transformation_mode={transform!r}, nearest_mode={rounding!r}:"
+                       f" supported are {', '.join(_TRANSFORMS)} and {', '.join(_ROUNDINGS)}")
+    src = _TRANSFORMS[transform](np.arange(n_out, dtype=np.float64), scale, n_in, n_out)
+    rows, weights = np.arange(n_out), np.zeros((n_out, n_in))
+    if mode == "nearest":
+        weights[rows, np.clip(_ROUNDINGS[rounding](src, scale), 0, n_in - 1).astype(int)] = 1
+        return weights
+    src = np.clip(src, 0, n_in - 1)
+    lo = np.floor(src).astype(int)
+    hi = np.minimum(lo + 1, n_in - 1)
+    np.add.at(weights, (rows, lo), 1 - (src - lo))
+    np.add.at(weights, (rows, hi), src - lo)
+    return weights
+
+
+def _simple(op_cls):
+    def convert(c: _Node) -> ops.Op:
+        return op_cls()
+    return convert
+
+
+# op type -> (converter, how many leading inputs are data; None = all)
+_CONVERTERS = {
+    "Conv": (_conv, 1), "Gemm": (_gemm, 1), "MatMul": (_matmul, 1),
+    "Relu": (_simple(ops.Relu), 1), "PRelu": (_prelu, 1),
+    "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
+    "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
+    "Add": (_add, None), "Concat": (_concat, None), "Flatten": (_reshape, 1),
+    "Reshape": (_reshape, 1), "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
+    "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
+    "Dropout": (_dropout, 1),
+}
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types the importer maps to the IR."""
+    return sorted(_CONVERTERS)
+
+
+# ---- reading, checking, shape inference -------------------------------------------------
+
+
+def _load(path: Path):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror}") from None
+    if not data:
+        raise ModelError(f"{path}: empty file, not an ONNX model")
+    try:
+        model = onnx.load_from_string(data)
+    except DecodeError:
+        what = "truncated or corrupt ONNX file" if data[:1] == b"\x08" else "not an ONNX model"
+        raise ModelError(f"{path}: {what}: it does not parse as an ONNX ModelProto") from None
+    if model.ir_version == 0 or not model.HasField("graph"):
+        raise ModelError(f"{path}: not an ONNX model (no IR version or graph)")
+    _load_external(model, path)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"{path}: invalid ONNX model: {str(e).strip().splitlines()[0]}") from None
+    return model
+
+
+def _load_external(model, path: Path) -> None:
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        try:
+            load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{path}: cannot read its external weight data: {e}") from None
+
+
+def _graph_input(model, path: Path):
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if len(inputs) != 1 or len(model.graph.output) != 1:
+        outputs = [o.name for o in model.graph.output]
+        raise ModelError(f"{path}: the graph has inputs {[i.name for i in inputs]} and outputs "
+                         f"{outputs}; npusim networks have one of each")
+    tensor = inputs[0].type.tensor_type
+    if tensor.elem_type not in (1, 10, 11):  # FLOAT, FLOAT16, DOUBLE
+        raise ModelError(f"{path}: input {inputs[0].name!r} has element type {tensor.elem_type} "
+                         "(onnx.TensorProto); npusim feeds float tensors")
+    return inputs[0]
+
+
+def _dims(value_info) -> tuple | None:
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                 for d in t.shape.dim)
+
+
+def _set_input_shape(value_info, input_shape, path: Path) -> tuple[int, ...]:
+    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it."""
+    dims = _dims(value_info) or ()
+    name = value_info.name
+    if input_shape is None:
+        if not dims or None in dims:
+            shown = "x".join("?" if d is None else str(d) for d in dims) or "unknown"
+            raise ModelError(f"{path}: input {name!r} has a dynamic shape ({shown}); pass "
+                             "input_shape (--input-shape NxCxHxW) to fix it")
+        return dims
+    shape = tuple(int(d) for d in input_shape)
+    if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
+            d is not None and d != s for d, s in zip(dims, shape, strict=False)):
+        raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
+                         f"{tuple('?' if d is None else d for d in dims)}")
+    t = value_info.type.tensor_type
+    t.shape.ClearField("dim")
+    for s in shape:
+        t.shape.dim.add().dim_value = s
+    return shape
+
+
+def _infer(model, path: Path):
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                 data_prop=True)
+    except Exception as e:  # onnx raises InferenceError and, for bad graphs, RuntimeError
+        raise ModelError(f"{path}: onnx shape inference failed: "
+                         f"{str(e).strip().splitlines()[0]}") from None
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+
+# ---- conversion -------------------------------------------------------------------------
+
+
+def _analyse(model, path: Path, input_name: str) -> _Model:
+    g = model.graph
+    shapes = {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
+    producers = {out: n for n in g.node for out in n.output}
+    depends = {input_name}
+    for n in g.node:
+        if any(i in depends for i in n.input):
+            depends.update(n.output)
+    return _Model(path, _opset(model), shapes, {t.name: t for t in g.initializer}, producers,
+                  depends)
+
+
+def _needed(model, output: str) -> set:
+    """Nodes (by index) on the data path from the graph output back to the input."""
+    wanted, needed = {output}, set()
+    for i in reversed(range(len(model.graph.node))):
+        n = model.graph.node[i]
+        if not wanted.intersection(n.output):
+            continue
+        needed.add(i)
+        count = _CONVERTERS[n.op_type][1] if n.op_type in _CONVERTERS else None
+        wanted.update(n.input if count is None else n.input[:count])
+    return needed
+
+
+def _names(model) -> list[str]:
+    """A unique IR name per node: its ONNX name, else op type and index."""
+    used, names = {"input"}, []
+    for i, n in enumerate(model.graph.node):
+        base = n.name or f"{n.op_type}_{i}"
+        name, k = base, 1
+        while name in used:
+            name, k = f"{base}_{k}", k + 1
+        used.add(name)
+        names.append(name)
+    return names
+
+
+@dataclass
+class _Build:
+    nodes: list
+    expected: dict
+    unsupported: list
+    problems: list
+
+
+def _convert(model, m: _Model, input_name: str) -> tuple[_Build, dict]:
+    build, ir_of = _Build([], {}, [], []), {input_name: "input"}
+    needed, names = _needed(model, model.graph.output[0].name), _names(model)
+    for i, proto in enumerate(model.graph.node):
+        if i not in needed or not m.depends.intersection(proto.output):
+            continue
+        if proto.op_type not in _CONVERTERS or proto.domain not in ("", "ai.onnx"):
+            build.unsupported.append(f"{proto.op_type} (node {names[i]!r})")
+            continue
+        c = _Node(proto, names[i], m)
+        try:
+            result = _CONVERTERS[proto.op_type][0](c)
+            _check_extra_outputs(proto, model, needed)
+            if isinstance(result, str):  # a pass-through (Identity, Dropout)
+                ir_of[proto.output[0]] = ir_of.get(result, result)
+                continue
+            inputs = tuple(ir_of.get(t, t) for t in proto.input if t in m.depends)
+            build.expected[names[i]] = c.out_shape
+        except (_Refusal, LayerError) as e:
+            build.problems.append(f"node {names[i]!r} ({proto.op_type}): {e}")
+            continue
+        build.nodes.append(Node(names[i], result, inputs))
+        ir_of[proto.output[0]] = names[i]
+    return build, ir_of
+
+
+def _check_extra_outputs(proto, model, needed: set) -> None:
+    """Refuse if a second output (MaxPool indices, Dropout mask, BN statistics) is read."""
+    read = {t for i, n in enumerate(model.graph.node) if i in needed for t in n.input}
+    read.add(model.graph.output[0].name)
+    extra = [t for t in proto.output[1:] if t and t in read]
+    if extra:
+        raise _Refusal(f"its extra outputs {extra} are used; the IR computes output 0 only")
+
+
+def _fail(path: Path, build: _Build) -> ModelError:
+    parts = []
+    if build.unsupported:
+        parts.append("unsupported ops: " + ", ".join(build.unsupported))
+    if build.problems:
+        parts.append("unsupported parameters: " + "; ".join(build.problems))
+    return ModelError(f"{path}: cannot import: {'; '.join(parts)}. Supported: "
+                      f"{', '.join(supported_ops())}")
+
+
+def _assemble(build: _Build, out: str, input_shape, path: Path) -> Graph:
+    nodes = build.nodes
+    if out == "input":
+        nodes = nodes + [Node("output", ops.Identity(), ("input",))]
+        out = "output"
+    try:
+        graph = Graph(nodes, input_shape, path.stem, output_name=out)
+    except LayerError as e:
+        raise ModelError(f"{path}: {e}") from e
+    for node, shape in build.expected.items():
+        if graph.shapes[node] != shape:
+            raise ModelError(f"{path}: node {node!r}: the IR computes shape {graph.shapes[node]} "
+                             f"where onnx infers {shape}")
+    return fold_batchnorm(graph)
+
+
+def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Graph:
+    """The ``Graph`` of an ONNX file, weights as float32, batch norm folded.
+
+    ``input_shape`` (N x C x H x W) fixes a dynamic input shape and must agree with
+    every fixed dimension of the file's. Raises ``ModelError`` for a file that is
+    not ONNX or is truncated, a dynamic shape without ``input_shape``, and (one
+    message) every unsupported op type with its node name and the supported list.
+    """
+    path = Path(path)
+    model = _load(path)
+    value_info = _graph_input(model, path)
+    shape = _set_input_shape(value_info, input_shape, path)
+    model = _infer(model, path)
+    m = _analyse(model, path, value_info.name)
+    build, ir_of = _convert(model, m, value_info.name)
+    if build.unsupported or build.problems:
+        raise _fail(path, build)
+    out = model.graph.output[0].name
+    if out not in ir_of:
+        raise ModelError(f"{path}: output {out!r} is not computed from input {value_info.name!r}")
+    return _assemble(build, ir_of[out], shape, path)
