@@ -126,7 +126,7 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
     occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
     pairs = int(per.sum(dtype=np.int64))
     return Schedule(
-        pairs=pairs, skipped=bitmap.skipped(layer, x_mask, w_mask, pairs),
+        pairs=pairs, skipped=bitmap.skipped(layer, x_mask, nnz, pairs),
         group_cycles=group_cycles, processor_cycles=processor_cycles,
         step_capacity=int(unit_cycles.sum()) * size,
         mapped_capacity=int((unit_cycles * occupied).sum()),
