@@ -58,11 +58,12 @@ def test_equal_work_on_a_worked_example():
     assert sorted(nnz[g].sum(axis=1).tolist()) == [14, 16]
 
 
+@pytest.mark.parametrize("dealing", grouping.DEALINGS)
 @pytest.mark.parametrize("kernels,pixels,groups,size", [(5, 7, 4, 2), (64, 3, 8, 8),
                                                           (3, 100, 16, 4), (1, 1, 32, 32)])
-def test_plan_covers_every_kernel_and_pixel_once(kernels, pixels, groups, size):
+def test_plan_covers_every_kernel_and_pixel_once(kernels, pixels, groups, size, dealing):
     nnz = np.arange(kernels) % 5
-    pl = grouping.plan(nnz, pixels, groups, size, "similar-density")
+    pl = grouping.plan(nnz, pixels, groups, size, "similar-density", dealing)
     seen = np.zeros((kernels, pixels), int)
     for u in range(pl.units):
         ks, lo, hi = pl.unit(u)
@@ -78,3 +79,24 @@ def test_unknown_policy_names_the_field_and_the_choices():
     with pytest.raises(ConfigError, match=r"sparse-pairs.grouping='by-luck': must be one of "
                                           r"in-order, similar-density, equal-work"):
         grouping.weight_groups(np.array([1, 2]), 2, "by-luck")
+
+
+def test_pixel_slices_give_each_processor_group_every_weight_group_on_its_own_slice():
+    pl = grouping.plan(np.arange(6), 10, 4, 2, "in-order", "pixel-slices")
+    assert pl.slices == 4
+    for g in range(4):
+        units = [pl.unit(u) for u in range(pl.units) if pl.processor_group(u) == g]
+        assert [k.tolist() for k, _, _ in units] == [[0, 1], [2, 3], [4, 5]]
+        assert len({(lo, hi) for _, lo, hi in units}) == 1
+
+
+def test_weight_groups_dealing_gives_whole_weight_groups_when_they_fill_the_array():
+    pl = grouping.plan(np.arange(16), 50, 4, 2, "in-order", "weight-groups")
+    assert (pl.slices, pl.units) == (1, 8)
+    assert [pl.processor_group(u) for u in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_unknown_dealing_names_the_field_and_the_choices():
+    with pytest.raises(ConfigError, match=r"sparse-pairs.dealing='zigzag': must be one of "
+                                          r"weight-groups, pixel-slices"):
+        grouping.plan(np.array([1, 2]), 4, 2, 2, "in-order", "zigzag")

@@ -23,12 +23,17 @@ DF = get("sparse-pairs")
 BASE = npusim.load_arch("sparse-pairs-32x32")
 
 
-def arch_with(groups=32, size=32, policy="similar-density"):
-    return dataclasses.replace(BASE, sections={**BASE.sections,
-                                               "sparse-pairs": Params(groups, size, policy)})
+def arch_with(groups=32, size=32, policy="similar-density", dealing="weight-groups"):
+    p = Params(groups, size, policy, dealing)
+    return dataclasses.replace(BASE, sections={**BASE.sections, "sparse-pairs": p})
 
 
-params = st.builds(Params, st.integers(1, 3), st.integers(1, 4), st.sampled_from(grouping.POLICIES))
+def arch_of(p: Params):
+    return arch_with(p.processor_groups, p.processors_per_group, p.grouping, p.dealing)
+
+
+params = st.builds(Params, st.integers(1, 3), st.integers(1, 4), st.sampled_from(grouping.POLICIES),
+                   st.sampled_from(grouping.DEALINGS))
 densities = st.sampled_from([1.0, 0.6, 0.3, 0.0])
 
 
@@ -51,7 +56,7 @@ def test_int8_outputs_are_bit_identical_to_the_exact_integer_reference(layer, se
 
 @given(conv_layers(), st.integers(0, 2**16), densities, params)
 def test_run_and_estimate_give_identical_stats(layer, seed, density, p):
-    arch = arch_with(p.processor_groups, p.processors_per_group, p.grouping)
+    arch = arch_of(p)
     x, w, b = tensors(layer, seed, density=density)
     _, ran = DF.run(layer, x, w, b, arch)
     assert ran == DF.estimate(layer, x != 0, w != 0, arch)
@@ -69,7 +74,7 @@ def _same_schedule(a, b):
 def test_emulator_equals_the_fast_model_in_outputs_and_cycles(layer, seed, density, p, dtype):
     layer = layer.with_dtype(dtype)
     x, w, b = tensors(layer, seed, dtype, density)
-    arch = arch_with(p.processor_groups, p.processors_per_group, p.grouping)
+    arch = arch_of(p)
     out, sched = emulate(layer, x, w, b, p)
     _same_schedule(sched, schedule(layer, x != 0, w != 0, p))
     fast, fast_stats = DF.run(layer, x, w, b, arch)
@@ -123,16 +128,33 @@ def test_dense_tensors_decide_every_pair_and_zero_weights_none():
     assert empty.extra["skipped_weight_zero"] == layer.macs
 
 
-def test_similar_density_beats_in_order_when_densities_alternate():
+def _alternating_densities():
     layer = ConvLayer(1, 16, 6, 6, 8, 3, 3, padding=1)
     rng = np.random.default_rng(3)
     x = np.abs(rng.standard_normal(layer.input_shape)).astype(np.float32)
     w = rng.standard_normal(layer.weight_shape).astype(np.float32)
     w[1::2] *= rng.random(w[1::2].shape) < 0.1  # odd kernels 10 % dense, even ones dense
-    cycles = {pol: DF.estimate(layer, x != 0, w != 0, arch_with(1, 2, pol)).cycles
+    return layer, x != 0, w != 0
+
+
+@pytest.mark.parametrize("groups,dealing", [(1, "weight-groups"), (2, "pixel-slices")])
+def test_similar_density_wins_when_a_group_runs_several_weight_groups(groups, dealing):
+    """Lockstep steps cost the densest member: sorted groups pay for the dense kernels once."""
+    layer, xm, wm = _alternating_densities()
+    cycles = {pol: DF.estimate(layer, xm, wm, arch_with(groups, 2, pol, dealing)).cycles
               for pol in grouping.POLICIES}
     assert cycles["similar-density"] < cycles["in-order"]
     assert cycles["similar-density"] < cycles["equal-work"]
+
+
+def test_one_unit_per_group_is_bound_by_the_densest_kernel_whatever_the_grouping():
+    """4 weight groups on 4 processor groups, dense features: every policy puts the densest
+    kernel in some unit, and that unit (all pixels, 9 x 16 pairs a step at most) ends last."""
+    layer, xm, wm = _alternating_densities()
+    xm = np.ones_like(xm)
+    cycles = {DF.estimate(layer, xm, wm, arch_with(4, 2, pol)).cycles for pol in grouping.POLICIES}
+    pc = schedule(layer, xm, wm, Params(4, 2, "in-order")).processor_cycles
+    assert cycles == {int(pc.max())}
 
 
 def _tiny_graph():
@@ -169,8 +191,10 @@ def test_preset_has_as_many_multipliers_as_the_systolic_preset():
     ('grouping = "random"', r"x.toml: sparse-pairs.grouping='random': must be one of "
                             r"in-order, similar-density, equal-work"),
     ("processors_per_group = 0", r"x.toml: sparse-pairs.processors_per_group=0: must be >= 1"),
-    ("lanes = 4", r"x.toml: sparse-pairs: unknown key\(s\) lanes; valid keys: grouping, "
-                  r"processor_groups, processors_per_group"),
+    ("lanes = 4", r"x.toml: sparse-pairs: unknown key\(s\) lanes; valid keys: dealing, "
+                  r"grouping, processor_groups, processors_per_group"),
+    ('dealing = "any"', r"x.toml: sparse-pairs.dealing='any': must be one of weight-groups, "
+                        r"pixel-slices"),
 ])
 def test_bad_sparse_pairs_section_names_the_file_key_value_and_rule(body, message):
     with pytest.raises(ConfigError, match=message):

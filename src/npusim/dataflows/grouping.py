@@ -12,11 +12,16 @@ one after another (claim 13). Three policies:
   densest kernel first, each to the group with the least total so far that still
   has a free slot (longest-processing-time greedy with a capacity).
 
-Unless the weight-group count is a multiple of the processor-group count, the
-output pixels are cut into contiguous slices too: the fewest slices (at most one
-per pixel) that make the unit count a multiple of the processor groups, so each
-processor group gets as many units. A work unit is (weight group, pixel slice);
-unit ``i`` goes to processor group ``i mod groups`` (dealt one after another).
+A work unit is (weight group, contiguous slice of output pixels); unit
+``u = weight_group * slices + slice`` goes to processor group ``u mod groups``
+(dealt one after another). Two dealings, differing only in the slice count:
+
+- ``weight-groups`` (claim 13 as written): weight groups go to processor groups
+  in turn; pixels are cut only as far as needed to give every processor group
+  as many units: the fewest slices (at most one per pixel) that make the unit
+  count a multiple of the processor-group count;
+- ``pixel-slices``: one slice per processor group (at most one per pixel); each
+  processor group runs every weight group, one after another, on its own slice.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from ..errors import ConfigError
 
 POLICIES = ("in-order", "similar-density", "equal-work")
+DEALINGS = ("weight-groups", "pixel-slices")
 EMPTY = -1  # a processor slot with no kernel
 
 
@@ -99,9 +105,16 @@ class Plan:
         return u % self.processor_groups
 
 
-def plan(nnz: np.ndarray, pixels: int, processor_groups: int, size: int, policy: str) -> Plan:
+def plan(nnz: np.ndarray, pixels: int, processor_groups: int, size: int, policy: str,
+         dealing: str = "weight-groups") -> Plan:
     """Group the kernels (``nnz`` per kernel), slice ``pixels`` output pixels, deal the units."""
+    if dealing not in DEALINGS:
+        raise ConfigError(f"sparse-pairs.dealing={dealing!r}: must be one of "
+                          f"{', '.join(DEALINGS)}")
     groups = weight_groups(nnz, size, policy)
-    slices = min(pixels, processor_groups // math.gcd(len(groups), processor_groups))
+    slices = processor_groups
+    if dealing == "weight-groups":
+        slices //= math.gcd(len(groups), processor_groups)
+    slices = min(pixels, slices)
     bounds = np.arange(slices + 1, dtype=np.int64) * pixels // slices
     return Plan(groups, bounds, processor_groups)

@@ -40,6 +40,7 @@ from ..quant import check_int32
 from ..stats import LayerStats, energy_pj
 from . import bitmap, grouping
 from .base import element_bytes, register
+from .grouping import DEALINGS, POLICIES
 
 NAME = "sparse-pairs"
 
@@ -50,7 +51,8 @@ class Params:
 
     processor_groups: int = spec(32, "processor groups", min=1)
     processors_per_group: int = spec(32, "processors (one multiplier each) per group", min=1)
-    grouping: str = spec("similar-density", "weight grouping policy", choices=grouping.POLICIES)
+    grouping: str = spec("similar-density", "weight grouping policy", choices=POLICIES)
+    dealing: str = spec("weight-groups", "work dealt by", choices=DEALINGS)
 
     @property
     def processors(self) -> int:
@@ -111,7 +113,7 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
     per = _kernel_pixels(layer, x_mask, w_mask)
     nnz = np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)
     size = p.processors_per_group
-    pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping)
+    pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping, p.dealing)
     slots = per[pl.groups]  # weight groups x size x pixels
     steps = np.maximum(slots.max(axis=1), 1)
     starts = pl.bounds[:-1]

@@ -64,7 +64,7 @@ class Machine:
         nnz = np.array([bits.bit_count() for bits, _ in self.kernels])
         self.npix = layer.N * layer.P * layer.Q
         self.plan = grouping.plan(nnz, self.npix, p.processor_groups,
-                                  p.processors_per_group, p.grouping)
+                                  p.processors_per_group, p.grouping, p.dealing)
         self.out = np.zeros((layer.N, layer.K, layer.P, layer.Q), object)
         self.skipped = [0, 0, 0]
         self.traffic = 0
