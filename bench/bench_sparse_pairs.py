@@ -89,22 +89,25 @@ def wins(rows) -> dict[tuple[str, str], int]:
 
 
 def summarise(label: str, rows) -> None:
-    """Network totals per dealing and policy; ``util`` (decided pairs / multiplier-cycles) is
-    the fraction of the ideal speed-up (dense MACs / pairs) that the machine reaches."""
+    """Network totals per dealing and policy. ``speed-up``: over the systolic array;
+    ``vs dense``: over a dense machine with as many multipliers, all busy every cycle (dense
+    MACs / multipliers); ``ideal``: dense MACs / pairs; ``util`` (pairs / multiplier-cycles)
+    = vs dense / ideal, the fraction of the ideal reached."""
     sys_total = total([r["systolic"] for r in rows])
     print(f"\n{label}: {len(rows)} conv/fc layers, systolic-32x32-ws {sys_total.cycles:,} cycles "
           f"(utilisation {sys_total.utilisation:.2f})")
-    print(f"  {'dealing':14s} {'policy':16s} {'cycles':>11s} {'speed-up':>8s} {'ideal':>6s} "
-          f"{'util':>5s} {'idle in':>7s} {'idle btw':>8s} {'grp imb':>7s} {'proc imb':>8s} "
-          f"{'bitmap/val':>10s} {'wins':>4s}")
+    print(f"  {'dealing':14s} {'policy':16s} {'cycles':>11s} {'speed-up':>8s} {'vs dense':>8s} "
+          f"{'ideal':>6s} {'util':>5s} {'idle in':>7s} {'idle btw':>8s} {'grp imb':>7s} "
+          f"{'proc imb':>8s} {'bitmap/val':>10s} {'wins':>4s}")
     won = wins(rows)
     for m in MACHINES:
         t = total([r[m] for r in rows])
         bitmap_ratio = t.extra["bitmap_traffic_bytes"] / (t.sram_ifmap_bytes + t.sram_filter_bytes)
         idle_in, idle_between = (t.extra[k] / t.pe_cycles for k in
                                  ("idle_cycles_within_groups", "idle_cycles_between_groups"))
+        vs_dense = t.dense_macs / (t.pe_cycles / t.cycles) / t.cycles
         print(f"  {m[0]:14s} {m[1]:16s} {t.cycles:11,d} {sys_total.cycles / t.cycles:8.2f} "
-              f"{t.dense_macs / t.macs:6.2f} {t.utilisation:5.2f} {idle_in:7.2f} "
+              f"{vs_dense:8.2f} {t.dense_macs / t.macs:6.2f} {t.utilisation:5.2f} {idle_in:7.2f} "
               f"{idle_between:8.2f} {imbalance(t):7.2f} {imbalance(t, 'processor'):8.2f} "
               f"{bitmap_ratio:10.3f} {won.get(m, 0):4d}")
     print("  all three policies tie on " + ", ".join(
