@@ -1,8 +1,9 @@
 """What the hardware spends: ``LayerStats`` per layer, summed into network totals.
 
 Every dataflow fills the same ``LayerStats``; its own counts go in ``extra``
-(additive counts only, so totals are plain sums). Ratios (utilisation, mapping
-efficiency) are derived from additive fields, never stored, so a sum of layers
+(additive counts only, so totals are plain sums; the one exception: keys starting
+with ``peak_`` hold a size the hardware must provide, merged by maximum). Ratios
+(utilisation, mapping efficiency) are derived from additive fields, never stored, so a sum of layers
 gives the right network ratio. Energy comes from one function, ``energy_pj``.
 """
 
@@ -64,7 +65,7 @@ class LayerStats:
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name == "extra":
-                values["extra"] = {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+                values["extra"] = {k: _merge(k, a.get(k, 0), b.get(k, 0)) for k in {**a, **b}}
             elif isinstance(a, str):
                 values[f.name] = a if a == b else ""
             else:
@@ -81,6 +82,11 @@ class LayerStats:
                    sram_bytes=self.sram_bytes, dram_bytes=self.dram_bytes)
         out.update({k: v for k, v in self.extra.items()})
         return out
+
+
+def _merge(key: str, a, b):
+    """Two layers' values of an ``extra`` key: ``peak_*`` by maximum, the rest summed."""
+    return max(a, b) if key.startswith("peak_") else a + b
 
 
 def total(stats: list[LayerStats], name: str = "total") -> LayerStats:
