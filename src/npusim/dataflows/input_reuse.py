@@ -75,29 +75,42 @@ class Params:
 
 
 def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
-    """Outputs by the device's arithmetic: per non-zero tap, output window += W x input window.
+    """Outputs by the device's arithmetic: the sum over non-zero taps of W x input window.
 
-    Vectorised over channels and kernels (one batched product per tap); float32
-    accumulates in float32, int8 exactly (float64 sums of int8 products are exact).
+    Per stride phase, the windows of the taps with any non-zero weight are stacked
+    and multiplied by their weights in one product per conv group (vectorised over
+    taps, channels and kernels; all-zero taps are skipped, as the device skips
+    their cycles). float32 accumulates in float32, int8 exactly (float64 sums of
+    int8 products are exact).
     """
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32
     xp = pad_input(x.astype(acc, copy=False), layer)
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
     wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
+    live = wg.any(axis=(0, 1, 2))
     out = np.zeros((N, G, Kg, P * Q), acc)
     for ph in phases(layer):
         xa = ph.input(xp)
         for part in ph.parts:
-            for r, s, u, v in zip(part.r, part.s, part.u, part.v, strict=True):
-                wt = wg[:, :, :, r, s]
-                if wt.any():
-                    win = xa[:, :, u:u + P, v:v + Q].reshape(N, G, Cg, P * Q)
-                    out += np.matmul(wt, win)
+            keep = live[part.r, part.s]
+            if keep.any():
+                out += _window_product(xa, wg, part, keep, layer)
     out = out.reshape(layer.output_shape)
     if bias is not None:
         out += bias.astype(acc).reshape(1, -1, 1, 1)
     return check_int32(np.rint(out).astype(np.int64), layer.name) if integer else out
+
+
+def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
+    """sum over the kept taps t of W[:, :, t] x window_t: N x G x Kg x (P*Q)."""
+    G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
+    r, s, u, v = part.r[keep], part.s[keep], part.u[keep], part.v[keep]
+    windows = np.empty((N, G, Cg, r.size, P, Q), xa.dtype)
+    for t in range(r.size):
+        windows[:, :, :, t] = xa[:, :, u[t]:u[t] + P, v[t]:v[t] + Q].reshape(N, G, Cg, P, Q)
+    wt = np.ascontiguousarray(wg[:, :, :, r, s]).reshape(G, Kg, Cg * r.size)
+    return np.matmul(wt, windows.reshape(N, G, Cg * r.size, P * Q))
 
 
 def useful_products(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> int:

@@ -81,7 +81,8 @@ def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray) -> tuple[i
     """(last finish, total wait) of transfers on FIFO servers, in cycles."""
     if server.size == 0:
         return 0, 0
-    order = np.lexsort((np.arange(server.size), ready, server))
+    key = server.astype(np.int64) * (int(ready.max()) + 1) + ready
+    order = np.argsort(key, kind="stable")  # by server, then ready, then sequence
     s, r, d = server[order], ready[order], duration[order]
     c = grouped_cumsum(d, s)
     key = r - (c - d)

@@ -17,6 +17,7 @@ phase is processed as its own pass with its own, smaller partial OFM.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -79,8 +80,12 @@ def _parts(rr, uu, ss, vv, part_rows: int) -> tuple[Part, ...]:
     return tuple(parts)
 
 
-def phases(layer: ConvLayer, part_rows: int = 0) -> list[Phase]:
-    """The stride phases of ``layer`` that hold at least one tap (``part_rows=0``: whole kernel)."""
+@lru_cache(maxsize=256)
+def phases(layer: ConvLayer, part_rows: int = 0) -> tuple[Phase, ...]:
+    """The stride phases of ``layer`` that hold at least one tap (``part_rows=0``: whole kernel).
+
+    Cached: a layer's phases are asked for by the arithmetic, the counts and the checks.
+    """
     (sh, sw), (dh, dw) = layer.stride, layer.dilation
     out = []
     for a in range(sh):
@@ -90,5 +95,5 @@ def phases(layer: ConvLayer, part_rows: int = 0) -> list[Phase]:
             if rr.size and ss.size:
                 out.append(Phase(a, b, layer.P + int(uu.max()), layer.Q + int(vv.max()),
                                  _parts(rr, uu, ss, vv, part_rows), layer.stride))
-    return out
+    return tuple(out)
 

@@ -78,13 +78,19 @@ def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int) -> np.ndarray:
     return np.asarray(out, np.int64)
 
 
+def channel_groups(wp: np.ndarray, depth: int) -> np.ndarray:
+    """``wp`` (G x Kg x Cg x taps) with channels in groups of ``depth``: any non-zero per group,
+    G x Kg x ceil(Cg / depth) x taps."""
+    g, kg, cg, taps = wp.shape
+    groups = math.ceil(cg / depth)
+    padded = np.zeros((g, kg, groups * depth, taps), bool)
+    padded[:, :, :cg] = wp
+    return padded.reshape(g, kg, groups, depth, taps).any(axis=3)
+
+
 def weight_only_cycles(wp: np.ndarray, depth: int) -> int:
     """Weight cycles per region summed over kernels, skipping zero weights only."""
-    cg = wp.shape[2]
-    total = 0
-    for c0 in range(0, cg, depth):
-        total += int(wp[:, :, c0:c0 + depth].any(axis=2).sum())
-    return total
+    return int(np.count_nonzero(channel_groups(wp, depth)))
 
 
 def kernel_sets(per_kernel: np.ndarray, pus: int) -> np.ndarray:

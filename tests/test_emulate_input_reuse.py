@@ -1,0 +1,98 @@
+"""The input-reuse cycle emulator: Fig. 4/6 datapath, and agreement with the fast model
+(outputs bit-identical in int8, same cycles and unit/bus counts) over random layers."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import conv_layers, rel_err, tensors
+from test_input_reuse import arch_with
+
+from npusim import reference
+from npusim.arch import load_arch
+from npusim.dataflows.input_reuse import Params, layer_stats
+from npusim.dataflows.phases import phases
+from npusim.emulate.input_reuse import accumulation_position, datapath, emulate_layer
+from npusim.ir import ConvLayer
+
+
+def whole_kernel(R=3, S=3):
+    return phases(ConvLayer(1, 1, R, S, 1, R, S))[0].parts[0]
+
+
+def test_fig4_accumulation_positions_are_the_point_reflection():
+    part = whole_kernel()
+    # taps in row-major order: (1,1) -> (3,3), (1,2) -> (3,2), (1,3) -> (3,1), (2,1) -> (2,3)
+    got = [accumulation_position(part, t) for t in range(4)]
+    assert got == [(2, 2), (2, 1), (2, 0), (1, 2)]
+    assert all(accumulation_position(part, t) == (2 - part.r[t], 2 - part.s[t]) for t in range(9))
+
+
+def test_fig6_inventory_and_mux_fan_in():
+    path = datapath((4, 4), 1, whole_kernel())
+    inv = path.inventory()
+    assert inv["multipliers"] == 16
+    assert inv["muxes"] == inv["adders"] == inv["accumulators"] == 36
+    assert path.pofm == (6, 6)
+    assert path.fan_in[0, 0] == 1 and path.fan_in[2, 2] == 9  # drawing 610: (1,1) and (3,3)
+    edge = np.array([1, 2, 3, 3, 2, 1])
+    np.testing.assert_array_equal(path.fan_in, np.outer(edge, edge))
+    assert path.fan_in.sum() == 16 * 9
+
+
+def test_device_inventory_scales_with_units():
+    layer = ConvLayer(1, 1, 4, 4, 1, 3, 3, dtype="int8")
+    x, w, b = tensors(layer, 0, "int8")
+    p = load_arch("input-reuse-1024").params("input-reuse")
+    inv = emulate_layer(layer, x, w, b, p).inventory
+    assert inv["multipliers"] == 1024 == p.multipliers
+    assert inv["accumulators"] == 64 * 36 and inv["max_fan_in"] == 9
+
+
+def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
+    layer = ConvLayer(1, 1, 4, 4, 1, 3, 3, padding=2, dtype="int8")  # full conv: whole 6x6
+    x = np.arange(1, 17, dtype=np.int8).reshape(1, 1, 4, 4)
+    w = np.arange(-4, 5, dtype=np.int8).reshape(1, 1, 3, 3)
+    p = Params(region_rows=8, region_cols=8, operation_units=1, processing_units=1)
+    res = emulate_layer(layer, x, w, None, p)
+    np.testing.assert_array_equal(res.output, reference.conv2d(x, w, None, layer))
+    assert res.counters.unit_busy[0] == 8  # nine taps, the zero weight skipped
+
+
+def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal):
+    return Params(region_rows=rows, region_cols=cols, region_channels=depth,
+                  operation_units=draw_units, processing_units=pus, kernel_part_rows=part,
+                  interconnect=link, bus_width=width, output_units=outs, work_stealing=steal)
+
+
+params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
+                   st.integers(1, 4), st.integers(1, 2), st.integers(0, 2),
+                   st.sampled_from(["full", "bus", "chain"]), st.integers(1, 9),
+                   st.integers(1, 3), st.booleans())
+
+
+@given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
+       st.sampled_from([1.0, 0.6, 0.3]))
+def test_emulator_agrees_with_fast_model(layer, p, seed, density):
+    layer = layer.with_dtype("int8")
+    x, w, b = tensors(layer, seed, "int8", density)
+    res = emulate_layer(layer, x, w, b, p)
+    np.testing.assert_array_equal(res.output, reference.conv2d(x, w, b, layer))
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    fast = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    c, e = res.counters, fast.extra
+    assert res.cycles == fast.cycles
+    assert int(c.unit_busy.sum()) == e["opunit_busy_cycles"]
+    assert int(c.unit_busy.max()) == e["opunit_busy_max_cycles"]
+    assert c.pu_busy == e["pu_busy_cycles"]
+    assert (c.transfers, c.transfer_cycles, c.contention, c.hops) == (
+        e["transfers"], e["transfer_cycles"], e["contention_cycles"], e["chain_hops"])
+
+
+@pytest.mark.parametrize("link", ["full", "bus", "chain"])
+def test_float32_emulation_is_close_to_float64(link):
+    layer = ConvLayer(2, 3, 7, 6, 4, 3, 2, stride=(2, 1), padding=(1, 0, 1, 1), dilation=(1, 2))
+    x, w, b = tensors(layer, 5, density=0.5)
+    res = emulate_layer(layer, x, w, b, Params(interconnect=link, operation_units=3))
+    assert res.output.dtype == np.float32
+    assert rel_err(res.output, reference.conv2d(x, w, b, layer)) < 1e-5

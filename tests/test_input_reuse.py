@@ -1,0 +1,191 @@
+"""The input-reuse dataflow: outputs against float64 / exact-int references and torch,
+run == estimate, the patent's own numbers (seed 000), and its errors."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import conv_layers, rel_err, tensors, torch_conv
+
+import npusim
+from npusim import reference
+from npusim.arch import load_arch
+from npusim.arch.spec import arch_from_toml_text
+from npusim.dataflows import get
+from npusim.dataflows.input_reuse import Params
+from npusim.errors import ConfigError, NpusimError
+from npusim.ir import ConvLayer, GraphBuilder
+
+DF = get("input-reuse")
+FIG2A_KERNEL = np.array([[-1, -3, 4], [7, -2, -1], [-5, 3, 1]], np.int8)
+
+
+def arch_with(**params):
+    """The 1024-multiplier preset with some ``[input-reuse]`` parameters changed."""
+    base = load_arch("input-reuse-1024")
+    p = dataclasses.replace(base.params("input-reuse"), **params)
+    return dataclasses.replace(base, sections={**base.sections, "input-reuse": p})
+
+
+def run(layer, x, w, b, arch):
+    return DF.run(layer, x, w, b, arch)
+
+
+@given(conv_layers(), st.integers(0, 2**31), st.sampled_from([1.0, 0.5, 0.2]))
+def test_float32_matches_float64_reference_and_torch(layer, seed, density):
+    x, w, b = tensors(layer, seed, density=density)
+    out, _ = run(layer, x, w, b, load_arch("input-reuse-1024"))
+    assert out.dtype == np.float32
+    assert rel_err(out, reference.conv2d(x, w, b, layer)) < 1e-5
+    assert rel_err(out, torch_conv(layer, x, w, b)) < 1e-5
+
+
+@given(conv_layers(), st.integers(0, 2**31), st.sampled_from([1.0, 0.4]))
+def test_int8_bit_identical_to_exact_integer_reference(layer, seed, density):
+    layer = layer.with_dtype("int8")
+    x, w, b = tensors(layer, seed, "int8", density)
+    out, _ = run(layer, x, w, b, load_arch("input-reuse-1024"))
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
+
+
+@given(conv_layers(max_hw=12), st.integers(0, 2**31), st.sampled_from([1.0, 0.5, 0.1]),
+       st.sampled_from(["full", "bus", "chain"]), st.integers(0, 2), st.integers(1, 3),
+       st.booleans())
+def test_estimate_from_masks_equals_run(layer, seed, density, link, part_rows, depth, steal):
+    arch = arch_with(interconnect=link, kernel_part_rows=part_rows, region_channels=depth,
+                     work_stealing=steal, operation_units=3, processing_units=2, bus_width=5)
+    x, w, b = tensors(layer, seed, density=density)
+    _, ran = run(layer, x, w, b, arch)
+    assert DF.estimate(layer, x != 0, w != 0, arch) == ran
+
+
+def test_fig2a_region_1_to_9_gives_15():
+    x = np.arange(1, 10, dtype=np.int8).reshape(1, 1, 3, 3)
+    out, _ = npusim.conv2d(x, FIG2A_KERNEL[None, None], dataflow="input-reuse",
+                           arch="input-reuse-1024")
+    assert out.item() == 15
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_fig2b_one_pixel_ifm_of_9(emulate):
+    x = np.full((1, 1, 1, 1), 9, np.int8)
+    out, _ = npusim.conv2d(x, FIG2A_KERNEL[None, None], padding=2, dataflow="input-reuse",
+                           arch="input-reuse-1024", emulate=emulate)
+    # 1-indexed (1,1), (1,2), (3,3) of the 3x3 OFM
+    assert (out[0, 0, 0, 0], out[0, 0, 0, 1], out[0, 0, 2, 2]) == (9, 27, -9)
+
+
+def fig5_layer(weights):
+    """Fig. 5: one 4x4 region, one 3x3 kernel, one unit and one PU (no transfer needed)."""
+    layer = ConvLayer(1, 1, 4, 4, 1, 3, 3, dtype="int8")
+    arch = arch_with(operation_units=1, processing_units=1, interconnect="chain")
+    x = np.arange(1, 17, dtype=np.int8).reshape(1, 1, 4, 4)
+    return layer, x, weights.reshape(1, 1, 3, 3).astype(np.int8), arch
+
+
+def test_fig5_nine_cycles_for_a_4x4_region_and_3x3_kernel():
+    layer, x, w, arch = fig5_layer(FIG2A_KERNEL)
+    _, s = run(layer, x, w, None, arch)
+    assert s.cycles == 9
+    assert s.extra["peak_pofm_rows"] == 6 and s.extra["peak_pofm_cols"] == 6
+    assert s.extra["products"] == 16 * 9
+
+
+@pytest.mark.parametrize("zeros", [1, 4, 8])
+def test_one_cycle_saved_per_zero_weight(zeros):
+    w = FIG2A_KERNEL.copy().ravel()
+    w[np.random.default_rng(zeros).choice(9, zeros, replace=False)] = 0
+    layer, x, w, arch = fig5_layer(w)
+    for emulate in (False, True):
+        _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+        assert s.cycles == 9 - zeros
+        assert s.extra["zero_weight_cycles_skipped"] == zeros
+
+
+@pytest.mark.parametrize("part_rows, shape", [(0, (3, 12)), (1, (1, 12))])
+def test_fig8_fig9_partial_ofm_of_a_1x10_region(part_rows, shape):
+    layer = ConvLayer(1, 1, 3, 12, 1, 3, 3)
+    arch = arch_with(region_rows=1, region_cols=10, kernel_part_rows=part_rows)
+    x, w, _ = tensors(layer, 0)
+    _, s = run(layer, x, w, None, arch)
+    assert (s.extra["peak_pofm_rows"], s.extra["peak_pofm_cols"]) == shape
+
+
+def test_zero_pixels_cost_no_products_and_no_stream_bytes():
+    layer = ConvLayer(1, 2, 8, 8, 4, 3, 3, padding=1)
+    x, w, _ = tensors(layer, 1)
+    x[:, 0] = 0  # a whole channel of zeros
+    _, s = run(layer, x, w, None, load_arch("input-reuse-1024"))
+    assert s.extra["products"] == 4 * 9 * 64  # only channel 1: 64 pixels, 9 taps, 4 kernels
+    # 8x8 per channel = 4 blocks of 4x4: bitmaps (2 bytes each) for both, values for one
+    assert s.dram_ifmap_bytes == 2 * 4 * 2 + 64 * 4
+    assert s.extra["zero_pixel_cycles_skipped"] == 4 * 9 * 9  # 9 regions x 9 taps x 4 kernels
+
+
+def test_work_stealing_saves_time_on_uneven_kernels():
+    layer = ConvLayer(1, 4, 8, 8, 4, 3, 3, padding=1)
+    x, w, _ = tensors(layer, 2)
+    w[:3, :, :, :] = 0
+    w[:3, 0, 1, 1] = 1.0  # three kernels with one weight, one dense kernel
+    _, on = run(layer, x, w, None, arch_with(work_stealing=True))
+    _, off = run(layer, x, w, None, arch_with(work_stealing=False))
+    assert on.cycles < off.cycles
+    assert on.extra["stealing_saved_cycles"] == off.cycles - on.cycles
+
+
+def test_multiplier_utilisation_counts_useful_products():
+    layer = ConvLayer(1, 3, 16, 16, 8, 3, 3, padding=1)
+    x, w, _ = tensors(layer, 3, density=0.5)
+    _, s = run(layer, x, w, None, load_arch("input-reuse-1024"))
+    assert s.macs == int(reference.conv2d((x != 0) * 1, (w != 0) * 1, None, layer).sum())
+    assert s.pe_cycles == 1024 * s.cycles
+    assert 0 < s.utilisation <= 1
+
+
+def test_peak_pofm_is_a_maximum_in_network_totals():
+    g = GraphBuilder("two", (1, 2, 8, 8))
+    rng = np.random.default_rng(0)
+    y = g.relu(g.conv(g.input, rng.standard_normal((3, 2, 3, 3)).astype(np.float32), padding=1))
+    g.conv(y, rng.standard_normal((2, 3, 5, 5)).astype(np.float32), padding=2)
+    res = npusim.simulate(g.build(), rng.standard_normal((1, 2, 8, 8)), "input-reuse-1024")
+    assert res.total.extra["peak_pofm_rows"] == 8  # 4 + 5 - 1, not 6 + 8
+    assert res.total.extra["transfers"] == sum(s.extra.get("transfers", 0) for s in res.layers)
+
+
+def test_simulate_modes_agree_on_a_small_network():
+    g = GraphBuilder("tiny", (2, 3, 9, 9))
+    rng = np.random.default_rng(1)
+    y = g.relu(g.conv(g.input, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                      stride=2, padding=1))
+    g.conv(y, rng.standard_normal((4, 1, 3, 3)).astype(np.float32), padding=1, groups=4)
+    graph, x = g.build(), rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    runs = {m: npusim.simulate(graph, x, "input-reuse-1024", mode=m, dtype="int8")
+            for m in ("run", "estimate", "emulate")}
+    np.testing.assert_array_equal(runs["run"].output, runs["emulate"].output)
+    assert [s.cycles for s in runs["run"].layers] == [s.cycles for s in runs["emulate"].layers]
+    assert runs["run"].layers == runs["estimate"].layers
+
+
+def test_first_buffer_too_small_is_refused_with_the_reason():
+    with pytest.raises(NpusimError, match=r"need 1600 B of first buffer.*first_buffer_kb=1"):
+        npusim.conv2d(np.ones((1, 1, 8, 8)), np.ones((1, 1, 7, 7)), dataflow="input-reuse",
+                      arch=arch_with(first_buffer_kb=1, processing_units=4))
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[input-reuse]\ninterconnect = "ring"', r"x.toml: input-reuse.interconnect.*full, bus, chain"),
+    ("[input-reuse]\nregion_rows = 0", r"x.toml: input-reuse.region_rows=0.*>= 1"),
+    ("[input-reuse]\nwarp = 2", r"unknown key.*warp.*valid keys.*bus_width"),
+])
+def test_bad_input_reuse_section_names_the_key(text, message):
+    with pytest.raises(ConfigError, match=message):
+        arch_from_toml_text(text, "x.toml")
+
+
+def test_preset_has_as_many_multipliers_as_the_systolic_preset():
+    ir = load_arch("input-reuse-1024").params("input-reuse")
+    sy = load_arch("systolic-32x32-os").params("systolic")
+    assert isinstance(ir, Params) and ir.multipliers == sy.rows * sy.cols == 1024

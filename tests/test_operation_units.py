@@ -1,0 +1,52 @@
+"""Closed forms of the unit/bus schedule against plain step-by-step loops."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from npusim.dataflows import operation_units as ou
+
+
+def fifo_by_loop(server, ready, duration):
+    """A server takes, whenever free, the earliest-ready waiting transfer (ties: sequence)."""
+    free, last, wait = {}, 0, 0
+    for i in sorted(range(len(server)), key=lambda i: (server[i], ready[i], i)):
+        start = max(ready[i], free.get(server[i], 0))
+        free[server[i]] = start + duration[i]
+        last, wait = max(last, start + duration[i]), wait + start - ready[i]
+    return last, wait
+
+
+transfers = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30), st.integers(1, 6)),
+                     max_size=40)
+
+
+@given(transfers)
+def test_fifo_closed_form_equals_loop(ts):
+    cols = np.array(ts, np.int64).reshape(-1, 3)
+    server, ready, duration = cols[:, 0], cols[:, 1], cols[:, 2]
+    assert ou.fifo(server, ready, duration) == fifo_by_loop(server, ready, duration)
+
+
+@given(st.lists(st.lists(st.integers(0, 20), min_size=3, max_size=3), min_size=1, max_size=10))
+def test_job_times_with_and_without_stealing(jobs):
+    c = np.array(jobs, np.int64)
+    np.testing.assert_array_equal(ou.job_times(c, False), [max(j) for j in jobs])
+    np.testing.assert_array_equal(ou.job_times(c, True), [-(-sum(j) // 3) for j in jobs])
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), min_size=1, max_size=30))
+def test_job_ends_run_each_units_jobs_back_to_back(jobs):
+    unit, times = np.array(jobs, np.int64).T
+    clock, expected = {}, []
+    for u, t in jobs:
+        clock[u] = clock.get(u, 0) + t
+        expected.append(clock[u])
+    np.testing.assert_array_equal(ou.job_ends(unit, times), expected)
+
+
+def test_chain_routes_to_the_kernels_owner_counting_hops():
+    t = ou.Transfers(job=np.array([0, 1]), kernel=np.array([3, 0]), pixels=np.array([36, 36]))
+    server, duration, hops = ou.route(t, np.array([0, 2]), "chain", 4, 4, 16)
+    assert server.tolist() == [3, 0] and hops.tolist() == [3, 2]
+    assert duration.tolist() == [9, 6]  # 3 beats of 16 pixels per hop
