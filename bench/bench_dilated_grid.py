@@ -1,0 +1,107 @@
+"""dilated-segnet (seed 002's Fig. 2 stack at R = 1, 2, 4 and an atrous pyramid at R = 6,
+12, 18) on a real photograph, on the dilated-grid machine against the zero-inserted filter
+(Eq. 4) and against a systolic array of the same 4 MACs, layer by layer.
+
+Columns (cycles): ``grid`` the dilated-grid machine (real taps only); ``grid-zero`` the
+same machine stepping the zero-inserted filter at R = 1; ``systolic`` a 2x2 WS array
+lowering the dilated taps by im2col (no zeros); ``sys-zero`` that array on the
+zero-inserted filter (the prior art's way, Patent Doc 1). Steps per pixel set of a 3x3
+filter at each rate close the run, then the Fig. 18 coefficient counts of the cascades.
+Run: python bench/bench_dilated_grid.py [photo]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import npusim
+from npusim.dataflows import get
+from npusim.dataflows.dilated_grid import Params, count, zero_inserted
+from npusim.frontends import segnet
+
+PRESETS = ("dilated-grid-2x2", "dilated-grid-2x2-h3")
+
+
+def layer_row(layer, arch) -> list:
+    p = arch.params("dilated-grid")
+    sysdf = get("systolic")
+    zi = zero_inserted(layer)
+    return [layer.name, layer.describe(), layer.dilation[0], count(layer, p).cycles,
+            count(zi, p).cycles, sysdf.stats(layer, arch).cycles, sysdf.stats(zi, arch).cycles]
+
+
+def table(graph, arch, title: str = "") -> None:
+    head = ["layer", "shape", "R", "grid", "grid-zero", "systolic", "sys-zero"]
+    rows = [layer_row(graph.layers[n.name], arch) for n in graph.conv_nodes]
+    print(f"\n{title or graph.name} on {arch.name}: {arch.description}")
+    print(f"{head[0]:<12}{head[1]:<34}{head[2]:>3}" + "".join(f"{h:>15}" for h in head[3:]))
+    for r in rows:
+        print(f"{r[0]:<12}{r[1]:<34}{r[2]:>3}" + "".join(f"{v:>15,}" for v in r[3:]))
+    sums = np.sum([r[3:] for r in rows], axis=0)
+    print(f"{'total':<49}" + "".join(f"{v:>15,}" for v in sums))
+    print(f"speed-up of grid: x{sums[1] / sums[0]:.2f} over grid-zero, x{sums[2] / sums[0]:.2f} "
+          f"over systolic, x{sums[3] / sums[0]:.2f} over sys-zero")
+
+
+def steps_per_set() -> None:
+    big = Params(grid_rows=40, grid_cols=40, coef_rows=37, coef_cols=37, levels=5)
+    print("\nsteps per pixel set, 3x3 filter (40x40 grid, 5 levels):")
+    for rate in (1, 2, 4, 6, 12, 18):
+        layer = npusim.ConvLayer(1, 1, 40, 40, 1, 3, 3, dilation=rate, padding=rate)
+        zi = zero_inserted(layer)
+        per = count(layer, big).steps // count(layer, big).pixel_sets
+        per_zero = count(zi, big).steps // count(zi, big).pixel_sets
+        print(f"  R={rate:>2}: real taps {per:>3}, zero-inserted {per_zero:>5}")
+
+
+def machine_costs(graph) -> None:
+    """The shifter's wiring and the overlap of pixel sets, per preset."""
+    for name in PRESETS:
+        arch = npusim.load_arch(name)
+        p = arch.params("dilated-grid")
+        print(f"\n{name}: {p.macs} MACs, {p.grid_rows}x{p.grid_cols} grid, {p.shifter} shifter "
+              f"(reach R <= {p.reach}), {p.links:,} shift links")
+        for n in ("ctx_r1", "ctx_r2", "ctx_r4", "aspp_r6", "aspp_r18", "aspp_1x1"):
+            layer = graph.layers[n]
+            c = count(layer, p)
+            reads = c.ifmap_reads / (layer.N * layer.C * layer.K * layer.H * layer.W)
+            print(f"  {n:<10} pixel sets {c.pixel_sets:>9,}  steps/set "
+                  f"{c.steps / c.pixel_sets:4.2f}  grid writes / SRAM reads "
+                  f"{c.pixels_loaded / c.ifmap_reads:5.2f}  SRAM reads per input pixel and "
+                  f"output map {reads:5.2f}  load stall {c.cycles - c.steps:>10,} cycles")
+
+
+def cascades(c1: int = 32, c2: int = 32) -> None:
+    print(f"\nFig. 18 coefficients, cascade of two 2x2 at R=4 from C1={c1} to C2={c2} maps:")
+    for v in ("single", *segnet.FIG18):
+        if v == "dw-dw" and c1 != c2:
+            continue
+        g = segnet.cascade_graph(c1, c2, 4, v)
+        print(f"  {v:<12} built {segnet.cascade_coefficients(g, 'cascade'):>6}  "
+              f"formula {segnet.fig18_count(v, c1, c2):>6}")
+
+
+def main() -> None:
+    photo = sys.argv[1] if len(sys.argv) > 1 else "astronaut"
+    graph, x = segnet.build(), segnet.input_for(photo)
+    start = time.perf_counter()
+    run = npusim.simulate(graph, x, PRESETS[1])
+    mid = time.perf_counter()
+    est = npusim.simulate(graph, x, PRESETS[1], mode="estimate")
+    print(f"dilated-segnet on '{photo}' {x.shape}: simulate(run) {mid - start:.2f} s, "
+          f"estimate {time.perf_counter() - mid:.2f} s, same stats: {run.layers == est.layers}; "
+          f"classes present: {np.unique(run.output.argmax(1)).tolist()}")
+    for name in PRESETS:
+        table(graph, npusim.load_arch(name))
+    casc = segnet.build(cascade="full-wide")
+    table(casc, npusim.load_arch(PRESETS[1]), "dilated-segnet, R = 2 and 4 as 2x2 cascades")
+    machine_costs(graph)
+    steps_per_set()
+    cascades()
+
+
+if __name__ == "__main__":
+    main()
