@@ -1,0 +1,238 @@
+"""A PyTorch mirror of a ``Graph``: the independent judge of npusim's outputs, layer by layer.
+
+``to_torch(graph)`` gives an ``nn.Module`` that computes the same network with
+``torch.nn.functional`` ops, one small module per node, weights as parameters
+(shared memory with the graph's numpy arrays, no copy). It is traceable by
+``torch.fx`` and exportable with ``torch.onnx``. ``torch_outputs(graph, x)``
+returns every node's output, which ``--check`` compares with npusim's.
+
+Where torch has the op natively it is used with its own arguments (symmetric
+padding, ``count_include_pad``); geometry it cannot express directly (asymmetric
+padding, and ceil mode, whose rule ONNX does not share with torch) goes through
+``F.pad`` first: zeros for convs, -inf for max pooling, and for average pooling a
+ratio of two pooled sums whose divisor counts the pixels npusim's op counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .errors import ModelError
+from .ir import Graph, _padding4, _pair
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:  # torch is an optional extra
+    torch = None
+
+
+def _require_torch() -> None:
+    if torch is None:
+        raise ModelError("PyTorch is not installed: pip install 'npusim[torch]' "
+                         "(torch==2.13.0) to compare against it")
+
+
+def _tensor(a) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32))
+
+
+if torch is not None:
+
+    class Conv(nn.Module):
+        """conv2d (or linear on an N x F input), asymmetric padding through F.pad."""
+
+        def __init__(self, op: ops.Conv, flat_input: bool):
+            super().__init__()
+            self.weight = nn.Parameter(_tensor(op.weight))
+            self.bias = None if op.bias is None else nn.Parameter(_tensor(op.bias))
+            self.flat = flat_input
+            t, b, l, r = _padding4(op.padding, "conv")
+            self.symmetric = t == b and l == r
+            self.pad, self.pad4 = (t, l), (l, r, t, b)
+            self.stride, self.dilation = _pair(op.stride, "stride", "conv"), \
+                _pair(op.dilation, "dilation", "conv")
+            self.groups = op.groups
+
+        def forward(self, x):
+            if self.flat:
+                return F.linear(x, self.weight.flatten(1), self.bias)
+            pad = self.pad
+            if not self.symmetric:
+                x, pad = F.pad(x, self.pad4), 0
+            return F.conv2d(x, self.weight, self.bias, self.stride, pad, self.dilation,
+                            self.groups)
+
+    class Pool(nn.Module):
+        """max / average pooling with npusim's geometry (see the module docstring)."""
+
+        def __init__(self, op: ops.Pool, in_hw: tuple[int, int], out_hw: tuple[int, int]):
+            super().__init__()
+            (self.k, self.s, pad4) = op._geometry()
+            self.kind, self.cip = op.kind, op.count_include_pad
+            t, b, l, r = pad4
+            self.pad, self.pad4 = (t, l), (l, r, t, b)
+            # extra bottom/right so the last ceil-mode window exists: explicit, because
+            # ONNX's ceil-mode rule differs from torch's (an exported model must agree)
+            h, w = in_hw
+            self.extra = (0, max(0, (out_hw[1] - 1) * self.s[1] + self.k[1] - (w + l + r)),
+                          0, max(0, (out_hw[0] - 1) * self.s[0] + self.k[0] - (h + t + b)))
+            self.native = (t == b and l == r and 2 * t <= self.k[0] and 2 * l <= self.k[1]
+                           and not any(self.extra))
+            self.register_buffer("count", self._count(in_hw), persistent=False)
+
+        def _count(self, in_hw):
+            """Pixels each window divides by (average pooling off the native path)."""
+            if self.native or self.kind == "max":
+                return torch.ones(0)
+            ones = torch.ones(1, 1, *in_hw)
+            if self.cip:  # the padded input counts, the ceil-mode extension does not
+                ones = F.pad(F.pad(ones, self.pad4, value=1.0), self.extra)
+            else:
+                ones = F.pad(ones, self.pad4)
+                ones = F.pad(ones, self.extra)
+            return F.avg_pool2d(ones, self.k, self.s)
+
+        def forward(self, x):
+            if self.native and self.kind == "max":
+                return F.max_pool2d(x, self.k, self.s, self.pad)
+            if self.native:
+                return F.avg_pool2d(x, self.k, self.s, self.pad, count_include_pad=self.cip)
+            fill = float("-inf") if self.kind == "max" else 0.0
+            x = F.pad(F.pad(x, self.pad4, value=fill), self.extra, value=fill)
+            if self.kind == "max":
+                return F.max_pool2d(x, self.k, self.s)
+            return F.avg_pool2d(x, self.k, self.s) / self.count
+
+    class Affine(nn.Module):
+        """npusim's BatchNorm: x * scale + shift per channel."""
+
+        def __init__(self, op: ops.BatchNorm, ndim: int):
+            super().__init__()
+            shape = (1, -1) + (1,) * (ndim - 2)
+            self.scale = nn.Parameter(_tensor(op.scale).reshape(shape))
+            self.shift = nn.Parameter(_tensor(op.shift).reshape(shape))
+
+        def forward(self, x):
+            return x * self.scale + self.shift
+
+    class PRelu(nn.Module):
+        def __init__(self, op: ops.PRelu):
+            super().__init__()
+            self.weight = nn.Parameter(_tensor(np.reshape(op.slope, -1)))
+
+        def forward(self, x):
+            return F.prelu(x, self.weight)
+
+    class Fn(nn.Module):
+        """A parameter-free op: ``fn(*inputs)``."""
+
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *xs):
+            return self.fn(*xs)
+
+
+def _upsample(op: ops.Upsample, out_shape):
+    size = tuple(int(v) for v in out_shape[2:])
+    if op.mode == "nearest":
+        return lambda x: F.interpolate(x, size=size, mode="nearest")
+    return lambda x: F.interpolate(x, size=size, mode="bilinear", align_corners=op.align_corners)
+
+
+def _reshape(op: ops.Reshape):
+    shape = tuple(op.shape)
+    return lambda x: x.reshape((x.shape[0],) + shape)
+
+
+def _sum(*xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out
+
+
+def _module(op, in_shapes, out_shape) -> nn.Module:
+    """The torch module of one op, given its input and output shapes."""
+    if isinstance(op, ops.Conv):
+        return Conv(op, len(in_shapes[0]) == 2)
+    if isinstance(op, ops.Pool):
+        return Pool(op, in_shapes[0][2:], out_shape[2:])
+    if isinstance(op, ops.BatchNorm):
+        return Affine(op, len(in_shapes[0]))
+    if isinstance(op, ops.PRelu):
+        return PRelu(op)
+    return Fn(_function(op, out_shape))
+
+
+def _function(op, out_shape):
+    """The torch function of a parameter-free op."""
+    table = {
+        ops.Relu: lambda: F.relu,
+        ops.Relu6: lambda: F.relu6,
+        ops.LeakyRelu: lambda: (lambda x: F.leaky_relu(x, op.alpha)),
+        ops.GlobalAvgPool: lambda: (lambda x: F.adaptive_avg_pool2d(x, 1)),
+        ops.Add: lambda: _sum,
+        ops.Concat: lambda: (lambda *xs: torch.cat(xs, dim=op.axis)),
+        ops.Flatten: lambda: (lambda x: torch.flatten(x, 1)),
+        ops.Reshape: lambda: _reshape(op),
+        ops.Softmax: lambda: (lambda x: F.softmax(x, dim=op.axis)),
+        ops.Upsample: lambda: _upsample(op, out_shape),
+        ops.Identity: lambda: (lambda x: x),
+    }
+    make = table.get(type(op))
+    if make is None:
+        raise ModelError(f"op {type(op).__name__}: no PyTorch mirror; ops with one: "
+                         f"{', '.join(sorted(t.__name__ for t in table))}, Conv, Pool, "
+                         "BatchNorm, PRelu")
+    return make()
+
+
+if torch is not None:
+
+    class GraphModule(nn.Module):
+        """The graph's nodes as torch modules, run in topological order."""
+
+        def __init__(self, graph: Graph):
+            super().__init__()
+            self.graph_name = graph.name
+            self.names = [n.name for n in graph.nodes]
+            self.inputs = [n.inputs for n in graph.nodes]
+            self.input_name, self.output_name = graph.input_name, graph.output_name
+            self.layers = nn.ModuleList(
+                _module(n.op, [graph.shapes[i] for i in n.inputs], graph.shapes[n.name])
+                for n in graph.nodes)
+
+        def forward_all(self, x) -> dict:
+            """Every node's output, by node name."""
+            values = {self.input_name: x}
+            for name, inputs, layer in zip(self.names, self.inputs, self.layers,
+                                           strict=True):
+                values[name] = layer(*[values[i] for i in inputs])
+            return values
+
+        def forward(self, x):
+            return self.forward_all(x)[self.output_name]
+
+
+def to_torch(graph: Graph) -> nn.Module:
+    """An ``nn.Module`` computing ``graph`` with torch ops (float32, eval mode).
+
+    Parameters share memory with the graph's weight arrays: training the module
+    in place changes the graph's weights.
+    """
+    _require_torch()
+    return GraphModule(graph).eval()
+
+
+def torch_outputs(graph: Graph, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every node's output (and the input) of ``graph`` on ``x`` computed by PyTorch, float32."""
+    _require_torch()
+    module = to_torch(graph)
+    with torch.no_grad():
+        values = module.forward_all(_tensor(x))
+    return {name: v.numpy() for name, v in values.items()}

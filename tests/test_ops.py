@@ -1,0 +1,158 @@
+"""Every op in ops.py against PyTorch's own functions, odd cases included.
+
+Each case calls torch.nn.functional directly (not npusim's mirror), so the two
+implementations are independent. Convolution arithmetic is judged in
+test_engine / test_reference; here only its shape rule meets torch.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from npusim import ops
+from npusim.errors import LayerError
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def t(a):
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def close(ours, theirs, tol=1e-6):
+    theirs = theirs.numpy() if hasattr(theirs, "numpy") else theirs
+    assert ours.shape == theirs.shape
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (3, 7)])
+def test_activations(shape):
+    x = rand(*shape) * 4
+    close(ops.Relu()(x), F.relu(t(x)))
+    close(ops.Relu6()(x), F.relu6(t(x)))
+    close(ops.LeakyRelu(0.2)(x), F.leaky_relu(t(x), 0.2))
+    close(ops.Identity()(x), t(x))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (3, 3)])
+def test_prelu_per_channel_and_shared(shape):
+    x = rand(*shape)
+    slope = np.array([0.1, -0.5, 2.0], np.float32)
+    close(ops.PRelu(slope)(x), F.prelu(t(x), t(slope)))
+    close(ops.PRelu(np.float32([0.25]))(x), F.prelu(t(x), torch.tensor([0.25])))
+
+
+def test_batchnorm_from_stats_matches_eval_batch_norm():
+    x = rand(2, 4, 3, 5)
+    g, b, m, v = rand(4, seed=1), rand(4, seed=2), rand(4, seed=3), np.abs(rand(4, seed=4)) + .1
+    ref = F.batch_norm(t(x), t(m), t(v), t(g), t(b), training=False, eps=1e-3)
+    close(ops.BatchNorm.from_stats(g, b, m, v, eps=1e-3)(x), ref, 1e-5)
+
+
+POOL_GRID = [  # (kernel, stride, padding, H, W)
+    (2, 2, 0, 7, 6), (3, 2, 1, 7, 8), (3, 2, 0, 6, 9), (3, 3, 1, 8, 5), (2, 1, 1, 4, 4),
+    ((3, 2), (2, 1), (1, 0), 9, 5), (5, 3, 2, 11, 7), (1, 2, 0, 5, 5),
+]
+
+
+@pytest.mark.parametrize("ceil", [False, True])
+@pytest.mark.parametrize("k,s,p,h,w", POOL_GRID)
+def test_maxpool_grid(k, s, p, h, w, ceil):
+    x = rand(2, 3, h, w)
+    ours = ops.MaxPool(k, s, p, ceil_mode=ceil)
+    ref = F.max_pool2d(t(x), k, s, p, ceil_mode=ceil)
+    assert ours.out_shape([x.shape], "pool") == tuple(ref.shape)
+    close(ours(x), ref)
+
+
+@pytest.mark.parametrize("ceil,include", list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("k,s,p,h,w", POOL_GRID)
+def test_avgpool_grid_ceil_and_count_include_pad(k, s, p, h, w, ceil, include):
+    x = rand(2, 3, h, w)
+    ours = ops.AvgPool(k, s, p, ceil_mode=ceil, count_include_pad=include)
+    ref = F.avg_pool2d(t(x), k, s, p, ceil_mode=ceil, count_include_pad=include)
+    assert ours.out_shape([x.shape], "pool") == tuple(ref.shape)
+    close(ours(x), ref)
+
+
+@pytest.mark.parametrize("pad", [(0, 1, 0, 1), (1, 0, 2, 0), (2, 1, 0, 3)])
+def test_pools_with_asymmetric_padding(pad):
+    """TensorFlow-style 'same' pads: torch needs F.pad first (-inf for max, 0 for average)."""
+    x = rand(1, 2, 7, 6)
+    top, bottom, left, right = pad
+    close(ops.MaxPool(3, 2, pad)(x),
+          F.max_pool2d(F.pad(t(x), (left, right, top, bottom), value=-np.inf), 3, 2))
+    close(ops.AvgPool(3, 2, pad)(x), F.avg_pool2d(F.pad(t(x), (left, right, top, bottom)), 3, 2))
+
+
+def test_global_avg_pool_add_concat_flatten_reshape():
+    a, b, c = rand(2, 3, 5, 4, seed=1), rand(2, 3, 5, 4, seed=2), rand(2, 2, 5, 4, seed=3)
+    close(ops.GlobalAvgPool()(a), F.adaptive_avg_pool2d(t(a), 1))
+    close(ops.Add()(a, b, a), t(a) + t(b) + t(a))
+    close(ops.Concat()(a, c), torch.cat([t(a), t(c)], 1))
+    close(ops.Concat(axis=-1)(a, b), torch.cat([t(a), t(b)], -1))
+    close(ops.Flatten()(a), torch.flatten(t(a), 1))
+    close(ops.Reshape((5, -1))(a), t(a).reshape(2, 5, -1))
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 5, 3, 3), 1), ((4, 10), -1), ((4, 10), 1)])
+def test_softmax(shape, axis):
+    x = rand(*shape) * 10
+    close(ops.Softmax(axis)(x), F.softmax(t(x), dim=axis))
+
+
+@pytest.mark.parametrize("scale", [2, 3, (2, 1)])
+def test_upsample_nearest_integer_scales(scale):
+    x = rand(2, 3, 4, 5)
+    close(ops.Upsample(scale)(x), F.interpolate(t(x), scale_factor=scale, mode="nearest"))
+
+
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("scale", [2, 1.5, 2.3, 0.6, (0.5, 3)])
+def test_upsample_bilinear_scales_both_alignments(scale, align):
+    """Fractional scales: npusim resizes to floor(H * scale) and samples at in/out, which is
+    torch's ``recompute_scale_factor=True`` rule."""
+    x = rand(1, 2, 5, 7)
+    ref = F.interpolate(t(x), scale_factor=scale, mode="bilinear", align_corners=align,
+                        recompute_scale_factor=True)
+    close(ops.Upsample(scale, "bilinear", align)(x), ref, 2e-6)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+@pytest.mark.parametrize("size", [(7, 3), (11, 16), (1, 1)])
+def test_upsample_to_size(mode, size):
+    x = rand(2, 3, 5, 7)
+    extra = {"align_corners": False} if mode == "bilinear" else {}
+    close(ops.Upsample(size=size, mode=mode)(x),
+          F.interpolate(t(x), size=size, mode=mode, **extra), 2e-6)
+
+
+@pytest.mark.parametrize("stride,pad,dil,groups", [(1, 0, 1, 1), (2, (1, 2), 1, 1),
+                                                    (3, 1, 2, 2), (1, 2, 3, 4)])
+def test_conv_shape_rule_matches_torch(stride, pad, dil, groups):
+    x, w = rand(2, 4, 9, 8), rand(8, 4 // groups, 3, 2)
+    conv = ops.Conv(w, None, stride, pad, dil, groups)
+    ref = F.conv2d(t(x), t(w), None, stride, pad, dil, groups)
+    assert conv.out_shape([x.shape], "c") == tuple(ref.shape)
+    assert ops.Conv(rand(6, 10, 1, 1)).out_shape([(3, 10)], "fc") == (3, 6)
+
+
+@pytest.mark.parametrize("op,shapes,match", [
+    (ops.Add(), [(1, 2, 3, 3), (1, 3, 3, 3)], r"a: Add needs two or more inputs of one shape"),
+    (ops.Concat(), [(1, 2, 3, 3), (1, 2, 4, 3)], r"a: Concat along axis 1 of mismatched"),
+    (ops.MaxPool(5), [(1, 2, 3, 3)], r"a: pool window 5x5 does not fit input 3x3"),
+    (ops.PRelu(np.ones(3)), [(1, 2, 3, 3)], r"a: PRelu has 3 slopes"),
+    (ops.Reshape((7, -1)), [(1, 2, 3, 3)], r"a: cannot reshape \(1, 2, 3, 3\)"),
+    (ops.Upsample(2, "bicubic"), [(1, 2, 3, 3)], r"a: Upsample mode 'bicubic'"),
+    (ops.Conv(rand(4, 3, 3, 3)), [(1, 2, 5, 5)], r"a: weight has 3 input channels per group"),
+])
+def test_shape_errors_name_the_node(op, shapes, match):
+    with pytest.raises(LayerError, match=match):
+        op.out_shape(shapes, "a")

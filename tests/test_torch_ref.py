@@ -1,0 +1,127 @@
+"""The PyTorch mirror of a Graph: covers every op, agrees with npusim node by node, and is
+traceable by torch.fx and exportable to ONNX (checked with onnxruntime)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim import ops, torch_ref
+from npusim.errors import ModelError
+from npusim.frontends import images
+from npusim.ir import GraphBuilder
+from npusim.torch_ref import to_torch, torch_outputs
+
+torch = pytest.importorskip("torch")
+
+ALL_OPS = {c for c in vars(ops).values()
+           if isinstance(c, type) and issubclass(c, ops.Op) and c is not ops.Op}
+
+
+def every_op_graph():
+    """A small network holding every op of ops.py, with the odd geometries torch lacks."""
+    rng = np.random.default_rng(0)
+
+    def w(*shape):
+        return rng.standard_normal(shape).astype(np.float32) * 0.4
+
+    g = GraphBuilder("every-op", (2, 3, 15, 13))
+    x = g.conv(g.input, w(8, 3, 3, 3), w(8), stride=2, padding=(0, 1, 2, 1), name="conv_asym")
+    x = g.batchnorm(x, w(8) + 1, w(8), w(8), np.abs(w(8)) + 0.5, name="bn")
+    x = g.prelu(x, w(8), name="prelu")
+    a = g.maxpool(x, 3, 2, (0, 1, 0, 1), ceil_mode=True, name="max_asym_ceil")
+    b = g.avgpool(x, 3, 2, (1, 0, 1, 0), ceil_mode=True, count_include_pad=False,
+                  name="avg_asym_ceil_excl")
+    c = g.avgpool(x, 3, 2, (0, 2, 1, 1), ceil_mode=True, count_include_pad=True,
+                  name="avg_asym_ceil_incl")
+    d = g.avgpool(x, 2, 2, 1, count_include_pad=False, name="avg_native")
+    e = g.maxpool(x, 2, 2, 1, ceil_mode=True, name="max_sym_ceil")
+    s = g.add(a, b, c, name="add3")
+    s = g.concat(s, d, e, name="cat")
+    s = g.conv(s, w(6, 12, 3, 3), None, padding=1, dilation=2, groups=2, name="conv_dil_g")
+    s = g.relu6(g.leakyrelu(s, 0.1, name="leaky"), name="relu6")
+    u = g.upsample(s, 1.5, mode="bilinear", align_corners=False, name="up_bilinear")
+    v = g.upsample(s, size=(5, 7), mode="bilinear", align_corners=True, name="up_aligned")
+    n = g.upsample(v, 2.5, mode="nearest", name="up_nearest")
+    m = g.conv(n, w(6, 6, 3, 3), w(6), stride=(2, 3), padding=(1, 0), name="conv_down")
+    y = g.relu(g.add(g.globalavgpool(u, name="gap_u"), g.globalavgpool(m, name="gap_m")))
+    y = g.reshape(g.identity(g.flatten(y, name="flat")), (6,), name="reshape")
+    y = g.linear(y, w(10, 6), w(10), name="fc")
+    y = g.batchnorm(y, w(10) + 1, w(10), w(10), np.abs(w(10)) + 0.5, name="bn_fc")
+    g.softmax(g.prelu(y, np.float32([0.3]), name="prelu_shared"), name="prob")
+    return g.build()
+
+
+def rel_err(a, b):
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return every_op_graph()
+
+
+@pytest.fixture(scope="module")
+def photo(graph):
+    x = images.load_image("coffee", graph.input_shape[2:])
+    return np.stack([x, x[:, ::-1]])
+
+
+def test_the_graph_covers_every_op(graph):
+    used = {type(n.op) for n in graph.nodes}
+    assert ALL_OPS - used == set()
+
+
+def test_every_node_agrees_with_npusim(graph, photo):
+    ours = npusim.simulate(graph, photo, "systolic-32x32-ws", keep_outputs=True).outputs
+    theirs = torch_outputs(graph, photo)
+    assert set(theirs) == set(ours)
+    for name in theirs:
+        assert theirs[name].shape == ours[name].shape, name
+        assert rel_err(ours[name], theirs[name]) < 1e-5, name
+
+
+def test_fx_trace_gives_the_same_output(graph, photo):
+    module = to_torch(graph)
+    traced = torch.fx.symbolic_trace(module)
+    x = torch.from_numpy(photo)
+    with torch.no_grad():
+        np.testing.assert_array_equal(traced(x).numpy(), module(x).numpy())
+    assert any(n.op == "call_function" and n.target is torch.nn.functional.pad
+               for n in traced.graph.nodes)
+
+
+def test_onnx_export_runs_in_onnxruntime(graph, photo, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    path = tmp_path / "every-op.onnx"
+    torch.onnx.export(to_torch(graph), (torch.from_numpy(photo),), str(path), dynamo=False)
+    session = ort.InferenceSession(str(path))
+    out = session.run(None, {session.get_inputs()[0].name: photo})[0]
+    ref = npusim.simulate(graph, photo, "systolic-32x32-ws").output
+    assert rel_err(out, ref) < 1e-5
+
+
+def test_parameters_share_the_graphs_weights(graph):
+    module = to_torch(graph)
+    conv = graph.node("conv_asym").op
+    assert np.shares_memory(module.layers[0].weight.detach().numpy(), conv.weight)
+
+
+@dataclass(frozen=True)
+class Square(ops.Op):
+    def __call__(self, x):
+        return x * x
+
+
+def test_an_op_without_a_mirror_is_named():
+    g = GraphBuilder("odd", (1, 2, 3, 3))
+    g.append(Square(), g.input, name="sq")
+    with pytest.raises(ModelError, match=r"op Square: no PyTorch mirror; ops with one: .*Add"):
+        to_torch(g.build())
+
+
+def test_missing_torch_is_a_clear_error(graph, monkeypatch):
+    monkeypatch.setattr(torch_ref, "torch", None)
+    with pytest.raises(ModelError, match=r"PyTorch is not installed: pip install 'npusim\["):
+        torch_outputs(graph, np.zeros(graph.input_shape, np.float32))
