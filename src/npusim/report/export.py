@@ -1,0 +1,98 @@
+"""Machine-readable reports: JSON (schema in docs/json-schema.md) and CSV, one row per layer.
+
+Both are pure functions of a ``SimResult`` (plus the run's description, which the
+result does not hold: model name, input). ``write_atomic`` puts text on disk so that
+a reader never sees a half-written file and a failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..stats import LayerStats
+
+SCHEMA_VERSION = 1
+
+
+def layer_record(stats: LayerStats) -> dict[str, Any]:
+    """One layer as a JSON object: every ``LayerStats`` field, the derived ratios and byte
+    totals, and the dataflow's own additive counts under ``extra``."""
+    record = {k: v for k, v in stats.as_dict().items() if k not in stats.extra}
+    record["extra"] = dict(stats.extra)
+    return record
+
+
+def arch_record(arch, dataflow: str) -> dict[str, Any]:
+    """The arch's every parameter, and the section of the dataflow that ran (``params``)."""
+    record = dataclasses.asdict(arch)
+    record["params"] = dataclasses.asdict(arch.params(dataflow))
+    return record
+
+
+def totals_record(result) -> dict[str, Any]:
+    """Network totals (the sum of every layer) plus the time at the arch clock (s)."""
+    record = layer_record(result.total)
+    record["time_s"] = result.arch.seconds(result.total.cycles)
+    return record
+
+
+def to_json(result, *, model: str, version: str, run: dict[str, Any] | None = None) -> str:
+    """The JSON report of ``result`` (a ``SimResult``); ``run`` adds free run facts
+    (input, batch, density, check outcome...) under their own keys."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "npusim_version": version,
+        "model": model,
+        "arch": arch_record(result.arch, result.dataflow),
+        "mode": result.mode,
+        "dtype": result.dtype,
+        "dataflow": result.dataflow,
+        "wall_seconds": result.seconds,
+        **(run or {}),
+        "layers": [layer_record(s) for s in result.layers],
+        "totals": totals_record(result),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def csv_columns(layers: list[LayerStats]) -> list[str]:
+    """Header: the flat ``LayerStats.as_dict`` keys, then every extra count any layer has."""
+    base = [k for k in LayerStats("", "").as_dict()]
+    extras = sorted({k for s in layers for k in s.extra} - set(base))
+    return base + extras
+
+
+def to_csv(result) -> str:
+    """One row per layer (every op, in network order) and a last row named ``total``."""
+    rows = list(result.layers) + [result.total]
+    columns = csv_columns(rows)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, restval=0, lineterminator="\n")
+    writer.writeheader()
+    for stats in rows:
+        writer.writerow(stats.as_dict())
+    return out.getvalue()
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``:
+    the file appears whole or not at all."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.fchmod(fd, 0o666 & ~umask)  # the permissions a plain open() would give
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,129 @@
+"""Terminal report: a per-layer table and the network totals, as rich renderables.
+
+One row per conv layer (the dataflow's work); every non-conv op is summed into a
+single "vector unit" row. Numbers are scaled for reading (k, M, G; KiB, MiB;
+pJ to J); the JSON and CSV reports keep the exact counts.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..stats import LayerStats, total
+
+VECTOR_ROW = "vector unit"
+
+
+def _scaled(value: float, base: int, units: list[str]) -> str:
+    """``value`` in the largest unit that keeps it >= 1, three significant digits."""
+    i = 0
+    while abs(value) >= base and i < len(units) - 1:
+        value, i = value / base, i + 1
+    if i == 0 and float(value).is_integer():
+        return f"{value:.0f} {units[0]}".rstrip()
+    digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+    return f"{value:.{digits}f} {units[i]}".rstrip()
+
+
+def fmt_count(n: float) -> str:
+    """A count (MACs, ops) with an SI suffix: 512, 4.10 k, 118.0 M, 1.82 G."""
+    return _scaled(n, 1000, ["", "k", "M", "G", "T", "P"])
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in binary units: 512 B, 64.0 KiB, 1.20 MiB."""
+    return _scaled(n, 1024, ["B", "KiB", "MiB", "GiB", "TiB"])
+
+
+def fmt_energy(pj: float) -> str:
+    """Energy given in pJ, shown in pJ, nJ, uJ, mJ or J."""
+    return _scaled(pj, 1000, ["pJ", "nJ", "uJ", "mJ", "J"])
+
+
+def fmt_seconds(s: float) -> str:
+    """A duration in s, shown in ns, us, ms or s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def fmt_percent(ratio: float) -> str:
+    return f"{100 * ratio:.1f}"
+
+
+def vector_row(stats: list[LayerStats]) -> LayerStats | None:
+    """All non-conv ops of the network as one row, or None if there are none."""
+    vector = [s for s in stats if s.dataflow == "vector"]
+    return total(vector, VECTOR_ROW) if vector else None
+
+
+COLUMNS = (("layer", "left"), ("shape", "left"), ("dense MACs", "right"), ("MACs", "right"),
+           ("cycles", "right"), ("util %", "right"), ("SRAM", "right"), ("DRAM", "right"),
+           ("energy", "right"))
+
+
+def _cells(s: LayerStats, util: str) -> list[str]:
+    return [s.name, s.shape, fmt_count(s.dense_macs), fmt_count(s.macs), f"{s.cycles:,}", util,
+            fmt_bytes(s.sram_bytes), fmt_bytes(s.dram_bytes), fmt_energy(s.energy_pj)]
+
+
+def layer_table(result) -> Table:
+    """Per-layer table of a ``SimResult``: conv layers, the vector-unit row, the total row."""
+    table = Table(box=box.MINIMAL_HEAVY_HEAD)
+    for name, justify in COLUMNS:
+        table.add_column(name, justify=justify, no_wrap=name != "shape")
+    for s in result.conv_layers:
+        table.add_row(*_cells(s, fmt_percent(s.utilisation)))
+    vec = vector_row(result.layers)
+    if vec is not None:
+        lanes_cycles = vec.cycles * result.arch.vector.lanes
+        util = fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-"
+        cells = _cells(vec, util)
+        ops = sum(s.dataflow == "vector" for s in result.layers)
+        cells[1:4] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
+        table.add_row(*cells, style="dim")
+    tot = result.total
+    table.add_section()
+    table.add_row(*_cells(tot.renamed("total"), fmt_percent(tot.utilisation)), style="bold")
+    return table
+
+
+def totals_table(result) -> Table:
+    """The network totals: cycles, time at the arch clock, utilisation, energy, traffic."""
+    tot, arch = result.total, result.arch
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows = [
+        ("cycles", f"{tot.cycles:,}"),
+        (f"time at {arch.clock_mhz:g} MHz", fmt_seconds(arch.seconds(tot.cycles))),
+        ("utilisation", f"{fmt_percent(tot.utilisation)} % of the array's MAC slots "
+                        "in conv layers"),
+        ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),
+        ("energy", fmt_energy(tot.energy_pj)),
+        ("DRAM traffic", fmt_bytes(tot.dram_bytes)),
+        ("SRAM traffic", fmt_bytes(tot.sram_bytes)),
+        ("simulated in", f"{result.seconds:.2f} s wall time"),
+    ]
+    for key, value in rows:
+        grid.add_row(key, value)
+    return grid
+
+
+def report(result, title: str | None = None) -> Group:
+    """The whole terminal report: the layer table, then the totals."""
+    head = [Text(title, style="bold")] if title else []
+    return Group(*head, layer_table(result), "", totals_table(result))
+
+
+def render(result, title: str | None = None, width: int = 120) -> str:
+    """The terminal report as plain text (no colour), ``width`` columns wide."""
+    console = Console(file=StringIO(), width=width, color_system=None, force_terminal=False)
+    console.print(report(result, title))
+    return console.file.getvalue()

@@ -1,0 +1,208 @@
+"""Reports as pure functions of the stats: the terminal table, JSON, CSV, and atomic writing."""
+
+import csv
+import io
+import json
+import math
+import os
+import stat
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim.arch import load_arch
+from npusim.report import export, render, table, to_csv, to_json, write_atomic
+from npusim.simulate import SimResult
+from npusim.stats import LayerStats
+
+ARCH = load_arch("systolic-32x32-ws")
+
+
+def stats_fixture() -> list[LayerStats]:
+    """Hand-written stats (no simulator involved): two convs with different extras, two
+    vector ops between them."""
+    conv_a = LayerStats("conv_a", "systolic", "3x8x8->4x8x8 3x3", dense_macs=6912, macs=6912,
+                        cycles=100, pe_cycles=102400, mapped_pe_cycles=51200,
+                        sram_ifmap_bytes=1000, sram_filter_bytes=200, sram_ofmap_bytes=300,
+                        dram_ifmap_bytes=768, dram_filter_bytes=432, dram_ofmap_bytes=1024,
+                        energy_pj=2500.0, extra={"folds": 2})
+    relu = LayerStats("relu_a", "vector", "Relu", cycles=8, vector_ops=256,
+                      sram_ofmap_bytes=2048, energy_pj=230.4)
+    pool = LayerStats("pool_a", "vector", "Pool", cycles=16, vector_ops=512,
+                      sram_ofmap_bytes=1280, energy_pj=460.8)
+    conv_b = LayerStats("conv_b", "systolic", "4x4x4->2x2x2 3x3", dense_macs=288, macs=144,
+                        cycles=50, pe_cycles=51200, mapped_pe_cycles=1000,
+                        sram_ifmap_bytes=10, dram_ofmap_bytes=32, energy_pj=1000.0,
+                        extra={"folds": 1, "skipped": 144})
+    return [conv_a, relu, pool, conv_b]
+
+
+def result_fixture() -> SimResult:
+    return SimResult(np.zeros((1, 2)), stats_fixture(), ARCH, "run", "float32", "systolic", 0.5)
+
+
+# ---- number formatting --------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn, value, text", [
+    (table.fmt_count, 512, "512"), (table.fmt_count, 4096, "4.10 k"),
+    (table.fmt_count, 118_013_952, "118 M"), (table.fmt_count, 1_814_073_344, "1.81 G"),
+    (table.fmt_count, 57_802_752, "57.8 M"),
+    (table.fmt_bytes, 0, "0 B"), (table.fmt_bytes, 1536, "1.50 KiB"),
+    (table.fmt_bytes, 90_071_992, "85.9 MiB"),
+    (table.fmt_energy, 230.4, "230 pJ"), (table.fmt_energy, 2.5e6, "2.50 uJ"),
+    (table.fmt_energy, 24.3e9, "24.3 mJ"),
+    (table.fmt_seconds, 3.007911e-3, "3.01 ms"), (table.fmt_seconds, 889e-9, "889 ns"),
+    (table.fmt_seconds, 2.0, "2 s"),
+])
+def test_number_formatting(fn, value, text):
+    assert fn(value) == text
+
+
+# ---- terminal table -----------------------------------------------------------------------
+
+def rows_of(text: str) -> dict[str, list[str]]:
+    """Table rows by first cell, split on the column rule."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) == 9:
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_table_has_each_conv_one_vector_row_and_totals():
+    text = render(result_fixture(), "tiny on systolic")
+    assert text.splitlines()[0] == "tiny on systolic"
+    rows = rows_of(text)
+    assert list(rows) == ["layer", "conv_a", "conv_b", "vector unit", "total"]
+    assert rows["conv_a"][1:] == ["3x8x8->4x8x8 3x3", "6.91 k", "6.91 k", "100", "6.8",
+                                  "1.46 KiB", "2.17 KiB", "2.50 nJ"]
+    assert rows["conv_b"][3] == "144" and rows["conv_b"][2] == "288"
+    # the two vector ops summed: 24 cycles, 768 element ops on 32 lanes = 100 %
+    assert rows["vector unit"][1:] == ["2 ops (768 elem.)", "-", "-", "24", "100.0",
+                                       "3.25 KiB", "0 B", "691 pJ"]
+    # totals: 174 cycles; utilisation 7056 MACs / 153600 MAC slots = 4.6 %
+    assert rows["total"][4:6] == ["174", "4.6"]
+    assert rows["total"][8] == "4.19 nJ"
+
+
+def test_totals_block_reads_cycles_time_utilisation_energy_traffic():
+    text = render(result_fixture())
+    assert "cycles            174" in text
+    assert "time at 1000 MHz  174 ns" in text  # 174 cycles at 1 GHz
+    assert "utilisation       4.6 %" in text
+    assert "energy            4.19 nJ" in text
+    assert "DRAM traffic      2.20 KiB" in text  # 2224 + 32 = 2256 bytes
+    assert "simulated in      0.50 s" in text
+
+
+def test_table_of_a_network_without_vector_ops():
+    layers = [s for s in stats_fixture() if s.dataflow != "vector"]
+    result = SimResult(None, layers, ARCH, "estimate", "int8", "systolic", 0.0)
+    assert list(rows_of(render(result))) == ["layer", "conv_a", "conv_b", "total"]
+
+
+# ---- JSON ---------------------------------------------------------------------------------
+
+def test_json_holds_run_arch_every_field_and_totals():
+    doc = json.loads(to_json(result_fixture(), model="tiny", version="9.9",
+                             run={"input": "chelsea", "batch": 1}))
+    assert doc["schema_version"] == export.SCHEMA_VERSION
+    assert (doc["npusim_version"], doc["model"], doc["mode"], doc["dtype"], doc["dataflow"]) \
+        == ("9.9", "tiny", "run", "float32", "systolic")
+    assert doc["input"] == "chelsea" and doc["batch"] == 1
+    assert doc["arch"]["name"] == "systolic-32x32-ws"
+    assert doc["arch"]["params"] == {"rows": 32, "cols": 32, "stationary": "ws"}
+    assert doc["arch"]["memory"]["ifmap_sram_kb"] == 64
+    assert doc["arch"]["energy"]["dram_byte_pj"] == ARCH.energy.dram_byte_pj
+    assert [layer["name"] for layer in doc["layers"]] == ["conv_a", "relu_a", "pool_a", "conv_b"]
+    conv_b = doc["layers"][3]
+    assert conv_b["extra"] == {"folds": 1, "skipped": 144}
+    assert conv_b["macs"] == 144 and conv_b["dense_macs"] == 288
+    assert conv_b["utilisation"] == pytest.approx(144 / 51200)
+    assert conv_b["mapping_efficiency"] == pytest.approx(1000 / 51200)
+    assert conv_b["sram_bytes"] == 10 and conv_b["dram_bytes"] == 32
+
+
+def test_json_totals_are_the_sum_of_its_layers():
+    doc = json.loads(to_json(result_fixture(), model="tiny", version="0"))
+    totals = doc["totals"]
+    for key in ("cycles", "macs", "dense_macs", "pe_cycles", "dram_bytes", "sram_bytes",
+                "vector_ops"):
+        assert totals[key] == sum(layer[key] for layer in doc["layers"]), key
+    assert totals["energy_pj"] == pytest.approx(sum(la["energy_pj"] for la in doc["layers"]))
+    assert totals["extra"] == {"folds": 3, "skipped": 144}
+    assert totals["utilisation"] == pytest.approx(7056 / 153600)
+    assert totals["time_s"] == pytest.approx(174 / 1e9)
+
+
+def test_json_of_a_real_run_carries_the_dataflows_cycle_count():
+    """A 3x3 conv, C=8, K=16 on 10x10 on the 32x32 WS array: SCALE-Sim's count is
+    ceil(72/32) * ceil(16/32) folds of (2*32 + 32 + 100 - 2) cycles, minus one."""
+    rng = np.random.default_rng(1)
+    g = npusim.GraphBuilder("one", (1, 8, 10, 10))
+    g.relu(g.conv(g.input, rng.standard_normal((16, 8, 3, 3)), padding=1, name="c"))
+    result = npusim.simulate(g.build(), rng.standard_normal((1, 8, 10, 10)), ARCH)
+    doc = json.loads(to_json(result, model="one", version=npusim.__version__))
+    conv = doc["layers"][0]
+    assert conv["cycles"] == 3 * 1 * (2 * 32 + 32 + 100 - 2) - 1
+    assert conv["macs"] == 16 * 100 * 72
+    assert doc["layers"][1]["dataflow"] == "vector"
+    assert doc["totals"]["cycles"] == conv["cycles"] + math.ceil(1600 / 32)
+
+
+# ---- CSV ----------------------------------------------------------------------------------
+
+def test_csv_has_one_row_per_layer_and_a_total_row():
+    rows = list(csv.DictReader(io.StringIO(to_csv(result_fixture()))))
+    assert [r["name"] for r in rows] == ["conv_a", "relu_a", "pool_a", "conv_b", "total"]
+    assert int(rows[-1]["cycles"]) == sum(int(r["cycles"]) for r in rows[:-1]) == 174
+    assert float(rows[-1]["energy_pj"]) == pytest.approx(4191.2)
+    # extras are columns; a layer without one has 0
+    assert [r["skipped"] for r in rows] == ["0", "0", "0", "144", "144"]
+    assert [r["folds"] for r in rows] == ["2", "0", "0", "1", "3"]
+    assert float(rows[0]["utilisation"]) == pytest.approx(6912 / 102400)
+
+
+def test_csv_header_is_every_stats_field_then_the_extras():
+    header = to_csv(result_fixture()).splitlines()[0].split(",")
+    assert header[:3] == ["name", "dataflow", "shape"]
+    for key in ("dense_macs", "macs", "cycles", "pe_cycles", "mapped_pe_cycles",
+                "sram_ifmap_bytes", "dram_ofmap_bytes", "vector_ops", "energy_pj",
+                "utilisation", "mapping_efficiency", "sram_bytes", "dram_bytes"):
+        assert key in header
+    assert header[-2:] == ["folds", "skipped"]
+
+
+# ---- atomic writing -----------------------------------------------------------------------
+
+def test_write_atomic_writes_whole_file_with_ordinary_permissions(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    write_atomic(path, "new text\n")
+    assert path.read_text() == "new text\n"
+    assert os.listdir(tmp_path) == ["r.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_write_atomic_failure_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "r.csv"
+    path.write_text("old")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(path, "new")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["r.csv"]
+
+
+def test_write_atomic_into_missing_folder_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_atomic(tmp_path / "no" / "r.json", "x")
+    assert os.listdir(tmp_path) == []
