@@ -30,15 +30,16 @@ def arch_with(**params):
 
 @st.composite
 def grid_layers(draw):
-    """Small layers for the emulator: any rate 1..7, kernel 2, 3 or 5, strides, groups, pads."""
+    """Small layers for the emulator: rate 1..7, kernel 2, 3 or 5, strides, groups, pads, batch."""
     rate, k = draw(st.integers(1, 7)), draw(st.sampled_from([2, 3, 5]))
     groups = draw(st.integers(1, 2))
     pad = tuple(draw(st.integers(0, rate)) for _ in range(4))
     span = rate * (k - 1) + 1
     h = draw(st.integers(max(1, span - pad[0] - pad[1]), span + 4))
     w = draw(st.integers(max(1, span - pad[2] - pad[3]), span + 4))
-    return ConvLayer(1, groups * draw(st.integers(1, 2)), h, w, groups * draw(st.integers(1, 2)),
-                     k, k, draw(st.integers(1, 2)), pad, rate, groups, draw(st.booleans()))
+    n, cg, kg = (draw(st.integers(1, 2)) for _ in range(3))
+    return ConvLayer(n, groups * cg, h, w, groups * kg, k, k, draw(st.integers(1, 2)), pad,
+                     rate, groups, draw(st.booleans()))
 
 
 @st.composite
