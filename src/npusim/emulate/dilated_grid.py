@@ -17,6 +17,7 @@ of the loop, and the tests compare them with ``dataflows.dilated_grid.count``.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,17 +93,14 @@ def jobs(layer: ConvLayer, p: Params) -> list[Job]:
     (dh, dw) = layer.dilation
     runs = [(a, th, b, tw) for a, th in rows.chunks for b, tw in cols.chunks]
     out = []
-    for n in range(layer.N):
-        for k in range(layer.K):
-            for ty in range(rows.tiles):
-                for tx in range(cols.tiles):
-                    for c in range(layer.Cg):
-                        for i, (a, th, b, tw) in enumerate(runs):
-                            out.append(Job(
-                                n, k, c, k // layer.Kg * layer.Cg + c, (ty, tx), (a, th, b, tw),
-                                (ty * p.mac_rows + a * dh, tx * p.mac_cols + b * dw),
-                                (dh * (th - 1) + p.mac_rows, dw * (tw - 1) + p.mac_cols),
-                                c == 0 and i == 0, c == layer.Cg - 1 and i == len(runs) - 1))
+    outer = itertools.product(range(layer.N), range(layer.K), range(rows.tiles),
+                              range(cols.tiles), range(layer.Cg))
+    for n, k, ty, tx, c in outer:
+        for i, (a, th, b, tw) in enumerate(runs):
+            out.append(Job(n, k, c, k // layer.Kg * layer.Cg + c, (ty, tx), (a, th, b, tw),
+                           (ty * p.mac_rows + a * dh, tx * p.mac_cols + b * dw),
+                           (dh * (th - 1) + p.mac_rows, dw * (tw - 1) + p.mac_cols),
+                           c == 0 and i == 0, c == layer.Cg - 1 and i == len(runs) - 1))
     return out
 
 
