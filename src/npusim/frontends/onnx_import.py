@@ -11,8 +11,9 @@ onnx's. Which nodes become IR ops:
   inputs each op reads as data: input 0 of ``Conv``, ``Reshape``, ``Resize``...,
   every input of ``Add`` and ``Concat``) and computed from the graph input;
 - nodes off the data path (shape arithmetic) are skipped; constant inputs
-  (weights, Clip bounds, Resize scales) are read from initialisers, ``Constant``
-  nodes, or ``Identity``/``Cast``/``DequantizeLinear`` of those.
+  (weights, Clip bounds, Resize scales) are initialisers or are computed from
+  them (``Constant``, ``DequantizeLinear`` of int8 weights, a weight's
+  ``Flatten``...) by onnx's own reference evaluator.
 
 Resampling is mapped only where it is exact: the 1-D sampling weights of the
 ONNX ``Resize`` (its coordinate transformation and nearest rounding, per the ONNX
@@ -52,6 +53,8 @@ class _Model:
     initializers: dict
     producers: dict
     depends: set
+    constants: dict = dataclasses.field(default_factory=dict)
+    pending: dict = dataclasses.field(default_factory=dict)  # tensor -> (pads, fill) of a Pad
 
 
 @dataclass
@@ -61,6 +64,7 @@ class _Node:
     proto: object
     name: str
     model: _Model
+    absorbed: bool = False  # a Pad before input 0 was folded into this node's padding
 
     @property
     def op_type(self) -> str:
@@ -91,6 +95,14 @@ class _Node:
     def out_shape(self) -> tuple[int, ...]:
         return self.shape(self.proto.output[0])
 
+    def take_pad(self, fill: float) -> tuple[int, int, int, int]:
+        """The padding a Pad before input 0 still owes (top, bottom, left, right), absorbed here."""
+        pads, value = self.model.pending.get(self.proto.input[0], ((0, 0, 0, 0), fill))
+        if value != fill:
+            raise _Refusal(f"its input is padded with {value}; only {fill} can be absorbed here")
+        self.absorbed = True
+        return pads
+
     def const(self, i: int) -> np.ndarray | None:
         """Constant input ``i`` as a numpy array, or None if the input is absent."""
         return _constant(self.model, self.proto.input[i]) if self.has_input(i) else None
@@ -101,62 +113,41 @@ class _Node:
         if value is not None and value.dtype.name not in WEIGHT_DTYPES:
             raise _Refusal(f"input {self.proto.input[i]!r} has element type {value.dtype}; "
                            f"weights must be one of {', '.join(WEIGHT_DTYPES)}")
-        return None if value is None else value.astype(np.float32)
+        return None if value is None else value.astype(np.float32, copy=False)
 
 
 # ---- constants --------------------------------------------------------------------------
 
 
 def _constant(model: _Model, tensor: str) -> np.ndarray:
-    """A tensor that does not depend on the graph input, evaluated (a small set of ops)."""
+    """A tensor that does not depend on the graph input: an initialiser, or the output of
+    nodes on constants (``Constant``, ``DequantizeLinear``, a weight's ``Flatten``...) run
+    by onnx's reference evaluator. Cached per tensor."""
     from onnx import numpy_helper
 
+    if tensor in model.constants:
+        return model.constants[tensor]
     if tensor in model.initializers:
-        return numpy_helper.to_array(model.initializers[tensor])
-    node = model.producers.get(tensor)
-    if tensor in model.depends or node is None or node.op_type not in _CONSTANT_OPS:
-        how = "is computed from the graph input" if tensor in model.depends else (
-            f"comes from op {node.op_type}" if node is not None else "is not defined")
+        value = numpy_helper.to_array(model.initializers[tensor])
+    elif tensor in model.depends or tensor not in model.producers:
+        how = "is computed from the graph input" if tensor in model.depends else "is not defined"
         raise _Refusal(f"input {tensor!r} {how}; the IR needs a constant here")
-    return _CONSTANT_OPS[node.op_type](_Node(node, node.name, model))
+    else:
+        value = _evaluate(model, model.producers[tensor], tensor)
+    model.constants[tensor] = value
+    return value
 
 
-def _constant_node(c: _Node) -> np.ndarray:
-    from onnx import numpy_helper
+def _evaluate(model: _Model, node, tensor: str) -> np.ndarray:
+    from onnx.reference import ReferenceEvaluator
 
-    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
-        value = c.attr(key)
-        if value is not None:
-            return numpy_helper.to_array(value) if key == "value" else np.asarray(value)
-    raise _Refusal(f"Constant {c.name!r} holds no value this importer reads")
-
-
-def _dequantize(c: _Node) -> np.ndarray:
-    """``(x - zero_point) * scale``, per tensor or per channel along ``axis``."""
-    if c.attr("block_size", 0):
-        raise _Refusal("blocked DequantizeLinear is not supported")
-    x = c.const(0).astype(np.float64)
-    scale = c.const(1).astype(np.float64)
-    zero = c.const(2).astype(np.float64) if c.has_input(2) else np.zeros_like(scale)
-    if scale.size > 1:
-        shape = [1] * x.ndim
-        shape[c.attr("axis", 1) % x.ndim] = scale.size
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return ((x - zero) * scale).astype(np.float32)
-
-
-_CONSTANT_OPS = {
-    "Constant": _constant_node,
-    "Identity": lambda c: c.const(0),
-    "Cast": lambda c: c.const(0).astype(_numpy_type(c.attr("to"))),
-    "DequantizeLinear": _dequantize,
-}
-
-
-def _numpy_type(onnx_type: int):
-    from onnx import helper
-
-    return helper.tensor_dtype_to_np_dtype(onnx_type)
+    feeds = {t: _constant(model, t) for t in node.input if t}
+    try:
+        outputs = ReferenceEvaluator(node, opsets={"": model.opset}).run(None, feeds)
+    except Exception as e:  # the reference evaluator raises many types for ops it lacks
+        raise _Refusal(f"cannot evaluate constant {tensor!r} (op {node.op_type}): "
+                       f"{type(e).__name__}: {e}") from e
+    return np.asarray(outputs[list(node.output).index(tensor)])
 
 
 # ---- shared geometry --------------------------------------------------------------------
@@ -178,6 +169,10 @@ def _pads(c: _Node, kernel, strides, dilations) -> tuple[int, int, int, int]:
         small, big = total // 2, total - total // 2
         out += [small, big] if auto == "SAME_UPPER" else [big, small]
     return tuple(out)  # type: ignore[return-value]
+
+
+def _plus(a, b) -> tuple[int, int, int, int]:
+    return tuple(x + y for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
 
 
 def _per_channel(value: np.ndarray, x_shape, what: str) -> np.ndarray:
@@ -214,8 +209,8 @@ def _conv(c: _Node) -> ops.Op:
     strides, dilations = _pair_attr(c, "strides"), _pair_attr(c, "dilations")
     if w is None or w.ndim != 4:
         raise _Refusal("only 2-D convolution with a constant K x C x R x S weight is supported")
-    return ops.Conv(w, b, strides, _pads(c, w.shape[2:], strides, dilations), dilations,
-                    int(c.attr("group", 1)))
+    pads = _plus(_pads(c, w.shape[2:], strides, dilations), c.take_pad(0.0))
+    return ops.Conv(w, b, strides, pads, dilations, int(c.attr("group", 1)))
 
 
 def _gemm(c: _Node) -> ops.Op:
@@ -225,11 +220,13 @@ def _gemm(c: _Node) -> ops.Op:
     b = c.weight(1)
     if b is None or b.ndim != 2:
         raise _Refusal("B must be a constant matrix")
-    w = (b if c.attr("transB", 0) else b.T) * np.float32(c.attr("alpha", 1.0))
+    w = b if c.attr("transB", 0) else b.T
+    if c.attr("alpha", 1.0) != 1.0:
+        w = w * np.float32(c.attr("alpha"))
     bias = c.weight(2)
     if bias is not None:
         bias = _per_channel(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
-    return ops.Conv(w[:, :, None, None].astype(np.float32), bias)
+    return ops.Conv(np.ascontiguousarray(w)[:, :, None, None], bias)
 
 
 def _matmul(c: _Node) -> ops.Op:
@@ -260,8 +257,13 @@ def _pool(c: _Node) -> ops.Op:
     pads = _pads(c, kernel, strides, (1, 1))
     ceil = bool(c.attr("ceil_mode", 0))
     if c.op_type == "MaxPool":
-        return ops.MaxPool(kernel, strides, pads, ceil)
-    return ops.AvgPool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)))
+        return ops.MaxPool(kernel, strides, _plus(pads, c.take_pad(float("-inf"))), ceil)
+    include = bool(c.attr("count_include_pad", 0))
+    extra = c.take_pad(0.0)
+    if any(extra) and (ceil or not include):
+        raise _Refusal("averages a Pad output with ceil_mode or count_include_pad=0: the padded "
+                       "zeros would be counted differently")
+    return ops.AvgPool(kernel, strides, _plus(pads, extra), ceil, include)
 
 
 def _global_avg_pool(c: _Node) -> ops.Op:
@@ -319,6 +321,34 @@ def _softmax(c: _Node) -> ops.Op:
     if axis == 0:
         raise _Refusal("softmax over the batch axis")
     return ops.Softmax(axis)
+
+
+@dataclass(frozen=True)
+class _Pad:
+    """A Pad's result: held on the tensor until a Conv or pooling absorbs it."""
+
+    pads: tuple[int, int, int, int]
+    fill: float
+
+
+def _pad(c: _Node) -> _Pad:
+    if c.model.opset < 11:
+        pads, fill = c.attr("pads"), c.attr("value", 0.0)
+    else:
+        pads = c.const(1)
+        fill = 0.0 if c.const(2) is None else float(c.const(2))
+        if c.has_input(3):
+            raise _Refusal("Pad with axes: give pads for all 4 axes")
+    pads = [int(p) for p in pads]
+    mode = c.attr("mode", "constant")
+    if mode != "constant" or len(pads) != 8 or min(pads) < 0 or any(pads[i] for i in (0, 1, 4, 5)):
+        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, non-negative padding of H "
+                       "and W of a 4-D tensor is supported")
+    before = c.model.pending.get(c.proto.input[0])
+    if before is not None and before[1] != fill:
+        raise _Refusal(f"pads with {fill} what is already padded with {before[1]}")
+    own = (pads[2], pads[6], pads[3], pads[7])
+    return _Pad(_plus(own, before[0]) if before else own, fill)
 
 
 def _dropout(c: _Node):
@@ -437,7 +467,7 @@ _CONVERTERS = {
     "Add": (_add, None), "Concat": (_concat, None), "Flatten": (_reshape, 1),
     "Reshape": (_reshape, 1), "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
-    "Dropout": (_dropout, 1),
+    "Dropout": (_dropout, 1), "Pad": (_pad, 1),
 }
 
 
@@ -467,11 +497,34 @@ def _load(path: Path):
     if model.ir_version == 0 or not model.HasField("graph"):
         raise ModelError(f"{path}: not an ONNX model (no IR version or graph)")
     _load_external(model, path)
+    return model
+
+
+def _skeleton(model):
+    """The model with its large initialisers turned into typed graph inputs: all that the
+    checker and shape inference read, without serialising every weight (seconds for VGG)."""
+    from onnx import helper
+
+    g = model.graph
+    inputs = {i.name for i in g.input}
+    big = [t for t in g.initializer if math.prod(t.dims) > SMALL_CONSTANT]
+    graph = helper.make_graph(
+        list(g.node), g.name,
+        [*g.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                     for t in big if t.name not in inputs)],
+        list(g.output), [t for t in g.initializer if math.prod(t.dims) <= SMALL_CONSTANT],
+        value_info=list(g.value_info))
+    return helper.make_model(graph, opset_imports=list(model.opset_import),
+                             ir_version=model.ir_version, functions=list(model.functions))
+
+
+def _check(skeleton, path: Path) -> None:
+    import onnx
+
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(skeleton)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{path}: invalid ONNX model: {str(e).strip().splitlines()[0]}") from None
-    return model
 
 
 def _load_external(model, path: Path) -> None:
@@ -547,15 +600,43 @@ def _opset(model) -> int:
 
 
 def _analyse(model, path: Path, input_name: str) -> _Model:
+    """Producers, initialisers and the tensors computed from the input (shapes come later)."""
     g = model.graph
-    shapes = {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
     producers = {out: n for n in g.node for out in n.output}
     depends = {input_name}
     for n in g.node:
         if any(i in depends for i in n.input):
             depends.update(n.output)
-    return _Model(path, _opset(model), shapes, {t.name: t for t in g.initializer}, producers,
+    return _Model(path, _opset(model), {}, {t.name: t for t in g.initializer}, producers,
                   depends)
+
+
+SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
+
+
+def _fold_small_constants(model, m: _Model) -> None:
+    """Replace each node that computes a small constant read by the data path (the pads a
+    Pad reads from a Slice/Transpose chain...) with a ``Constant`` holding its value, so
+    that shape inference sees values it cannot propagate itself."""
+    from onnx import helper, numpy_helper
+
+    frontier = {t for n in model.graph.node if m.depends.intersection(n.output)
+                for t in n.input if t and t not in m.depends and t not in m.initializers}
+    for node in model.graph.node:
+        if len(node.output) != 1 or node.output[0] not in frontier or node.op_type == "Constant":
+            continue
+        try:
+            value = _constant(m, node.output[0])
+        except _Refusal:
+            continue  # reported later if the data path really needs it
+        if value.size <= SMALL_CONSTANT:
+            node.CopyFrom(helper.make_node("Constant", [], list(node.output), name=node.name,
+                                           value=numpy_helper.from_array(value)))
+
+
+def _shapes(model) -> dict:
+    g = model.graph
+    return {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
 
 
 def _needed(model, output: str) -> set:
@@ -605,8 +686,11 @@ def _convert(model, m: _Model, input_name: str) -> tuple[_Build, dict]:
         try:
             result = _CONVERTERS[proto.op_type][0](c)
             _check_extra_outputs(proto, model, needed)
-            if isinstance(result, str):  # a pass-through (Identity, Dropout)
-                ir_of[proto.output[0]] = ir_of.get(result, result)
+            _check_pads_absorbed(c, m)
+            if isinstance(result, (str, _Pad)):  # a pass-through (Identity, Dropout, Pad)
+                source = proto.input[0]
+                ir_of[proto.output[0]] = ir_of.get(source, source)
+                _carry_pad(m, proto, result)
                 continue
             inputs = tuple(ir_of.get(t, t) for t in proto.input if t in m.depends)
             build.expected[names[i]] = c.out_shape
@@ -616,6 +700,21 @@ def _convert(model, m: _Model, input_name: str) -> tuple[_Build, dict]:
         build.nodes.append(Node(names[i], result, inputs))
         ir_of[proto.output[0]] = names[i]
     return build, ir_of
+
+
+def _check_pads_absorbed(c: _Node, m: _Model) -> None:
+    pending = [t for t in c.proto.input if t in m.pending]
+    if pending and not (c.absorbed or c.op_type in ("Pad", "Identity", "Dropout")):
+        raise _Refusal("its input comes from Pad; the IR takes explicit padding only into Conv "
+                       "(zeros), MaxPool (-inf) or AveragePool (zeros, count_include_pad=1)")
+
+
+def _carry_pad(m: _Model, proto, result) -> None:
+    """Identity/Dropout pass a pending Pad on; a Pad sets (or accumulates) it."""
+    if isinstance(result, _Pad):
+        m.pending[proto.output[0]] = (result.pads, result.fill)
+    elif proto.input[0] in m.pending:
+        m.pending[proto.output[0]] = m.pending[proto.input[0]]
 
 
 def _check_extra_outputs(proto, model, needed: set) -> None:
@@ -665,12 +764,15 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Gra
     model = _load(path)
     value_info = _graph_input(model, path)
     shape = _set_input_shape(value_info, input_shape, path)
-    model = _infer(model, path)
     m = _analyse(model, path, value_info.name)
+    _fold_small_constants(model, m)
+    skeleton = _skeleton(model)
+    _check(skeleton, path)
+    m.shapes = _shapes(_infer(skeleton, path))
     build, ir_of = _convert(model, m, value_info.name)
     if build.unsupported or build.problems:
         raise _fail(path, build)
     out = model.graph.output[0].name
-    if out not in ir_of:
+    if out not in ir_of or out in m.pending:
         raise ModelError(f"{path}: output {out!r} is not computed from input {value_info.name!r}")
     return _assemble(build, ir_of[out], shape, path)

@@ -23,6 +23,7 @@ such as dropout at inference).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import operator
 import sys
@@ -34,7 +35,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node, _pair, fold_batchnorm
+from ..ir import Graph, Node, _padding4, _pair, fold_batchnorm
 from ..simulate import same_padding
 
 try:
@@ -53,10 +54,16 @@ class _Refusal(Exception):
 
 @dataclass(frozen=True)
 class _Ref:
-    """A tensor computed from the network input: the IR node holding it and its shape."""
+    """A tensor computed from the network input: the IR node holding it and its shape.
+
+    After ``F.pad`` it also carries the pending (top, bottom, left, right) padding and
+    its fill value, which only a conv or pooling reading it can absorb.
+    """
 
     name: str
     shape: tuple[int, ...]
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+    fill: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,9 +81,30 @@ def _data(x, rank: int | None = None) -> _Ref:
     """``x`` as a tensor computed from the network input, optionally of a given rank."""
     if not isinstance(x, _Ref):
         raise _Refusal("its input is a constant, not a tensor computed from the network input")
+    if any(x.pad):
+        raise _Refusal("its input comes from F.pad; the IR takes explicit padding only into a "
+                       "conv (zeros), max pooling (-inf) or average pooling (zeros)")
     if rank is not None and len(x.shape) != rank:
         raise _Refusal(f"needs a {rank}-D input, got shape {x.shape}")
     return x
+
+
+def _unpad(x, fill: float) -> tuple[_Ref, tuple[int, int, int, int]]:
+    """A 4-D input and the F.pad padding it still owes (to be added to the reader's padding)."""
+    if isinstance(x, _Ref) and any(x.pad):
+        if x.fill != fill:
+            raise _Refusal(f"its input is padded with {x.fill}; only {fill} can be absorbed here")
+        x, pad = dataclasses.replace(x, pad=(0, 0, 0, 0)), x.pad
+    else:
+        pad = (0, 0, 0, 0)
+    _data(x, 4)
+    return x, pad
+
+
+def _plus(padding, extra) -> tuple[int, int, int, int]:
+    """Own padding (int, (h, w) or 4-tuple) plus absorbed F.pad padding: (top, bottom, left,
+    right) in pixels."""
+    return tuple(a + b for a, b in zip(_padding4(padding, "padding"), extra, strict=True))
 
 
 def _array(value, what: str) -> np.ndarray:
@@ -96,7 +124,7 @@ def _number(value, what: str):
 
 
 def _conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    _data(input, 4)
+    _, extra = _unpad(input, 0.0)
     w = _array(weight, "weight")
     if isinstance(padding, str):
         if padding not in ("same", "valid"):
@@ -104,7 +132,7 @@ def _conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
         padding = same_padding(w.shape[2:], _pair(dilation, "dilation", c.name)) \
             if padding == "same" else 0
     b = None if bias is None else _array(bias, "bias")
-    return ops.Conv(w, b, tuple(_pair(stride, "stride", c.name)), padding,
+    return ops.Conv(w, b, tuple(_pair(stride, "stride", c.name)), _plus(padding, extra),
                     tuple(_pair(dilation, "dilation", c.name)), int(groups))
 
 
@@ -170,20 +198,23 @@ def _prelu(c, input, weight):
 
 def _max_pool2d(c, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                 return_indices=False):
-    _data(input, 4)
+    _, extra = _unpad(input, float("-inf"))
     if _pair(dilation, "dilation", c.name) != (1, 1):
         raise _Refusal(f"dilation={dilation}: the IR's pooling has no dilation")
     if return_indices:
         raise _Refusal("return_indices=True: the IR's pooling returns values only")
-    return ops.MaxPool(kernel_size, stride or None, padding, bool(ceil_mode))
+    return ops.MaxPool(kernel_size, stride or None, _plus(padding, extra), bool(ceil_mode))
 
 
 def _avg_pool2d(c, input, kernel_size, stride=None, padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
-    _data(input, 4)
+    _, extra = _unpad(input, 0.0)
     if divisor_override:
         raise _Refusal(f"divisor_override={divisor_override}: the IR divides by the window")
-    return ops.AvgPool(kernel_size, stride or None, padding, bool(ceil_mode),
+    if any(extra) and (ceil_mode or not count_include_pad):
+        raise _Refusal("averages an F.pad output with ceil_mode or count_include_pad=False: the "
+                       "padded zeros would be counted differently")
+    return ops.AvgPool(kernel_size, stride or None, _plus(padding, extra), bool(ceil_mode),
                        bool(count_include_pad))
 
 
@@ -278,6 +309,20 @@ def _softmax(c, input, dim=None, _stacklevel=3, dtype=None):
     return ops.Softmax(axis)
 
 
+def _pad(c, input, pad, mode="constant", value=None):
+    """F.pad: held on the tensor until a conv or pooling absorbs it (see ``_unpad``)."""
+    x = input if isinstance(input, _Ref) else _data(input)
+    fill = 0.0 if value is None else float(value)
+    pad = [int(p) for p in pad]
+    if mode != "constant" or min(pad) < 0 or any(pad[4:]) or len(pad) % 2:
+        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, non-negative padding of "
+                       "H and W is supported")
+    if any(x.pad) and x.fill != fill:
+        raise _Refusal(f"pads with {fill} what is already padded with {x.fill}")
+    left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
+    return _Ref(x.name, c.out_shape, _plus(x.pad, (top, bottom, left, right)), fill)
+
+
 def _dropout(c, input, p=0.5, training=True, inplace=False):
     if training:
         raise _Refusal("training=True drops at random; pass training=self.training")
@@ -307,6 +352,8 @@ _MODULES = {
     nn.Flatten: lambda c, m, x: _reshape_to(c, x),
     nn.Softmax: lambda c, m, x: _softmax(c, x, m.dim),
     nn.Identity: lambda c, m, x: _data(x),
+    nn.ConstantPad2d: lambda c, m, x: _pad(c, x, m.padding, "constant", m.value),
+    nn.ZeroPad2d: lambda c, m, x: _pad(c, x, m.padding, "constant", 0.0),
     **{cls: lambda c, m, x: _interpolate(c, x, m.size, m.scale_factor, m.mode, m.align_corners,
                                          m.recompute_scale_factor)
        for cls in (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)},
@@ -337,6 +384,7 @@ _FUNCTIONS = _table(
     (_cat, torch.cat, torch.concat),
     (_concatenate, torch.concatenate),
     (_reshape_to, torch.flatten, torch.reshape),
+    (_pad, F.pad),
     (_interpolate, F.interpolate, F.upsample),
     (_softmax, F.softmax, torch.softmax),
     (_dropout, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout),
@@ -490,9 +538,9 @@ def _output(gm, info: dict, name: str) -> _Ref:
     if isinstance(value, (tuple, list)) and len(value) == 1:
         value = value[0]
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
-    if not isinstance(ref, _Ref):
+    if not isinstance(ref, _Ref) or any(ref.pad):
         raise ModelError(f"{name}: forward returns {type(value).__name__}; npusim networks "
-                         "return one tensor computed from the input")
+                         "return one tensor computed from the input (not F.pad's output)")
     return ref
 
 
