@@ -1,0 +1,103 @@
+"""Hardware-aware group sizes (seed 003, claim 5): candidates against the dataflow's costs
+and hand counts, the MAC-filling rule, the Pareto front against brute force, and a real
+accuracy check on scikit-learn's digits."""
+
+import itertools
+
+import pytest
+
+from npusim import blocks, load_arch, tune
+from npusim.blocks import BlockSpec, ConvPlan
+from npusim.dataflows.group_tile import Params
+from npusim.errors import NpusimError
+from npusim.ir import ConvLayer, GraphBuilder
+
+
+def grouped_graph():
+    import numpy as np
+
+    g = GraphBuilder("t", (1, 96, 6, 6))
+    y = g.conv(g.input, np.ones((96, 1, 3, 3)), padding=1, groups=96, name="dw")
+    g.conv(y, np.ones((128, 24, 3, 3)), padding=1, groups=4, name="g4")
+    return g.build()
+
+
+def test_candidates_cover_every_g_with_the_tiles_costs():
+    result = tune.tune_groups(grouped_graph(), "group-tile-64mac")
+    dw, g4 = result.layers
+    assert [c.groups for c in dw.candidates] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96]
+    assert dw.groups == 96 and g4.groups == 4
+    # depthwise on the broadcast bus: one MAC per cycle, 36 pixels x 96 channels x 9 taps
+    assert dw.candidate(96).cycles == 36 * 96 * 9 + 1
+    assert dw.candidate(96).utilisation == pytest.approx(1 / 64 * 36 * 96 * 9 / (36 * 96 * 9 + 1))
+    # g = 3: 32 outputs per group reuse each broadcast input: same cycles, 32x the MACs
+    assert dw.candidate(2).cycles == 36 * 96 * 9 + 3  # 48 sums drain in 3 cycles at the end
+    assert dw.candidate(2).params == 96 * 48 * 9
+    assert dw.chosen == 2  # 48 outputs per group: the most of 64 MACs one lane can feed
+
+
+def test_filling_rule_matches_the_patent_example():
+    """64 MACs, input depth 64 per partition: group size 64 = MAC count (Fig. 8)."""
+    one_lane, two_lanes = Params(macs=64), Params(macs=64, bus_inputs=2)
+    assert tune.filling_groups(128, 128, one_lane) == 2
+    assert tune.filling_groups(256, 256, Params(macs=32)) == 8
+    assert tune.filling_groups(48, 192, one_lane) == 3
+    assert tune.filling_groups(7, 7, one_lane) == 1  # 7 of 64 MACs is the best there is
+    assert tune.filling_groups(96, 96, one_lane) == 2  # 48 outputs: 75% of the MACs
+    assert tune.filling_groups(96, 96, two_lanes) == 3  # two subsets of 32: all 64
+    assert tune.occupancy(96, one_lane) == 0.75  # full conv, 96 outputs: two blocks of 64
+
+
+def test_report_text_and_bad_arch():
+    text = tune.render(tune.tune_groups(grouped_graph(), "group-tile-32mac"))
+    assert "dw  96x6x6->96x6x6 3x3 dw  (g now 96, fills the MACs: g 3)" in text  # 32 MACs
+    assert "<- fills MACs" in text
+    with pytest.raises(NpusimError, match=r"arch 'systolic-32x32-ws': has no \[group-tile\] "
+                                          r"section"):
+        tune.tune_groups_report("mobilenet_v2", "systolic-32x32-ws")
+
+
+def test_block_cost_is_the_sum_of_its_layers():
+    arch = load_arch("group-tile-32mac")
+    spec = BlockSpec("grouped-ibn", 16, 16, expand=2, groups=4)
+    cycles, params = tune.block_cost(spec, (6, 6), arch, "int8")
+    layers = [ConvLayer(1, 16, 6, 6, 32, 1, 1, bias=True, dtype="int8"),
+              ConvLayer(1, 32, 6, 6, 32, 3, 3, padding=1, groups=4, bias=True, dtype="int8"),
+              ConvLayer(1, 32, 6, 6, 16, 1, 1, bias=True, dtype="int8")]
+    assert cycles == sum(tune.layer_cost(lay, arch).cycles for lay in layers)
+    assert params == blocks.params(spec)
+    # the grouped 3x3: 36 pixels x 4 partitions x 8 inputs x 9 taps, one broadcast a cycle
+    assert tune.layer_cost(layers[1], arch).cycles == 36 * 4 * 8 * 9 + 1
+
+
+def test_pareto_front_equals_brute_force():
+    arch = load_arch("group-tile-32mac")
+    specs = [BlockSpec("ibn", 16, 16, expand=2), BlockSpec("ibn", 16, 32, expand=2, stride=2)]
+    kinds, sizes = ("ibn", "fused-ibn", "grouped-ibn"), (8, 16, 32)
+    front = tune.pareto(specs, (8, 8), arch, kinds=kinds, group_sizes=sizes)
+    options = [tune.block_options(s, kinds, sizes) for s in specs]
+    every = []
+    for combo in itertools.product(*options):
+        c0, p0 = tune.block_cost(combo[0], (8, 8), arch, "int8")
+        c1, p1 = tune.block_cost(combo[1], (8, 8), arch, "int8")
+        every.append((c0 + c1, p0 + p1))
+    brute = [(c, p) for c, p in every
+             if not any(c2 <= c and p2 >= p and (c2, p2) != (c, p) for c2, p2 in every)]
+    assert sorted({(p.cycles, p.params) for p in front}) == sorted(set(brute))
+    assert all(b.c_in == s.c_in and b.stride == s.stride for p in front
+               for b, s in zip(p.blocks, specs, strict=True))
+
+
+@pytest.mark.slow
+def test_trained_front_candidate_learns_the_digits():
+    """The accuracy axis, for real: a grouped network from the front, trained on the
+    digits, classifies the held-out images far above chance (10%)."""
+    pytest.importorskip("torch")
+    from npusim.blocks.train import train_digits
+
+    stem = ConvPlan("stem", 1, 16, 3)
+    specs = [BlockSpec("ibn", 16, 16, expand=2), BlockSpec("ibn", 16, 32, expand=2, stride=2)]
+    front = tune.pareto(specs, (8, 8), "group-tile-32mac", kinds=("fused-grouped-ibn",),
+                        group_sizes=(8,))
+    assert all(b.groups == 4 for b in front[0].blocks)  # 32 or 64 outputs, 8 a group
+    assert train_digits(front[0].blocks, stem, epochs=8) > 0.7
