@@ -118,11 +118,23 @@ def summarise(label: str, rows) -> None:
     print(f"  pairs {t.macs / t.dense_macs:.3f} of dense MACs; skipped: weight-only zero "
           f"{skips[0]:.3f}, feature-only zero {skips[1]:.3f}, both {skips[2]:.3f}; energy "
           f"{t.energy_pj / 1e6:.1f} uJ vs systolic {sys_total.energy_pj / 1e6:.1f} uJ")
-    dense_like = [r for r in rows if not r["layer"].is_depthwise]
-    if len(dense_like) < len(rows):
-        s, t = (total([r[k] for r in dense_like]) for k in ("systolic", DEFAULT))
-        print(f"  without depthwise layers: speed-up {s.cycles / t.cycles:.2f} "
-              f"(ideal {t.dense_macs / t.macs:.2f}, systolic utilisation {s.utilisation:.2f})")
+    subset("conv layers only (no fully connected; SCNN's scope)", rows,
+           lambda L: L.P * L.Q > 1 or L.R * L.S > 1)
+    subset("without depthwise layers", rows, lambda L: not L.is_depthwise)
+
+
+def subset(label: str, rows, keep) -> None:
+    """Speed-ups of the preset's machine on the layers ``keep(layer)`` selects, if not all."""
+    chosen = [r for r in rows if keep(r["layer"])]
+    if 0 < len(chosen) < len(rows):
+        s, t = (total([r[k] for r in chosen]) for k in ("systolic", DEFAULT))
+        best = max(MACHINES, key=lambda m: -total([r[m] for r in chosen]).cycles)
+        b = total([r[best] for r in chosen])
+        dense = t.dense_macs / (t.pe_cycles / t.cycles)
+        print(f"  {label}: speed-up {s.cycles / t.cycles:.2f} over systolic "
+              f"(utilisation {s.utilisation:.2f}), {dense / t.cycles:.2f} over a fully used "
+              f"dense array, ideal {t.dense_macs / t.macs:.2f}; best machine {best[0]} + "
+              f"{best[1]}: {s.cycles / b.cycles:.2f} / {dense / b.cycles:.2f}")
 
 
 def timing() -> None:
