@@ -32,7 +32,7 @@ from .dataflows import get as get_dataflow
 from .dataflows.group_tile import NAME, Params
 from .errors import NpusimError
 from .ir import ConvLayer, Graph
-from .stats import LayerStats
+from .stats import LayerStats, total
 
 
 def layer_cost(layer: ConvLayer, arch: Arch) -> LayerStats:
@@ -181,16 +181,32 @@ class Point:
     blocks: tuple[BlockSpec, ...]
 
 
-def block_cost(spec: BlockSpec, hw: tuple[int, int], arch: Arch, dtype: str) -> tuple[int, int]:
-    """(conv cycles on the tile, parameters) of one block on an h x w input."""
-    cycles, params, (h, w) = 0, 0, hw
+def block_stats(spec: BlockSpec, hw: tuple[int, int], arch: Arch,
+                dtype: str = "int8") -> tuple[LayerStats, int]:
+    """(summed LayerStats of the block's convs on the tile, parameters) on an h x w input."""
+    stats, params, (h, w) = [], 0, hw
     for c in plan(spec):
         layer = ConvLayer(1, c.c_in, h, w, c.c_out, c.k, c.k, c.stride, c.k // 2,
-                          groups=c.groups, bias=True, dtype=dtype)
-        cycles += layer_cost(layer, arch).cycles
+                          groups=c.groups, bias=True, dtype=dtype, name=c.name)
+        stats.append(layer_cost(layer, arch))
         params += c.params
         h, w = layer.P, layer.Q
-    return cycles, params
+    return total(stats, spec.kind), params
+
+
+def block_cost(spec: BlockSpec, hw: tuple[int, int], arch: Arch, dtype: str) -> tuple[int, int]:
+    """(conv cycles on the tile, parameters) of one block on an h x w input."""
+    st, params = block_stats(spec, hw, arch, dtype)
+    return st.cycles, params
+
+
+def hardware_groups(spec: BlockSpec, arch: Arch) -> BlockSpec:
+    """A grouped block with g set by ``filling_groups`` for its grouped conv on ``arch``."""
+    if spec.kind not in GROUPED:
+        return spec
+    base = dataclasses.replace(spec, groups=1)
+    c_in, c_out = grouped_channels(base)
+    return with_group_size(base, c_out // filling_groups(c_in, c_out, arch.params(NAME)))
 
 
 def block_options(spec: BlockSpec, kinds: Sequence[str], group_sizes: Sequence[int]):
