@@ -21,6 +21,9 @@ slowest processor is done (at least one cycle, the empty AND). Loop order::
     cycles = max over processor groups g of
              sum over units u on g, pixels x of u: max(1, max_j pairs(x, k_j))
 
+How many pixel slices there are (so which units a processor group runs) is the
+dealing, ``weight-groups`` or ``pixel-slices`` (see ``grouping``).
+
 The fast model gets pairs(x, k) for all pixels and kernels as one convolution of
 the 0/1 masks; the emulator (``npusim.emulate.sparse_pairs``) runs the datapath
 cycle by cycle. Both fill the same ``Schedule``; one function turns it into stats.
@@ -108,28 +111,36 @@ def _traffic_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
     return bits
 
 
+def _units(per: np.ndarray, pl: grouping.Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Cycles of every work unit (units,) and multiply cycles of its processors (units x size):
+    a step lasts as long as its busiest processor, at least one cycle."""
+    slots = per[pl.groups]  # weight groups x size x pixels
+    steps = np.maximum(slots.max(axis=1), 1)
+    starts = pl.bounds[:-1]
+    cycles = np.add.reduceat(steps, starts, axis=1, dtype=np.int64).ravel()
+    busy = np.add.reduceat(slots, starts, axis=2, dtype=np.int64)
+    return cycles, busy.transpose(0, 2, 1).reshape(pl.units, -1)
+
+
+def _per_group(pl: grouping.Plan, values: np.ndarray) -> np.ndarray:
+    """Sum of per-unit ``values`` over the units each processor group runs."""
+    out = np.zeros((pl.processor_groups,) + values.shape[1:], np.int64)
+    np.add.at(out, np.arange(pl.units) % pl.processor_groups, values)
+    return out
+
+
 def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
     """The fast model: every count of the machine from the masks, by array operations."""
     per = _kernel_pixels(layer, x_mask, w_mask)
     nnz = np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)
     size = p.processors_per_group
     pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping, p.dealing)
-    slots = per[pl.groups]  # weight groups x size x pixels
-    steps = np.maximum(slots.max(axis=1), 1)
-    starts = pl.bounds[:-1]
-    unit_cycles = np.add.reduceat(steps, starts, axis=1, dtype=np.int64).ravel()
-    unit_busy = np.add.reduceat(slots, starts, axis=2, dtype=np.int64)
-    unit_busy = unit_busy.transpose(0, 2, 1).reshape(-1, size)
-    where = np.arange(pl.units) % p.processor_groups
-    group_cycles = np.zeros(p.processor_groups, np.int64)
-    np.add.at(group_cycles, where, unit_cycles)
-    processor_cycles = np.zeros((p.processor_groups, size), np.int64)
-    np.add.at(processor_cycles, where, unit_busy)
+    unit_cycles, unit_busy = _units(per, pl)
     occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
     pairs = int(per.sum(dtype=np.int64))
     return Schedule(
         pairs=pairs, skipped=bitmap.skipped(layer, x_mask, nnz, pairs),
-        group_cycles=group_cycles, processor_cycles=processor_cycles,
+        group_cycles=_per_group(pl, unit_cycles), processor_cycles=_per_group(pl, unit_busy),
         step_capacity=int(unit_cycles.sum()) * size,
         mapped_capacity=int((unit_cycles * occupied).sum()),
         bitmap_traffic_bits=_traffic_bits(layer, pl),
