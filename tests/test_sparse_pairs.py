@@ -199,3 +199,20 @@ def test_preset_has_as_many_multipliers_as_the_systolic_preset():
 def test_bad_sparse_pairs_section_names_the_file_key_value_and_rule(body, message):
     with pytest.raises(ConfigError, match=message):
         arch_from_toml_text(f'dataflow = "sparse-pairs"\n[sparse-pairs]\n{body}\n', "x.toml")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_conv2d_entry_point_fast_and_emulated_agree(dtype):
+    rng = np.random.default_rng(5)
+    x = np.maximum(rng.standard_normal((2, 4, 7, 6)), 0).astype(np.float32)
+    w = (rng.standard_normal((6, 2, 3, 3)) * (rng.random((6, 2, 3, 3)) < 0.5)).astype(np.float32)
+    kw = dict(stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2), groups=2,
+              dataflow="sparse-pairs", arch=arch_with(2, 2, "equal-work"), dtype=dtype)
+    fast, fast_stats = npusim.conv2d(x, w, **kw)
+    emu, emu_stats = npusim.conv2d(x, w, emulate=True, **kw)
+    assert fast_stats == emu_stats
+    assert fast_stats.macs < fast_stats.dense_macs
+    if dtype == "int8":
+        np.testing.assert_array_equal(fast, emu)
+    else:
+        np.testing.assert_allclose(fast, emu, rtol=1e-5, atol=1e-5 * np.abs(fast).max())
