@@ -211,7 +211,8 @@ class Entry:
 
 
 def _imagenet(fn, text: str) -> Entry:
-    return Entry(fn, lambda size=None: _imagenet_input(1, size or 224),
+    return Entry(lambda batch, seed, size=None: fn(batch, seed, size or 224),
+                 lambda size=None: _imagenet_input(1, size or 224),
                  lambda: f"{text}; seeded He-initialised weights; input: photo 'chelsea', "
                          "ImageNet mean/std")
 
@@ -238,11 +239,18 @@ def _digits_build(batch, seed, size=None) -> Graph:
     return digits.build(batch)
 
 
+def _digits_input(batch, size=None) -> np.ndarray:
+    from . import digits
+
+    _digits_shape(size)
+    return digits.test_input(batch)
+
+
 def _digits() -> Entry:
     from . import digits
 
     return Entry(_digits_build, _digits_shape, digits.describe, norm="unit", channels=1,
-                 default_input=lambda batch, size=None: digits.test_input(batch))
+                 default_input=_digits_input)
 
 
 MODELS: dict[str, Callable[[], Entry]] = {
