@@ -15,8 +15,8 @@ partial OFMs over a full, bus or chain interconnect (``operation_units``, Figs.
 Stride and dilation run as stride-1 phases (``phases``); groups as independent
 problems; batch images as more regions.
 
-Loop order (per layer): image -> stride phase -> region (on unit ``i mod U``)
--> conv group -> kernel set (``P`` kernels at once, one per processing unit)
+Loop order (per layer): image -> stride phase -> region -> conv group -> kernel
+set (``P`` kernels at once, one per processing unit; job ``j`` on unit ``j mod U``)
 -> kernel part -> channel group of ``l`` -> non-zero tap (one cycle each).
 
 Cycles: ``max(max_u sum_{jobs on u} job_cycles, last transfer finish)`` with
@@ -193,7 +193,7 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
 
 def timing(work: Work, p: Params, stealing: bool) -> Schedule:
     """The layer's schedule on the units, with or without work stealing."""
-    return schedule(work.region, work.slot_cycles, work.transfers, units=p.operation_units,
+    return schedule(work.slot_cycles, work.transfers, units=p.operation_units,
                     stealing=stealing, interconnect=p.interconnect,
                     output_units=p.output_units, width=p.bus_width)
 

@@ -4,9 +4,12 @@ Closed forms, vectorised over jobs, of what the cycle emulator
 (``npusim.emulate.input_reuse``) plays cycle by cycle:
 
 - A *job* is one IFM region against one *kernel set* (the ``P`` kernels in
-  flight, one per processing unit, Fig. 14). Job ``j`` of region ``i`` runs on
-  operation unit ``i mod U`` (each unit keeps its region for all kernel sets);
-  a unit runs its jobs back to back, in the global order.
+  flight, one per processing unit, Fig. 14). Jobs are dealt round robin: job
+  ``j`` (global order, region-major) runs on operation unit ``j mod U``. When a
+  region has one kernel set this is the patent's one region per unit (Fig. 11);
+  when a layer has few regions (a fully connected layer has one) its kernel sets
+  spread over the units instead of queueing on one. A unit runs its jobs back to
+  back, in the global order.
 - A job lasts ``max_p c_p`` cycles, ``c_p`` being processing unit p's non-skipped
   weight cycles; with work stealing (Fig. 15, claim 11) a unit that finishes takes
   single weight cycles of the busiest one, so the job lasts ``ceil(sum_p c_p / P)``.
@@ -105,10 +108,10 @@ def route(t: Transfers, unit: np.ndarray, interconnect: str, units: int,
     return owner, beats * hops, hops
 
 
-def schedule(region: np.ndarray, slot_cycles: np.ndarray, t: Transfers, *, units: int,
-             stealing: bool, interconnect: str, output_units: int, width: int) -> Schedule:
-    """Time the jobs (region index per job, J x P weight cycles) and their transfers."""
-    unit = region % units
+def schedule(slot_cycles: np.ndarray, t: Transfers, *, units: int, stealing: bool,
+             interconnect: str, output_units: int, width: int) -> Schedule:
+    """Time the jobs (J x P weight cycles, in global order) and their transfers."""
+    unit = np.arange(slot_cycles.shape[0]) % units
     times = job_times(slot_cycles, stealing)
     ends = job_ends(unit, times)
     server, duration, hops = route(t, unit, interconnect, units, output_units, width)

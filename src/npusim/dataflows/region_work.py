@@ -42,7 +42,6 @@ class Geometry:
 class Work:
     """Jobs, transfers and skip counts of one layer."""
 
-    region: np.ndarray
     slot_cycles: np.ndarray
     transfers: Transfers
     dense_cycles: int
@@ -150,11 +149,9 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
     per = [phase_work(layer, xp, w_mask, ph, geo, max_parts) for ph in phs]
     sets = np.concatenate([s for s, _, _ in per], axis=1)  # N x T x J x P x parts
     slot_cycles = sets.sum(axis=-1).reshape(-1, geo.pus)
-    n, regions, jobs_per_region = sets.shape[:3]
-    region = np.repeat(np.arange(n * regions), jobs_per_region)
     sc = np.array([s for _, _, s in per], np.int64).sum(axis=0)
     pofm = [part.pofm_shape(geo.region) for ph in phs for part in ph.parts]
-    return Work(region=region, slot_cycles=slot_cycles,
+    return Work(slot_cycles=slot_cycles,
                 transfers=transfers([(s, p) for s, p, _ in per], layer, geo.pus),
                 dense_cycles=int(sc[0]), weight_only_cycles=int(sc[1]), products=int(sc[2]),
                 sram_ifmap_words=int(sc[3]), sram_ifmap_bitmaps=int(sc[4]),

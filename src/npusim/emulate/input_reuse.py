@@ -149,19 +149,18 @@ class Machine:
         return out
 
     def jobs(self) -> list[deque]:
-        """Every job, in global order, queued on operation unit ``region index mod U``."""
+        """Every job, in global order, queued round robin on the operation units."""
         L, p = self.layer, self.p
         units = [deque() for _ in range(p.operation_units)]
-        seq = region_index = 0
+        seq = 0
         for n in range(L.N):
             for phase, stream in enumerate(self.streams):
                 th, tw = stream.bitmaps.shape[2:4]
                 for ti in range(th):
                     for tj in range(tw):
                         for job in self.region_jobs(n, phase, ti, tj, seq):
-                            units[region_index % p.operation_units].append(job)
+                            units[seq % p.operation_units].append(job)
                             seq += 1
-                        region_index += 1
         return units
 
     def region_jobs(self, n, phase, ti, tj, seq):
