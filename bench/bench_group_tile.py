@@ -20,6 +20,7 @@ from npusim import blocks, load_arch, tune
 from npusim.blocks import KINDS, BlockSpec, ConvPlan
 from npusim.dataflows import get
 from npusim.ir import ConvLayer
+from npusim.stats import total
 
 TILES = ("group-tile-32mac", "group-tile-64mac")
 
@@ -52,18 +53,24 @@ def per_block_table():
     for arch_name in TILES:
         arch = load_arch(arch_name)
         print(f"  {arch_name}\n{header}")
-        h = hw
+        h, sums = hw, {kind: [] for kind in KINDS}
         for i, spec in enumerate(specs, 1):
             cells = []
             for kind in KINDS:
                 variant = tune.hardware_groups(blocks.replace_kinds([spec], kind)[0], arch)
                 st, params = tune.block_stats(variant, h, arch)
+                sums[kind].append((st, params))
                 g = f"g{variant.groups}" if variant.groups > 1 else ""
                 cells.append(f"{st.cycles / 1e3:>8.0f}/{st.utilisation:>4.0%}/"
                              f"{params / 1e3:>5.1f}{g:>4}")
             print(f"  {i:>5} {spec.c_in:>4}->{spec.c_out:<4} {spec.stride} "
                   + "".join(f"{c:>24}" for c in cells))
             h = (-(-h[0] // spec.stride), -(-h[1] // spec.stride))
+        print("  all 20 blocks, every block as one kind:")
+        for kind, rows in sums.items():
+            st = total([r[0] for r in rows])
+            print(f"    {kind:<24} {st.cycles:>12,} cycles  {st.utilisation:>6.1%}  "
+                  f"{sum(r[1] for r in rows):>10,} params")
 
 
 def network_tuning():
