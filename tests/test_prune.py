@@ -25,6 +25,8 @@ def test_magnitude_prune_keeps_exactly_the_largest():
     survivors = np.sort(np.abs(w).ravel())[-keep:]  # the `keep` largest magnitudes, by sorting
     np.testing.assert_array_equal(np.sort(np.abs(p[p != 0])), survivors)
     np.testing.assert_array_equal(p[p != 0], w[p != 0])  # survivors keep their exact values
+    ties = np.repeat(np.float32([-3, 1, 2, -2, 5]), 20)  # 40 weights tie at |w| = 2
+    assert (prune.magnitude_prune(ties, 0.5) != 0).sum() == 50
     assert prune.magnitude_prune(w, 1.0) is not w
     np.testing.assert_array_equal(prune.magnitude_prune(w, 1.0), w)
 

@@ -33,16 +33,18 @@ PRESETS = ("deep-compression",)
 def magnitude_prune(w: np.ndarray, density: float) -> np.ndarray:
     """``w`` with all but its ``round(density * size)`` largest-|w| entries set to 0.0.
 
-    Exactly that many survive: ties at the threshold are settled by ``argpartition``.
+    Exactly that many survive: of the weights tied at the threshold magnitude, the first
+    ones in memory order are kept.
     """
     keep = int(round(density * w.size))
     if keep >= w.size:
         return w.copy()
-    flat = np.abs(w).reshape(-1)
-    kept = np.argpartition(flat, w.size - keep)[w.size - keep:] if keep else []
-    out = np.zeros_like(w).reshape(-1)
-    out[kept] = w.reshape(-1)[kept]
-    return out.reshape(w.shape)
+    mag = np.abs(w).reshape(-1)
+    threshold = np.partition(mag, w.size - keep)[w.size - keep] if keep else np.inf
+    mask = mag > threshold
+    ties = np.flatnonzero(mag == threshold)[: keep - int(mask.sum())]
+    mask[ties] = True
+    return np.where(mask.reshape(w.shape), w, np.zeros((), w.dtype))
 
 
 def _check_density(density, where: str) -> float:
