@@ -116,6 +116,9 @@ def test_per_mac_bus_mode_feeds_a_depthwise_layer_in_parallel():
     assert wide.cycles == 16 * 9 + 1  # 16 pixels, all 64 channels at once
     assert one.cycles == 64 * 16 * 9 + 1
     assert wide.extra["broadcasts"] == one.extra["broadcasts"] == 64 * 16 * 9
+    x, w, _ = tensors(layer, 5, "int8")
+    busy = run_tiles(layer, x, w, None, Params(bus_inputs=64, output_bus_values=64)).busy[0]
+    assert np.all(busy[:-1] == 64) and busy[-1] == 0  # 64 lanes, 64 MACs; a drain cycle
 
 
 def test_cycles_are_the_slower_of_macs_and_weight_bandwidth():

@@ -52,6 +52,8 @@ def test_report_text_and_bad_arch():
     text = tune.render(tune.tune_groups(grouped_graph(), "group-tile-32mac"))
     assert "dw  96x6x6->96x6x6 3x3 dw  (g now 96, fills the MACs: g 3)" in text  # 32 MACs
     assert "<- fills MACs" in text
+    zoo = tune.tune_groups_report("mobilenet_v2", "group-tile-32mac", size=32)
+    assert "block1_dw  32x16x16->32x16x16 3x3 dw  (g now 32, fills the MACs: g 1)" in zoo
     with pytest.raises(NpusimError, match=r"arch 'systolic-32x32-ws': has no \[group-tile\] "
                                           r"section"):
         tune.tune_groups_report("mobilenet_v2", "systolic-32x32-ws")
