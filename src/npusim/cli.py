@@ -1,0 +1,465 @@
+"""The command line: ``npusim run``, ``npusim models``, ``npusim archs`` (docs/cli.md).
+
+Thin: it parses, calls the library, prints. Every ``NpusimError`` (and every bad
+flag value) becomes one line on stderr and exit code 2, before anything is
+written; ``--check`` above its tolerance exits 1. JSON and CSV reports are
+written only after the run succeeded, each atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .errors import InputError, NpusimError
+from .ir import DTYPES, Graph
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# --check (docs/cli.md). Relative error = max |npusim - torch| / max |torch| of a node.
+# float32: every node against torch on the same input, end to end; must be <= 1e-4.
+# int8: each conv against torch's float32 conv of the same (npusim's own) input; every
+# element must lie within the rounding bound of the int8 scheme (``int8_bound``).
+FLOAT32_TOLERANCE = 1e-4
+PROGRESS_AFTER_S = 1.0  # show the progress bar only for runs longer than this
+DEFAULT_PHOTO = "chelsea"  # input of imported models without --input
+TORCH_MISSING = "--check needs PyTorch, which is not installed: pip install 'npusim[torch]'"
+
+
+class UsageError(NpusimError):
+    """A bad command-line flag or flag value."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``UsageError`` line, not usage text and exit."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
+    return value
+
+
+def _density(text: str) -> float | str:
+    if text == "deep-compression":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: must be a weight density in (0, 1] or 'deep-compression'")
+    return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 4 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be four integers >= 1, N,C,H,W")
+    return dims
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``npusim`` argument parser with its three commands."""
+    parser = _Parser(prog="npusim", description="Run CNNs on a modelled neural processing "
+                     "unit: real outputs, cycles, utilisation, SRAM/DRAM traffic, energy.")
+    parser.add_argument("--version", action="version", version=f"npusim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run a network on an accelerator and report its costs")
+    _add_run_arguments(run)
+    run.set_defaults(func=cmd_run)
+    sub.add_parser("models", help="list the built-in models").set_defaults(func=cmd_models)
+    sub.add_parser("archs", help="list the built-in arch presets").set_defaults(func=cmd_archs)
+    return parser
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    from .simulate import MODES
+
+    run.add_argument("model", metavar="MODEL",
+                     help="zoo name (npusim models), FILE.onnx, FILE.py:factory, or a SCALE-Sim "
+                          "topology FILE.csv (shape-only run)")
+    run.add_argument("--arch", metavar="NAME|FILE", help="arch preset (npusim archs) or TOML "
+                     "file; default: the built-in default preset")
+    run.add_argument("--dataflow", metavar="NAME", help="dataflow to run (default: the arch's)")
+    run.add_argument("--mode", choices=MODES, default="run",
+                     help="run: the dataflow's own arithmetic; estimate: dense engine + costs "
+                          "from masks; emulate: cycle emulator (small inputs)")
+    run.add_argument("--input", metavar="FILE|PHOTO",
+                     help="an image file, or a bundled photo (astronaut, coffee, chelsea, china, "
+                          "flower, grace_hopper); default: the model's own photo")
+    run.add_argument("--input-shape", metavar="N,C,H,W", type=_shape,
+                     help="input shape of an imported model")
+    run.add_argument("--density", type=_density, metavar="D|deep-compression",
+                     help="prune weights by magnitude to density D in (0, 1] per layer, or to "
+                          "Han et al.'s per-layer densities")
+    run.add_argument("--dtype", choices=DTYPES, default="float32")
+    run.add_argument("--batch", type=_positive_int, metavar="N", help="batch size (default 1)")
+    run.add_argument("--seed", type=int, default=0, help="seed of generated weights (default 0)")
+    run.add_argument("--check", action="store_true",
+                     help="compare every layer's output with PyTorch's; exit 1 above tolerance")
+    run.add_argument("--json", metavar="FILE", type=Path, help="write the JSON report here")
+    run.add_argument("--csv", metavar="FILE", type=Path, help="write the CSV report here")
+    run.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no tables")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 1 check failed, 2 bad input)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_BAD_INPUT
+        return args.func(args)
+    except NpusimError as e:
+        print(f"npusim: error: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else EXIT_OK
+    except KeyboardInterrupt:
+        print("npusim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def one_line(message: str) -> str:
+    """The first line of an error message (some carry a wrapped library's trace below it)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "unknown error"
+
+
+# ---- npusim models / archs ------------------------------------------------------------------
+
+def _stdout() -> Console:
+    """Console on stdout; 132 columns when it is a file or pipe (rich would assume 80)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=132)
+
+
+def cmd_models(args) -> int:
+    """List the zoo's models with one line each."""
+    from .frontends import zoo
+
+    table = Table("model", "description", box=None, header_style="bold")
+    for name in zoo.names():
+        table.add_row(name, zoo.describe(name))
+    _stdout().print(table)
+    return EXIT_OK
+
+
+def cmd_archs(args) -> int:
+    """List the arch presets: name, dataflow and its parameters, clock, description."""
+    from .arch import load_arch, presets
+
+    table = Table("arch", "dataflow", "clock", "description", box=None, header_style="bold")
+    for name in presets():
+        arch = load_arch(name)
+        table.add_row(name, dataflow_summary(arch, arch.dataflow), f"{arch.clock_mhz:g} MHz",
+                      arch.description)
+    _stdout().print(table)
+    return EXIT_OK
+
+
+def dataflow_summary(arch, dataflow: str) -> str:
+    """'systolic rows=32 cols=32 stationary=ws': the dataflow and its section of ``arch``."""
+    params = dataclasses.asdict(arch.params(dataflow))
+    return " ".join([dataflow] + [f"{k}={v}" for k, v in params.items()])
+
+
+# ---- npusim run ---------------------------------------------------------------------------
+
+@dataclass
+class CheckOutcome:
+    """The comparison with torch: worst relative error and its node, the verdict's score.
+
+    ``score`` is the worst relative error (float32, limit 1e-4) or the worst ratio of an
+    int8 error to its rounding bound (int8, limit 1), at ``score_node``. ``output_error``
+    is the network output's error against torch float32 end to end (reported only)."""
+
+    dtype: str
+    worst: float
+    node: str
+    nodes: int
+    score: float
+    score_node: str
+    limit: float
+    output_error: float
+
+    @property
+    def passed(self) -> bool:
+        return self.score <= self.limit
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {
+            "passed": self.passed}
+
+    def line(self) -> str:
+        verdict = "ok" if self.passed else "FAILED"
+        if self.dtype == "float32":
+            return (f"check against torch, {self.nodes} nodes: worst relative error "
+                    f"{self.worst:.3g} at {self.node} (tolerance {self.limit:g}): {verdict}")
+        return (f"check against torch float32, {self.nodes} convs on their own int8-run "
+                f"inputs: worst relative error {self.worst:.3g} at {self.node}; worst error "
+                f"/ int8 rounding bound {self.score:.3g} at {self.score_node} (limit 1): "
+                f"{verdict}; network output vs float32: {self.output_error:.3g}")
+
+
+def cmd_run(args) -> int:
+    """``npusim run``: load, simulate, check, print, write the reports."""
+    from .arch import load_arch
+    from .dataflows import get as get_dataflow
+
+    _check_flags(args)
+    arch = load_arch(args.arch)
+    dataflow = get_dataflow(args.dataflow or arch.dataflow).name
+    model = _load_model(args)
+    if isinstance(model, Graph):
+        x, source = _input_tensor(args, model)
+        result = _simulate(model, x, arch, dataflow, args)
+        check = _check(model, x, result, args.dtype) if args.check else None
+    else:
+        from .simulate import simulate_shapes
+
+        x, source, check = None, "shapes only (topology CSV)", None
+        result = simulate_shapes(model, arch, dataflow, args.dtype)
+    if not args.quiet:
+        _print_report(result, args.model, source)
+    if check:
+        print(check.line())
+    _write_reports(args, result, {
+        "input": source, "input_shape": None if x is None else list(x.shape),
+        "batch": args.batch, "density": args.density, "seed": args.seed,
+        "check": check.as_dict() if check else None})
+    return EXIT_CHECK_FAILED if check and not check.passed else EXIT_OK
+
+
+def _check_flags(args) -> None:
+    """Reject flag combinations and output paths that cannot work, before any work."""
+    shape = args.input_shape
+    if shape and args.batch and shape[0] != args.batch:
+        raise UsageError(f"--batch {args.batch} contradicts --input-shape N={shape[0]}")
+    args.batch = args.batch or (shape[0] if shape else 1)
+    if args.json and args.csv and args.json.resolve() == args.csv.resolve():
+        raise UsageError(f"--json and --csv both name {args.json}")
+    for flag, path in (("--json", args.json), ("--csv", args.csv)):
+        if path is not None:
+            _check_output(flag, path)
+    if Path(args.model).suffix == ".csv":
+        _check_topology_flags(args)
+
+
+def _check_output(flag: str, path: Path) -> None:
+    folder = path.parent
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise InputError(f"{flag} {path}: folder {folder} does not exist")
+
+
+def _check_topology_flags(args) -> None:
+    """A topology CSV is shapes only: flags that need tensors or weights do not apply."""
+    bad = [flag for flag, given in (("--input", args.input), ("--density", args.density),
+                                    ("--check", args.check), ("--input-shape", args.input_shape),
+                                    ("--mode", args.mode != "run")) if given]
+    if bad:
+        raise UsageError(f"{args.model}: a topology CSV is run shape-only (dense, no tensors); "
+                         f"{', '.join(bad)} need a model with weights")
+
+
+def _load_model(args):
+    """The network (a Graph, pruned if asked) or, for a topology CSV, its ConvLayers."""
+    from .frontends import load_model
+
+    model = load_model(args.model, batch=args.batch, input_shape=args.input_shape,
+                       seed=args.seed)
+    if not isinstance(model, Graph):
+        return model
+    if args.input_shape and model.input_shape != args.input_shape:
+        raise InputError(f"--input-shape {','.join(map(str, args.input_shape))}: {args.model} "
+                         f"does not take it; it takes {','.join(map(str, model.input_shape))}")
+    if args.density is not None:
+        from .frontends.prune import prune
+
+        model = prune(model, args.density)
+    return model
+
+
+def _input_tensor(args, graph: Graph) -> tuple[np.ndarray, str]:
+    """The network's input (N x C x H x W float32) and a word on where it came from.
+
+    Zoo models preprocess the photo their own way; an imported model gets the photo
+    resized to its input and ImageNet-normalised (1 or 3 channels), or, for other
+    channel counts, seeded standard-normal values."""
+    from .frontends import images, zoo
+
+    n, c, h, w = graph.input_shape
+    if args.model in zoo.names():
+        x = zoo.input_for(args.model, image=args.input, batch=n, size=w)
+        entry = zoo.MODELS[args.model]()
+        default = entry.photo if entry.default_input is None else "the model's default"
+        return x, args.input or default
+    if c in (1, 3) or args.input:
+        photo = args.input or DEFAULT_PHOTO
+        x = np.repeat(images.load_image(photo, (h, w), c)[None], n, axis=0)
+        return x, photo
+    x = np.random.default_rng(args.seed).standard_normal(graph.input_shape, np.float32)
+    return x, f"seeded standard normal (seed {args.seed})"
+
+
+class _ProgressBar:
+    """A transient rich bar on stderr, shown only once a run has taken ``PROGRESS_AFTER_S``."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.task = enabled, None, None
+        self.start = time.perf_counter()
+
+    def __call__(self, i: int, n: int, name: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None and time.perf_counter() - self.start > PROGRESS_AFTER_S:
+            self.bar = Progress(TextColumn("{task.description:<24}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task(name, total=n)
+            self.bar.start()
+        if self.bar is not None:
+            self.bar.update(self.task, completed=i, description=name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
+    from .simulate import simulate
+
+    interactive = Console(stderr=True).is_terminal and not args.quiet
+    bar = _ProgressBar(interactive)
+    try:
+        return simulate(graph, x, arch, mode=args.mode, dtype=args.dtype, dataflow=dataflow,
+                        keep_outputs=args.check, progress=bar)
+    finally:
+        bar.close()
+
+
+def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
+    """max |a - ref| / max |ref| in float64 (0 when both are all zero)."""
+    ref = np.asarray(ref, np.float64)
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    diff = float(np.abs(np.asarray(a, np.float64) - ref).max()) if ref.size else 0.0
+    return diff / scale if scale else diff
+
+
+def _check(graph: Graph, x: np.ndarray, result, dtype: str) -> CheckOutcome:
+    """Compare npusim's outputs with PyTorch's (what is compared: see ``FLOAT32_TOLERANCE``)."""
+    try:
+        import torch  # noqa: F401  (only to say clearly that it is missing)
+    except ImportError:
+        raise NpusimError(TORCH_MISSING) from None
+    from .torch_ref import torch_outputs
+
+    reference = torch_outputs(graph, x)
+    output_error = relative_error(result.output, reference[graph.output_name])
+    if dtype == "float32":
+        errors = [(relative_error(result.outputs[n.name], reference[n.name]), n.name)
+                  for n in graph.nodes]
+        worst, node = max(errors)
+        return CheckOutcome(dtype, worst, node, len(errors), worst, node, FLOAT32_TOLERANCE,
+                            output_error)
+    rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
+            for n in graph.conv_nodes]
+    (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
+    return CheckOutcome(dtype, worst, node, len(rows), score, score_node, 1.0, output_error)
+
+
+def _torch_conv(node, op, x: np.ndarray) -> np.ndarray:
+    """Torch's float32 output of the conv ``op`` (in ``node``'s place) on ``x``."""
+    from .ir import Node
+    from .torch_ref import torch_outputs
+
+    alone = Graph([Node(node.name, op, ("input",))], x.shape, node.name)
+    return torch_outputs(alone, x)[node.name]
+
+
+def int8_bound(node, x: np.ndarray, y_int8: np.ndarray) -> np.ndarray:
+    """Per output element, the most the int8 scheme's rounding can move a conv's output.
+
+    With scales s_x (input), s_w[k] (weights), s_y (output) and each value rounded to
+    the nearest step (``quant``): |x_q s_x - x| <= s_x/2, |w_q s_w - w| <= s_w/2, so
+    |y_int8 - y| <= s_w/2 * sum(|x| + s_x/2) + s_x/2 * sum|w| + s_x s_w/2 (bias) + s_y/2,
+    the sums over each output's receptive field, computed as convs of |x| and |w|."""
+    from . import quant
+
+    op = node.op
+    _, sx = quant.quantize_activations(x)
+    _, sw = quant.quantize_weights(op.weight)
+    sw = sw.astype(np.float32).reshape(-1, 1, 1, 1)
+    half_step_w = dataclasses.replace(op, weight=np.broadcast_to(sw / 2, op.weight.shape).copy(),
+                                      bias=None)
+    abs_w = dataclasses.replace(op, weight=np.abs(op.weight), bias=None)
+    bound = (_torch_conv(node, half_step_w, np.abs(x) + sx / 2)
+             + _torch_conv(node, abs_w, np.full_like(x, sx / 2)))
+    shape = (1, -1) + (1,) * (bound.ndim - 2)
+    bias = (sx * sw.reshape(shape) / 2) if op.bias is not None else 0.0
+    sy = float(np.abs(y_int8).max()) / 127
+    return bound + bias + sy / 2
+
+
+def _int8_conv_check(node, x: np.ndarray, y: np.ndarray):
+    """((relative error, name), (worst error / rounding bound, name)) of one int8 conv."""
+    ref = _torch_conv(node, node.op, x)
+    bound = int8_bound(node, x, y)
+    slack = FLOAT32_TOLERANCE * float(np.abs(ref).max())  # torch's own float32 rounding
+    ratio = float((np.abs(y.astype(np.float64) - ref) / (bound + slack)).max())
+    return (relative_error(y, ref), node.name), (ratio, node.name)
+
+
+def title(result, model: str, source: str) -> str:
+    """One line naming the run: model, input, arch and dataflow parameters, dtype, mode."""
+    arch = result.arch
+    return (f"{model} on {arch.name} ({dataflow_summary(arch, result.dataflow)}) | "
+            f"{result.dtype} | mode {result.mode} | input: {source}")
+
+
+def _print_report(result, model: str, source: str) -> None:
+    from .report import report
+
+    _stdout().print(report(result, title(result, model, source)))
+
+
+def _write_reports(args, result, run_facts: dict) -> None:
+    """JSON and CSV, each written atomically; only reached after a successful run."""
+    from .report import to_csv, to_json, write_atomic
+
+    texts = []
+    if args.json:
+        texts.append(("--json", args.json, to_json(result, model=args.model, version=__version__,
+                                                   run=run_facts)))
+    if args.csv:
+        texts.append(("--csv", args.csv, to_csv(result)))
+    for flag, path, text in texts:
+        try:
+            write_atomic(path, text)
+        except OSError as e:
+            raise InputError(f"{flag} {path}: cannot write: {e.strerror}") from None

@@ -1,0 +1,334 @@
+"""The command line, run for real: reports, --check, and every bad input (one line, exit 2,
+nothing written)."""
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim import cli
+from npusim.arch import presets
+from npusim.frontends import zoo
+
+SMALL = ["resnet18", "--input-shape", "1,3,32,32"]  # the real ResNet-18 on a 32x32 photo
+NPUSIM = shutil.which("npusim", path=str(Path(sys.executable).parent)) or shutil.which("npusim")
+
+
+def main(capsys, *argv):
+    """(exit code, stdout, stderr) of ``npusim argv``."""
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def topology(tmp_path, rows: str, name: str = "net.csv") -> Path:
+    path = tmp_path / name
+    path.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\n" + rows)
+    return path
+
+
+# ---- commands that work -------------------------------------------------------------------
+
+def test_version(capsys):
+    code, out, _ = main(capsys, "--version")
+    assert code == 0 and out.strip() == f"npusim {npusim.__version__}"
+
+
+def test_models_lists_every_zoo_model_with_a_description(capsys):
+    code, out, _ = main(capsys, "models")
+    assert code == 0
+    for name in zoo.names():
+        line = next(line for line in out.splitlines() if line.split()[:1] == [name])
+        assert len(line.split()) > 2, f"{name} has no description"
+
+
+def test_archs_lists_every_preset_with_its_dataflow(capsys):
+    code, out, _ = main(capsys, "archs")
+    assert code == 0
+    for name in presets():
+        arch = npusim.load_arch(name)
+        assert any(line.split()[:2] == [name, arch.dataflow] for line in out.splitlines())
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    code, out, _ = main(capsys)
+    assert code == 2 and "run" in out and "models" in out and "archs" in out
+
+
+def test_run_prints_layer_table_and_totals(capsys):
+    code, out, err = main(capsys, "run", *SMALL)
+    assert code == 0 and err == "", err  # no progress bar when stderr is not a terminal
+    lines = out.splitlines()
+    assert lines[0].startswith("resnet18 on systolic-32x32-ws (systolic rows=32 cols=32 "
+                               "stationary=ws) | float32 | mode run | input: chelsea")
+    graph = zoo.build("resnet18", size=32)
+    names = [line.split("│")[0].strip() for line in lines if "│" in line]
+    assert names[1:] == [n.name for n in graph.conv_nodes] + ["vector unit", "total"]
+    for key in ("cycles", "time at 1000 MHz", "utilisation", "energy", "DRAM traffic"):
+        assert any(line.startswith(key) for line in lines), key
+
+
+def test_json_and_csv_reports(tmp_path, capsys):
+    j, c = tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, _ = main(capsys, "run", "mtcnn-rnet", "--arch", "systolic-32x32-os", "--batch", "2",
+                       "--json", j, "--csv", c)
+    assert code == 0
+    doc = json.loads(j.read_text())
+    graph = zoo.build("mtcnn-rnet", batch=2)
+    assert [layer["name"] for layer in doc["layers"]] == [n.name for n in graph.nodes]
+    assert (doc["model"], doc["mode"], doc["dtype"], doc["dataflow"], doc["batch"]) == \
+        ("mtcnn-rnet", "run", "float32", "systolic", 2)
+    assert doc["npusim_version"] == npusim.__version__
+    assert doc["arch"]["name"] == "systolic-32x32-os"
+    assert doc["arch"]["params"]["stationary"] == "os"
+    assert doc["check"] is None
+    conv1 = graph.layers["conv1"]
+    assert doc["layers"][0]["dense_macs"] == conv1.macs == 2 * 28 * 22 * 22 * 3 * 3 * 3
+    assert doc["totals"]["cycles"] == sum(layer["cycles"] for layer in doc["layers"])
+    rows = list(csv.DictReader(c.open()))
+    assert [r["name"] for r in rows] == [n.name for n in graph.nodes] + ["total"]
+    assert int(rows[-1]["cycles"]) == doc["totals"]["cycles"]
+    assert f"{doc['totals']['cycles']:,}" in out
+
+
+def test_quiet_prints_nothing_and_still_writes(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    code, out, err = main(capsys, "run", "mtcnn-pnet", "--quiet", "--json", path)
+    assert (code, out, err) == (0, "", "")
+    assert json.loads(path.read_text())["model"] == "mtcnn-pnet"
+
+
+def test_topology_csv_runs_shape_only_with_scalesims_cycle_count(tmp_path, capsys):
+    """Two rows on the 32x32 WS array; SCALE-Sim's count per layer: Ho = ceil((H - Fh + S) / S),
+    ceil(Fh*Fw*C / 32) * ceil(K / 32) folds of (2*32 + 32 + Ho*Wo - 2) cycles, minus one."""
+    csv_path = topology(tmp_path, "conv1, 30, 30, 3, 3, 16, 40, 1,\nconv2, 28, 28, 1, 1, 40, "
+                                  "8, 2,\n")
+    out_json = tmp_path / "t.json"
+    code, out, _ = main(capsys, "run", csv_path, "--json", out_json)
+    assert code == 0 and "input: shapes only" in out.split("layer")[0].replace("\n", "")
+    doc = json.loads(out_json.read_text())
+    expected = [math.ceil(144 / 32) * math.ceil(40 / 32) * (96 + 28 * 28 - 2) - 1,
+                math.ceil(40 / 32) * math.ceil(8 / 32) * (96 + 15 * 15 - 2) - 1]  # 29/2 -> 15
+    assert [layer["cycles"] for layer in doc["layers"]] == expected
+    assert doc["mode"] == "estimate" and doc["input"].startswith("shapes only")
+
+
+# ---- --check ------------------------------------------------------------------------------
+
+def test_check_float32_passes_against_torch(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    code, out, _ = main(capsys, "run", *SMALL, "--check", "--quiet", "--json", path)
+    assert code == 0
+    line = out.strip()
+    assert line.startswith("check against torch, 49 nodes: worst relative error ")
+    assert line.endswith("(tolerance 0.0001): ok")
+    check = json.loads(path.read_text())["check"]
+    assert check["passed"] and check["worst"] < 1e-4 and check["nodes"] == 49
+
+
+def test_check_int8_stays_within_the_rounding_bound(capsys):
+    code, out, _ = main(capsys, "run", "mtcnn-rnet", "--dtype", "int8", "--check", "--quiet")
+    assert code == 0
+    assert "6 convs on their own int8-run inputs" in out and "(limit 1): ok" in out
+
+
+def test_int8_bound_holds_for_the_true_int8_result_and_not_for_a_wrong_one():
+    """The bound of ``int8_bound`` contains exact int8 conv results (quant + exact integer
+    reference), and a result off by one output step everywhere breaks it."""
+    from npusim import quant, reference
+    from npusim.ir import Node
+    from npusim.ops import Conv
+
+    rng = np.random.default_rng(3)
+    x = np.maximum(rng.standard_normal((1, 6, 9, 9)), 0).astype(np.float32)
+    op = Conv(rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+              rng.standard_normal(4).astype(np.float32), stride=2, padding=1, groups=2)
+    node = Node("c", op, ("input",))
+    layer = op.layer([x.shape], "c").with_dtype("int8")
+    xq, sx = quant.quantize_activations(x)
+    wq, sw = quant.quantize_weights(op.weight)
+    acc = reference.conv2d(xq, wq, quant.quantize_bias(op.bias, sx, sw), layer)
+    y = quant.requantize(acc, sx, sw).dequantize()
+    ref = cli._torch_conv(node, op, x)
+    bound = cli.int8_bound(node, x, y)
+    assert np.all(np.abs(y - ref) <= bound)
+    step = np.abs(y).max() / 127
+    assert np.any(np.abs(y + 2 * step - ref) > bound)
+
+
+@pytest.mark.parametrize("dtype, node, shift", [("float32", "conv3", 1e-3),
+                                                ("int8", "conv3", 0.1)])
+def test_check_fails_with_exit_1_naming_the_layer(tmp_path, capsys, monkeypatch, dtype, node,
+                                                   shift):
+    """A torch reference off at one layer (by ``shift`` x its largest value) must be caught
+    and named. (int8: only the reference conv is shifted, not the convs of |x| and |w| that
+    make the rounding bound, recognisable by having no bias.)"""
+    from npusim import torch_ref
+
+    real = torch_ref.torch_outputs
+
+    def off(graph, x):
+        values = real(graph, x)
+        if node in values and graph.node(node).op.bias is not None:
+            values[node] = values[node] + shift * np.abs(values[node]).max()
+        return values
+
+    monkeypatch.setattr(torch_ref, "torch_outputs", off)
+    path = tmp_path / "r.json"
+    code, out, _ = main(capsys, "run", "mtcnn-rnet", "--dtype", dtype, "--check", "--quiet",
+                       "--json", path)
+    assert code == 1
+    assert "FAILED" in out and f" at {node}" in out
+    assert json.loads(path.read_text())["check"]["passed"] is False
+
+
+def test_check_without_torch_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    path = tmp_path / "r.json"
+    code, _, err = main(capsys, "run", "mtcnn-pnet", "--check", "--json", path)
+    assert code == 2
+    assert err == ("npusim: error: --check needs PyTorch, which is not installed: "
+                   "pip install 'npusim[torch]'\n")
+    assert not path.exists()
+
+
+# ---- bad input: one line on stderr, exit 2, nothing written -------------------------------
+
+def bad_cases(tmp: Path):
+    (tmp / "bad.toml").write_text("[systolic]\nrows = = 4\n")
+    (tmp / "unknown.toml").write_text("[systolic]\nrows = 4\nheight = 2\n")
+    (tmp / "zero.toml").write_text("[systolic]\nrows = 0\n")
+    (tmp / "notes.jpg").write_text("not a picture\n")
+    topology(tmp, "conv1, -5, 224, 7, 7, 3, 64, 2,\n", "negative.csv")
+    topology(tmp, "conv1, 224, 224, 7, 7, 3, 64, 2,\n", "good.csv")
+    return [
+        (["resnet19"], r"model 'resnet19': not in the zoo; choose one of alexnet, vgg16, "
+                       r"resnet18, .*lenet-digits"),
+        (["mtcnn-pnet", "--arch", tmp / "bad.toml"], r"bad\.toml: not valid TOML: .*line 2"),
+        (["mtcnn-pnet", "--arch", tmp / "unknown.toml"],
+         r"unknown\.toml: systolic: unknown key\(s\) height; valid keys: cols, rows, stationary"),
+        (["mtcnn-pnet", "--arch", tmp / "zero.toml"],
+         r"zero\.toml: systolic\.rows=0: must be >= 1"),
+        (["mtcnn-pnet", "--arch", tmp / "none.toml"], r"none\.toml: cannot read"),
+        (["mtcnn-pnet", "--arch", "tpu"], r"arch 'tpu': not a preset \(.*\) nor a \.toml file"),
+        ([tmp / "negative.csv"],
+         r"negative\.csv: line 2 \(conv1\): field 'IFMAP Height'='-5': must be an integer >= 1"),
+        ([tmp / "missing.csv"], r"missing\.csv: no such file"),
+        ([tmp / "missing.onnx"], r"missing\.onnx: no such file"),
+        (["mtcnn-rnet", "--input", tmp / "notes.jpg"], r"notes\.jpg: not an image"),
+        (["mtcnn-rnet", "--input", tmp / "gone.png"], r"gone\.png: no such image file"),
+        (["mtcnn-pnet", "--batch", "0"], r"argument --batch: '0': must be an integer >= 1"),
+        (["mtcnn-pnet", "--batch", "two"], r"argument --batch: 'two': must be an integer >= 1"),
+        (["mtcnn-pnet", "--density", "1.5"],
+         r"argument --density: '1\.5': must be a weight density in \(0, 1\] or "
+         r"'deep-compression'"),
+        (["mtcnn-pnet", "--density", "0"], r"argument --density: '0': must be"),
+        (["resnet18", "--density", "deep-compression"],
+         r"resnet18: the deep-compression preset has per-layer densities only for alexnet"),
+        (["mtcnn-pnet", "--dtype", "int4"], r"argument --dtype: invalid choice: 'int4'"),
+        (["mtcnn-pnet", "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
+        (["mtcnn-pnet", "--dataflow", "tpu"], r"dataflow 'tpu': must be one of .*systolic"),
+        (["mtcnn-pnet", "--input-shape", "1,3,32"],
+         r"argument --input-shape: '1,3,32': must be four integers >= 1, N,C,H,W"),
+        (["lenet-digits", "--input-shape", "1,1,16,16"], r"lenet-digits: size=16"),
+        (["resnet18", "--input-shape", "1,3,32,48"],
+         r"--input-shape 1,3,32,48: resnet18 does not take it; it takes 1,3,48,48"),
+        (["resnet18", "--input-shape", "2,3,32,32", "--batch", "3"],
+         r"--batch 3 contradicts --input-shape N=2"),
+        ([tmp / "good.csv", "--check"], r"good\.csv: a topology CSV is run shape-only .*--check"),
+        ([tmp / "good.csv", "--input", "chelsea"], r"topology CSV .*--input need"),
+        (["mtcnn-pnet", "--json", tmp / "no" / "r.json"], r"--json .*r\.json: folder .* does "
+                                                          r"not exist"),
+        (["mtcnn-pnet", "--csv", tmp], r"--csv .*: is a folder; give a file name"),
+        (["mtcnn-pnet", "--bogus"], r"unrecognized arguments: --bogus"),
+    ]
+
+
+def test_bad_inputs_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    out_dir = tmp_path / "out"
+    for argv, message in bad_cases(inputs):
+        out_dir.mkdir()
+        (out_dir / "old.json").write_text("old")
+        reports = ["--json", out_dir / "old.json", "--csv", out_dir / "new.csv"]
+        if "--json" in argv or "--csv" in argv:
+            reports = []
+        code, out, err = main(capsys, "run", *argv, *reports)
+        shown = " ".join(map(str, argv))
+        assert code == 2, shown
+        assert err.count("\n") == 1 and err.startswith("npusim: error: "), (shown, err)
+        assert "Traceback" not in err
+        assert re.search(message, err), (shown, err)
+        assert sorted(os.listdir(out_dir)) == ["old.json"], shown
+        assert (out_dir / "old.json").read_text() == "old", shown
+        shutil.rmtree(out_dir)
+
+
+def test_groups_that_do_not_divide_channels(tmp_path, capsys):
+    """An ONNX conv with group=4 on 6 input channels: refused naming the file and node."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=4, name="conv_g")
+    graph = helper.make_graph(
+        [conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [weight])
+    path = tmp_path / "groups.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    report = tmp_path / "r.json"
+    code, _, err = main(capsys, "run", path, "--json", report)
+    assert code == 2
+    assert err == ("npusim: error: " f"{path}: conv_g: weight has 2 input channels per group "
+                   "x groups=4, but the input has C=6\n")
+    assert not report.exists()
+
+
+def test_real_subprocess_bad_and_good(tmp_path):
+    assert NPUSIM, "the npusim console script is not installed"
+    report = tmp_path / "r.json"
+    bad = subprocess.run([NPUSIM, "run", "resnet-18", "--json", str(report)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("npusim: error: model 'resnet-18': not in the zoo")
+    assert bad.stderr.count("\n") == 1 and not report.exists()
+    good = subprocess.run([NPUSIM, "run", "mtcnn-pnet", "--quiet", "--json", str(report)],
+                          capture_output=True, text=True, timeout=120)
+    assert (good.returncode, good.stdout, good.stderr) == (0, "", "")
+    assert json.loads(report.read_text())["layers"]
+
+
+# ---- progress bar -------------------------------------------------------------------------
+
+def test_progress_bar_appears_only_after_the_delay(monkeypatch):
+    bar = cli._ProgressBar(enabled=True)
+    bar(0, 10, "conv1")
+    assert bar.bar is None  # a fast run never shows one
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 0.0)
+    bar(1, 10, "conv2")
+    assert bar.bar is not None and bar.bar.tasks[0].completed == 1
+    assert bar.bar.tasks[0].description == "conv2"
+    bar.close()
+    off = cli._ProgressBar(enabled=False)
+    off(5, 10, "conv3")
+    assert off.bar is None
+
+
+@pytest.mark.slow
+def test_readme_first_command(capsys):
+    """``npusim run resnet18 --check`` on built-in defaults: 224x224 photo, default arch."""
+    code, out, _ = main(capsys, "run", "resnet18", "--check")
+    assert code == 0
+    assert out.splitlines()[0].startswith("resnet18 on systolic-32x32-ws")
+    assert out.strip().splitlines()[-1].endswith("(tolerance 0.0001): ok")
