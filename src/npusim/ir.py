@@ -295,7 +295,16 @@ def fold_batchnorm(graph: Graph) -> Graph:
     """Merge every BatchNorm that directly follows a conv (read by nothing else) into it.
 
     ``w' = w * scale[k]``, ``b' = b * scale[k] + shift[k]``: the same function with one op fewer.
+    A chain conv -> BatchNorm -> BatchNorm (an imported bias add after a batch norm) folds whole.
     """
+    while True:
+        folded = _fold_batchnorm_once(graph)
+        if len(folded.nodes) == len(graph.nodes):
+            return folded
+        graph = folded
+
+
+def _fold_batchnorm_once(graph: Graph) -> Graph:
     readers: dict[str, int] = {}
     for n in graph.nodes:
         for i in n.inputs:
