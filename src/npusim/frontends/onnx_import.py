@@ -639,6 +639,12 @@ def _shapes(model) -> dict:
     return {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
 
 
+def _data_inputs(proto) -> list[str]:
+    """The inputs an op reads as data (the rest are weights, shapes, scales...)."""
+    count = _CONVERTERS[proto.op_type][1] if proto.op_type in _CONVERTERS else None
+    return list(proto.input if count is None else proto.input[:count])
+
+
 def _needed(model, output: str) -> set:
     """Nodes (by index) on the data path from the graph output back to the input."""
     wanted, needed = {output}, set()
@@ -647,8 +653,7 @@ def _needed(model, output: str) -> set:
         if not wanted.intersection(n.output):
             continue
         needed.add(i)
-        count = _CONVERTERS[n.op_type][1] if n.op_type in _CONVERTERS else None
-        wanted.update(n.input if count is None else n.input[:count])
+        wanted.update(_data_inputs(n))
     return needed
 
 
@@ -692,7 +697,7 @@ def _convert(model, m: _Model, input_name: str) -> tuple[_Build, dict]:
                 ir_of[proto.output[0]] = ir_of.get(source, source)
                 _carry_pad(m, proto, result)
                 continue
-            inputs = tuple(ir_of.get(t, t) for t in proto.input if t in m.depends)
+            inputs = tuple(ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends)
             build.expected[names[i]] = c.out_shape
         except (_Refusal, LayerError) as e:
             build.problems.append(f"node {names[i]!r} ({proto.op_type}): {e}")

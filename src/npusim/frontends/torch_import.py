@@ -426,8 +426,8 @@ def _trace(module, name: str):
         gm = torch.fx.symbolic_trace(module)
     except Exception as e:  # fx raises many types on untraceable Python
         raise ModelError(f"{name}: torch.fx cannot trace it ({type(e).__name__}: {e}); npusim "
-                         "imports feed-forward networks without data-dependent control flow") \
-            from e
+                         "imports what symbolic_trace can follow (no control flow on tensor "
+                         "values)") from e
     gm.graph.eliminate_dead_code()
     gm.recompile()
     inputs = [n.name for n in gm.graph.nodes if n.op == "placeholder" and not n.args]

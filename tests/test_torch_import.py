@@ -1,0 +1,357 @@
+"""from_torch / from_factory judged by PyTorch itself, on real photographs.
+
+Every imported network is run by ``npusim.simulate`` and its output compared with
+the module's own output (max error under 1e-4 of max |reference|). Refusals are
+pinned by message.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from npusim import ops, simulate  # noqa: E402
+from npusim.errors import ModelError  # noqa: E402
+from npusim.frontends import images, load_model, zoo  # noqa: E402
+from npusim.frontends.torch_import import from_factory, from_torch  # noqa: E402
+
+NETS = Path(__file__).parent / "data" / "import" / "nets.py"
+HEAVY = {"vgg16", "resnet50"}
+
+
+def load_nets():
+    spec = importlib.util.spec_from_file_location("import_nets", NETS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def photo(shape) -> np.ndarray:
+    """A real photograph as N x C x H x W float32 (channels beyond RGB repeat them mirrored)."""
+    n, c, h, w = shape
+    rgb = images.load_image("chelsea", (h, w))
+    channels = [rgb[i % 3] if (i // 3) % 2 == 0 else rgb[i % 3, :, ::-1] for i in range(c)]
+    return np.repeat(np.stack(channels)[None], n, axis=0).astype(np.float32)
+
+
+def relative_error(out, ref) -> float:
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def torch_output(module, x) -> np.ndarray:
+    with torch.no_grad():
+        return module.eval()(torch.from_numpy(x)).numpy()
+
+
+def check(module, x, graph=None):
+    """Import (unless given), simulate, compare with PyTorch; returns the graph."""
+    graph = graph or from_torch(module, x)
+    out = simulate(graph, x).output
+    ref = torch_output(module, x)
+    assert out.shape == ref.shape
+    assert relative_error(out, ref) < 1e-4
+    return graph
+
+
+def op_kinds(graph) -> list[str]:
+    return [type(n.op).__name__ for n in graph.nodes]
+
+
+# ---- networks with the awkward cases ----------------------------------------------------
+
+
+@pytest.mark.parametrize("factory", ["awkward", "functional"])
+def test_awkward_networks_equal_pytorch_on_a_photo(factory):
+    nets = load_nets()
+    x = photo(nets.INPUT_SHAPE)
+    graph = from_factory(f"{NETS}:{factory}", input_shape=x.shape)
+    check(getattr(nets, factory)(), x, graph)
+    assert "BatchNorm" not in op_kinds(graph)  # folded into the conv before it
+    assert graph.name == factory
+
+
+def test_awkward_layers_keep_their_geometry():
+    nets = load_nets()
+    graph = from_torch(nets.awkward(), photo(nets.INPUT_SHAPE))
+    grouped = graph.layers["grouped"]
+    assert (grouped.stride, grouped.dilation, grouped.groups) == ((2, 2), (2, 2), 3)
+    assert grouped.padding == (0, 1, 1, 2)  # ZeroPad2d((1, 2, 0, 1)) absorbed: t, b, l, r
+    assert graph.layers["depthwise"].is_depthwise
+    assert graph.layers["same_even"].padding == (1, 2, 1, 2)
+    assert graph.layers["same_dilated"].padding == (1, 2, 1, 2)
+    assert graph.layers["point"].stride == (2, 2) and graph.layers["point"].R == 1
+
+
+CONV_CASES = [
+    dict(stride=2, padding=1),
+    dict(stride=(2, 1), padding=(0, 2), dilation=(1, 3)),
+    dict(padding="same", dilation=2),
+    dict(padding="valid", bias=False),
+    dict(groups=4, stride=3, padding=2, dilation=2),
+    dict(groups=8, padding=1),
+]
+
+
+@pytest.mark.parametrize("as_module", [True, False], ids=["module", "functional"])
+@pytest.mark.parametrize("kernel", [1, 2, 3, (4, 3)])
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+def test_conv2d_parameters_equal_pytorch(kernel, case, as_module):
+    torch.manual_seed(0)
+    conv = nn.Conv2d(8, 16 if case.get("groups", 1) != 8 else 8, kernel, **case)
+    # a root module is traced through (its forward calls F.conv2d); inside a Sequential
+    # it stays one nn.Conv2d call
+    graph = check(nn.Sequential(conv) if as_module else conv, photo((2, 8, 15, 14)))
+    assert graph.input_shape == (2, 8, 15, 14)
+
+
+@pytest.mark.parametrize("pool", [
+    nn.MaxPool2d(3, 2, ceil_mode=True),
+    nn.MaxPool2d((3, 2), (2, 1), padding=1, ceil_mode=True),
+    nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=True),
+    nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+    nn.AvgPool2d(2),
+    nn.AdaptiveAvgPool2d((5, 2)),
+    nn.AdaptiveAvgPool2d(1),
+], ids=repr)
+def test_pools_equal_pytorch(pool):
+    check(pool, photo((1, 3, 15, 14)))
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: F.interpolate(x, scale_factor=3, mode="nearest"),
+    lambda x: F.interpolate(x, size=(11, 9), mode="nearest"),
+    lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+    lambda x: F.interpolate(x, size=(11, 9), mode="bilinear", align_corners=False),
+    lambda x: F.interpolate(x, size=(11, 9), mode="bilinear", align_corners=True),
+    lambda x: F.interpolate(x, scale_factor=(2, 3), mode="bilinear", align_corners=True),
+])
+def test_interpolate_equals_pytorch(make):
+    graph = check(Lambda(make), photo((1, 3, 5, 4)))
+    assert op_kinds(graph) == ["Upsample"]
+
+
+class Lambda(nn.Module):
+    """A module whose forward is a given function (traced by fx like any forward)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class ConvPlusConstants(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.shift = nn.Parameter(torch.randn(1, 4, 1, 1))
+
+    def forward(self, x):
+        return 1.5 + self.conv(x) + self.shift
+
+
+def test_constants_added_per_channel_fold_into_the_conv():
+    graph = check(ConvPlusConstants(), photo((1, 3, 9, 9)))
+    assert op_kinds(graph) == ["Conv"]
+
+
+def test_train_mode_is_restored_and_batchnorm_uses_running_stats():
+    nets = load_nets()
+    net = nets.awkward().train()
+    x = photo(nets.INPUT_SHAPE)
+    graph = from_torch(net, x)
+    assert net.training
+    check(net, x, graph)  # check() compares in eval mode, as imported
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.names()])
+def test_zoo_model_through_pytorch_equals_pytorch(name):
+    from npusim.torch_ref import to_torch
+
+    graph = zoo.build(name)
+    x = zoo.input_for(name)
+    imported = check(to_torch(graph), x)
+    assert [layer.describe() for layer in imported.layers.values()] == \
+        [layer.describe() for layer in graph.layers.values()]
+
+
+# ---- refusals ---------------------------------------------------------------------------
+
+
+class Unsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return torch.sigmoid(self.act(self.conv(x)))[:, :2]
+
+
+def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
+    with pytest.raises(ModelError) as err:
+        from_torch(Unsupported(), photo((1, 3, 8, 8)))
+    text = str(err.value)
+    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.GELU (node 'act'), "
+                           "torch.sigmoid (node 'sigmoid'), operator.getitem (node 'getitem')")
+    assert "Supported: " in text and "nn.Conv2d" in text and "F.interpolate" in text
+
+
+def refusal_cases():
+    x4 = photo((1, 3, 9, 9))
+    return [
+        (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")), x4,
+         r"node '_0' \(nn.Conv2d\): padding_mode='reflect': only 'zeros'"),
+        (nn.Hardtanh(-1.0, 1.0), x4, r"clamps to \[-1.0, 1.0\]; the IR has ReLU"),
+        (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
+        (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
+                                           "the batch axis first"),
+        (nn.Linear(9, 2), x4, r"input shape \(1, 3, 9, 9\): the IR's fully connected layer"),
+        (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
+        (nn.AdaptiveAvgPool2d(4), x4, r"output 4x4 from 9x9: unequal windows"),
+        (Lambda(lambda x: x + x[:, :1]), x4, r"operator.getitem \(node 'getitem'\)"),
+        (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
+        (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect")), x4, r"mode='reflect'"),
+        (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,
+         r"mode='bicubic': the IR resamples 'nearest' or 'bilinear'"),
+        (Lambda(lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear")), x4,
+         r"samples this size and scale differently"),
+        (Lambda(lambda x: torch.softmax(x, 0)), x4, r"softmax over the batch axis"),
+        (Lambda(lambda x: torch.add(x, x, alpha=2)), x4, r"alpha=2: only a plain sum"),
+        (Lambda(lambda x: x + torch.ones(1, 1, 9, 1)), x4, r"only a scalar or one value per "
+                                                           "channel"),
+        (nn.Sequential(nn.BatchNorm2d(3, track_running_stats=False)), x4,
+         r"normalises by batch statistics"),
+    ]
+
+
+@pytest.mark.parametrize("module, x, message", refusal_cases(), ids=lambda v: "")
+def test_unsupported_parameters_are_refused_by_name(module, x, message):
+    with pytest.raises(ModelError, match=message):
+        from_torch(module, x)
+
+
+def test_refusals_are_collected_into_one_message():
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding_mode="circular", padding=1),
+                        nn.Hardtanh(-2.0, 2.0), nn.ELU())
+    with pytest.raises(ModelError) as err:
+        from_torch(net, photo((1, 3, 8, 8)))
+    text = str(err.value)
+    assert "unsupported ops: nn.ELU (node '_2')" in text
+    assert "node '_0' (nn.Conv2d): padding_mode='circular'" in text
+    assert "node '_1' (nn.Hardtanh): clamps to [-2.0, 2.0]" in text
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        return x if x.sum() > 0 else -x
+
+
+class TwoOutputs(nn.Module):
+    def forward(self, x):
+        return F.relu(x), x
+
+
+class TwoInputs(nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+@pytest.mark.parametrize("module, message", [
+    (DataDependent(), r"DataDependent: torch.fx cannot trace it \(TraceError"),
+    (TwoOutputs(), r"TwoOutputs: forward returns tuple; npusim networks return one tensor"),
+    (TwoInputs(), r"TwoInputs: forward takes 2 tensor inputs \['x', 'y'\]"),
+])
+def test_networks_outside_the_ir_are_refused(module, message):
+    with pytest.raises(ModelError, match=message):
+        from_torch(module, photo((1, 3, 8, 8)))
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ModelError, match="expected a torch nn.Module, got function"):
+        from_torch(lambda x: x, photo((1, 3, 8, 8)))
+    with pytest.raises(ModelError, match=r"Conv2d: example input of shape \(3,\)"):
+        from_torch(nn.Conv2d(3, 3, 1), np.zeros(3, np.float32))
+    with pytest.raises(ModelError, match=r"Conv2d: running it on an input of shape "
+                                         r"\(1, 4, 8, 8\) failed \(RuntimeError"):
+        from_torch(nn.Conv2d(3, 3, 1), np.zeros((1, 4, 8, 8), np.float32))
+
+
+# ---- file.py:factory --------------------------------------------------------------------
+
+
+FACTORY_FILE = '''
+import torch
+from torch import nn
+
+
+def small():
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, stride=2), nn.BatchNorm2d(4), nn.ReLU())
+
+
+def broken():
+    raise ValueError("boom")
+
+
+def not_a_module():
+    return 42
+'''
+
+
+@pytest.fixture
+def factory_file(tmp_path):
+    path = tmp_path / "user_net.py"
+    path.write_text(FACTORY_FILE)
+    return path
+
+
+def test_factory_defaults_to_a_224_input_and_equals_pytorch(factory_file):
+    graph = from_factory(f"{factory_file}:small")
+    assert graph.input_shape == (1, 3, 224, 224) and graph.name == "small"
+    spec = importlib.util.spec_from_file_location("user_net_ref", factory_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    check(module.small(), photo((1, 3, 224, 224)), graph)
+
+
+def test_load_model_dispatches_a_factory_with_input_shape_and_batch(factory_file):
+    graph = load_model(f"{factory_file}:small", input_shape=(1, 3, 32, 30), batch=2)
+    assert graph.input_shape == (2, 3, 32, 30)
+    assert graph.output_shape == (2, 4, 15, 14)
+    assert isinstance(graph.nodes[0].op, ops.Conv)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("{f}", r"expected path/to/file.py:factory"),
+    ("{f}:", r"expected path/to/file.py:factory"),
+    ("{d}/missing.py:small", r"missing.py: no such file"),
+    ("{f}:nope", r"user_net.py: no function 'nope'; functions defined there: broken, "
+                 r"not_a_module, small"),
+    ("{f}:broken", r"calling broken\(\) failed \(ValueError: boom\)"),
+    ("{f}:not_a_module", r"not_a_module\(\) returned int, not a torch nn.Module"),
+])
+def test_factory_errors_name_the_file_and_function(factory_file, spec, message):
+    with pytest.raises(ModelError, match=message):
+        from_factory(spec.format(f=factory_file, d=factory_file.parent))
+
+
+def test_factory_file_that_fails_to_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def broken(:\n")
+    with pytest.raises(ModelError, match=r"bad.py: importing it failed \(SyntaxError"):
+        from_factory(f"{bad}:broken")
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 8, 8), (8,), (1, 3, 8.5, 8)])
+def test_factory_input_shape_must_be_positive_integers(factory_file, shape):
+    with pytest.raises(ModelError, match=r"input_shape=.*: must be positive integers N x C x H"):
+        from_factory(f"{factory_file}:small", input_shape=shape)
