@@ -92,6 +92,7 @@ def test_fx_trace_gives_the_same_output(graph, photo):
                for n in traced.graph.nodes)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 def test_onnx_export_runs_in_onnxruntime(graph, photo, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     path = tmp_path / "every-op.onnx"

@@ -232,6 +232,10 @@ def test_unknown_model_and_bad_arguments(tmp_path):
         zoo.build("lenet5")
     with pytest.raises(ModelError, match=r"resnet18: batch=0: must be an integer >= 1"):
         zoo.build("resnet18", batch=0)
+    with pytest.raises(ModelError, match=r"resnet18: size=16: must be at least 32 pixels"):
+        zoo.build("resnet18", size=16)
+    with pytest.raises(ModelError, match=r"vgg16: size=0: must be an integer >= 1 \(pixels\)"):
+        zoo.build("vgg16", size=0)
     with pytest.raises(ModelError, match=r"lenet-digits: size=28: the digits are 8 x 8"):
         zoo.input_for("lenet-digits", size=28)
     bad = tmp_path / "photo.jpg"

@@ -87,13 +87,9 @@ if torch is not None:
             """Pixels each window divides by (average pooling off the native path)."""
             if self.native or self.kind == "max":
                 return torch.ones(0)
-            ones = torch.ones(1, 1, *in_hw)
-            if self.cip:  # the padded input counts, the ceil-mode extension does not
-                ones = F.pad(F.pad(ones, self.pad4, value=1.0), self.extra)
-            else:
-                ones = F.pad(ones, self.pad4)
-                ones = F.pad(ones, self.extra)
-            return F.avg_pool2d(ones, self.k, self.s)
+            # real pixels count; padding only with count_include_pad; the ceil extension never
+            ones = F.pad(torch.ones(1, 1, *in_hw), self.pad4, value=float(self.cip))
+            return F.avg_pool2d(F.pad(ones, self.extra), self.k, self.s)
 
         def forward(self, x):
             if self.native and self.kind == "max":
