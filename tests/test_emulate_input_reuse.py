@@ -11,13 +11,13 @@ from test_input_reuse import arch_with
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.dataflows.input_reuse import Params, layer_stats
-from npusim.dataflows.phases import phases
+from npusim.dataflows.phases import plan
 from npusim.emulate.input_reuse import accumulation_position, datapath, emulate_layer
 from npusim.ir import ConvLayer
 
 
 def whole_kernel(R=3, S=3):
-    return phases(ConvLayer(1, 1, R, S, 1, R, S))[0].parts[0]
+    return plan(ConvLayer(1, 1, R, S, 1, R, S)).parts[0]
 
 
 def test_fig4_accumulation_positions_are_the_point_reflection():

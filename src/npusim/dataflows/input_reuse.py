@@ -12,12 +12,13 @@ compressed (``compressed_ifm``, claim 7); operation units work on different
 regions in parallel, processing units on different kernels, output units gather
 partial OFMs over a full, bus or chain interconnect (``operation_units``, Figs.
 11-14); work stealing balances the processing units (Fig. 15, claim 11).
-Stride and dilation run as stride-1 phases (``phases``); groups as independent
-problems; batch images as more regions.
+Stride and dilation run as stride-1 phases (``phases``), a job taking its region
+through every phase into one partial OFM; groups as independent problems; batch
+images as more regions.
 
-Loop order (per layer): image -> stride phase -> region -> conv group -> kernel
-set (``P`` kernels at once, one per processing unit; job ``j`` on unit ``j mod U``)
--> kernel part -> channel group of ``l`` -> non-zero tap (one cycle each).
+Loop order (per layer): image -> region -> conv group -> kernel set (``P`` kernels
+at once, one per processing unit; job ``j`` on unit ``j mod U``) -> kernel part ->
+stride phase -> channel group of ``l`` -> non-zero tap (one cycle each).
 
 Cycles: ``max(max_u sum_{jobs on u} job_cycles, last transfer finish)`` with
 ``job_cycles = max_p c_p`` (``ceil(sum_p c_p / P)`` with work stealing) and ``c_p``
@@ -40,7 +41,7 @@ from ..stats import LayerStats, energy_pj
 from . import compressed_ifm
 from .base import element_bytes, register
 from .operation_units import Schedule, schedule
-from .phases import phases
+from .phases import plan
 from .region_work import Geometry, Work, region_work
 
 ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
@@ -90,12 +91,13 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
     wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
     live = wg.any(axis=(0, 1, 2))
     out = np.zeros((N, G, Kg, P * Q), acc)
-    for ph in phases(layer):
-        xa = ph.input(xp)
-        for part in ph.parts:
-            keep = live[part.r, part.s]
-            if keep.any():
-                out += _window_product(xa, wg, part, keep, layer)
+    layout = plan(layer)
+    part = layout.parts[0]
+    for i, ph in enumerate(layout.phases):
+        taps = part.of_phase(i)
+        keep = taps[live[part.r[taps], part.s[taps]]]
+        if keep.size:
+            out += _window_product(ph.input(xp), wg, part, keep, layer)
     out = out.reshape(layer.output_shape)
     if bias is not None:
         out += bias.astype(acc).reshape(1, -1, 1, 1)
@@ -103,7 +105,8 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
 
 
 def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
-    """sum over the kept taps t of W[:, :, t] x window_t: N x G x Kg x (P*Q)."""
+    """sum over the taps ``keep`` (indices into ``part``) of W[:, :, t] x window_t:
+    N x G x Kg x (P*Q)."""
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
     r, s, u, v = part.r[keep], part.s[keep], part.u[keep], part.v[keep]
     windows = np.empty((N, G, Cg, r.size, P, Q), xa.dtype)
@@ -218,10 +221,10 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:
-    """Bytes of first buffer an operation unit needs: one partial OFM per PU and kernel part."""
-    parts = [part.pofm_shape((p.region_rows, p.region_cols))
-             for ph in phases(layer, p.kernel_part_rows) for part in ph.parts]
-    return p.processing_units * sum(h * w for h, w in parts) * ACC_BYTES
+    """Bytes of first buffer a job needs: one partial OFM per PU and kernel part."""
+    region = (p.region_rows, p.region_cols)
+    pixels = sum(np.prod(part.pofm_shape(region)) for part in plan(layer, p.kernel_part_rows).parts)
+    return p.processing_units * int(pixels) * ACC_BYTES
 
 
 @register

@@ -10,8 +10,12 @@ in the kernel. A strided, dilated convolution reads padded input pixel
 offsets ``(u, v)`` (dilation leaves holes between offsets; the MUX positions of
 the holes are simply never selected). Phases without taps are never read.
 
-A *kernel part* (Fig. 9) is a band of ``part_rows`` kernel rows; each part of a
-phase is processed as its own pass with its own, smaller partial OFM.
+Region ``(i, j)`` of every phase feeds the same output pixels, so one job runs
+the region through all phases in turn and keeps one partial OFM per kernel part
+(its halo is the span of the part's offsets over all phases): stride costs
+cycles in proportion to the taps, not extra partial OFMs. A *kernel part*
+(Fig. 9) is a band of ``part_rows`` kernel rows, processed as its own pass with
+its own, smaller partial OFM.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from ..ir import ConvLayer
 
 @dataclass(frozen=True)
 class Part:
-    """The taps of one kernel part within a phase: kernel rows/cols and phase offsets."""
+    """The taps of one kernel part over all phases: phase index, kernel row/col, offsets."""
 
+    phase: np.ndarray
     r: np.ndarray
     s: np.ndarray
     u: np.ndarray
@@ -43,57 +48,72 @@ class Part:
         du, dv = self.span
         return region[0] + du, region[1] + dv
 
+    def of_phase(self, i: int) -> np.ndarray:
+        """Indices of this part's taps that belong to phase ``i``."""
+        return np.flatnonzero(self.phase == i)
+
 
 @dataclass(frozen=True)
 class Phase:
-    """One stride phase: its residues (a, b), the phase-input extent used, its kernel parts."""
+    """One stride phase: its residues (a, b) and the phase-input extent it uses (pixels)."""
 
     a: int
     b: int
     rows: int
     cols: int
-    parts: tuple[Part, ...]
-    layer_stride: tuple[int, int] = (1, 1)
+    stride: tuple[int, int]
 
     def input(self, xp: np.ndarray) -> np.ndarray:
         """The phase input N x C x rows x cols from the padded input ``xp``."""
-        return xp[:, :, self.a::self.layer_stride[0], self.b::self.layer_stride[1]][
-            :, :, :self.rows, :self.cols]
+        return xp[:, :, self.a::self.stride[0], self.b::self.stride[1]][:, :, :self.rows,
+                                                                         :self.cols]
 
 
-def _offsets(k: int, dilation: int, stride: int, residue: int) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel indices whose dilated offset has this residue mod stride, and their phase offsets."""
+@dataclass(frozen=True)
+class Plan:
+    """A layer as the device runs it: its phases with taps, and its kernel parts."""
+
+    phases: tuple[Phase, ...]
+    parts: tuple[Part, ...]
+
+    @property
+    def extent(self) -> tuple[int, int]:
+        """Rows and columns of the region grid: the largest phase input (pixels)."""
+        return max(ph.rows for ph in self.phases), max(ph.cols for ph in self.phases)
+
+
+def _residue_taps(k: int, dilation: int, stride: int, residue: int):
+    """Kernel indices whose dilated offset has this residue mod stride, and their offsets."""
     idx = np.arange(k)
     keep = idx[(idx * dilation) % stride == residue]
     return keep, (keep * dilation - residue) // stride
 
 
-def _parts(rr, uu, ss, vv, part_rows: int) -> tuple[Part, ...]:
-    """Split a phase's taps (outer product of row and column taps) into bands of kernel rows."""
-    band = rr // part_rows if part_rows else np.zeros_like(rr)
-    parts = []
-    for b in np.unique(band):
-        r, u = rr[band == b], uu[band == b]
-        R, S = np.meshgrid(r, ss, indexing="ij")
-        U, V = np.meshgrid(u, vv, indexing="ij")
-        parts.append(Part(R.ravel(), S.ravel(), U.ravel(), V.ravel()))
-    return tuple(parts)
+def _taps(layer: ConvLayer) -> tuple[tuple[Phase, ...], np.ndarray]:
+    """Phases with at least one tap, and every tap as rows (phase, r, s, u, v)."""
+    (sh, sw), (dh, dw) = layer.stride, layer.dilation
+    phases, rows = [], []
+    for a in range(sh):
+        rr, uu = _residue_taps(layer.R, dh, sh, a)
+        for b in range(sw):
+            ss, vv = _residue_taps(layer.S, dw, sw, b)
+            if rr.size and ss.size:
+                R, S = np.meshgrid(rr, ss, indexing="ij")
+                U, V = np.meshgrid(uu, vv, indexing="ij")
+                idx = np.full(R.size, len(phases))
+                rows.append(np.stack([idx, R.ravel(), S.ravel(), U.ravel(), V.ravel()], 1))
+                phases.append(Phase(a, b, layer.P + int(uu.max()), layer.Q + int(vv.max()),
+                                    layer.stride))
+    return tuple(phases), np.concatenate(rows)
 
 
 @lru_cache(maxsize=256)
-def phases(layer: ConvLayer, part_rows: int = 0) -> tuple[Phase, ...]:
-    """The stride phases of ``layer`` that hold at least one tap (``part_rows=0``: whole kernel).
+def plan(layer: ConvLayer, part_rows: int = 0) -> Plan:
+    """Phases and kernel parts of ``layer`` (``part_rows=0``: the whole kernel is one part).
 
-    Cached: a layer's phases are asked for by the arithmetic, the counts and the checks.
+    Cached: the arithmetic, the counts and the checks all ask for it.
     """
-    (sh, sw), (dh, dw) = layer.stride, layer.dilation
-    out = []
-    for a in range(sh):
-        rr, uu = _offsets(layer.R, dh, sh, a)
-        for b in range(sw):
-            ss, vv = _offsets(layer.S, dw, sw, b)
-            if rr.size and ss.size:
-                out.append(Phase(a, b, layer.P + int(uu.max()), layer.Q + int(vv.max()),
-                                 _parts(rr, uu, ss, vv, part_rows), layer.stride))
-    return tuple(out)
-
+    phases, taps = _taps(layer)
+    band = taps[:, 1] // part_rows if part_rows else np.zeros(len(taps), int)
+    parts = tuple(Part(*taps[band == b].T) for b in np.unique(band))
+    return Plan(phases, parts)

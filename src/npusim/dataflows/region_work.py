@@ -1,7 +1,8 @@
 """What every region of the input-reuse device has to do, counted from 0/1 masks.
 
-For each stride phase and kernel part (``phases``), the phase input is cut into
-regions of ``rh x rw`` pixels (Fig. 5/7). For region ``t``, kernel ``k`` and a
+Every stride phase input (``phases``) is cut into regions of ``rh x rw`` pixels
+on one grid (Fig. 5/7); region ``t`` of every phase feeds the same outputs, so a
+job takes it through all phases. For region ``t``, kernel ``k`` and a
 group of ``l`` channels (the region's depth), a weight cycle ``(group, tap)``
 runs unless it is skipped: all ``l`` weights of that tap are zero (claims 6/15),
 or all ``l`` channel slices of the region are zero (the compressed stream says so:
@@ -10,7 +11,7 @@ claim 7, input-side skipping). With ``l = 1`` the count is a matrix product,
     cycles[n, k, t] = sum_c any(x[n, c, region t]) * nonzero_taps[k, c],
 
 done with BLAS. Jobs are laid out in the order the device runs them: region-major
-(image, phase, region row, region column), then conv group, then kernel set of
+(image, region row, region column), then conv group, then kernel set of
 ``P`` kernels (one per processing unit), so the arrays feed ``operation_units``.
 """
 
@@ -25,7 +26,7 @@ from ..ir import ConvLayer
 from ..reference import pad_input
 from . import compressed_ifm
 from .operation_units import Transfers
-from .phases import Part, Phase, phases
+from .phases import Part, Phase, Plan, plan
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,20 @@ class Work:
     pofm_peak: tuple[int, int]
 
 
-def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part) -> np.ndarray:
-    """Non-zero flags of the part's taps, G x Kg x Cg x taps."""
-    wp = w_mask[:, :, part.r, part.s]
+def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.ndarray:
+    """Non-zero flags of the part's taps ``taps`` (indices), G x Kg x Cg x taps."""
+    wp = w_mask[:, :, part.r[taps], part.s[taps]]
     return wp.reshape(layer.groups, layer.Kg, layer.Cg, -1)
+
+
+def grid_counts(xp_mask: np.ndarray, ph: Phase, grid: tuple[int, int],
+                region: tuple[int, int]) -> np.ndarray:
+    """Non-zero pixels per region and channel of one phase, N x C x Th x Tw, on the common
+    region grid (``grid`` = rows, cols of the largest phase input)."""
+    pm = ph.input(xp_mask)
+    full = np.zeros(pm.shape[:2] + grid, bool)
+    full[:, :, :pm.shape[2], :pm.shape[3]] = pm
+    return compressed_ifm.block_counts(full, region)
 
 
 def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int) -> np.ndarray:
@@ -103,56 +114,51 @@ def kernel_sets(per_kernel: np.ndarray, pus: int) -> np.ndarray:
     return x.reshape(n, x.shape[1], g * sets, pus, *per_kernel.shape[4:])
 
 
-def phase_work(layer, xp_mask, w_mask, ph: Phase, geo: Geometry, max_parts: int):
-    """Per-phase arrays: slot cycles, transfer flags and pixels, and scalar counts."""
-    pm = ph.input(xp_mask)
-    n = pm.shape[0]
-    counts = compressed_ifm.block_counts(pm, geo.region)
-    T = counts.shape[2] * counts.shape[3]
-    cnt = counts.reshape(n, layer.groups, layer.Cg, T)
-    cyc = np.zeros((n, layer.groups, layer.Kg, T, max_parts), np.int64)
-    pix = np.zeros(max_parts, np.int64)
+def part_cycles(layer, counts: list, w_mask, layout: Plan, geo: Geometry):
+    """Weight cycles N x G x Kg x T x parts, and the dense, weight-only and product counts."""
+    n, T = counts[0].shape[0], counts[0].shape[2] * counts[0].shape[3]
+    cnt = [c.reshape(n, layer.groups, layer.Cg, T) for c in counts]
+    cyc = np.zeros((n, layer.groups, layer.Kg, T, len(layout.parts)), np.int64)
     dense = wonly = products = 0
-    for i, part in enumerate(ph.parts):
-        wp = part_weights(w_mask, layer, part)
-        cyc[..., i] = active_cycles(cnt > 0, wp, geo.depth)
-        pix[i] = np.prod(part.pofm_shape(geo.region))
-        dense += math.ceil(layer.Cg / geo.depth) * wp.shape[3] * layer.K
-        wonly += weight_only_cycles(wp, geo.depth)
-        per_channel = cnt.sum(axis=(0, 3)).astype(np.int64)  # G x Cg
-        products += int((wp.sum(axis=(1, 3)) * per_channel).sum())
-    sets = kernel_sets(cyc, geo.pus)  # N x T x J x P x parts
-    bitmaps = n * layer.C * T
-    scalars = (dense * n * T, wonly * n * T, products, int(counts.sum()), bitmaps, n * T)
-    return sets, np.broadcast_to(pix, sets.shape), scalars
+    for pi, part in enumerate(layout.parts):
+        for i in range(len(layout.phases)):
+            taps = part.of_phase(i)
+            if not taps.size:
+                continue
+            wp = part_weights(w_mask, layer, part, taps)
+            cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth)
+            dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
+            wonly += weight_only_cycles(wp, geo.depth) * n * T
+            per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
+            products += int((wp.sum(axis=(1, 3)) * per_channel).sum())
+    return cyc, dense, wonly, products
 
 
-def transfers(flags_pixels: list, layer: ConvLayer, pus: int) -> Transfers:
-    """Sequence of transfers (job, slot, part order) from per-phase cycles and pixels."""
-    cyc = np.concatenate([c for c, _ in flags_pixels], axis=1)
-    pix = np.concatenate([p for _, p in flags_pixels], axis=1)
-    jobs_per_region = cyc.shape[2]
-    cyc = cyc.reshape(-1, pus, cyc.shape[-1])
-    job, slot, part = np.nonzero(cyc)
-    sets = jobs_per_region // layer.groups
-    g, kset = (job % jobs_per_region) // sets, (job % jobs_per_region) % sets
-    kernel = g * layer.Kg + kset * pus + slot
-    return Transfers(job, kernel, pix.reshape(cyc.shape)[job, slot, part])
+def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int) -> Transfers:
+    """Sequence of transfers (job, slot, part order) from the jobs' per-part cycles
+    (N x T x J x P x parts) and each part's partial-OFM pixels."""
+    jobs_per_region = sets.shape[2]
+    job, slot, part = np.nonzero(sets.reshape(-1, pus, sets.shape[-1]))
+    per_group = jobs_per_region // layer.groups
+    g, kset = np.divmod(job % jobs_per_region, per_group)
+    return Transfers(job, g * layer.Kg + kset * pus + slot, pixels[part])
 
 
 def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 geo: Geometry) -> Work:
     """Jobs, transfers and skip counts of ``layer`` from the non-zero masks of x and w."""
+    layout = plan(layer, geo.part_rows)
+    grid = tuple(math.ceil(e / r) * r for e, r in zip(layout.extent, geo.region, strict=True))
     xp = pad_input(x_mask, layer, False)
-    phs = phases(layer, geo.part_rows)
-    max_parts = max(len(ph.parts) for ph in phs)
-    per = [phase_work(layer, xp, w_mask, ph, geo, max_parts) for ph in phs]
-    sets = np.concatenate([s for s, _, _ in per], axis=1)  # N x T x J x P x parts
-    slot_cycles = sets.sum(axis=-1).reshape(-1, geo.pus)
-    sc = np.array([s for _, _, s in per], np.int64).sum(axis=0)
-    pofm = [part.pofm_shape(geo.region) for ph in phs for part in ph.parts]
-    return Work(slot_cycles=slot_cycles,
-                transfers=transfers([(s, p) for s, p, _ in per], layer, geo.pus),
-                dense_cycles=int(sc[0]), weight_only_cycles=int(sc[1]), products=int(sc[2]),
-                sram_ifmap_words=int(sc[3]), sram_ifmap_bitmaps=int(sc[4]),
-                regions=int(sc[5]), pofm_peak=max(pofm, key=lambda s: s[0] * s[1]))
+    counts = [grid_counts(xp, ph, grid, geo.region) for ph in layout.phases]
+    cyc, dense, wonly, products = part_cycles(layer, counts, w_mask, layout, geo)
+    sets = kernel_sets(cyc, geo.pus)  # N x T x J x P x parts
+    shapes = [part.pofm_shape(geo.region) for part in layout.parts]
+    pixels = np.array([h * w for h, w in shapes], np.int64)
+    n, T = sets.shape[:2]
+    return Work(slot_cycles=sets.sum(axis=-1).reshape(-1, geo.pus),
+                transfers=transfers(sets, pixels, layer, geo.pus),
+                dense_cycles=dense, weight_only_cycles=wonly, products=products,
+                sram_ifmap_words=int(sum(c.sum() for c in counts)),
+                sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
+                pofm_peak=max(shapes, key=lambda s: s[0] * s[1]))

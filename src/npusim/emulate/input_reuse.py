@@ -15,7 +15,8 @@ job that has no weight cycle left hands its partial OFMs to the interconnect;
 each server (bus / output unit / chain owner) moves one partial OFM at a time,
 ``ceil(pixels / bus_width)`` cycles per hop; output units add them onto the OFM at
 the region's place (overlap-add) and the output handler adds the bias.
-The dispatcher reads each region from the compressed stream (``compressed_ifm``).
+The dispatcher reads each region from the compressed stream (``compressed_ifm``);
+with stride, a job takes its region through every phase (``phases``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..dataflows import compressed_ifm
-from ..dataflows.phases import Part, phases
+from ..dataflows.phases import Part, plan
 from ..ir import ConvLayer
 from ..quant import check_int32
 from ..reference import pad_input
@@ -77,12 +78,11 @@ class Job:
 
     seq: int
     n: int
-    phase: int
     ti: int
     tj: int
     kernels: list[int]
     queues: list[deque]
-    region: np.ndarray  # Cg x rh x rw, decoded from the stream
+    regions: list[np.ndarray]  # per phase: Cg x rh x rw, decoded from the stream
     pofms: dict = field(default_factory=dict)  # (slot, part) -> accumulators
     start: int = 0
 
@@ -120,32 +120,37 @@ class Machine:
         self.acc = np.int64 if self.integer else np.float32
         self.w = w.astype(self.acc)
         self.region = (params.region_rows, params.region_cols)
-        self.phases = phases(layer, params.kernel_part_rows)
-        self.paths = [[datapath(self.region, params.region_channels, part) for part in ph.parts]
-                      for ph in self.phases]
+        self.plan = plan(layer, params.kernel_part_rows)
+        self.paths = [datapath(self.region, params.region_channels, part)
+                      for part in self.plan.parts]
         xp = pad_input(x.astype(self.acc), layer)
-        self.streams = [compressed_ifm.encode(ph.input(xp), self.region) for ph in self.phases]
+        self.streams = [compressed_ifm.encode(ph.input(xp), self.region)
+                        for ph in self.plan.phases]
+        self.grid = [math.ceil(e / r) for e, r in zip(self.plan.extent, self.region, strict=True)]
         self.ofm = np.zeros(layer.output_shape, self.acc)
         self.counters = Counters(np.zeros(params.operation_units, np.int64))
 
     # -- the dispatcher: regions from the compressed stream, weight cycles per PU --------------
 
     def read_region(self, n: int, phase: int, g: int, ti: int, tj: int) -> np.ndarray:
-        """Cg x rh x rw of group ``g``, decoded block by block from the stream."""
-        cg = self.layer.Cg
-        s = self.streams[phase]
+        """Cg x rh x rw of group ``g`` in one phase, decoded block by block from the stream;
+        zeros where the phase input ends before the region grid does."""
+        cg, s = self.layer.Cg, self.streams[phase]
+        if ti >= s.bitmaps.shape[2] or tj >= s.bitmaps.shape[3]:
+            return np.zeros((cg, *self.region), self.acc)
         return np.stack([s.block_at(n, g * cg + c, ti, tj) for c in range(cg)])
 
-    def weight_cycles(self, k: int, phase: int, region: np.ndarray) -> deque:
-        """The (part, first channel, tap) cycles of kernel k that are not skipped."""
+    def weight_cycles(self, k: int, regions: list[np.ndarray]) -> deque:
+        """The (part, phase, first channel, tap) cycles of kernel k that are not skipped."""
         out, depth = deque(), self.p.region_channels
-        live = region.reshape(region.shape[0], -1).any(axis=1)
-        for pi, part in enumerate(self.phases[phase].parts):
-            for c0 in range(0, self.layer.Cg, depth):
-                for tap in range(part.r.size):
-                    wt = self.w[k, c0:c0 + depth, part.r[tap], part.s[tap]]
-                    if ((wt != 0) & live[c0:c0 + depth]).any():
-                        out.append((pi, c0, tap))
+        for pi, part in enumerate(self.plan.parts):
+            for phase, region in enumerate(regions):
+                live = region.reshape(region.shape[0], -1).any(axis=1)
+                for c0 in range(0, self.layer.Cg, depth):
+                    for tap in part.of_phase(phase):
+                        wt = self.w[k, c0:c0 + depth, part.r[tap], part.s[tap]]
+                        if ((wt != 0) & live[c0:c0 + depth]).any():
+                            out.append((pi, phase, c0, tap))
         return out
 
     def jobs(self) -> list[deque]:
@@ -154,37 +159,35 @@ class Machine:
         units = [deque() for _ in range(p.operation_units)]
         seq = 0
         for n in range(L.N):
-            for phase, stream in enumerate(self.streams):
-                th, tw = stream.bitmaps.shape[2:4]
-                for ti in range(th):
-                    for tj in range(tw):
-                        for job in self.region_jobs(n, phase, ti, tj, seq):
-                            units[seq % p.operation_units].append(job)
-                            seq += 1
+            for ti in range(self.grid[0]):
+                for tj in range(self.grid[1]):
+                    for job in self.region_jobs(n, ti, tj, seq):
+                        units[seq % p.operation_units].append(job)
+                        seq += 1
         return units
 
-    def region_jobs(self, n, phase, ti, tj, seq):
+    def region_jobs(self, n, ti, tj, seq):
         """The jobs of one region: per conv group, kernel sets of P kernels."""
         L, P = self.layer, self.p.processing_units
         for g in range(L.groups):
-            region = self.read_region(n, phase, g, ti, tj)
+            regions = [self.read_region(n, i, g, ti, tj) for i in range(len(self.streams))]
             for k0 in range(0, L.Kg, P):
                 kernels = [g * L.Kg + k for k in range(k0, min(k0 + P, L.Kg))]
-                queues = [self.weight_cycles(k, phase, region) for k in kernels]
+                queues = [self.weight_cycles(k, regions) for k in kernels]
                 queues += [deque() for _ in range(P - len(kernels))]
-                yield Job(seq, n, phase, ti, tj, kernels, queues, region)
+                yield Job(seq, n, ti, tj, kernels, queues, regions)
                 seq += 1
 
     # -- one processing-unit cycle: multipliers, MUXes, accumulators (Fig. 6) ---------------
 
     def pu_cycle(self, job: Job, slot: int, item) -> None:
         """Execute one weight cycle of kernel slot ``slot`` on the job's region."""
-        pi, c0, tap = item
-        part = self.phases[job.phase].parts[pi]
-        path = self.paths[job.phase][pi]
+        pi, phase, c0, tap = item
+        part, path = self.plan.parts[pi], self.paths[pi]
         k = job.kernels[slot]
         weights = self.w[k, c0:c0 + path.depth, part.r[tap], part.s[tap]]
-        products = (job.region[c0:c0 + path.depth] * weights[:, None, None]).sum(axis=0)
+        region = job.regions[phase][c0:c0 + path.depth]
+        products = (region * weights[:, None, None]).sum(axis=0)
         acc = job.pofms.setdefault((slot, pi), np.zeros(path.pofm, self.acc))
         cells, pixels = path.wiring[tap]
         acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
@@ -227,7 +230,7 @@ class Machine:
 
     def accumulate(self, job: Job, slot: int, pi: int, pofm: np.ndarray) -> None:
         """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add)."""
-        part = self.phases[job.phase].parts[pi]
+        part = self.plan.parts[pi]
         top = job.ti * self.region[0] - int(part.u.max())
         left = job.tj * self.region[1] - int(part.v.max())
         P, Q = self.layer.P, self.layer.Q
@@ -300,12 +303,11 @@ class Machine:
         """Hardware of the device for this layer: counts and the MUX fan-in tables."""
         p = self.p
         pus = p.operation_units * p.processing_units
-        largest = max((path for paths in self.paths for path in paths),
-                      key=lambda d: d.pofm[0] * d.pofm[1])
+        largest = max(self.paths, key=lambda d: d.pofm[0] * d.pofm[1])
         per_pu = largest.inventory()
         out = {k: v * pus for k, v in per_pu.items() if k != "max_fan_in"}
         out.update(max_fan_in=per_pu["max_fan_in"], per_pu=per_pu,
-                   fan_in=[[path.fan_in for path in paths] for paths in self.paths])
+                   fan_in=[path.fan_in for path in self.paths])
         return out
 
 
