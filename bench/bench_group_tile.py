@@ -13,12 +13,14 @@ Prints (int8, the tile's native width; costs are the dataflow's ``estimate``):
 Run: python bench/bench_group_tile.py   [--no-train]
 """
 
+import dataclasses
 import sys
 import time
 
 from npusim import blocks, load_arch, tune
 from npusim.blocks import KINDS, BlockSpec, ConvPlan
 from npusim.dataflows import get
+from npusim.dataflows.group_tile import Params
 from npusim.ir import ConvLayer
 from npusim.stats import total
 
@@ -42,6 +44,23 @@ def patent_examples():
               f"depthwise {util(dw, arch).utilisation:.2%}, full conv "
               + ", ".join(f"{lay.C}->{lay.K}: {util(lay, arch).utilisation:.1%}"
                           for lay in full))
+
+
+def weight_bound():
+    print("\n1b. weight bandwidth: 3x3, zin = zout = 256, 14x14 on 64 MACs, wide memory of 16, "
+          "8 or 4 words a cycle: cycles (k) / utilisation / weight-stall share")
+    base = load_arch("group-tile-64mac")
+    print("  " + "".join(f"{'g=' + str(g) + ' (size ' + str(256 // g) + ')':>26}"
+                         for g in (1, 4, 8, 16, 256)))
+    for words in (16, 8, 4):
+        arch = dataclasses.replace(base, sections={"group-tile": Params(
+            wide_words_per_cycle=words)})
+        cells = []
+        for g in (1, 4, 8, 16, 256):
+            st = util(ConvLayer(1, 256, 14, 14, 256, 3, 3, padding=1, groups=g), arch)
+            stall = st.extra["weight_stall_cycles"] / st.cycles
+            cells.append(f"{st.cycles / 1e3:.0f}/{st.utilisation:.0%}/{stall:.0%}")
+        print(f"  {words:>2} words " + "".join(f"{c:>26}" for c in cells)[8:])
 
 
 def per_block_table():
@@ -117,6 +136,7 @@ def digits_front():
 
 if __name__ == "__main__":
     patent_examples()
+    weight_bound()
     per_block_table()
     network_tuning()
     network_front()

@@ -2,6 +2,7 @@
 and hand counts, the MAC-filling rule, the Pareto front against brute force, and a real
 accuracy check on scikit-learn's digits."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -45,7 +46,22 @@ def test_filling_rule_matches_the_patent_example():
     assert tune.filling_groups(7, 7, one_lane) == 1  # 7 of 64 MACs is the best there is
     assert tune.filling_groups(96, 96, one_lane) == 2  # 48 outputs: 75% of the MACs
     assert tune.filling_groups(96, 96, two_lanes) == 3  # two subsets of 32: all 64
-    assert tune.occupancy(96, one_lane) == 0.75  # full conv, 96 outputs: two blocks of 64
+    assert tune.broadcast_cycles(96, one_lane) == 2  # full conv, 96 outputs: two blocks
+
+
+def test_filling_rule_follows_the_weight_bandwidth():
+    """A wide memory of 8 words (32 int8 weights a cycle) under 64 MACs: group size 64 takes
+    two cycles a tap, so 32 is as fast as any and the largest such: g = 8 for 256."""
+    narrow = Params(macs=64, wide_words_per_cycle=8)
+    assert tune.filling_groups(256, 256, narrow) == 8
+    assert tune.broadcast_cycles(64, narrow) == 2 and tune.broadcast_cycles(32, narrow) == 1
+    assert tune.filling_groups(256, 256, Params(macs=64), elem=4) == 16  # float32: 16 a cycle
+    arch = dataclasses.replace(load_arch("group-tile-64mac"), sections={"group-tile": narrow})
+    layer = ConvLayer(1, 256, 6, 6, 256, 3, 3, padding=1, dtype="int8")
+    cycles = {g: tune.layer_cost(dataclasses.replace(layer, groups=g), arch).cycles
+              for g in (4, 8, 16)}
+    broadcasts = 36 * 256 * 9  # pixels x C x taps, the same for every g
+    assert cycles == {4: 2 * broadcasts + 4, 8: broadcasts + 2, 16: broadcasts + 1}
 
 
 def test_report_text_and_bad_arch():

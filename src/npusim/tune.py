@@ -29,7 +29,8 @@ from .arch import Arch, load_arch
 from .blocks import GROUPED, BlockSpec, plan, with_group_size
 from .blocks.network import grouped_channels
 from .dataflows import get as get_dataflow
-from .dataflows.group_tile import NAME, Params
+from .dataflows.base import element_bytes
+from .dataflows.group_tile import NAME, WORD_BYTES, Params
 from .errors import NpusimError
 from .ir import ConvLayer, Graph
 from .stats import LayerStats, total
@@ -50,23 +51,26 @@ def valid_groups(c_in: int, c_out: int) -> list[int]:
     return [g for g in range(1, min(c_in, c_out) + 1) if c_in % g == 0 and c_out % g == 0]
 
 
-def occupancy(size: int, p: Params) -> float:
-    """Fraction of the tile's MACs a layer with ``size`` outputs per group keeps busy in a
-    cycle: subsets of min(size, MACs), as many at once as bus lanes and MACs allow."""
+def broadcast_cycles(size: int, p: Params, elem: int = 1) -> float:
+    """Steady-state cycles per broadcast input of a layer with ``size`` outputs per group:
+    its output blocks, times the cycles a tap takes to fetch the step's weights (``elem``
+    bytes each) from the wide memory, over the subsets fed at once. Latency is this times
+    the layer's broadcasts (pixels x C x R x S), whatever g is."""
     subset = min(size, p.macs)
-    blocks = math.ceil(size / subset)
-    return size / blocks * min(p.bus_inputs, p.macs // subset) / p.macs
+    subsets = min(p.bus_inputs, p.macs // subset)
+    words = math.ceil(subset * subsets * elem / WORD_BYTES)
+    tap = max(1, math.ceil(words / p.wide_words_per_cycle))
+    return math.ceil(size / subset) * tap / subsets
 
 
-def filling_groups(c_in: int, c_out: int, p: Params) -> int:
-    """The g that fills the tile's MACs (claim 5: partition size from the hardware): among
-    valid g with group size (outputs per group) <= MACs, the most MACs busy a cycle, then
-    the largest group size; S = MAC count, or a divisor of it when the bus feeds several
-    subsets. With no group size small enough, the largest valid g."""
-    options = [g for g in valid_groups(c_in, c_out) if c_out // g <= p.macs]
-    if not options:
-        return max(valid_groups(c_in, c_out))
-    return max(options, key=lambda g: (occupancy(c_out // g, p), c_out // g))
+def filling_groups(c_in: int, c_out: int, p: Params, elem: int = 1) -> int:
+    """The g the tile's description calls for (claim 5): the fewest cycles per broadcast
+    (group size within the MACs, the bus lanes and the wide memory's weights per cycle),
+    then the largest group size (the most parameters at that latency). On a one-lane bus
+    with a wide memory that feeds every MAC, S = the MAC count; with several lanes, a
+    divisor of it; with a narrower wide memory, the weights it delivers a cycle."""
+    return min(valid_groups(c_in, c_out),
+               key=lambda g: (broadcast_cycles(c_out // g, p, elem), g))
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,8 @@ def tune_groups(graph: Graph, arch: Arch | str, dtype: str = "int8") -> TuneResu
             continue
         layer = layer.with_dtype(dtype)
         choices.append(LayerChoice(name, layer.describe(), layer.groups,
-                                   filling_groups(layer.C, layer.K, p),
+                                   filling_groups(layer.C, layer.K, p,
+                                                  element_bytes(dtype)),
                                    _candidates(layer, arch)))
     return TuneResult(arch.name, p.macs, tuple(choices))
 
