@@ -137,17 +137,40 @@ def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
 
 
 def dram_bytes(layer: ConvLayer, arch, elem: int, m: Mapping) -> tuple[int, int, int]:
-    """DRAM bytes per tensor: every used element once, the streamed operand again for
-    every pass over it that its SRAM cannot hold across (capacity-bound refetch)."""
+    """DRAM bytes per tensor: every used element once, and a streamed operand again for
+    every pass over it when what is reused across the passes does not fit the active half
+    of its double-buffered SRAM (the other half is being refilled); outputs leave once.
+
+    Column folds are the outer loop: the ifmap (OS, WS) or the filters (IS) are streamed
+    once per column fold; in OS one column fold's filters (Kr x cols) once per row fold.
+    In WS a row fold is a tile of kernel taps, so without the whole ifmap in SRAM its
+    reuse across taps is lost too (``ws_refetch_words``).
+    """
     ifmap = layer.N * layer.C * used_input_pixels(layer) * elem
     filt = layer.K * layer.Cg * layer.R * layer.S * elem
     ofmap = layer.N * layer.K * layer.P * layer.Q * elem
-    mem = arch.memory
-    if m.stationary in ("os", "ws") and ifmap > mem.ifmap_sram_kb * 1024:
-        ifmap *= m.col_folds  # ifmap re-streamed for every filter fold
-    if m.stationary in ("os", "is") and filt > mem.filter_sram_kb * 1024:
-        filt *= m.row_folds if m.stationary == "os" else m.col_folds
+    ifmap_half, filter_half = arch.memory.ifmap_sram_kb * 512, arch.memory.filter_sram_kb * 512
+    if m.stationary == "os" and ifmap > ifmap_half:
+        ifmap *= m.col_folds
+    if m.stationary == "ws" and ifmap > ifmap_half:
+        ifmap = m.col_folds * ws_refetch_words(layer, m) * elem
+    if m.stationary == "is" and filt > filter_half:
+        filt *= m.col_folds
+    if m.stationary == "os" and m.t * min(m.b, m.cols) * elem > filter_half:
+        filt *= m.row_folds
     return ifmap, filt, ofmap
+
+
+def ws_refetch_words(layer: ConvLayer, m: Mapping) -> int:
+    """ifmap words one WS column fold fetches when the ifmap does not stay in SRAM: each
+    row fold (``rows`` reduction terms, tap-major and channel-fastest) fetches its own
+    streamed words, at most the used pixels of the channels it covers."""
+    M, used = layer.N * layer.P * layer.Q, layer.N * used_input_pixels(layer)
+    words = 0
+    for start in range(0, m.a, m.rows):
+        terms = min(m.rows, m.a - start)
+        words += min(M * terms, min(terms, layer.Cg) * used)
+    return layer.groups * words
 
 
 def layer_stats(layer: ConvLayer, arch, m: Mapping, cycles: int, words) -> LayerStats:

@@ -115,12 +115,14 @@ def _stream(held, left, top, cycle):
 
 
 def _operands(layer: ConvLayer, x, w, acc_dtype):
-    """Per group: ifmap matrix (M x Kr) and weight matrix (Kr x F) in ``acc_dtype``."""
-    cols = im2col(np.asarray(x).astype(acc_dtype), layer)  # N x G x Kr x PQ
-    G = layer.groups
-    ifm = cols.transpose(1, 0, 3, 2).reshape(G, -1, cols.shape[2])
-    wm = np.asarray(w).astype(acc_dtype).reshape(G, layer.Kg, -1).transpose(0, 2, 1)
-    return ifm, wm
+    """Per group: ifmap matrix (M x Kr) and weight matrix (Kr x F) in ``acc_dtype``, the
+    reduction ordered tap-major, channel-fastest (r, s, c), as the fast model counts it."""
+    G, Cg, R, S, Kg = layer.groups, layer.Cg, layer.R, layer.S, layer.Kg
+    cols = im2col(np.asarray(x).astype(acc_dtype), layer)  # N x G x (Cg R S) x PQ
+    cols = cols.reshape(layer.N, G, Cg, R, S, -1).transpose(1, 0, 5, 3, 4, 2)
+    ifm = cols.reshape(G, -1, R * S * Cg)
+    wm = np.asarray(w).astype(acc_dtype).reshape(G, Kg, Cg, R, S).transpose(0, 3, 4, 2, 1)
+    return ifm, wm.reshape(G, R * S * Cg, Kg)
 
 
 def _tiles(n: int, size: int):
