@@ -205,6 +205,8 @@ def test_digits_lenet_accuracy_and_cache():
 def test_digits_without_torch_or_cache_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("NPUSIM_CACHE", str(tmp_path))
     monkeypatch.setitem(sys.modules, "torch", None)
+    assert "accuracy reported once trained" in zoo.describe("lenet-digits")  # listing: no training
+    assert not digits.cache_path().exists()
     with pytest.raises(ModelError, match=r"lenet-digits: training it at first use needs "
                                          r"PyTorch; pip install 'npusim\[torch\]'"):
         zoo.build("lenet-digits")
@@ -216,8 +218,7 @@ def test_names_inputs_and_descriptions():
     assert zoo.names() == ["alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2",
                            "mtcnn-pnet", "mtcnn-rnet", "mtcnn-onet", "lenet-digits"]
     for name in zoo.names():
-        if name != "lenet-digits":
-            assert "\n" not in zoo.describe(name) and "weights" in zoo.describe(name)
+        assert "\n" not in zoo.describe(name) and "weights" in zoo.describe(name)
     x = zoo.input_for("resnet18", batch=2)
     assert x.shape == (2, 3, 224, 224) and x.dtype == np.float32
     np.testing.assert_array_equal(x[0], images.load_image("chelsea", (224, 224)))

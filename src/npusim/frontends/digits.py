@@ -148,6 +148,8 @@ def test_input(batch: int = 1) -> np.ndarray:
 
 
 def describe() -> str:
-    acc = accuracy()
-    return (f"LeNet-style CNN trained on scikit-learn's 8x8 digits; held-out accuracy {acc:.3f} "
-            "on 450 digits; weights trained at first use, cached")
+    """One line on the model; the accuracy once trained (listing models never trains one)."""
+    head = "LeNet-style CNN on scikit-learn's 8x8 digits; real weights trained at first use"
+    if not cache_path().is_file():
+        return f"{head} (about 15 s, needs torch); held-out accuracy reported once trained"
+    return f"{head}, cached; held-out accuracy {accuracy():.3f} on 450 digits"
