@@ -2,6 +2,7 @@
 run == estimate, the patent's own numbers (seed 000), and its errors."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -189,3 +190,44 @@ def test_preset_has_as_many_multipliers_as_the_systolic_preset():
     ir = load_arch("input-reuse-1024").params("input-reuse")
     sy = load_arch("systolic-32x32-os").params("systolic")
     assert isinstance(ir, Params) and ir.multipliers == sy.rows * sy.cols == 1024
+
+
+def test_work_stealing_spreads_a_depthwise_kernel_over_the_idle_units():
+    layer = ConvLayer(1, 8, 8, 8, 8, 3, 3, padding=1, groups=8)
+    x, w, _ = tensors(layer, 4)
+    one_unit = {"operation_units": 1, "interconnect": "chain"}  # no transfers: compute only
+    _, on = run(layer, x, w, None, arch_with(work_stealing=True, **one_unit))
+    _, off = run(layer, x, w, None, arch_with(work_stealing=False, **one_unit))
+    assert off.cycles == 8 * 9 * 9  # 8 kernel sets of one kernel, 9 regions, 9 taps
+    assert on.cycles == 8 * 9 * 3  # ceil(9 / 4) per region and kernel
+
+
+def test_memory_bytes_by_hand_for_fig5():
+    layer, x, w, arch = fig5_layer(FIG2A_KERNEL)
+    _, s = run(layer, x, w, None, arch)
+    assert s.sram_ifmap_bytes == 2 + 16  # one 4x4 block: bitmap + 16 int8 values
+    assert s.sram_filter_bytes == 9  # one int8 weight per cycle
+    assert s.sram_ofmap_bytes == 2 * 4 * 36  # the 6x6 partial OFM read and written, 4 B each
+    assert s.dram_filter_bytes == 2 + 9  # 9-bit bitmap in 2 bytes + 9 values
+    assert s.dram_ofmap_bytes == 2 + 4  # the 2x2 OFM: one block bitmap + 4 touched values
+
+
+def test_ofm_written_compressed_stores_only_touched_pixels():
+    layer = ConvLayer(1, 1, 8, 8, 1, 1, 1)
+    x = np.zeros((1, 1, 8, 8), np.float32)
+    x[0, 0, :3, :5] = 1.0
+    _, s = run(layer, x, np.ones((1, 1, 1, 1), np.float32), None, load_arch("input-reuse-1024"))
+    assert s.dram_ofmap_bytes == 4 * 2 + 15 * 4
+
+
+def test_weights_refetched_per_wave_when_the_filter_sram_is_too_small():
+    layer = ConvLayer(1, 64, 8, 8, 64, 3, 3, padding=1)
+    x, w, _ = tensors(layer, 5)
+    _, s = run(layer, x, w, None, load_arch("input-reuse-1024"))
+    # 147 KB of weights > 64 KiB filter SRAM; 10x10 padded = 3x3 regions, 16 units: one wave
+    assert s.dram_filter_bytes == s.extra["weight_bytes"] == 64 * math.ceil(576 / 8) + w.size * 4
+    big = ConvLayer(1, 64, 20, 20, 64, 3, 3, padding=1)
+    x, w, _ = tensors(big, 6)
+    _, s = run(big, x, w, None, load_arch("input-reuse-1024"))
+    # the padded 22x22 input is 6x6 = 36 regions: three waves of 16
+    assert s.dram_filter_bytes == 3 * s.extra["weight_bytes"]
