@@ -206,3 +206,15 @@ def test_write_atomic_into_missing_folder_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_atomic(tmp_path / "no" / "r.json", "x")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_narrow_terminal_keeps_every_number_whole(width):
+    result = result_fixture()
+    text = render(result, width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for number in ("6.91 k", "100", "6.8", "1.46 KiB", "2.17 KiB", "2.50 nJ", "4.19 nJ"):
+        assert number in text
+    assert "…" not in text
+    wide = render(result, width=200)
+    assert "3x8x8->4x8x8 3x3" in wide and "│" in wide

@@ -169,14 +169,13 @@ def cmd_models(args) -> int:
 
 
 def cmd_archs(args) -> int:
-    """List the arch presets: name, dataflow and its parameters, clock, description."""
+    """List the arch presets: name, default dataflow, clock, description."""
     from .arch import load_arch, presets
 
     table = Table("arch", "dataflow", "clock", "description", box=None, header_style="bold")
     for name in presets():
         arch = load_arch(name)
-        table.add_row(name, dataflow_summary(arch, arch.dataflow), f"{arch.clock_mhz:g} MHz",
-                      arch.description)
+        table.add_row(name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description)
     _stdout().print(table)
     return EXIT_OK
 
@@ -445,7 +444,8 @@ def title(result, model: str, source: str) -> str:
 def _print_report(result, model: str, source: str) -> None:
     from .report import report
 
-    _stdout().print(report(result, title(result, model, source)))
+    console = _stdout()
+    console.print(report(result, title(result, model, source), console.width))
 
 
 def _write_reports(args, result, run_facts: dict) -> None:

@@ -73,24 +73,50 @@ def _cells(s: LayerStats, util: str) -> list[str]:
             fmt_bytes(s.sram_bytes), fmt_bytes(s.dram_bytes), fmt_energy(s.energy_pj)]
 
 
-def layer_table(result) -> Table:
-    """Per-layer table of a ``SimResult``: conv layers, the vector-unit row, the total row."""
-    table = Table(box=box.MINIMAL_HEAVY_HEAD)
-    for name, justify in COLUMNS:
-        table.add_column(name, justify=justify, no_wrap=name != "shape")
-    for s in result.conv_layers:
-        table.add_row(*_cells(s, fmt_percent(s.utilisation)))
+def layer_rows(result) -> list[tuple[list[str], str]]:
+    """(cells, style) of each row: the conv layers, the vector unit, the total."""
+    rows = [(_cells(s, fmt_percent(s.utilisation)), "") for s in result.conv_layers]
     vec = vector_row(result.layers)
     if vec is not None:
         lanes_cycles = vec.cycles * result.arch.vector.lanes
-        util = fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-"
-        cells = _cells(vec, util)
+        cells = _cells(vec, fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-")
         ops = sum(s.dataflow == "vector" for s in result.layers)
         cells[1:4] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
-        table.add_row(*cells, style="dim")
+        rows.append((cells, "dim"))
     tot = result.total
-    table.add_section()
-    table.add_row(*_cells(tot.renamed("total"), fmt_percent(tot.utilisation)), style="bold")
+    rows.append((_cells(tot.renamed("total"), fmt_percent(tot.utilisation)), "bold"))
+    return rows
+
+
+def _table(rows, compact: bool, shape: bool) -> Table:
+    """The layer table; ``compact``: no rules, one space between columns."""
+    table = Table(box=box.SIMPLE_HEAD if compact else box.MINIMAL_HEAVY_HEAD,
+                  padding=(0, 0 if compact else 1), show_edge=not compact)
+    keep = [i for i, (name, _) in enumerate(COLUMNS) if shape or name != "shape"]
+    for i in keep:
+        name, justify = COLUMNS[i]
+        number = justify == "right"
+        widest = max(len(cells[i]) for cells, _ in rows)
+        table.add_column(name, justify=justify, no_wrap=number, overflow="fold",
+                         min_width=widest if number else None)
+    for cells, style in rows:
+        if style == "bold":
+            table.add_section()
+        table.add_row(*[cells[i] for i in keep], style=style or None)
+    return table
+
+
+def layer_table(result, width: int | None = None) -> Table:
+    """Per-layer table of a ``SimResult``: conv layers, the vector-unit row, the total row.
+
+    Numbers are never cut: if the table is wider than ``width`` columns it drops its
+    rules, then its shape column (the JSON and CSV reports keep everything)."""
+    rows = layer_rows(result)
+    measure = Console(width=10_000)
+    for compact, shape in ((False, True), (True, True), (True, False)):
+        table = _table(rows, compact, shape)
+        if width is None or measure.measure(table).maximum <= width:
+            break
     return table
 
 
@@ -116,14 +142,14 @@ def totals_table(result) -> Table:
     return grid
 
 
-def report(result, title: str | None = None) -> Group:
-    """The whole terminal report: the layer table, then the totals."""
+def report(result, title: str | None = None, width: int | None = None) -> Group:
+    """The whole terminal report, to fit ``width`` columns: the layer table, then the totals."""
     head = [Text(title, style="bold")] if title else []
-    return Group(*head, layer_table(result), "", totals_table(result))
+    return Group(*head, layer_table(result, width), "", totals_table(result))
 
 
 def render(result, title: str | None = None, width: int = 120) -> str:
     """The terminal report as plain text (no colour), ``width`` columns wide."""
     console = Console(file=StringIO(), width=width, color_system=None, force_terminal=False)
-    console.print(report(result, title))
+    console.print(report(result, title, width))
     return console.file.getvalue()
