@@ -58,8 +58,8 @@ class Params:
     processing_units: int = spec(4, "processing units per operation unit (kernels)", min=1)
     kernel_part_rows: int = spec(0, "kernel rows per pass, 0 = whole kernel (Fig. 9)", min=0)
     interconnect: str = spec("bus", "partial-OFM links", choices=("full", "bus", "chain"))
-    bus_width: int = spec(16, "partial-OFM pixels per transfer cycle", min=1)
-    output_units: int = spec(4, "output units (full and bus)", min=1)
+    bus_width: int = spec(64, "partial-OFM pixels per transfer cycle", min=1)
+    output_units: int = spec(4, "output units (full: one receiving port each)", min=1)
     work_stealing: bool = spec(True, "idle processing units take weight cycles")
     first_buffer_kb: int = spec(16, "KiB per operation unit for partial OFMs", min=1)
 
