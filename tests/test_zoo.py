@@ -149,6 +149,18 @@ def test_mtcnn_finds_the_faces_and_rejects_background(net):
         assert face_probability(net, "astronaut", box) < 0.1, box
 
 
+@pytest.mark.parametrize("photo", ["astronaut", "grace_hopper"])
+def test_onet_landmarks_have_a_face_geometry(photo):
+    """O-Net's 5 landmarks (x1..x5, y1..y5 as fractions of the crop: eyes, nose, mouth corners)
+    on the cascade's face crop: eyes apart and above the nose, the nose above the mouth."""
+    x = mtcnn_nets.face_crop(images.read_rgb(photo), cascade_face(photo), 48)
+    out = npusim.simulate(zoo.build("mtcnn-onet"), x[None], ARCH).output[0]
+    (eye_l, eye_r, nose, mouth_l, mouth_r), ys = out[6:11], out[11:16]
+    assert 0.1 < eye_l < nose < eye_r < 0.9 and 0.1 < mouth_l < nose < mouth_r < 0.9
+    assert max(ys[0], ys[1]) + 0.1 < ys[2] < min(ys[3], ys[4]) - 0.05
+    assert np.abs(out[2:6]).max() < 0.3  # the cascade's box needs only a small correction
+
+
 def test_pnet_probability_map_peaks_on_the_face():
     top, left, h, w = cascade_face("astronaut")
     out = npusim.simulate(zoo.build("mtcnn-pnet"), zoo.input_for("mtcnn-pnet"), ARCH).output
