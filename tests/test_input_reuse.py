@@ -231,3 +231,22 @@ def test_weights_refetched_per_wave_when_the_filter_sram_is_too_small():
     _, s = run(big, x, w, None, load_arch("input-reuse-1024"))
     # the padded 22x22 input is 6x6 = 36 regions: three waves of 16
     assert s.dram_filter_bytes == 3 * s.extra["weight_bytes"]
+
+
+@pytest.mark.slow
+def test_pruned_resnet18_on_a_photo_matches_torch_and_estimate_equals_run():
+    import torch
+
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+    from npusim.torch_ref import to_torch
+
+    graph = prune(zoo.build("resnet18", size=64), 0.3)
+    x = zoo.input_for("resnet18", size=64)
+    ran = npusim.simulate(graph, x, "input-reuse-1024")
+    est = npusim.simulate(graph, x, "input-reuse-1024", mode="estimate")
+    assert ran.layers == est.layers
+    with torch.inference_mode():
+        ref = to_torch(graph).eval()(torch.from_numpy(x)).numpy()
+    assert rel_err(ran.output, ref) < 1e-4
+    assert ran.total.extra["zero_pixel_cycles_skipped"] > 0  # ReLU zeros of a real photo
