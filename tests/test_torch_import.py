@@ -281,7 +281,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ModelError, match=r"Conv2d: example input of shape \(3,\)"):
         from_torch(nn.Conv2d(3, 3, 1), np.zeros(3, np.float32))
     with pytest.raises(ModelError, match=r"Conv2d: running it on an input of shape "
-                                         r"\(1, 4, 8, 8\) failed \(RuntimeError"):
+                                         r"\(1, 4, 8, 8\) failed at node 'conv2d' \(RuntimeError"):
         from_torch(nn.Conv2d(3, 3, 1), np.zeros((1, 4, 8, 8), np.float32))
 
 

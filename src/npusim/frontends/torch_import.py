@@ -444,19 +444,22 @@ def _record(gm, x, name: str) -> dict:
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
-            out = super().run_node(n)
+            try:
+                out = super().run_node(n)
+            except Exception as e:  # the user's own forward failed at this node
+                raise ModelError(f"{name}: running it on an input of shape {tuple(x.shape)} "
+                                 f"failed at node {n.name!r} ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0] if str(e) else ''})") from e
             if n.op == "placeholder" or any(a in dynamic for a in n.all_input_nodes):
                 dynamic.add(n)
             info[n] = _Ref("input" if n.op == "placeholder" else n.name, _shape(out)) \
                 if n in dynamic and _holds_tensor(out) else out
             return out
 
-    try:
-        with torch.no_grad():
-            Recorder(gm).run(x)
-    except Exception as e:  # the user's own forward failed
-        raise ModelError(f"{name}: running it on an input of shape {tuple(x.shape)} failed "
-                         f"({type(e).__name__}: {e})") from e
+    recorder = Recorder(gm)
+    recorder.extra_traceback = False  # torch's own error decoration imports dynamo: seconds
+    with torch.no_grad():
+        recorder.run(x)
     return info
 
 

@@ -1,0 +1,461 @@
+"""from_onnx judged by onnxruntime (and, where onnxruntime cannot run a file, by onnx's
+own reference evaluator and the PyTorch module that was exported), on real photographs.
+
+Files are exported by torch.onnx (TorchScript exporter, ``dynamo=False``: the default
+dynamo exporter needs onnxscript, which npusim does not depend on) or written op by op
+with ``onnx.helper`` to reach attributes exporters never emit. Each imported graph runs
+through ``npusim.simulate``; outputs must match to 1e-4 of max |reference|.
+"""
+
+import importlib.util
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from npusim import simulate  # noqa: E402
+from npusim.errors import ModelError  # noqa: E402
+from npusim.frontends import images, load_model, zoo  # noqa: E402
+from npusim.frontends.onnx_import import from_onnx  # noqa: E402
+
+NETS = Path(__file__).parent / "data" / "import" / "nets.py"
+HEAVY = {"vgg16", "resnet50", "alexnet"}
+FLOAT = TensorProto.FLOAT
+rng = np.random.default_rng(0)
+
+
+def photo(shape) -> np.ndarray:
+    """A real photograph as N x C x H x W float32 (channels beyond RGB repeat them mirrored)."""
+    n, c, h, w = shape
+    rgb = images.load_image("chelsea", (h, w))
+    channels = [rgb[i % 3] if (i // 3) % 2 == 0 else rgb[i % 3, :, ::-1] for i in range(c)]
+    return np.repeat(np.stack(channels)[None], n, axis=0).astype(np.float32)
+
+
+def relative_error(out, ref) -> float:
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def onnxruntime_output(path, x) -> np.ndarray:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def reference_output(path, x) -> np.ndarray:
+    session = ReferenceEvaluator(str(path))
+    return session.run(None, {session.input_names[0]: x})[0]
+
+
+def check(path, x, judge=onnxruntime_output, **kwargs):
+    """Import, simulate, compare with ``judge``; returns the graph."""
+    graph = from_onnx(path, **kwargs)
+    out = simulate(graph, x).output
+    ref = judge(path, x)
+    assert out.shape == ref.shape
+    assert relative_error(out, ref) < 1e-4
+    return graph
+
+
+def export(module, x, path) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (torch.from_numpy(x),), str(path), dynamo=False)
+    return path
+
+
+def weights(*shape) -> np.ndarray:
+    return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def write(tmp_path, nodes, inits=None, in_shape=(1, 3, 12, 11), opset=17, name="m",
+          in_type=FLOAT, inputs=None, outputs=None) -> Path:
+    """An ONNX file of ``nodes`` reading ``x`` and writing ``y``."""
+    inputs = inputs or [helper.make_tensor_value_info("x", in_type, list(in_shape))]
+    graph = helper.make_graph(
+        nodes, name, inputs, outputs or [helper.make_tensor_value_info("y", FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8)
+    try:  # the checker wants the output's shape: let onnx infer it
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - a deliberately broken graph keeps its unknown shape
+        pass
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def node(op, inputs, output="y", **attrs):
+    return helper.make_node(op, inputs, [output], name=f"{op.lower()}_{output}", **attrs)
+
+
+def op_kinds(graph) -> list[str]:
+    return [type(n.op).__name__ for n in graph.nodes]
+
+
+# ---- convolution ------------------------------------------------------------------------
+
+
+def test_grouped_dilated_strided_conv_with_asymmetric_pads(tmp_path):
+    path = write(tmp_path, [node("Conv", ["x", "w", "b"], pads=[1, 0, 2, 3], strides=[2, 1],
+                                 dilations=[2, 3], group=3)],
+                 {"w": weights(9, 2, 3, 3), "b": weights(9)}, in_shape=(1, 6, 17, 16))
+    graph = check(path, photo((1, 6, 17, 16)))
+    layer = graph.layers["conv_y"]
+    assert (layer.padding, layer.stride, layer.dilation, layer.groups) == \
+        ((1, 2, 0, 3), (2, 1), (2, 3), 3)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("kernel, strides", [((4, 3), (2, 3)), ((2, 2), (1, 1)),
+                                             ((1, 1), (2, 2))])
+def test_conv_auto_pad(tmp_path, auto_pad, kernel, strides):
+    path = write(tmp_path, [node("Conv", ["x", "w"], auto_pad=auto_pad, strides=list(strides))],
+                 {"w": weights(4, 3, *kernel)}, in_shape=(1, 3, 13, 10))
+    check(path, photo((1, 3, 13, 10)))
+
+
+def test_same_padding_with_dilation_judged_by_the_onnx_reference(tmp_path):
+    # onnxruntime refuses SAME with dilation; onnx's own evaluator runs it
+    path = write(tmp_path, [node("Conv", ["x", "w"], auto_pad="SAME_LOWER", dilations=[2, 3])],
+                 {"w": weights(4, 3, 2, 4)}, in_shape=(1, 3, 13, 10))
+    graph = check(path, photo((1, 3, 13, 10)), judge=reference_output)
+    assert graph.layers["conv_y"].padding == (1, 1, 5, 4)
+
+
+def test_depthwise_and_pointwise_stride_2(tmp_path):
+    path = write(tmp_path, [node("Conv", ["x", "dw"], "d", group=3, pads=[1, 1, 1, 1]),
+                            node("Conv", ["d", "pw", "b"], strides=[2, 2])],
+                 {"dw": weights(3, 1, 3, 3), "pw": weights(8, 3, 1, 1), "b": weights(8)})
+    graph = check(path, photo((1, 3, 12, 11)))
+    assert graph.layers["conv_d"].is_depthwise and graph.layers["conv_y"].stride == (2, 2)
+
+
+# ---- fully connected --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trans_b, alpha, beta, bias_shape", [
+    (0, 1.0, 1.0, (5,)), (1, 0.5, 2.0, (1, 5)), (1, 1.0, 1.0, None), (0, 2.0, 0.5, (1,))])
+def test_gemm_attributes(tmp_path, trans_b, alpha, beta, bias_shape):
+    b = weights(5, 36) if trans_b else weights(36, 5)
+    inits = {"b": b} | ({"c": weights(*bias_shape)} if bias_shape else {})
+    path = write(tmp_path, [node("Flatten", ["x"], "f"),
+                            node("Gemm", ["f", "b"] + (["c"] if bias_shape else []),
+                                 transB=trans_b, alpha=alpha, beta=beta)],
+                 inits, in_shape=(2, 4, 3, 3))
+    graph = check(path, photo((2, 4, 3, 3)))
+    assert op_kinds(graph) == ["Flatten", "Conv"]
+
+
+def test_matmul_plus_bias_becomes_one_fully_connected_layer(tmp_path):
+    path = write(tmp_path, [node("Flatten", ["x"], "f"), node("MatMul", ["f", "w"], "m"),
+                            node("Add", ["m", "b"])],
+                 {"w": weights(36, 7), "b": weights(7)}, in_shape=(1, 4, 3, 3))
+    graph = check(path, photo((1, 4, 3, 3)))
+    assert op_kinds(graph) == ["Flatten", "Conv"] and graph.nodes[1].op.bias is not None
+
+
+# ---- weights in other types -------------------------------------------------------------
+
+
+def test_float16_weights(tmp_path):
+    path = write(tmp_path, [node("Cast", ["w16"], "w", to=FLOAT), node("Conv", ["x", "w"])],
+                 {"w16": weights(4, 3, 3, 3).astype(np.float16)})
+    check(path, photo((1, 3, 12, 11)))
+
+
+def test_int8_weights_cast_and_dequantised_per_channel(tmp_path):
+    q = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    path = write(tmp_path, [node("Cast", ["q"], "w1", to=FLOAT), node("Conv", ["x", "w1"], "a"),
+                            node("DequantizeLinear", ["q", "scale", "zero"], "w2", axis=0),
+                            node("Conv", ["x", "w2"], "b"), node("Concat", ["a", "b"], axis=1)],
+                 {"q": q, "scale": np.array([0.01, 0.02, 0.005, 0.03], np.float32),
+                  "zero": np.array([0, 3, -2, 1], np.int8)})
+    graph = check(path, photo((1, 3, 12, 11)))
+    np.testing.assert_array_equal(graph.layers["conv_a"].K, 4)
+    np.testing.assert_array_equal(graph.node("conv_a").op.weight, q.astype(np.float32))
+
+
+# ---- batch norm, activations, shape ops -------------------------------------------------
+
+
+def test_batchnorm_folds_after_a_conv_and_stays_elsewhere(tmp_path):
+    stats = {f"{p}{i}": v for i in (1, 2) for p, v in
+             (("g", 1 + weights(4)), ("be", weights(4)), ("mu", weights(4)),
+              ("var", 0.5 + rng.random(4).astype(np.float32)))}
+    path = write(tmp_path, [
+        node("Conv", ["x", "w"], "c"),
+        node("BatchNormalization", ["c", "g1", "be1", "mu1", "var1"], "n", epsilon=1e-3),
+        node("Relu", ["n"], "r"),
+        node("BatchNormalization", ["r", "g2", "be2", "mu2", "var2"])],
+        {"w": weights(4, 3, 3, 3)} | stats)
+    graph = check(path, photo((1, 3, 12, 11)))
+    assert op_kinds(graph) == ["Conv", "Relu", "BatchNorm"]
+
+
+@pytest.mark.parametrize("opset, make, kind", [
+    (11, lambda: node("Clip", ["x", "lo", "hi"]), "Relu6"),
+    (11, lambda: node("Clip", ["x", "lo"]), "Relu"),
+    (6, lambda: node("Clip", ["x"], min=0.0, max=6.0), "Relu6"),
+    (17, lambda: node("LeakyRelu", ["x"], alpha=0.2), "LeakyRelu"),
+    (17, lambda: node("PRelu", ["x", "slope"]), "PRelu"),
+    (17, lambda: node("Softmax", ["x"], axis=1), "Softmax"),
+    (11, lambda: node("Softmax", ["x"], axis=3), "Softmax"),
+    (17, lambda: node("GlobalAveragePool", ["x"]), "GlobalAvgPool"),
+    (17, lambda: node("Add", ["x", "slope"]), "BatchNorm"),
+])
+def test_activations_and_channel_ops(tmp_path, opset, make, kind):
+    inits = {"lo": np.array(0, np.float32), "hi": np.array(6, np.float32),
+             "slope": rng.random((3, 1, 1)).astype(np.float32)}
+    path = write(tmp_path, [make()], inits, opset=opset)
+    x = photo((1, 3, 12, 11)) * 4  # values past 6 for the clips
+    assert op_kinds(check(path, x)) == [kind]
+
+
+def test_branches_concat_add_reshape_flatten_identity_dropout(tmp_path):
+    path = write(tmp_path, [
+        node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]), node("Relu", ["x"], "r"),
+        node("Conv", ["r", "w2"], "b", pads=[0, 1, 2, 1]), node("Add", ["a", "b"], "s"),
+        node("Identity", ["s"], "i"), node("Dropout", ["i"], "d"),
+        node("Concat", ["d", "a"], "c", axis=1),
+        node("Reshape", ["c", "shape"], "rs"), node("Flatten", ["rs"], "f"),
+        node("Softmax", ["f"])],
+        {"w1": weights(4, 3, 3, 3), "w2": weights(4, 3, 3, 3),
+         "shape": np.array([0, 8, -1, 11], np.int64)})
+    graph = check(path, photo((1, 3, 12, 11)))
+    assert op_kinds(graph) == ["Conv", "Relu", "Conv", "Add", "Concat", "Reshape", "Flatten",
+                               "Softmax"]
+
+
+# ---- pooling ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                         count_include_pad=0, ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                         count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[0, 1, 1, 0],
+                         count_include_pad=0)),
+])
+def test_pools(tmp_path, op, attrs):
+    check(write(tmp_path, [node(op, ["x"], **attrs)], in_shape=(1, 3, 12, 11)),
+          photo((1, 3, 12, 11)))
+
+
+# ---- resampling -------------------------------------------------------------------------
+
+
+RESIZES = [  # mode, coordinate transformation, nearest mode, scales or None, sizes or None
+    ("nearest", "asymmetric", "floor", [1, 1, 2, 2], None),
+    ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 3, 2], None),
+    ("nearest", "asymmetric", "floor", None, [1, 3, 15, 9]),
+    ("linear", "half_pixel", "round_prefer_floor", [1, 1, 2, 2], None),
+    ("linear", "pytorch_half_pixel", "floor", None, [1, 3, 13, 7]),
+    ("linear", "align_corners", "floor", None, [1, 3, 9, 11]),
+]
+
+
+@pytest.mark.parametrize("mode, transform, rounding, scales, sizes", RESIZES)
+def test_resize_modes_that_the_ir_samples_alike(tmp_path, mode, transform, rounding, scales,
+                                                sizes):
+    inputs = ["x", "", "scales"] if scales else ["x", "", "", "sizes"]
+    inits = {"scales": np.array(scales, np.float32)} if scales else \
+        {"sizes": np.array(sizes, np.int64)}
+    path = write(tmp_path, [node("Resize", inputs, mode=mode, nearest_mode=rounding,
+                                 coordinate_transformation_mode=transform)],
+                 inits, in_shape=(1, 3, 5, 4))
+    graph = check(path, photo((1, 3, 5, 4)))
+    assert op_kinds(graph) == ["Upsample"]
+    assert graph.nodes[0].op.align_corners == (transform == "align_corners")
+
+
+def test_upsample_opset_9(tmp_path):
+    path = write(tmp_path, [node("Upsample", ["x", "scales"], mode="nearest")],
+                 {"scales": np.array([1, 1, 2, 3], np.float32)}, opset=9)
+    check(path, photo((1, 3, 12, 11)))
+
+
+@pytest.mark.parametrize("mode, transform, message", [
+    ("linear", "asymmetric", r"mode='linear' with coordinate_transformation_mode='asymmetric' "
+                             r"and nearest_mode='round_prefer_floor' from \(5, 4\) to \(10, 8\) "
+                             r"samples differently from the IR's Upsample"),
+    ("cubic", "half_pixel", r"mode='cubic': the IR resamples 'nearest' or 'linear' only"),
+    ("nearest", "tf_crop_and_resize", r"coordinate_transformation_mode='tf_crop_and_resize'"),
+])
+def test_resize_modes_the_ir_lacks_are_refused(tmp_path, mode, transform, message):
+    path = write(tmp_path, [node("Resize", ["x", "", "scales"], mode=mode,
+                                 coordinate_transformation_mode=transform)],
+                 {"scales": np.array([1, 1, 2, 2], np.float32)}, in_shape=(1, 3, 5, 4))
+    with pytest.raises(ModelError, match=message):
+        from_onnx(path)
+
+
+# ---- whole networks exported by torch.onnx ----------------------------------------------
+
+
+def load_nets():
+    spec = importlib.util.spec_from_file_location("import_nets", NETS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("factory", ["awkward", "functional"])
+def test_exported_awkward_networks(tmp_path, factory):
+    """Judged by onnx's reference evaluator and PyTorch: both nets hold a dilated 'same'
+    conv, which torch exports as auto_pad SAME_UPPER and onnxruntime refuses to run."""
+    nets = load_nets()
+    module, x = getattr(nets, factory)(), photo(nets.INPUT_SHAPE)
+    path = export(module, x, tmp_path / f"{factory}.onnx")
+    graph = check(path, x, judge=reference_output)
+    with torch.no_grad():
+        assert relative_error(simulate(graph, x).output,
+                              module(torch.from_numpy(x)).numpy()) < 1e-4
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.names()])
+def test_zoo_model_exported_by_torch_equals_onnxruntime(tmp_path, name):
+    from npusim.torch_ref import to_torch
+
+    graph = zoo.build(name)
+    x = zoo.input_for(name)
+    path = export(to_torch(graph), x, tmp_path / f"{name}.onnx")
+    imported = check(path, x)
+    assert [layer.describe() for layer in imported.layers.values()] == \
+        [layer.describe() for layer in graph.layers.values()]
+
+
+def test_load_model_dispatches_onnx_with_input_shape_and_batch(tmp_path):
+    inputs = [helper.make_tensor_value_info("x", FLOAT, ["N", 3, "H", "W"])]
+    path = write(tmp_path, [node("Conv", ["x", "w"], strides=[2, 2])],
+                 {"w": weights(4, 3, 3, 3)}, inputs=inputs)
+    graph = load_model(str(path), input_shape=(1, 3, 12, 11), batch=3)
+    assert graph.input_shape == (3, 3, 12, 11) and graph.output_shape == (3, 4, 5, 5)
+    check(path, photo((1, 3, 12, 11)), input_shape=(1, 3, 12, 11))
+
+
+# ---- refusals ---------------------------------------------------------------------------
+
+
+def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones(tmp_path):
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c"), node("Sigmoid", ["c"], "s"),
+                            node("Mul", ["c", "s"], "m"), node("Relu", ["m"], "r"),
+                            node("Tanh", ["r"])], {"w": weights(4, 3, 3, 3)})
+    with pytest.raises(ModelError) as err:
+        from_onnx(path)
+    assert str(err.value) == (
+        f"{path}: cannot import: unsupported ops: Sigmoid (node 'sigmoid_s'), Mul (node "
+        "'mul_m'), Tanh (node 'tanh_y'). Supported: Add, AveragePool, BatchNormalization, Clip, "
+        "Concat, Conv, Dropout, Flatten, Gemm, GlobalAveragePool, Identity, LeakyRelu, MatMul, "
+        "MaxPool, PRelu, Pad, Relu, Reshape, Resize, Softmax, Upsample")
+
+
+def test_unsupported_ops_and_parameters_share_one_message(tmp_path):
+    path = write(tmp_path, [node("Clip", ["x", "lo", "hi"], "c"), node("Erf", ["c"], "e"),
+                            node("MaxPool", ["e"], kernel_shape=[2, 2], dilations=[2, 2])],
+                 {"lo": np.array(0, np.float32), "hi": np.array(3, np.float32)})
+    with pytest.raises(ModelError, match=r"unsupported ops: Erf \(node 'erf_e'\); unsupported "
+                                         r"parameters: node 'clip_c' \(Clip\): clips to \[0.0, "
+                                         r"3.0\]; the IR has ReLU \[0, inf\) and ReLU6 \[0, 6\] "
+                                         r"only; node 'maxpool_y' \(MaxPool\): dilations=\[2, 2\]"):
+        from_onnx(path)
+
+
+def refusal_cases():
+    w = {"w": weights(4, 3, 3, 3)}
+    return [
+        ([node("Pad", ["x", "pads"], "p", mode="reflect"), node("Conv", ["p", "w"])],
+         w | {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, r"mode='reflect'"),
+        ([node("Pad", ["x", "pads"], "p"), node("Relu", ["p"])],
+         {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)},
+         r"node 'relu_y' \(Relu\): its input comes from Pad"),
+        ([node("Flatten", ["x"], "f"), node("Gemm", ["f", "b"], transA=1)],
+         {"b": weights(1, 5)}, r"transA=1: the IR keeps the batch on axis 0"),
+        ([node("GlobalAveragePool", ["x"], "g"), node("Add", ["x", "g"])], {},
+         r"adds shapes \[\(1, 3, 12, 11\), \(1, 3, 1, 1\)\]: the IR's Add does not broadcast"),
+        ([node("Add", ["x", "c"])], {"c": weights(11)},
+         r"the added constant of shape \(11,\) on an input of shape \(1, 3, 12, 11\)"),
+        ([node("Conv", ["x", "x"])], {}, r"input 'x' is computed from the graph input"),
+        ([node("Concat", ["x", "c"], axis=1)], {"c": weights(1, 1, 12, 11)},
+         r"concatenates a constant"),
+        ([node("Concat", ["x", "x"], axis=0)], {}, r"concatenates along the batch axis"),
+        ([node("Reshape", ["x", "s"])], {"s": np.array([-1], np.int64)},
+         r"reshapes \(1, 3, 12, 11\) to \(396,\): the IR keeps the batch axis first"),
+        ([node("Dropout", ["x", "ratio", "train"])],
+         {"ratio": np.array(0.5, np.float32), "train": np.array(True)},
+         r"training_mode=True drops at random"),
+    ]
+
+
+@pytest.mark.parametrize("nodes, inits, message", refusal_cases(), ids=lambda v: "")
+def test_unsupported_parameters_are_refused_by_name(tmp_path, nodes, inits, message):
+    with pytest.raises(ModelError, match=message):
+        from_onnx(write(tmp_path, nodes, inits))
+
+
+def test_one_dimensional_conv_is_refused(tmp_path):
+    path = write(tmp_path, [node("Conv", ["x", "w"])], {"w": weights(4, 3, 3)},
+                 in_shape=(1, 3, 12))
+    with pytest.raises(ModelError, match=r"node 'conv_y' \(Conv\): needs a 4-D input, got "
+                                         r"shape \(1, 3, 12\)"):
+        from_onnx(path)
+
+
+def test_file_that_is_not_onnx(tmp_path):
+    text = tmp_path / "notes.onnx"
+    text.write_text("this is a text file, not a network\n")
+    with pytest.raises(ModelError, match=r"notes.onnx: not an ONNX model: it does not parse"):
+        from_onnx(text)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelError, match=r"empty.onnx: empty file, not an ONNX model"):
+        from_onnx(empty)
+
+
+def test_truncated_file(tmp_path):
+    path = export(torch.nn.Conv2d(3, 8, 3), photo((1, 3, 8, 8)), tmp_path / "whole.onnx")
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    with pytest.raises(ModelError, match=r"cut.onnx: truncated or corrupt ONNX file"):
+        from_onnx(cut)
+
+
+def test_invalid_graph_is_refused_by_the_checker(tmp_path):
+    outputs = [helper.make_tensor_value_info("y", FLOAT, [1, 3, 12, 11])]
+    path = write(tmp_path, [node("Relu", ["nowhere"])], outputs=outputs)
+    with pytest.raises(ModelError, match=r"m.onnx: invalid ONNX model: .*nowhere"):
+        from_onnx(path)
+
+
+def test_dynamic_input_shape_needs_input_shape(tmp_path):
+    inputs = [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 12, "W"])]
+    path = write(tmp_path, [node("Relu", ["x"])], inputs=inputs)
+    with pytest.raises(ModelError, match=r"m.onnx: input 'x' has a dynamic shape \(\?x3x12x\?\); "
+                                         r"pass input_shape \(--input-shape NxCxHxW\)"):
+        from_onnx(path)
+    with pytest.raises(ModelError, match=r"input_shape=\(1, 4, 12, 11\) does not fit input 'x' "
+                                         r"of shape \('\?', 3, 12, '\?'\)"):
+        from_onnx(path, input_shape=(1, 4, 12, 11))
+    assert from_onnx(path, input_shape=(2, 3, 12, 11)).input_shape == (2, 3, 12, 11)
+
+
+def test_graph_with_two_inputs_or_an_integer_input(tmp_path):
+    two = [helper.make_tensor_value_info(n, FLOAT, [1, 3, 4, 4]) for n in ("x", "z")]
+    with pytest.raises(ModelError, match=r"inputs \['x', 'z'\] and outputs \['y'\]; npusim "
+                                         r"networks have one of each"):
+        from_onnx(write(tmp_path, [node("Add", ["x", "z"])], inputs=two))
+    with pytest.raises(ModelError, match=r"input 'x' has element type 2 \(onnx.TensorProto\); "
+                                         r"npusim feeds float tensors"):
+        from_onnx(write(tmp_path, [node("Identity", ["x"])], in_type=TensorProto.UINT8))
