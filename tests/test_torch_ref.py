@@ -5,10 +5,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import npusim
 from npusim import ops, torch_ref
-from npusim.errors import ModelError
+from npusim.errors import LayerError, ModelError
 from npusim.frontends import images
 from npusim.ir import GraphBuilder
 from npusim.torch_ref import to_torch, torch_outputs
@@ -126,3 +128,31 @@ def test_missing_torch_is_a_clear_error(graph, monkeypatch):
     monkeypatch.setattr(torch_ref, "torch", None)
     with pytest.raises(ModelError, match=r"PyTorch is not installed: pip install 'npusim\["):
         torch_outputs(graph, np.zeros(graph.input_shape, np.float32))
+
+
+@st.composite
+def pool_graphs(draw):
+    """A random max or average pool: any kernel, stride, (asymmetric) padding, ceil mode."""
+    k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pad = tuple(draw(st.integers(0, 3)) for _ in range(4))
+    h, w = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    kind = draw(st.sampled_from(["max", "avg"]))
+    op = ops.Pool(k, s, pad, draw(st.booleans()), kind, draw(st.booleans()))
+    g = GraphBuilder("pool", (1, 2, h, w))
+    g.append(op, g.input, name="pool")
+    try:
+        return g.build()
+    except LayerError:
+        assume(False)
+
+
+@settings(max_examples=80)
+@given(graph=pool_graphs(), seed=st.integers(0, 2**16))
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # a window all padding
+def test_random_pool_geometries_agree(graph, seed):
+    x = np.random.default_rng(seed).standard_normal(graph.input_shape).astype(np.float32)
+    ours = graph.nodes[0].op(x)
+    theirs = torch_outputs(graph, x)["pool"]
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

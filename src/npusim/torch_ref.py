@@ -79,6 +79,7 @@ if torch is not None:
             h, w = in_hw
             self.extra = (0, max(0, (out_hw[1] - 1) * self.s[1] + self.k[1] - (w + l + r)),
                           0, max(0, (out_hw[0] - 1) * self.s[0] + self.k[0] - (h + t + b)))
+            self.out_hw = tuple(out_hw)  # npusim's ceil rule may drop a floor-mode window too
             self.native = (t == b and l == r and 2 * t <= self.k[0] and 2 * l <= self.k[1]
                            and not any(self.extra))
             self.register_buffer("count", self._count(in_hw), persistent=False)
@@ -99,8 +100,10 @@ if torch is not None:
             fill = float("-inf") if self.kind == "max" else 0.0
             x = F.pad(F.pad(x, self.pad4, value=fill), self.extra, value=fill)
             if self.kind == "max":
-                return F.max_pool2d(x, self.k, self.s)
-            return F.avg_pool2d(x, self.k, self.s) / self.count
+                y = F.max_pool2d(x, self.k, self.s)
+            else:
+                y = F.avg_pool2d(x, self.k, self.s) / self.count
+            return y[:, :, : self.out_hw[0], : self.out_hw[1]]
 
     class Affine(nn.Module):
         """npusim's BatchNorm: x * scale + shift per channel."""
