@@ -133,7 +133,8 @@ def test_check_float32_passes_against_torch(tmp_path, capsys):
     assert line.startswith("check against torch, 49 nodes: worst relative error ")
     assert line.endswith("(tolerance 0.0001): ok")
     check = json.loads(path.read_text())["check"]
-    assert check["passed"] and check["worst"] < 1e-4 and check["nodes"] == 49
+    assert check["passed"] and check["worst_relative_error"] < 1e-4
+    assert check["nodes_compared"] == 49 and check["limit"] == 1e-4
 
 
 def test_check_int8_stays_within_the_rounding_bound(capsys):

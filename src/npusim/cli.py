@@ -30,6 +30,9 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # int8: each conv against torch's float32 conv of the same (npusim's own) input; every
 # element must lie within the rounding bound of the int8 scheme (``int8_bound``).
 FLOAT32_TOLERANCE = 1e-4
+COMPARED = {"float32": "every node against torch, end to end; score = relative error",
+            "int8": "each conv against torch float32 on the same input; score = worst error "
+                    "over its int8 rounding bound"}
 PROGRESS_AFTER_S = 1.0  # show the progress bar only for runs longer than this
 DEFAULT_PHOTO = "chelsea"  # input of imported models without --input
 TORCH_MISSING = "--check needs PyTorch, which is not installed: pip install 'npusim[torch]'"
@@ -210,8 +213,11 @@ class CheckOutcome:
         return self.score <= self.limit
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {
-            "passed": self.passed}
+        """The JSON report's ``check`` object (docs/json-schema.md)."""
+        return {"compared": COMPARED[self.dtype], "worst_relative_error": self.worst,
+                "node": self.node, "nodes_compared": self.nodes, "score": self.score,
+                "score_node": self.score_node, "limit": self.limit,
+                "output_relative_error": self.output_error, "passed": self.passed}
 
     def line(self) -> str:
         verdict = "ok" if self.passed else "FAILED"
