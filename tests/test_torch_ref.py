@@ -5,11 +5,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from strategies import conv_layers, tensors
 
 import npusim
-from npusim import ops, torch_ref
+from npusim import ops, reference, torch_ref
 from npusim.errors import LayerError, ModelError
 from npusim.frontends import images
 from npusim.ir import GraphBuilder
@@ -147,7 +148,6 @@ def pool_graphs(draw):
         assume(False)
 
 
-@settings(max_examples=80)
 @given(graph=pool_graphs(), seed=st.integers(0, 2**16))
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # a window all padding
 def test_random_pool_geometries_agree(graph, seed):
@@ -156,3 +156,14 @@ def test_random_pool_geometries_agree(graph, seed):
     theirs = torch_outputs(graph, x)["pool"]
     assert ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@given(layer=conv_layers(), seed=st.integers(0, 2**16))
+def test_random_convs_agree_with_the_float64_reference(layer, seed):
+    x, w, b = tensors(layer, seed)
+    g = GraphBuilder("conv", layer.input_shape)
+    g.conv(g.input, w, b, stride=layer.stride, padding=layer.padding, dilation=layer.dilation,
+           groups=layer.groups, name="conv")
+    ours = torch_outputs(g.build(), x)["conv"]
+    ref = reference.conv2d(x, w, b, layer)
+    assert rel_err(ours, ref) < 1e-5
