@@ -151,3 +151,11 @@ def test_a_folder_is_not_an_arch_file(tmp_path):
     folder.mkdir()
     with pytest.raises(ConfigError, match=r"archs\.toml: cannot read"):
         load_arch(folder)
+
+
+def test_a_binary_file_is_not_an_arch_file(tmp_path):
+    path = tmp_path / "arch.toml"
+    path.write_bytes(bytes([0x98, 0xff, 0x00, 0x41]))
+    with pytest.raises(ConfigError, match=r"arch\.toml: not a TOML text file \(UTF-8: invalid "
+                                          r"start byte\)"):
+        load_arch(path)

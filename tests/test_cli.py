@@ -210,6 +210,8 @@ def bad_cases(tmp: Path):
     (tmp / "unknown.toml").write_text("[systolic]\nrows = 4\nheight = 2\n")
     (tmp / "zero.toml").write_text("[systolic]\nrows = 0\n")
     (tmp / "notes.jpg").write_text("not a picture\n")
+    (tmp / "binary.toml").write_bytes(bytes([0x98, 0xff, 0x00]))
+    (tmp / "junk.onnx").write_bytes(bytes(range(7, 200)))
     topology(tmp, "conv1, -5, 224, 7, 7, 3, 64, 2,\n", "negative.csv")
     topology(tmp, "conv1, 224, 224, 7, 7, 3, 64, 2,\n", "good.csv")
     return [
@@ -225,6 +227,8 @@ def bad_cases(tmp: Path):
         ([tmp / "negative.csv"],
          r"negative\.csv: line 2 \(conv1\): field 'IFMAP Height'='-5': must be an integer >= 1"),
         ([tmp / "missing.csv"], r"missing\.csv: no such file"),
+        (["mtcnn-pnet", "--arch", tmp / "binary.toml"], r"binary\.toml: not a TOML text file"),
+        ([tmp / "junk.onnx"], r"junk\.onnx: .*does not parse as an ONNX"),
         ([tmp / "missing.onnx"], r"missing\.onnx: no such file"),
         (["mtcnn-rnet", "--input", tmp / "notes.jpg"], r"notes\.jpg: not an image"),
         (["mtcnn-rnet", "--input", tmp / "gone.png"], r"gone\.png: no such image file"),
@@ -308,6 +312,27 @@ def test_real_subprocess_bad_and_good(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert (good.returncode, good.stdout, good.stderr) == (0, "", "")
     assert json.loads(report.read_text())["layers"]
+
+
+def test_missing_onnx_extra_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    path = tmp_path / "net.onnx"
+    path.write_bytes(b"\x08\x07")
+    code, _, err = main(capsys, "run", path)
+    assert code == 2
+    assert err == ("npusim: error: this needs onnx, which is not installed: "
+                   "pip install 'npusim[onnx]'\n")
+
+
+def test_out_of_memory_is_one_line(capsys, monkeypatch):
+    def too_big(*args, **kwargs):
+        raise MemoryError("Unable to allocate 56.1 GiB for an array")
+
+    monkeypatch.setattr(zoo, "input_for", too_big)
+    code, _, err = main(capsys, "run", "mtcnn-pnet", "--batch", "100000")
+    assert code == 2
+    assert err.startswith("npusim: error: out of memory: Unable to allocate 56.1 GiB")
+    assert err.count("\n") == 1
 
 
 # ---- progress bar -------------------------------------------------------------------------

@@ -33,6 +33,7 @@ FLOAT32_TOLERANCE = 1e-4
 COMPARED = {"float32": "every node against torch, end to end; score = relative error",
             "int8": "each conv against torch float32 on the same input; score = worst error "
                     "over its int8 rounding bound"}
+OPTIONAL_EXTRAS = {"torch": "torch", "onnx": "onnx", "onnxruntime": "onnx", "google": "onnx"}
 PROGRESS_AFTER_S = 1.0  # show the progress bar only for runs longer than this
 DEFAULT_PHOTO = "chelsea"  # input of imported models without --input
 TORCH_MISSING = "--check needs PyTorch, which is not installed: pip install 'npusim[torch]'"
@@ -141,6 +142,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
+    except ModuleNotFoundError as e:  # an optional extra that is not installed
+        extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"npusim: error: this needs {e.name}, which is not installed: "
+              f"pip install 'npusim[{extra}]'", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError as e:  # numpy's message says how much it tried to allocate
+        print(f"npusim: error: out of memory: {one_line(str(e))}; try a smaller --batch or "
+              "input, or --mode estimate", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("npusim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

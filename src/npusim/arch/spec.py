@@ -185,6 +185,8 @@ def load_arch(name_or_path: str | Path | Arch | None = None) -> Arch:
         content = path.read_text()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a TOML text file (UTF-8: {e.reason})") from None
     return arch_from_toml_text(content, str(path))
 
 
