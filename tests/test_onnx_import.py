@@ -219,16 +219,18 @@ def test_activations_and_channel_ops(tmp_path, opset, make, kind):
     assert op_kinds(check(path, x)) == [kind]
 
 
-def test_branches_concat_add_reshape_flatten_identity_dropout(tmp_path):
+def test_branches_concat_add_reshape_flatten_identity_whole_slice_dropout(tmp_path):
     path = write(tmp_path, [
         node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]), node("Relu", ["x"], "r"),
         node("Conv", ["r", "w2"], "b", pads=[0, 1, 2, 1]), node("Add", ["a", "b"], "s"),
-        node("Identity", ["s"], "i"), node("Dropout", ["i"], "d"),
+        node("Identity", ["s"], "i0"), node("Slice", ["i0", "lo", "hi"], "i"),
+        node("Dropout", ["i"], "d"),
         node("Concat", ["d", "a"], "c", axis=1),
         node("Reshape", ["c", "shape"], "rs"), node("Flatten", ["rs"], "f"),
         node("Softmax", ["f"])],
         {"w1": weights(4, 3, 3, 3), "w2": weights(4, 3, 3, 3),
-         "shape": np.array([0, 8, -1, 11], np.int64)})
+         "shape": np.array([0, 8, -1, 11], np.int64), "lo": np.array([0, 0], np.int64),
+         "hi": np.array([100, 100], np.int64)})
     graph = check(path, photo((1, 3, 12, 11)))
     assert op_kinds(graph) == ["Conv", "Relu", "Conv", "Add", "Concat", "Reshape", "Flatten",
                                "Softmax"]
@@ -359,7 +361,7 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones(tmp
         f"{path}: cannot import: unsupported ops: Sigmoid (node 'sigmoid_s'), Mul (node "
         "'mul_m'), Tanh (node 'tanh_y'). Supported: Add, AveragePool, BatchNormalization, Clip, "
         "Concat, Conv, Dropout, Flatten, Gemm, GlobalAveragePool, Identity, LeakyRelu, MatMul, "
-        "MaxPool, PRelu, Pad, Relu, Reshape, Resize, Softmax, Upsample")
+        "MaxPool, PRelu, Pad, Relu, Reshape, Resize, Slice, Softmax, Upsample")
 
 
 def test_unsupported_ops_and_parameters_share_one_message(tmp_path):
@@ -391,6 +393,10 @@ def refusal_cases():
         ([node("Concat", ["x", "c"], axis=1)], {"c": weights(1, 1, 12, 11)},
          r"concatenates a constant"),
         ([node("Concat", ["x", "x"], axis=0)], {}, r"concatenates along the batch axis"),
+        ([node("Slice", ["x", "lo", "hi", "axes"])], {"lo": np.array([0], np.int64),
+                                                     "hi": np.array([5], np.int64),
+                                                     "axes": np.array([2], np.int64)},
+         r"slices \(1, 3, 12, 11\) to \(1, 3, 5, 11\): the IR has no slicing"),
         ([node("Reshape", ["x", "s"])], {"s": np.array([-1], np.int64)},
          r"reshapes \(1, 3, 12, 11\) to \(396,\): the IR keeps the batch axis first"),
         ([node("Dropout", ["x", "ratio", "train"])],
@@ -443,7 +449,7 @@ def test_dynamic_input_shape_needs_input_shape(tmp_path):
     inputs = [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 12, "W"])]
     path = write(tmp_path, [node("Relu", ["x"])], inputs=inputs)
     with pytest.raises(ModelError, match=r"m.onnx: input 'x' has a dynamic shape \(\?x3x12x\?\); "
-                                         r"pass input_shape \(--input-shape NxCxHxW\)"):
+                                         r"pass input_shape \(--input-shape N,C,H,W\)"):
         from_onnx(path)
     with pytest.raises(ModelError, match=r"input_shape=\(1, 4, 12, 11\) does not fit input 'x' "
                                          r"of shape \('\?', 3, 12, '\?'\)"):

@@ -157,6 +157,11 @@ class ConvPlusConstants(nn.Module):
         return 1.5 + self.conv(x) + self.shift
 
 
+def test_indexing_that_keeps_the_whole_tensor_passes_through():
+    graph = check(Lambda(lambda x: F.relu(x)[:, :, :9, ...][..., 0:]), photo((1, 3, 9, 9)))
+    assert op_kinds(graph) == ["Relu"]
+
+
 def test_constants_added_per_channel_fold_into_the_conv():
     graph = check(ConvPlusConstants(), photo((1, 3, 9, 9)))
     assert op_kinds(graph) == ["Conv"]
@@ -201,7 +206,9 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
         from_torch(Unsupported(), photo((1, 3, 8, 8)))
     text = str(err.value)
     assert text.startswith("Unsupported: cannot import: unsupported ops: nn.GELU (node 'act'), "
-                           "torch.sigmoid (node 'sigmoid'), operator.getitem (node 'getitem')")
+                           "torch.sigmoid (node 'sigmoid'); unsupported parameters: node "
+                           "'getitem' (operator.getitem): indexing (1, 4, 6, 6) to (1, 2, 6, 6): "
+                           "the IR has no slicing")
     assert "Supported: " in text and "nn.Conv2d" in text and "F.interpolate" in text
 
 
@@ -217,7 +224,9 @@ def refusal_cases():
         (nn.Linear(9, 2), x4, r"input shape \(1, 3, 9, 9\): the IR's fully connected layer"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
         (nn.AdaptiveAvgPool2d(4), x4, r"output 4x4 from 9x9: unequal windows"),
-        (Lambda(lambda x: x + x[:, :1]), x4, r"operator.getitem \(node 'getitem'\)"),
+        (Lambda(lambda x: x + x[:, :1]), x4, r"node 'getitem' \(operator.getitem\): indexing "
+                                             r"\(1, 3, 9, 9\) to \(1, 1, 9, 9\)"),
+        (Lambda(lambda x: x[:, :, 0:9:2]), x4, r"indexing \(1, 3, 9, 9\) to \(1, 3, 5, 9\)"),
         (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
         (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect")), x4, r"mode='reflect'"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,

@@ -5,7 +5,11 @@ propagation, so every tensor's shape is known before conversion: ``Reshape`` and
 ``Flatten`` take their result shape from inference (the ``Shape -> Gather ->
 Concat`` chains exporters emit for ``x.view(x.size(0), -1)`` need not be
 evaluated), and after the graph is built each IR node's shape is checked against
-onnx's. Which nodes become IR ops:
+onnx's. Checker and inference see a skeleton of the model whose large
+initialisers are typed inputs (no weight is serialised again), and in which small
+constants that inference cannot propagate itself (the pads exporters compute
+with Slice/Transpose chains) have been evaluated into ``Constant`` nodes.
+Which nodes become IR ops:
 
 - a node on the data path (reached backwards from the graph output through the
   inputs each op reads as data: input 0 of ``Conv``, ``Reshape``, ``Resize``...,
@@ -15,8 +19,12 @@ onnx's. Which nodes become IR ops:
   them (``Constant``, ``DequantizeLinear`` of int8 weights, a weight's
   ``Flatten``...) by onnx's own reference evaluator.
 
-Resampling is mapped only where it is exact: the 1-D sampling weights of the
-ONNX ``Resize`` (its coordinate transformation and nearest rounding, per the ONNX
+A ``Pad`` (constant mode) is held on its tensor and added to the padding of the
+``Conv`` (zeros), ``MaxPool`` (-inf) or ``AveragePool`` (zeros, counted) that
+reads it; any other reader is refused.
+
+Resampling is mapped only where it is exact: the 1-D sampling weights of the ONNX
+``Resize`` (its coordinate transformation and nearest rounding, per the ONNX
 operator spec) are compared with those of the IR's ``Upsample`` at the actual
 sizes, and the first IR variant (nearest; bilinear half-pixel; bilinear
 align_corners) that matches is used.
@@ -351,6 +359,14 @@ def _pad(c: _Node) -> _Pad:
     return _Pad(_plus(own, before[0]) if before else own, fill)
 
 
+def _slice(c: _Node) -> str:
+    """A Slice that keeps the whole tensor (a crop to the size it already has) passes through."""
+    steps = c.const(4) if c.has_input(4) else None
+    if c.in_shape(0) != c.out_shape or (steps is not None and np.any(steps != 1)):
+        raise _Refusal(f"slices {c.in_shape(0)} to {c.out_shape}: the IR has no slicing")
+    return c.proto.input[0]
+
+
 def _dropout(c: _Node):
     training = c.const(2) if c.model.opset >= 12 else None
     if training is not None and bool(training):
@@ -452,22 +468,16 @@ def _onnx_axis(n_in: int, n_out: int, scale: float, mode: str, transform: str,
     return weights
 
 
-def _simple(op_cls):
-    def convert(c: _Node) -> ops.Op:
-        return op_cls()
-    return convert
-
-
 # op type -> (converter, how many leading inputs are data; None = all)
 _CONVERTERS = {
     "Conv": (_conv, 1), "Gemm": (_gemm, 1), "MatMul": (_matmul, 1),
-    "Relu": (_simple(ops.Relu), 1), "PRelu": (_prelu, 1),
+    "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
     "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
     "Add": (_add, None), "Concat": (_concat, None), "Flatten": (_reshape, 1),
     "Reshape": (_reshape, 1), "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
-    "Dropout": (_dropout, 1), "Pad": (_pad, 1),
+    "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
 }
 
 
@@ -567,7 +577,7 @@ def _set_input_shape(value_info, input_shape, path: Path) -> tuple[int, ...]:
         if not dims or None in dims:
             shown = "x".join("?" if d is None else str(d) for d in dims) or "unknown"
             raise ModelError(f"{path}: input {name!r} has a dynamic shape ({shown}); pass "
-                             "input_shape (--input-shape NxCxHxW) to fix it")
+                             "input_shape (--input-shape N,C,H,W) to fix it")
         return dims
     shape = tuple(int(d) for d in input_shape)
     if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
@@ -709,7 +719,7 @@ def _convert(model, m: _Model, input_name: str) -> tuple[_Build, dict]:
 
 def _check_pads_absorbed(c: _Node, m: _Model) -> None:
     pending = [t for t in c.proto.input if t in m.pending]
-    if pending and not (c.absorbed or c.op_type in ("Pad", "Identity", "Dropout")):
+    if pending and not (c.absorbed or c.op_type in ("Pad", "Identity", "Dropout", "Slice")):
         raise _Refusal("its input comes from Pad; the IR takes explicit padding only into Conv "
                        "(zeros), MaxPool (-inf) or AveragePool (zeros, count_include_pad=1)")
 

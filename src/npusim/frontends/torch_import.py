@@ -323,6 +323,18 @@ def _pad(c, input, pad, mode="constant", value=None):
     return _Ref(x.name, c.out_shape, _plus(x.pad, (top, bottom, left, right)), fill)
 
 
+def _getitem(c, input, index):
+    """``x[...]`` that keeps the whole tensor (a crop to the size it already has) passes
+    through; any real slicing is refused."""
+    x = _data(input)
+    parts = index if isinstance(index, tuple) else (index,)
+    whole = all(p is Ellipsis or isinstance(p, slice) and p.start in (None, 0)
+                and p.step in (None, 1) for p in parts)
+    if not whole or c.out_shape != x.shape:
+        raise _Refusal(f"indexing {x.shape} to {c.out_shape}: the IR has no slicing")
+    return x
+
+
 def _dropout(c, input, p=0.5, training=True, inplace=False):
     if training:
         raise _Refusal("training=True drops at random; pass training=self.training")
@@ -385,6 +397,7 @@ _FUNCTIONS = _table(
     (_concatenate, torch.concatenate),
     (_reshape_to, torch.flatten, torch.reshape),
     (_pad, F.pad),
+    (_getitem, operator.getitem),
     (_interpolate, F.interpolate, F.upsample),
     (_softmax, F.softmax, torch.softmax),
     (_dropout, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout),
@@ -514,7 +527,7 @@ def _convert(gm, info: dict) -> _Build:
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
-        shape = info[n].shape if isinstance(info[n], _Ref) else ()
+        shape = info[n].shape
         try:
             result = conv(_Call(n.name, shape), *args, **kwargs)
         except (_Refusal, TypeError, LayerError) as e:
@@ -542,8 +555,10 @@ def _output(gm, info: dict, name: str) -> _Ref:
         value = value[0]
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
     if not isinstance(ref, _Ref) or any(ref.pad):
-        raise ModelError(f"{name}: forward returns {type(value).__name__}; npusim networks "
-                         "return one tensor computed from the input (not F.pad's output)")
+        what = "a constant or F.pad's output" if isinstance(value, torch.fx.Node) \
+            else type(value).__name__
+        raise ModelError(f"{name}: forward returns {what}; npusim networks return one tensor "
+                         "computed from the input")
     return ref
 
 
