@@ -117,11 +117,10 @@ def test_upsample_nearest_integer_scales(scale):
 @pytest.mark.parametrize("align", [False, True])
 @pytest.mark.parametrize("scale", [2, 1.5, 2.3, 0.6, (0.5, 3)])
 def test_upsample_bilinear_scales_both_alignments(scale, align):
-    """Fractional scales: npusim resizes to floor(H * scale) and samples at in/out, which is
-    torch's ``recompute_scale_factor=True`` rule."""
+    """Fractional scales: npusim resizes to floor(H * scale) and samples at 1/scale steps, as
+    torch's default and ONNX Resize with scales do."""
     x = rand(1, 2, 5, 7)
-    ref = F.interpolate(t(x), scale_factor=scale, mode="bilinear", align_corners=align,
-                        recompute_scale_factor=True)
+    ref = F.interpolate(t(x), scale_factor=scale, mode="bilinear", align_corners=align)
     close(ops.Upsample(scale, "bilinear", align)(x), ref, 2e-6)
 
 
@@ -156,3 +155,28 @@ def test_conv_shape_rule_matches_torch(stride, pad, dil, groups):
 def test_shape_errors_name_the_node(op, shapes, match):
     with pytest.raises(LayerError, match=match):
         op.out_shape(shapes, "a")
+
+
+@pytest.mark.parametrize("scale", [1.5, 2.3, 0.6, (1.7, 2.5)])
+def test_upsample_nearest_fractional_scales_sample_like_torch(scale):
+    x = rand(1, 2, 5, 7)
+    close(ops.Upsample(scale)(x), F.interpolate(t(x), scale_factor=scale, mode="nearest"))
+
+
+def test_pool_padding_as_large_as_the_window_is_refused():
+    with pytest.raises(LayerError, match=r"p: pool padding \(0, 0, 0, 2\) must be smaller than "
+                                         r"the window 2x2"):
+        ops.MaxPool(2, 2, (0, 0, 0, 2)).out_shape([(1, 1, 4, 4)], "p")
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("width, pad", [(5, (0, 0, 0, 1)), (6, (0, 0, 1, 1)), (7, (0, 0, 2, 0))])
+def test_ceil_mode_never_gives_fewer_windows_than_floor(kind, width, pad):
+    for k, s in [(2, 2), (3, 2), (3, 3)]:
+        if max(pad) >= k:
+            continue
+        floor = ops.Pool(k, s, pad, False, kind).out_shape([(1, 1, 4, width)], "p")[3]
+        ceil = ops.Pool(k, s, pad, True, kind).out_shape([(1, 1, 4, width)], "p")[3]
+        assert floor <= ceil <= floor + 1
+        out = ops.Pool(k, s, pad, True, kind)(rand(1, 1, 4, width))
+        assert np.isfinite(out).all()

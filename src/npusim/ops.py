@@ -184,15 +184,18 @@ class Pool(Op):
 
     def _out(self, size, k, s, lo, hi):
         span = size + lo + hi - k
-        out = (-(-span // s) if self.ceil_mode else span // s) + 1
-        if self.ceil_mode and (out - 1) * s >= size + lo:  # last window must start inside
-            out -= 1
+        out = span // s + 1
+        if self.ceil_mode and span % s and span // s * s + s < size + lo:
+            out += 1  # an extra window that starts inside the input or its left padding
         return out
 
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Pool")
         _expect_4d(in_shapes[0], name, "Pool")
         (kh, kw), (sh, sw), (t, b, l, r) = self._geometry()
+        if max(t, b) >= kh or max(l, r) >= kw:
+            raise LayerError(f"{name}: pool padding {(t, b, l, r)} must be smaller than the "
+                             f"window {kh}x{kw} (a window may not lie wholly in the padding)")
         n, c, h, w = in_shapes[0]
         p, q = self._out(h, kh, sh, t, b), self._out(w, kw, sw, l, r)
         if p < 1 or q < 1:
@@ -342,13 +345,17 @@ class Softmax(Op):
         return (e / e.sum(axis=self.axis, keepdims=True)).astype(x.dtype)
 
 
-def _bilinear_axis(in_size: int, out_size: int, align_corners: bool):
-    """Source indices (lo, hi) and weight of hi for 1-D linear resampling (torch's rule)."""
+def _bilinear_axis(in_size: int, out_size: int, align_corners: bool, step: float):
+    """Source indices (lo, hi) and weight of hi for 1-D linear resampling.
+
+    ``step`` is input pixels per output pixel (1/scale, or in/out for a given size);
+    half-pixel centres unless ``align_corners`` (then corners map to corners).
+    """
     dst = np.arange(out_size, dtype=np.float64)
     if align_corners:
         src = dst * ((in_size - 1) / (out_size - 1)) if out_size > 1 else np.zeros(out_size)
     else:
-        src = np.maximum((dst + 0.5) * (in_size / out_size) - 0.5, 0.0)
+        src = np.maximum((dst + 0.5) * step - 0.5, 0.0)
     lo = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
     hi = np.minimum(lo + 1, in_size - 1)
     return lo, hi, (src - lo).astype(np.float32)
@@ -379,15 +386,23 @@ class Upsample(Op):
     def ops_per_element(self):
         return 1 if self.mode == "nearest" else 7  # 4 multiplies + 3 adds per output pixel
 
+    def _steps(self, h, w, p, q):
+        """Input pixels per output pixel on each axis: 1/scale, or in/out when sized."""
+        if self.size is not None:
+            return h / p, w / q
+        sh, sw = (self.scale, self.scale) if np.isscalar(self.scale) else self.scale
+        return 1.0 / sh, 1.0 / sw
+
     def __call__(self, x):
         n, c, h, w = x.shape
         _, _, p, q = self.out_shape([x.shape], "upsample")
+        step_h, step_w = self._steps(h, w, p, q)
         if self.mode == "nearest":
-            rows = np.minimum((np.arange(p) * (h / p)).astype(np.int64), h - 1)
-            cols = np.minimum((np.arange(q) * (w / q)).astype(np.int64), w - 1)
+            rows = np.minimum(np.floor(np.arange(p) * step_h).astype(np.int64), h - 1)
+            cols = np.minimum(np.floor(np.arange(q) * step_w).astype(np.int64), w - 1)
             return x[:, :, rows][:, :, :, cols]
-        r0, r1, fr = _bilinear_axis(h, p, self.align_corners)
-        c0, c1, fc = _bilinear_axis(w, q, self.align_corners)
+        r0, r1, fr = _bilinear_axis(h, p, self.align_corners, step_h)
+        c0, c1, fc = _bilinear_axis(w, q, self.align_corners, step_w)
         top = x[:, :, r0] * (1 - fr)[:, None] + x[:, :, r1] * fr[:, None]
         return (top[..., c0] * (1 - fc) + top[..., c1] * fc).astype(x.dtype)
 

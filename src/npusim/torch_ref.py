@@ -137,10 +137,12 @@ if torch is not None:
 
 
 def _upsample(op: ops.Upsample, out_shape):
-    size = tuple(int(v) for v in out_shape[2:])
+    """F.interpolate to the op's size, or by its scale factor (torch's default sampling)."""
+    how = ({"size": tuple(int(v) for v in out_shape[2:])} if op.size is not None
+           else {"scale_factor": op.scale})
     if op.mode == "nearest":
-        return lambda x: F.interpolate(x, size=size, mode="nearest")
-    return lambda x: F.interpolate(x, size=size, mode="bilinear", align_corners=op.align_corners)
+        return lambda x: F.interpolate(x, mode="nearest", **how)
+    return lambda x: F.interpolate(x, mode="bilinear", align_corners=op.align_corners, **how)
 
 
 def _reshape(op: ops.Reshape):
