@@ -9,6 +9,7 @@ written only after the run succeeded, each atomically.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import time
@@ -250,11 +251,15 @@ def cmd_run(args) -> int:
     _check_flags(args)
     arch = load_arch(args.arch)
     dataflow = get_dataflow(args.dataflow or arch.dataflow).name
-    model = _load_model(args)
+    with _status(args, f"loading {args.model}"):
+        model = _load_model(args)
     if isinstance(model, Graph):
         x, source = _input_tensor(args, model)
         result = _simulate(model, x, arch, dataflow, args)
-        check = _check(model, x, result, args.dtype) if args.check else None
+        check = None
+        if args.check:
+            with _status(args, "comparing every layer with PyTorch"):
+                check = _check(model, x, result, args.dtype)
     else:
         from .simulate import simulate_shapes
 
@@ -368,11 +373,22 @@ class _ProgressBar:
             self.bar.stop()
 
 
+def _interactive(args) -> bool:
+    """Whether to draw transient progress on stderr: a terminal, and not --quiet."""
+    return not args.quiet and Console(stderr=True).is_terminal
+
+
+def _status(args, text: str):
+    """A transient spinner with ``text`` on stderr while a slow step runs (if interactive)."""
+    if not _interactive(args):
+        return contextlib.nullcontext()
+    return Console(stderr=True).status(text)
+
+
 def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
     from .simulate import simulate
 
-    interactive = Console(stderr=True).is_terminal and not args.quiet
-    bar = _ProgressBar(interactive)
+    bar = _ProgressBar(_interactive(args))
     try:
         return simulate(graph, x, arch, mode=args.mode, dtype=args.dtype, dataflow=dataflow,
                         keep_outputs=args.check, progress=bar)
