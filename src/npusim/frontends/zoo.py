@@ -208,11 +208,24 @@ class Entry:
     default_input: Callable | None = None  # (batch, size) -> N x C x H x W, if not the photo
 
 
-def _imagenet(fn, text: str) -> Entry:
+def _imagenet(fn, text: str, photo: str = "chelsea") -> Entry:
     return Entry(lambda batch, seed, size=None: fn(batch, seed, size or 224),
                  lambda size=None: _imagenet_input(1, size or 224, fn.__name__),
-                 lambda: f"{text}; seeded He-initialised weights; input: photo 'chelsea', "
-                         "ImageNet mean/std")
+                 lambda: f"{text}; seeded He-initialised weights; input: photo '{photo}', "
+                         "ImageNet mean/std", photo)
+
+
+def _segnet() -> Entry:
+    from . import segnet
+
+    return _imagenet(segnet.build, segnet.DESCRIPTION, "astronaut")
+
+
+def _edgetpu() -> Entry:
+    from .. import blocks
+
+    return _imagenet(blocks.build, "MobileNet-EdgeTPU-V2-S-like classifier (seed 003 IBN "
+                                   "blocks), 224x224", "chelsea")
 
 
 def _mtcnn(net: str) -> Entry:
@@ -261,6 +274,8 @@ MODELS: dict[str, Callable[[], Entry]] = {
     "mtcnn-rnet": lambda: _mtcnn("rnet"),
     "mtcnn-onet": lambda: _mtcnn("onet"),
     "lenet-digits": _digits,
+    "dilated-segnet": _segnet,
+    "edgetpu_v2_like": _edgetpu,
 }
 
 
