@@ -315,13 +315,13 @@ def test_real_subprocess_bad_and_good(tmp_path):
 
 
 def test_missing_onnx_extra_is_one_line(tmp_path, capsys, monkeypatch):
+    """(onnx_import says so itself; the CLI's net for any optional extra catches the rest.)"""
     monkeypatch.setitem(sys.modules, "onnx", None)
     path = tmp_path / "net.onnx"
     path.write_bytes(b"\x08\x07")
     code, _, err = main(capsys, "run", path)
     assert code == 2
-    assert err == ("npusim: error: this needs onnx, which is not installed: "
-                   "pip install 'npusim[onnx]'\n")
+    assert re.fullmatch(r"npusim: error: .*onnx.* pip install 'npusim\[onnx\]'\n", err), err
 
 
 def test_out_of_memory_is_one_line(capsys, monkeypatch):
