@@ -339,6 +339,12 @@ def test_zoo_model_exported_by_torch_equals_onnxruntime(tmp_path, name):
         [layer.describe() for layer in graph.layers.values()]
 
 
+def test_top_level_name_is_the_importer():
+    import npusim
+
+    assert npusim.from_onnx is from_onnx
+
+
 def test_load_model_dispatches_onnx_with_input_shape_and_batch(tmp_path):
     inputs = [helper.make_tensor_value_info("x", FLOAT, ["N", 3, "H", "W"])]
     path = write(tmp_path, [node("Conv", ["x", "w"], strides=[2, 2])],

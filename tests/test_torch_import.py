@@ -294,6 +294,12 @@ def test_bad_arguments_are_refused():
         from_torch(nn.Conv2d(3, 3, 1), np.zeros((1, 4, 8, 8), np.float32))
 
 
+def test_top_level_names_are_the_importers():
+    import npusim
+
+    assert npusim.from_torch is from_torch and npusim.from_factory is from_factory
+
+
 # ---- file.py:factory --------------------------------------------------------------------
 
 

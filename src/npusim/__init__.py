@@ -14,4 +14,17 @@ __version__ = "0.1.0"
 
 __all__ = ["Arch", "ConfigError", "ConvLayer", "Graph", "GraphBuilder", "InputError",
            "LayerError", "LayerStats", "ModelError", "NpusimError", "SimResult", "conv2d",
-           "load_arch", "presets", "simulate"]
+           "from_factory", "from_onnx", "from_torch", "load_arch", "presets", "simulate"]
+
+_IMPORTERS = {"from_torch": "torch_import", "from_factory": "torch_import",
+              "from_onnx": "onnx_import"}
+
+
+def __getattr__(name: str):
+    """``npusim.from_torch`` / ``from_factory`` / ``from_onnx``, imported on first use (torch
+    and onnx are optional extras, not loaded with npusim)."""
+    if name not in _IMPORTERS:
+        raise AttributeError(f"module 'npusim' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".frontends.{_IMPORTERS[name]}", __name__), name)

@@ -490,8 +490,12 @@ def supported_ops() -> list[str]:
 
 
 def _load(path: Path):
-    import onnx
-    from google.protobuf.message import DecodeError
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+    except ImportError as e:  # onnx is an optional extra
+        raise ModelError(f"{path}: reading ONNX needs the onnx package: "
+                         "pip install 'npusim[onnx]'") from e
 
     try:
         data = path.read_bytes()
