@@ -324,6 +324,19 @@ def test_missing_onnx_extra_is_one_line(tmp_path, capsys, monkeypatch):
     assert re.fullmatch(r"npusim: error: .*onnx.* pip install 'npusim\[onnx\]'\n", err), err
 
 
+def test_any_missing_optional_extra_is_one_line(capsys, monkeypatch):
+    import npusim.frontends
+
+    def needs_torch(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    monkeypatch.setattr(npusim.frontends, "load_model", needs_torch)
+    code, _, err = main(capsys, "run", "net.py:build")
+    assert code == 2
+    assert err == ("npusim: error: this needs torch, which is not installed: "
+                   "pip install 'npusim[torch]'\n")
+
+
 def test_out_of_memory_is_one_line(capsys, monkeypatch):
     def too_big(*args, **kwargs):
         raise MemoryError("Unable to allocate 56.1 GiB for an array")
