@@ -665,7 +665,13 @@ def from_factory(spec: str, input_shape: Sequence[int] | None = None) -> Graph:
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     shape = _input_shape(input_shape, spec)
-    module = _load_file(path)
+    net = _call_factory(_load_file(path), func, path, spec).eval()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    return from_torch(net, x, name=func)
+
+
+def _call_factory(module, func: str, path: Path, spec: str):
+    """``module.func()``, which must exist and return an ``nn.Module``."""
     factory = getattr(module, func, None)
     if not callable(factory):
         names = sorted(k for k, v in vars(module).items()
@@ -678,6 +684,4 @@ def from_factory(spec: str, input_shape: Sequence[int] | None = None) -> Graph:
         raise ModelError(f"{spec}: calling {func}() failed ({type(e).__name__}: {e})") from e
     if not isinstance(net, nn.Module):
         raise ModelError(f"{spec}: {func}() returned {type(net).__name__}, not a torch nn.Module")
-    net.eval()
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    return from_torch(net, x, name=func)
+    return net
