@@ -59,7 +59,8 @@ def test_float32_every_layer_equals_torch_heavy(name):
     check_float32_against_torch(name)
 
 
-INT8_SIZE = {"alexnet": 96, "vgg16": 32, "resnet18": 64, "resnet50": 64, "mobilenet_v2": 64}
+INT8_SIZE = {"alexnet": 96, "vgg16": 32, "resnet18": 64, "resnet50": 64, "mobilenet_v2": 64,
+             "dilated-segnet": 64, "edgetpu_v2_like": 64}
 
 
 @pytest.mark.parametrize("name", FAST + [pytest.param(n, marks=pytest.mark.slow)
@@ -228,7 +229,8 @@ def test_digits_without_torch_or_cache_says_what_to_install(tmp_path, monkeypatc
 
 def test_names_inputs_and_descriptions():
     assert zoo.names() == ["alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2",
-                           "mtcnn-pnet", "mtcnn-rnet", "mtcnn-onet", "lenet-digits"]
+                           "mtcnn-pnet", "mtcnn-rnet", "mtcnn-onet", "lenet-digits",
+                           "dilated-segnet", "edgetpu_v2_like"]
     for name in zoo.names():
         assert "\n" not in zoo.describe(name) and "weights" in zoo.describe(name)
     x = zoo.input_for("resnet18", batch=2)
