@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 import npusim
+from npusim import quant, reference
 from npusim.arch import load_arch
-from npusim.report import export, render, table, to_csv, to_json, write_atomic
+from npusim.ir import Node
+from npusim.ops import Conv
+from npusim.report import check, export, render, table, to_csv, to_json, write_atomic
 from npusim.simulate import SimResult
 from npusim.stats import LayerStats
 
@@ -218,3 +221,32 @@ def test_narrow_terminal_keeps_every_number_whole(width):
     assert "…" not in text
     wide = render(result, width=200)
     assert "3x8x8->4x8x8 3x3" in wide and "│" in wide
+
+
+# ---- --check ------------------------------------------------------------------------------
+
+def test_relative_error_is_scaled_by_the_reference_range():
+    ref = np.array([[-4.0, 0.0], [2.0, 1.0]])
+    assert check.relative_error(ref + [[0, 0], [0, 0.2]], ref) == pytest.approx(0.05)
+    assert check.relative_error(ref, ref) == 0.0
+    assert check.relative_error(np.full(3, 0.5), np.zeros(3)) == 0.5  # absolute when ref is 0
+
+
+def test_int8_bound_holds_for_the_true_int8_result_and_not_for_a_wrong_one():
+    """The bound of ``int8_bound`` contains exact int8 conv results (quant + exact integer
+    reference), and a result off by two output steps everywhere breaks it."""
+    rng = np.random.default_rng(3)
+    x = np.maximum(rng.standard_normal((1, 6, 9, 9)), 0).astype(np.float32)
+    op = Conv(rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+              rng.standard_normal(4).astype(np.float32), stride=2, padding=1, groups=2)
+    node = Node("c", op, ("input",))
+    layer = op.layer([x.shape], "c").with_dtype("int8")
+    xq, sx = quant.quantize_activations(x)
+    wq, sw = quant.quantize_weights(op.weight)
+    acc = reference.conv2d(xq, wq, quant.quantize_bias(op.bias, sx, sw), layer)
+    y = quant.requantize(acc, sx, sw).dequantize()
+    ref = check.torch_conv(node, op, x)
+    bound = check.int8_bound(node, x, y)
+    assert np.all(np.abs(y - ref) <= bound)
+    step = np.abs(y).max() / 127
+    assert np.any(np.abs(y + 2 * step - ref) > bound)

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +25,6 @@ from .errors import InputError, NpusimError
 from .ir import DTYPES, Graph
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-# --check (docs/cli.md). Relative error = max |npusim - torch| / max |torch| of a node.
-# float32: every node against torch on the same input, end to end; must be <= 1e-4.
-# int8: each conv against torch's float32 conv of the same (npusim's own) input; every
-# element must lie within the rounding bound of the int8 scheme (``int8_bound``).
-FLOAT32_TOLERANCE = 1e-4
-COMPARED = {"float32": "every node against torch, end to end; score = relative error",
-            "int8": "each conv against torch float32 on the same input; score = worst error "
-                    "over its int8 rounding bound"}
 OPTIONAL_EXTRAS = {"torch": "torch", "onnx": "onnx", "onnxruntime": "onnx", "google": "onnx"}
 PROGRESS_AFTER_S = 1.0  # show the progress bar only for runs longer than this
 DEFAULT_PHOTO = "chelsea"  # input of imported models without --input
@@ -204,45 +195,6 @@ def dataflow_summary(arch, dataflow: str) -> str:
 
 # ---- npusim run ---------------------------------------------------------------------------
 
-@dataclass
-class CheckOutcome:
-    """The comparison with torch: worst relative error and its node, the verdict's score.
-
-    ``score`` is the worst relative error (float32, limit 1e-4) or the worst ratio of an
-    int8 error to its rounding bound (int8, limit 1), at ``score_node``. ``output_error``
-    is the network output's error against torch float32 end to end (reported only)."""
-
-    dtype: str
-    worst: float
-    node: str
-    nodes: int
-    score: float
-    score_node: str
-    limit: float
-    output_error: float
-
-    @property
-    def passed(self) -> bool:
-        return self.score <= self.limit
-
-    def as_dict(self) -> dict:
-        """The JSON report's ``check`` object (docs/json-schema.md)."""
-        return {"compared": COMPARED[self.dtype], "worst_relative_error": self.worst,
-                "node": self.node, "nodes_compared": self.nodes, "score": self.score,
-                "score_node": self.score_node, "limit": self.limit,
-                "output_relative_error": self.output_error, "passed": self.passed}
-
-    def line(self) -> str:
-        verdict = "ok" if self.passed else "FAILED"
-        if self.dtype == "float32":
-            return (f"check against torch, {self.nodes} nodes: worst relative error "
-                    f"{self.worst:.3g} at {self.node} (tolerance {self.limit:g}): {verdict}")
-        return (f"check against torch float32, {self.nodes} convs on their own int8-run "
-                f"inputs: worst relative error {self.worst:.3g} at {self.node}; worst error "
-                f"/ int8 rounding bound {self.score:.3g} at {self.score_node} (limit 1): "
-                f"{verdict}; network output vs float32: {self.output_error:.3g}")
-
-
 def cmd_run(args) -> int:
     """``npusim run``: load, simulate, check, print, write the reports."""
     from .arch import load_arch
@@ -259,7 +211,7 @@ def cmd_run(args) -> int:
         check = None
         if args.check:
             with _status(args, "comparing every layer with PyTorch"):
-                check = _check(model, x, result, args.dtype)
+                check = _check(model, x, result)
     else:
         from .simulate import simulate_shapes
 
@@ -396,76 +348,15 @@ def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
         bar.close()
 
 
-def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
-    """max |a - ref| / max |ref| in float64 (0 when both are all zero)."""
-    ref = np.asarray(ref, np.float64)
-    scale = float(np.abs(ref).max()) if ref.size else 0.0
-    diff = float(np.abs(np.asarray(a, np.float64) - ref).max()) if ref.size else 0.0
-    return diff / scale if scale else diff
-
-
-def _check(graph: Graph, x: np.ndarray, result, dtype: str) -> CheckOutcome:
-    """Compare npusim's outputs with PyTorch's (what is compared: see ``FLOAT32_TOLERANCE``)."""
+def _check(graph: Graph, x: np.ndarray, result):
+    """``--check``: the comparison with PyTorch (``report.check``), which must be installed."""
     try:
         import torch  # noqa: F401  (only to say clearly that it is missing)
     except ImportError:
         raise NpusimError(TORCH_MISSING) from None
-    from .torch_ref import torch_outputs
+    from .report.check import check
 
-    reference = torch_outputs(graph, x)
-    output_error = relative_error(result.output, reference[graph.output_name])
-    if dtype == "float32":
-        errors = [(relative_error(result.outputs[n.name], reference[n.name]), n.name)
-                  for n in graph.nodes]
-        worst, node = max(errors)
-        return CheckOutcome(dtype, worst, node, len(errors), worst, node, FLOAT32_TOLERANCE,
-                            output_error)
-    rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
-            for n in graph.conv_nodes]
-    (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
-    return CheckOutcome(dtype, worst, node, len(rows), score, score_node, 1.0, output_error)
-
-
-def _torch_conv(node, op, x: np.ndarray) -> np.ndarray:
-    """Torch's float32 output of the conv ``op`` (in ``node``'s place) on ``x``."""
-    from .ir import Node
-    from .torch_ref import torch_outputs
-
-    alone = Graph([Node(node.name, op, ("input",))], x.shape, node.name)
-    return torch_outputs(alone, x)[node.name]
-
-
-def int8_bound(node, x: np.ndarray, y_int8: np.ndarray) -> np.ndarray:
-    """Per output element, the most the int8 scheme's rounding can move a conv's output.
-
-    With scales s_x (input), s_w[k] (weights), s_y (output) and each value rounded to
-    the nearest step (``quant``): |x_q s_x - x| <= s_x/2, |w_q s_w - w| <= s_w/2, so
-    |y_int8 - y| <= s_w/2 * sum(|x| + s_x/2) + s_x/2 * sum|w| + s_x s_w/2 (bias) + s_y/2,
-    the sums over each output's receptive field, computed as convs of |x| and |w|."""
-    from . import quant
-
-    op = node.op
-    _, sx = quant.quantize_activations(x)
-    _, sw = quant.quantize_weights(op.weight)
-    sw = sw.astype(np.float32).reshape(-1, 1, 1, 1)
-    half_step_w = dataclasses.replace(op, weight=np.broadcast_to(sw / 2, op.weight.shape).copy(),
-                                      bias=None)
-    abs_w = dataclasses.replace(op, weight=np.abs(op.weight), bias=None)
-    bound = (_torch_conv(node, half_step_w, np.abs(x) + sx / 2)
-             + _torch_conv(node, abs_w, np.full_like(x, sx / 2)))
-    shape = (1, -1) + (1,) * (bound.ndim - 2)
-    bias = (sx * sw.reshape(shape) / 2) if op.bias is not None else 0.0
-    sy = float(np.abs(y_int8).max()) / 127
-    return bound + bias + sy / 2
-
-
-def _int8_conv_check(node, x: np.ndarray, y: np.ndarray):
-    """((relative error, name), (worst error / rounding bound, name)) of one int8 conv."""
-    ref = _torch_conv(node, node.op, x)
-    bound = int8_bound(node, x, y)
-    slack = FLOAT32_TOLERANCE * float(np.abs(ref).max())  # torch's own float32 rounding
-    ratio = float((np.abs(y.astype(np.float64) - ref) / (bound + slack)).max())
-    return (relative_error(y, ref), node.name), (ratio, node.name)
+    return check(graph, x, result)
 
 
 def title(result, model: str, source: str) -> str:

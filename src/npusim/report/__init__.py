@@ -1,4 +1,5 @@
-"""Reports of a simulated network: terminal tables (``table``), JSON and CSV (``export``).
+"""Reports of a simulated network: terminal tables (``table``), JSON and CSV (``export``),
+and the comparison of its outputs with PyTorch's (``check``, imported on demand: it needs torch).
 
 Every report is a pure function of a ``SimResult``: it reads the stats, never reruns.
 """

@@ -1,0 +1,137 @@
+"""``npusim run --check``: how far npusim's outputs are from PyTorch's, and the verdict.
+
+The relative error of a node is ``max |npusim - torch| / max |torch|`` over its output.
+
+- float32: every node of the network against torch (``torch_ref``) on the same input,
+  end to end; the verdict is the worst node's error against ``FLOAT32_TOLERANCE``.
+- int8: int8 outputs cannot equal float ones; what can be judged is that each conv's
+  int8 result equals its float result up to the rounding the int8 scheme allows. Each
+  conv is compared with torch's float32 conv of the same input npusim gave it (so error
+  of earlier layers does not count twice), element by element, against ``int8_bound``;
+  the verdict is the worst ratio error / bound against 1.
+
+Both report the network output's error against float32 torch end to end (not judged).
+Needs the ``torch`` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import quant
+from ..ir import Graph, Node
+
+FLOAT32_TOLERANCE = 1e-4  # relative error; also the slack for torch's own float32 rounding
+INT8_LIMIT = 1.0  # error / rounding bound
+COMPARED = {"float32": "every node against torch, end to end; score = relative error",
+            "int8": "each conv against torch float32 on the same input; score = worst error "
+                    "over its int8 rounding bound"}
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """Worst relative error and its node; the verdict's ``score`` (the worst relative error
+    in float32, the worst error / rounding bound in int8) at ``score_node``, against
+    ``limit``; and the network output's error against float32 torch end to end."""
+
+    dtype: str
+    worst: float
+    node: str
+    nodes: int
+    score: float
+    score_node: str
+    limit: float
+    output_error: float
+
+    @property
+    def passed(self) -> bool:
+        return self.score <= self.limit
+
+    def as_dict(self) -> dict:
+        """The JSON report's ``check`` object (docs/json-schema.md)."""
+        return {"compared": COMPARED[self.dtype], "worst_relative_error": self.worst,
+                "node": self.node, "nodes_compared": self.nodes, "score": self.score,
+                "score_node": self.score_node, "limit": self.limit,
+                "output_relative_error": self.output_error, "passed": self.passed}
+
+    def line(self) -> str:
+        """The outcome as one line of text, ending in 'ok' or 'FAILED' (then the drift)."""
+        verdict = "ok" if self.passed else "FAILED"
+        if self.dtype == "float32":
+            return (f"check against torch, {self.nodes} nodes: worst relative error "
+                    f"{self.worst:.3g} at {self.node} (tolerance {self.limit:g}): {verdict}")
+        return (f"check against torch float32, {self.nodes} convs on their own int8-run "
+                f"inputs: worst relative error {self.worst:.3g} at {self.node}; worst error "
+                f"/ int8 rounding bound {self.score:.3g} at {self.score_node} (limit "
+                f"{self.limit:g}): {verdict}; network output vs float32: {self.output_error:.3g}")
+
+
+def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
+    """max |a - ref| / max |ref| in float64 (the absolute error when ref is all zero)."""
+    ref = np.asarray(ref, np.float64)
+    if not ref.size:
+        return 0.0
+    scale = float(np.abs(ref).max())
+    diff = float(np.abs(np.asarray(a, np.float64) - ref).max())
+    return diff / scale if scale else diff
+
+
+def check(graph: Graph, x: np.ndarray, result) -> CheckOutcome:
+    """Compare ``result`` (a ``SimResult`` run with ``keep_outputs``) of ``graph`` on ``x``
+    with PyTorch, as the module docstring describes."""
+    from ..torch_ref import torch_outputs
+
+    reference = torch_outputs(graph, x)
+    output_error = relative_error(result.output, reference[graph.output_name])
+    if result.dtype == "float32":
+        errors = [(relative_error(result.outputs[n.name], reference[n.name]), n.name)
+                  for n in graph.nodes]
+        worst, node = max(errors)
+        return CheckOutcome("float32", worst, node, len(errors), worst, node,
+                            FLOAT32_TOLERANCE, output_error)
+    rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
+            for n in graph.conv_nodes]
+    (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
+    return CheckOutcome("int8", worst, node, len(rows), score, score_node, INT8_LIMIT,
+                        output_error)
+
+
+def torch_conv(node: Node, op, x: np.ndarray) -> np.ndarray:
+    """Torch's float32 output of the conv ``op``, standing in ``node``'s place, on ``x``."""
+    from ..torch_ref import torch_outputs
+
+    alone = Graph([Node(node.name, op, ("input",))], x.shape, node.name)
+    return torch_outputs(alone, x)[node.name]
+
+
+def int8_bound(node: Node, x: np.ndarray, y_int8: np.ndarray) -> np.ndarray:
+    """Per output element, the most the int8 scheme's rounding can move a conv's output.
+
+    With the scales of ``quant`` (s_x input, s_w[k] weights, s_y output) and each value
+    rounded to the nearest step: |x_q s_x - x| <= s_x/2, |w_q s_w - w| <= s_w/2, so
+    |y_int8 - y| <= s_w/2 * sum(|x| + s_x/2) + s_x/2 * sum|w| + s_x s_w/2 (bias) + s_y/2,
+    the sums over each output's receptive field, computed as convs of |x| and |w|.
+    ``y_int8`` is the dequantised int8 output (its largest value is 127 s_y)."""
+    op = node.op
+    _, sx = quant.quantize_activations(x)
+    _, sw = quant.quantize_weights(op.weight)
+    sw = sw.astype(np.float32).reshape(-1, 1, 1, 1)
+    half_step = dataclasses.replace(op, weight=np.broadcast_to(sw / 2, op.weight.shape).copy(),
+                                    bias=None)
+    magnitude = dataclasses.replace(op, weight=np.abs(op.weight), bias=None)
+    bound = (torch_conv(node, half_step, np.abs(x) + sx / 2)
+             + torch_conv(node, magnitude, np.full_like(x, sx / 2)))
+    bias = sx * sw.reshape((1, -1) + (1,) * (bound.ndim - 2)) / 2 if op.bias is not None else 0
+    sy = float(np.abs(y_int8).max()) / quant.QMAX
+    return bound + bias + sy / 2
+
+
+def _int8_conv_check(node: Node, x: np.ndarray, y: np.ndarray):
+    """((relative error, name), (worst error / rounding bound, name)) of one int8 conv."""
+    ref = torch_conv(node, node.op, x)
+    slack = FLOAT32_TOLERANCE * float(np.abs(ref).max())
+    ratio = float((np.abs(y.astype(np.float64) - ref) / (int8_bound(node, x, y) + slack)).max())
+    return (relative_error(y, ref), node.name), (ratio, node.name)
