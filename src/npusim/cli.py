@@ -205,18 +205,7 @@ def cmd_run(args) -> int:
     dataflow = get_dataflow(args.dataflow or arch.dataflow).name
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
-    if isinstance(model, Graph):
-        x, source = _input_tensor(args, model)
-        result = _simulate(model, x, arch, dataflow, args)
-        check = None
-        if args.check:
-            with _status(args, "comparing every layer with PyTorch"):
-                check = _check(model, x, result)
-    else:
-        from .simulate import simulate_shapes
-
-        x, source, check = None, "shapes only (topology CSV)", None
-        result = simulate_shapes(model, arch, dataflow, args.dtype)
+    result, x, source, check = _run_model(args, model, arch, dataflow)
     if not args.quiet:
         _print_report(result, args.model, source)
     if check:
@@ -226,6 +215,22 @@ def cmd_run(args) -> int:
         "batch": args.batch, "density": args.density, "seed": args.seed,
         "check": check.as_dict() if check else None})
     return EXIT_CHECK_FAILED if check and not check.passed else EXIT_OK
+
+
+def _run_model(args, model, arch, dataflow: str):
+    """(SimResult, input or None, where the input came from, CheckOutcome or None)."""
+    if not isinstance(model, Graph):
+        from .simulate import simulate_shapes
+
+        return (simulate_shapes(model, arch, dataflow, args.dtype), None,
+                "shapes only (topology CSV)", None)
+    x, source = _input_tensor(args, model)
+    result = _simulate(model, x, arch, dataflow, args)
+    check = None
+    if args.check:
+        with _status(args, "comparing every layer with PyTorch"):
+            check = _check(model, x, result)
+    return result, x, source, check
 
 
 def _check_flags(args) -> None:

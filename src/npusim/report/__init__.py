@@ -1,7 +1,7 @@
 """Reports of a simulated network: terminal tables (``table``), JSON and CSV (``export``),
-and the comparison of its outputs with PyTorch's (``check``, imported on demand: it needs torch).
+and the comparison of its outputs with PyTorch's (``check``; running it needs torch).
 
-Every report is a pure function of a ``SimResult``: it reads the stats, never reruns.
+The table, JSON and CSV are pure functions of a ``SimResult``: they read the stats, never rerun.
 """
 
 from .export import to_csv, to_json, write_atomic
