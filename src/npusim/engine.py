@@ -51,8 +51,18 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLay
         cols = im2col(x.astype(acc, copy=False), layer)
         wm = w.astype(acc, copy=False).reshape(layer.groups, layer.Kg, -1)
         out = np.matmul(wm, cols).reshape(layer.output_shape)
+    return finish(out, bias, layer, integer)
+
+
+def finish(out: np.ndarray, bias: np.ndarray | None, layer: ConvLayer,
+           integer: bool) -> np.ndarray:
+    """Add the bias to accumulated sums; for int8 inputs (``integer``) return exact int32.
+
+    Every fast path accumulates int8 products in float64 (exact below 2**53) and
+    ends here, so the int32 range check and rounding are written once.
+    """
     if bias is not None:
-        out += bias.astype(acc).reshape(1, -1, 1, 1)
+        out += np.asarray(bias).astype(out.dtype).reshape(1, -1, 1, 1)
     if integer:
         return check_int32(np.rint(out).astype(np.int64), layer.name)
     return out

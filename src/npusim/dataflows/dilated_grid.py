@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .. import engine
 from ..arch.spec import spec
 from ..errors import ConfigError
 from ..ir import ConvLayer
-from ..quant import check_int32
 from ..reference import pad_input, tap_window
 from ..stats import LayerStats, energy_pj
 from . import shift_grid
@@ -265,12 +265,7 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
     for r, s in shift_grid.serpentine(layer.R, layer.S):
         win = np.ascontiguousarray(tap_window(xp, layer, r, s)).reshape(layer.N, G, Cg, pq)
         out += np.matmul(wg[:, :, :, r, s], win)
-    out = out.reshape(layer.output_shape)
-    if bias is not None:
-        out += np.asarray(bias).astype(acc).reshape(1, -1, 1, 1)
-    if integer:
-        return check_int32(np.rint(out).astype(np.int64), layer.name)
-    return out
+    return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
 @register

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
-from ..quant import check_int32
 from ..reference import pad_input, tap_window
 from ..stats import LayerStats, energy_pj
 from .base import element_bytes, register
@@ -235,10 +235,7 @@ def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.n
             for s in range(S):
                 lane = tap_window(xg[:, :, c], layer, r, s)[:, :, None]
                 out += wg[None, :, :, c, r, s, None, None] * lane
-    out = out.reshape(layer.output_shape)
-    if bias is not None:
-        out += np.asarray(bias).astype(acc).reshape(1, -1, 1, 1)
-    return check_int32(out, layer.name) if integer else out
+    return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
 @register

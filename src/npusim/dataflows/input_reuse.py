@@ -35,7 +35,6 @@ import numpy as np
 from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
-from ..quant import check_int32
 from ..reference import pad_input
 from ..stats import LayerStats, energy_pj
 from . import compressed_ifm
@@ -98,10 +97,7 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
         keep = taps[live[part.r[taps], part.s[taps]]]
         if keep.size:
             out += _window_product(ph.input(xp), wg, part, keep, layer)
-    out = out.reshape(layer.output_shape)
-    if bias is not None:
-        out += bias.astype(acc).reshape(1, -1, 1, 1)
-    return check_int32(np.rint(out).astype(np.int64), layer.name) if integer else out
+    return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
 def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:

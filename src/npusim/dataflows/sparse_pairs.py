@@ -39,7 +39,6 @@ from scipy import sparse
 from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
-from ..quant import check_int32
 from ..stats import LayerStats, energy_pj
 from . import bitmap, grouping
 from .base import element_bytes, register
@@ -218,12 +217,7 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
     pq = layer.P * layer.Q
     out = np.stack([(wsp @ sparse.csr_matrix(cols[n].reshape(-1, pq))).toarray()
                     for n in range(layer.N)]).astype(acc, copy=False)
-    out = out.reshape(layer.output_shape)
-    if bias is not None:
-        out += np.asarray(bias).astype(acc).reshape(1, -1, 1, 1)
-    if integer:
-        return check_int32(np.rint(out).astype(np.int64), layer.name)
-    return out
+    return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
 @register
