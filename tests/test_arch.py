@@ -139,7 +139,8 @@ def test_messages_are_one_line(tmp_path):
 
 def test_missing_file_and_unknown_preset(tmp_path):
     missing = tmp_path / "nope.toml"
-    with pytest.raises(ConfigError, match=re.escape(f"{missing}: cannot read: No such file")):
+    with pytest.raises(ConfigError, match=re.escape(f"{missing}: no such arch file (or a preset: ")
+                       + r".*systolic-32x32-ws"):
         load_arch(missing)
     with pytest.raises(ConfigError, match=r"arch 'big-npu': not a preset \(.*systolic-32x32-ws"
                                           r".*\) nor a \.toml file"):

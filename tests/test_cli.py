@@ -198,7 +198,8 @@ def bad_cases(tmp: Path):
          r"unknown\.toml: systolic: unknown key\(s\) height; valid keys: cols, rows, stationary"),
         (["mtcnn-pnet", "--arch", tmp / "zero.toml"],
          r"zero\.toml: systolic\.rows=0: must be >= 1"),
-        (["mtcnn-pnet", "--arch", tmp / "none.toml"], r"none\.toml: cannot read"),
+        (["mtcnn-pnet", "--arch", tmp / "none.toml"], r"none\.toml: no such arch file \(or a "
+                                                       r"preset: .*systolic-32x32-ws"),
         (["mtcnn-pnet", "--arch", "tpu"], r"arch 'tpu': not a preset \(.*\) nor a \.toml file"),
         ([tmp / "negative.csv"],
          r"negative\.csv: line 2 \(conv1\): field 'IFMAP Height'='-5': must be an integer >= 1"),

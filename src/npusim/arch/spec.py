@@ -181,6 +181,8 @@ def load_arch(name_or_path: str | Path | Arch | None = None) -> Arch:
         path = PRESET_DIR / f"{text}.toml"
     elif not (path.suffix == ".toml" or path.exists()):
         raise ConfigError(f"arch {text!r}: not a preset ({', '.join(presets())}) nor a .toml file")
+    elif not path.exists():
+        raise ConfigError(f"{path}: no such arch file (or a preset: {', '.join(presets())})")
     try:
         content = path.read_text()
     except OSError as e:
