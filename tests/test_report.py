@@ -96,7 +96,8 @@ def test_totals_block_reads_cycles_time_utilisation_energy_traffic():
     assert "time at 1000 MHz  174 ns" in text  # 174 cycles at 1 GHz
     assert "utilisation       4.6 %" in text
     assert "energy            4.19 nJ" in text
-    assert "DRAM traffic      2.20 KiB" in text  # 2224 + 32 = 2256 bytes
+    # 768 + 432 + (1024 + 32) = 2256 bytes
+    assert "DRAM traffic      2.20 KiB (ifmap 768 B, filter 432 B, ofmap 1.03 KiB)" in text
     assert "simulated in      0.50 s" in text
 
 

@@ -14,7 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..stats import LayerStats, total
+from ..stats import TENSORS, LayerStats, total
 
 VECTOR_ROW = "vector unit"
 
@@ -120,6 +120,12 @@ def layer_table(result, width: int | None = None) -> Table:
     return table
 
 
+def _by_tensor(stats: LayerStats, memory: str) -> str:
+    """'86.6 MiB (ifmap 32.5 MiB, filter 44.6 MiB, ofmap 9.48 MiB)' for memory 'dram'."""
+    parts = [f"{t} {fmt_bytes(getattr(stats, f'{memory}_{t}_bytes'))}" for t in TENSORS]
+    return f"{fmt_bytes(getattr(stats, f'{memory}_bytes'))} ({', '.join(parts)})"
+
+
 def totals_table(result) -> Table:
     """The network totals: cycles, time at the arch clock, utilisation, energy, traffic."""
     tot, arch = result.total, result.arch
@@ -129,12 +135,12 @@ def totals_table(result) -> Table:
     rows = [
         ("cycles", f"{tot.cycles:,}"),
         (f"time at {arch.clock_mhz:g} MHz", fmt_seconds(arch.seconds(tot.cycles))),
-        ("utilisation", f"{fmt_percent(tot.utilisation)} % of the array's MAC slots "
+        ("utilisation", f"{fmt_percent(tot.utilisation)} % of the multipliers' cycles "
                         "in conv layers"),
         ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),
         ("energy", fmt_energy(tot.energy_pj)),
-        ("DRAM traffic", fmt_bytes(tot.dram_bytes)),
-        ("SRAM traffic", fmt_bytes(tot.sram_bytes)),
+        ("DRAM traffic", _by_tensor(tot, "dram")),
+        ("SRAM traffic", _by_tensor(tot, "sram")),
         ("simulated in", f"{result.seconds:.2f} s wall time"),
     ]
     for key, value in rows:
