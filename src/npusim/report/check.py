@@ -133,5 +133,7 @@ def _int8_conv_check(node: Node, x: np.ndarray, y: np.ndarray):
     """((relative error, name), (worst error / rounding bound, name)) of one int8 conv."""
     ref = torch_conv(node, node.op, x)
     slack = FLOAT32_TOLERANCE * float(np.abs(ref).max())
-    ratio = float((np.abs(y.astype(np.float64) - ref) / (int8_bound(node, x, y) + slack)).max())
-    return (relative_error(y, ref), node.name), (ratio, node.name)
+    err = np.abs(y.astype(np.float64) - ref)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no error where the bound is 0: ok
+        ratio = np.where(err == 0, 0.0, err / (int8_bound(node, x, y) + slack))
+    return (relative_error(y, ref), node.name), (float(ratio.max()), node.name)
