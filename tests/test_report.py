@@ -251,3 +251,18 @@ def test_int8_bound_holds_for_the_true_int8_result_and_not_for_a_wrong_one():
     assert np.all(np.abs(y - ref) <= bound)
     step = np.abs(y).max() / 127
     assert np.any(np.abs(y + 2 * step - ref) > bound)
+
+
+def test_check_of_a_dead_int8_conv_passes_and_a_live_one_is_judged():
+    """A conv with all-zero weights outputs exact zeros in int8 and float: no 0/0, score 0."""
+    rng = np.random.default_rng(5)
+    g = npusim.GraphBuilder("dead", (1, 3, 6, 6))
+    dead = g.conv(g.input, np.zeros((4, 3, 3, 3)), padding=1, name="dead")
+    live = g.conv(g.input, rng.standard_normal((4, 3, 1, 1)), name="live")
+    g.conv(g.add(dead, g.relu(live)), np.ones((2, 4, 1, 1)), name="after")
+    graph = g.build()
+    x = rng.standard_normal((1, 3, 6, 6))
+    result = npusim.simulate(graph, x, ARCH, dtype="int8", keep_outputs=True)
+    outcome = check.check(graph, x, result)
+    assert outcome.passed and outcome.nodes == 3 and 0 < outcome.score <= 1
+    assert np.all(result.outputs["dead"] == 0)
