@@ -365,10 +365,10 @@ def _check(graph: Graph, x: np.ndarray, result):
 
 
 def title(result, model: str, source: str) -> str:
-    """One line naming the run: model, input, arch and dataflow parameters, dtype, mode."""
+    """Two lines naming the run: model, arch, dtype, mode, input; the dataflow's parameters."""
     arch = result.arch
-    return (f"{model} on {arch.name} ({dataflow_summary(arch, result.dataflow)}) | "
-            f"{result.dtype} | mode {result.mode} | input: {source}")
+    return (f"{model} on {arch.name} | {result.dtype} | mode {result.mode} | input: {source}\n"
+            f"{dataflow_summary(arch, result.dataflow)}")
 
 
 def _print_report(result, model: str, source: str) -> None:

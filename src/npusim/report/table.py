@@ -149,8 +149,10 @@ def totals_table(result) -> Table:
 
 
 def report(result, title: str | None = None, width: int | None = None) -> Group:
-    """The whole terminal report, to fit ``width`` columns: the layer table, then the totals."""
-    head = [Text(title, style="bold")] if title else []
+    """The whole terminal report, to fit ``width`` columns: ``title`` (its first line bold,
+    the others dim), the layer table, then the totals."""
+    lines = title.splitlines() if title else []
+    head = [Text(line, style="dim" if i else "bold") for i, line in enumerate(lines)]
     return Group(*head, layer_table(result, width), "", totals_table(result))
 
 
