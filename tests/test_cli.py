@@ -213,6 +213,7 @@ def bad_cases(tmp: Path):
         (["mtcnn-rnet", "--input", tmp / "gone.png"], r"gone\.png: no such image file"),
         (["mtcnn-pnet", "--batch", "0"], r"argument --batch: '0': must be an integer >= 1"),
         (["mtcnn-pnet", "--batch", "two"], r"argument --batch: 'two': must be an integer >= 1"),
+        (["resnet18", "--seed", "-1"], r"argument --seed: '-1': must be an integer >= 0"),
         (["mtcnn-pnet", "--density", "1.5"],
          r"argument --density: '1\.5': must be a weight density in \(0, 1\] or "
          r"'deep-compression'"),

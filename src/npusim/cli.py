@@ -42,14 +42,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
-    return value
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= {minimum}")
+        return value
+    return parse
 
 
 def _density(text: str) -> float | str:
@@ -111,8 +114,10 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="prune weights by magnitude to density D in (0, 1] per layer, or to "
                           "Han et al.'s per-layer densities")
     run.add_argument("--dtype", choices=DTYPES, default="float32")
-    run.add_argument("--batch", type=_positive_int, metavar="N", help="batch size (default 1)")
-    run.add_argument("--seed", type=int, default=0, help="seed of generated weights (default 0)")
+    run.add_argument("--batch", type=_int_at_least(1), metavar="N",
+                     help="batch size (default 1)")
+    run.add_argument("--seed", type=_int_at_least(0), default=0, metavar="S",
+                     help="seed of generated weights (default 0)")
     run.add_argument("--check", action="store_true",
                      help="compare every layer's output with PyTorch's; exit 1 above tolerance")
     run.add_argument("--json", metavar="FILE", type=Path, help="write the JSON report here")
