@@ -134,25 +134,28 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_BAD_INPUT
         return args.func(args)
-    except NpusimError as e:
-        print(f"npusim: error: {one_line(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
-    except ModuleNotFoundError as e:  # an optional extra that is not installed
-        extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
-        if extra is None:
-            raise
-        print(f"npusim: error: this needs {e.name}, which is not installed: "
-              f"pip install 'npusim[{extra}]'", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except MemoryError as e:  # numpy's message says how much it tried to allocate
-        print(f"npusim: error: out of memory: {one_line(str(e))}; try a smaller --batch or "
-              "input, or --mode estimate", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("npusim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (NpusimError, ModuleNotFoundError, MemoryError) as e:
+        print(f"npusim: error: {error_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def error_line(e: Exception) -> str:
+    """The one line shown for a bad input; a missing module that is no optional extra is a
+    bug, and is raised again."""
+    if isinstance(e, ModuleNotFoundError):
+        extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise e
+        return f"this needs {e.name}, which is not installed: pip install 'npusim[{extra}]'"
+    if isinstance(e, MemoryError):  # numpy's message says how much it tried to allocate
+        return (f"out of memory: {one_line(str(e))}; try a smaller --batch or input, "
+                "or --mode estimate")
+    return one_line(str(e))
 
 
 def one_line(message: str) -> str:
