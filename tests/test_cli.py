@@ -124,6 +124,21 @@ def test_topology_csv_runs_shape_only_with_scalesims_cycle_count(tmp_path, capsy
     assert doc["mode"] == "estimate" and doc["input"].startswith("shapes only")
 
 
+@pytest.mark.parametrize("channels, source", [(3, "chelsea"), (2, "seeded standard normal")])
+def test_imported_model_gets_a_photo_or_seeded_values(tmp_path, capsys, channels, source):
+    pytest.importorskip("torch")
+    factory = tmp_path / "net.py"
+    factory.write_text("import torch.nn as nn\n\n\ndef build():\n"
+                       f"    return nn.Sequential(nn.Conv2d({channels}, 4, 3), nn.ReLU())\n")
+    report = tmp_path / "r.json"
+    code, out, _ = main(capsys, "run", f"{factory}:build", "--input-shape",
+                        f"2,{channels},12,12", "--check", "--quiet", "--json", report)
+    assert code == 0 and out.endswith(": ok\n")
+    doc = json.loads(report.read_text())
+    assert doc["input"].startswith(source) and doc["input_shape"] == [2, channels, 12, 12]
+    assert doc["layers"][0]["dense_macs"] == 2 * 4 * 10 * 10 * channels * 3 * 3
+
+
 # ---- --check ------------------------------------------------------------------------------
 
 def test_check_float32_passes_against_torch(tmp_path, capsys):
