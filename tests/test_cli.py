@@ -346,6 +346,7 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
 # ---- progress bar -------------------------------------------------------------------------
 
 def test_progress_bar_appears_only_after_the_delay(monkeypatch):
+    monkeypatch.setattr(cli, "PROGRESS_AFTER_S", 1e9)
     bar = cli._ProgressBar(enabled=True)
     bar(0, 10, "conv1")
     assert bar.bar is None  # a fast run never shows one
