@@ -367,3 +367,21 @@ def test_readme_first_command(capsys):
     assert code == 0
     assert out.splitlines()[0].startswith("resnet18 on systolic-32x32-ws")
     assert out.strip().splitlines()[-1].endswith("(tolerance 0.0001): ok")
+
+
+def test_tune_groups_marks_a_group_size_that_fills_the_tile(capsys):
+    code, out, err = main(capsys, "tune-groups", "edgetpu_v2_like", "--size", "64",
+                          "--arch", "group-tile-32mac")
+    assert code == 0, err
+    marked = [line.split() for line in out.splitlines() if line.endswith("<- fills MACs")]
+    assert marked, out
+    for g, size, *_ in marked:  # outputs per group divide the 32 MACs, or are a multiple
+        assert 32 % int(size) == 0 or int(size) % 32 == 0, (g, size)
+
+
+def test_tune_groups_needs_a_group_tile_arch(capsys):
+    code, _, err = main(capsys, "tune-groups", "resnet18", "--arch", "systolic-32x32-ws")
+    assert code == 2
+    assert err.strip() == ("npusim: error: arch 'systolic-32x32-ws': has no [group-tile] "
+                           "section; use a group-tile preset (group-tile-32mac, "
+                           "group-tile-64mac) or add the section")

@@ -80,7 +80,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``npusim`` argument parser with its three commands."""
+    """The ``npusim`` argument parser with its commands."""
     parser = _Parser(prog="npusim", description="Run CNNs on a modelled neural processing "
                      "unit: real outputs, cycles, utilisation, SRAM/DRAM traffic, energy.")
     parser.add_argument("--version", action="version", version=f"npusim {__version__}")
@@ -90,6 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     sub.add_parser("models", help="list the built-in models").set_defaults(func=cmd_models)
     sub.add_parser("archs", help="list the built-in arch presets").set_defaults(func=cmd_archs)
+    tune = sub.add_parser("tune-groups", help="group sizes that fill a group tile's MACs, "
+                          "with latency, parameters and utilisation of every candidate")
+    tune.add_argument("model", metavar="MODEL", help="zoo name, FILE.onnx or FILE.py:factory")
+    tune.add_argument("--arch", metavar="NAME|FILE", default="group-tile-64mac",
+                      help="an arch with a [group-tile] section (default group-tile-64mac)")
+    tune.add_argument("--dtype", choices=DTYPES, default="int8")
+    tune.add_argument("--size", type=_int_at_least(1), metavar="PIXELS",
+                      help="side of the square input (default: the model's own)")
+    tune.set_defaults(func=cmd_tune_groups)
     return parser
 
 
@@ -192,6 +201,14 @@ def cmd_archs(args) -> int:
         arch = load_arch(name)
         table.add_row(name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description)
     _stdout().print(table)
+    return EXIT_OK
+
+
+def cmd_tune_groups(args) -> int:
+    """``npusim tune-groups``: print the per-layer group-size candidates on a group tile."""
+    from .tune import tune_groups_report
+
+    print(tune_groups_report(args.model, args.arch, size=args.size, dtype=args.dtype))
     return EXIT_OK
 
 
