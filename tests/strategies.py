@@ -59,3 +59,13 @@ def rel_err(a, ref) -> float:
     """max |a - ref| / max |ref| (0 when both are zero)."""
     scale = float(np.abs(ref).max()) or 1.0
     return float(np.abs(np.asarray(a, np.float64) - ref).max()) / scale
+
+
+def photo(shape) -> np.ndarray:
+    """A real photograph as N x C x H x W float32 (channels beyond RGB repeat them mirrored)."""
+    from npusim.frontends import images
+
+    n, c, h, w = shape
+    rgb = images.load_image("chelsea", (h, w))
+    channels = [rgb[i % 3] if (i // 3) % 2 == 0 else rgb[i % 3, :, ::-1] for i in range(c)]
+    return np.repeat(np.stack(channels)[None], n, axis=0).astype(np.float32)

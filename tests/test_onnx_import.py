@@ -19,28 +19,17 @@ ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from strategies import photo, rel_err  # noqa: E402
 
 from npusim import simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
-from npusim.frontends import images, load_model, zoo  # noqa: E402
+from npusim.frontends import load_model, zoo  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 
 NETS = Path(__file__).parent / "data" / "import" / "nets.py"
 HEAVY = {"vgg16", "resnet50", "alexnet"}
 FLOAT = TensorProto.FLOAT
 rng = np.random.default_rng(0)
-
-
-def photo(shape) -> np.ndarray:
-    """A real photograph as N x C x H x W float32 (channels beyond RGB repeat them mirrored)."""
-    n, c, h, w = shape
-    rgb = images.load_image("chelsea", (h, w))
-    channels = [rgb[i % 3] if (i // 3) % 2 == 0 else rgb[i % 3, :, ::-1] for i in range(c)]
-    return np.repeat(np.stack(channels)[None], n, axis=0).astype(np.float32)
-
-
-def relative_error(out, ref) -> float:
-    return float(np.abs(out - ref).max() / np.abs(ref).max())
 
 
 def onnxruntime_output(path, x) -> np.ndarray:
@@ -59,7 +48,7 @@ def check(path, x, judge=onnxruntime_output, **kwargs):
     out = simulate(graph, x).output
     ref = judge(path, x)
     assert out.shape == ref.shape
-    assert relative_error(out, ref) < 1e-4
+    assert rel_err(out, ref) < 1e-4
     return graph
 
 
@@ -322,7 +311,7 @@ def test_exported_awkward_networks(tmp_path, factory):
     path = export(module, x, tmp_path / f"{factory}.onnx")
     graph = check(path, x, judge=reference_output)
     with torch.no_grad():
-        assert relative_error(simulate(graph, x).output,
+        assert rel_err(simulate(graph, x).output,
                               module(torch.from_numpy(x)).numpy()) < 1e-4
 
 

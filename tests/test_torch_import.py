@@ -13,11 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
+from strategies import photo, rel_err  # noqa: E402
 from torch import nn  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
-from npusim.frontends import images, load_model, zoo  # noqa: E402
+from npusim.frontends import load_model, zoo  # noqa: E402
 from npusim.frontends.torch_import import from_factory, from_torch  # noqa: E402
 
 NETS = Path(__file__).parent / "data" / "import" / "nets.py"
@@ -31,18 +32,6 @@ def load_nets():
     return module
 
 
-def photo(shape) -> np.ndarray:
-    """A real photograph as N x C x H x W float32 (channels beyond RGB repeat them mirrored)."""
-    n, c, h, w = shape
-    rgb = images.load_image("chelsea", (h, w))
-    channels = [rgb[i % 3] if (i // 3) % 2 == 0 else rgb[i % 3, :, ::-1] for i in range(c)]
-    return np.repeat(np.stack(channels)[None], n, axis=0).astype(np.float32)
-
-
-def relative_error(out, ref) -> float:
-    return float(np.abs(out - ref).max() / np.abs(ref).max())
-
-
 def torch_output(module, x) -> np.ndarray:
     with torch.no_grad():
         return module.eval()(torch.from_numpy(x)).numpy()
@@ -54,7 +43,7 @@ def check(module, x, graph=None):
     out = simulate(graph, x).output
     ref = torch_output(module, x)
     assert out.shape == ref.shape
-    assert relative_error(out, ref) < 1e-4
+    assert rel_err(out, ref) < 1e-4
     return graph
 
 

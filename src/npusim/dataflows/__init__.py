@@ -4,11 +4,8 @@
 loader dispatch only through it.
 """
 
+# each module registers its dataflow when imported
+from . import dilated_grid, group_tile, input_reuse, sparse_pairs, systolic  # noqa: F401
 from .base import REGISTRY, Dataflow, get, names, register
-from . import systolic  # noqa: F401  (registers itself)
-from . import input_reuse  # noqa: F401  (registers itself)
-from . import sparse_pairs  # noqa: F401  (registers itself)
-from . import dilated_grid  # noqa: F401  (registers itself)
-from . import group_tile  # noqa: F401  (registers itself)
 
 __all__ = ["REGISTRY", "Dataflow", "get", "names", "register"]

@@ -42,7 +42,8 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node, fold_batchnorm
+from ..ir import Graph, Node
+from .lowering import Lowering
 
 WEIGHT_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
 
@@ -684,16 +685,8 @@ def _names(model) -> list[str]:
     return names
 
 
-@dataclass
-class _Build:
-    nodes: list
-    expected: dict
-    unsupported: list
-    problems: list
-
-
-def _convert(model, m: _Model, input_name: str) -> tuple[_Build, dict]:
-    build, ir_of = _Build([], {}, [], []), {input_name: "input"}
+def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
+    build, ir_of = Lowering(), {input_name: "input"}
     needed, names = _needed(model, model.graph.output[0].name), _names(model)
     for i, proto in enumerate(model.graph.node):
         if i not in needed or not m.depends.intersection(proto.output):
@@ -745,32 +738,6 @@ def _check_extra_outputs(proto, model, needed: set) -> None:
         raise _Refusal(f"its extra outputs {extra} are used; the IR computes output 0 only")
 
 
-def _fail(path: Path, build: _Build) -> ModelError:
-    parts = []
-    if build.unsupported:
-        parts.append("unsupported ops: " + ", ".join(build.unsupported))
-    if build.problems:
-        parts.append("unsupported parameters: " + "; ".join(build.problems))
-    return ModelError(f"{path}: cannot import: {'; '.join(parts)}. Supported: "
-                      f"{', '.join(supported_ops())}")
-
-
-def _assemble(build: _Build, out: str, input_shape, path: Path) -> Graph:
-    nodes = build.nodes
-    if out == "input":
-        nodes = nodes + [Node("output", ops.Identity(), ("input",))]
-        out = "output"
-    try:
-        graph = Graph(nodes, input_shape, path.stem, output_name=out)
-    except LayerError as e:
-        raise ModelError(f"{path}: {e}") from e
-    for node, shape in build.expected.items():
-        if graph.shapes[node] != shape:
-            raise ModelError(f"{path}: node {node!r}: the IR computes shape {graph.shapes[node]} "
-                             f"where onnx infers {shape}")
-    return fold_batchnorm(graph)
-
-
 def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Graph:
     """The ``Graph`` of an ONNX file, weights as float32, batch norm folded.
 
@@ -790,8 +757,8 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Gra
     m.shapes = _shapes(_infer(skeleton, path))
     build, ir_of = _convert(model, m, value_info.name)
     if build.unsupported or build.problems:
-        raise _fail(path, build)
+        raise build.refusal(str(path), supported_ops())
     out = model.graph.output[0].name
     if out not in ir_of or out in m.pending:
         raise ModelError(f"{path}: output {out!r} is not computed from input {value_info.name!r}")
-    return _assemble(build, ir_of[out], shape, path)
+    return build.graph(shape, ir_of[out], str(path), "onnx infers", name=path.stem)

@@ -35,8 +35,9 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node, _padding4, _pair, fold_batchnorm
+from ..ir import Graph, Node, _padding4, _pair
 from ..simulate import same_padding
+from .lowering import Lowering
 
 try:
     import torch
@@ -506,18 +507,8 @@ def _kind_and_converter(gm, n):
 # ---- graph building ---------------------------------------------------------------------
 
 
-@dataclass
-class _Build:
-    """The IR nodes made so far, the shapes PyTorch gave them, and what could not be mapped."""
-
-    nodes: list
-    expected: dict
-    unsupported: list
-    problems: list
-
-
-def _convert(gm, info: dict) -> _Build:
-    build = _Build([], {}, [], [])
+def _convert(gm, info: dict) -> Lowering:
+    build = Lowering()
     for n in gm.graph.nodes:
         if not _needs_op(n, info):
             continue
@@ -562,32 +553,6 @@ def _output(gm, info: dict, name: str) -> _Ref:
     return ref
 
 
-def _fail(name: str, build: _Build) -> ModelError:
-    parts = []
-    if build.unsupported:
-        parts.append("unsupported ops: " + ", ".join(build.unsupported))
-    if build.problems:
-        parts.append("unsupported parameters: " + "; ".join(build.problems))
-    return ModelError(f"{name}: cannot import: {'; '.join(parts)}. Supported: "
-                      f"{', '.join(supported_ops())}")
-
-
-def _assemble(build: _Build, input_shape, out: _Ref, name: str) -> Graph:
-    nodes = build.nodes
-    if out.name == "input":
-        nodes = nodes + [Node("output", ops.Identity(), ("input",))]
-    try:
-        graph = Graph(nodes, input_shape, name, output_name=nodes[-1].name
-                      if out.name == "input" else out.name)
-    except LayerError as e:
-        raise ModelError(f"{name}: {e}") from e
-    for node, shape in build.expected.items():
-        if graph.shapes[node] != shape:
-            raise ModelError(f"{name}: node {node!r}: the IR computes shape {graph.shapes[node]} "
-                             f"where PyTorch gives {shape}")
-    return fold_batchnorm(graph)
-
-
 def _example(example_input, name: str):
     x = torch.as_tensor(np.asarray(example_input) if not isinstance(example_input, torch.Tensor)
                         else example_input).to(torch.float32)
@@ -615,8 +580,8 @@ def from_torch(module, example_input, *, name: str | None = None) -> Graph:
         info = _record(gm, x, name)
         build = _convert(gm, info)
         if build.unsupported or build.problems:
-            raise _fail(name, build)
-        return _assemble(build, tuple(x.shape), _output(gm, info, name), name)
+            raise build.refusal(name, supported_ops())
+        return build.graph(tuple(x.shape), _output(gm, info, name).name, name, "PyTorch gives")
     finally:
         module.train(was_training)
 
