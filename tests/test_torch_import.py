@@ -220,8 +220,6 @@ def refusal_cases():
         (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect")), x4, r"mode='reflect'"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,
          r"mode='bicubic': the IR resamples 'nearest' or 'bilinear'"),
-        (Lambda(lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear")), x4,
-         r"samples this size and scale differently"),
         (Lambda(lambda x: torch.softmax(x, 0)), x4, r"softmax over the batch axis"),
         (Lambda(lambda x: torch.add(x, x, alpha=2)), x4, r"alpha=2: only a plain sum"),
         (Lambda(lambda x: x + torch.ones(1, 1, 9, 1)), x4, r"only a scalar or one value per "
@@ -229,6 +227,16 @@ def refusal_cases():
         (nn.Sequential(nn.BatchNorm2d(3, track_running_stats=False)), x4,
          r"normalises by batch statistics"),
     ]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+@pytest.mark.parametrize("scale, recompute", [(1.7, None), ((2.5, 0.6), None), (1.7, True)])
+def test_fractional_interpolate_scales_import_and_agree(mode, scale, recompute):
+    module = Lambda(lambda x: F.interpolate(x, scale_factor=scale, mode=mode,
+                                            recompute_scale_factor=recompute))
+    x = photo((1, 3, 9, 11))
+    graph = from_torch(module, x)
+    assert rel_err(simulate(graph, x).output, torch_output(module, x)) < 1e-5
 
 
 @pytest.mark.parametrize("module, x, message", refusal_cases(), ids=lambda v: "")

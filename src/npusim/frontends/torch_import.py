@@ -281,7 +281,9 @@ def _interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_c
     if mode not in ("nearest", "bilinear") or antialias:
         raise _Refusal(f"mode={mode!r}{', antialias' if antialias else ''}: the IR resamples "
                        "'nearest' or 'bilinear' (no antialias)")
-    if p % h == 0 and q % w == 0:
+    if scale_factor is not None and not recompute_scale_factor:
+        op = ops.Upsample(scale_factor, mode, bool(align_corners))  # samples at 1/scale
+    elif p % h == 0 and q % w == 0:
         op = ops.Upsample((p // h, q // w), mode, bool(align_corners))
     else:
         op = ops.Upsample(1, mode, bool(align_corners), (p, q))
@@ -295,9 +297,9 @@ def _check_resampling(op: ops.Upsample, hw, torch_fn) -> None:
     x = np.random.default_rng(0).standard_normal((1, 1, *hw)).astype(np.float32)
     want = torch_fn(torch.from_numpy(x)).numpy()
     if not np.allclose(op(x), want, rtol=0, atol=1e-5):
-        raise _Refusal("the IR's Upsample (nearest: floor(dst * in/out); bilinear: half-pixel or "
-                       "align_corners) samples this size and scale differently; give an integer "
-                       "scale_factor or size=")
+        raise _Refusal("the IR's Upsample (nearest: floor(dst * step); bilinear: half-pixel or "
+                       "align_corners; step = 1/scale, or in/out for a size) samples this size "
+                       "and scale differently")
 
 
 def _softmax(c, input, dim=None, _stacklevel=3, dtype=None):
