@@ -7,7 +7,8 @@ layer by layer (tests/test_systolic.py, data in tests/data/scalesim/); the cycle
 emulator in ``npusim.emulate.systolic`` is the living definition of the machine.
 
 A conv is lowered to one GEMM per group: M = N*P*Q output pixels, Kr = Cg*R*S
-reduction, F = K/groups filters. Each stationarity lays two of them on the array's
+reduction (ordered tap-major, channel-fastest, as SCALE-Sim's NHWC addresses),
+F = K/groups filters. Each stationarity lays two of them on the array's
 rows and columns (a fold is one array-sized tile of them) and streams the third:
 
     OS: rows <- M,  cols <- F,  stream Kr    fold = Kr + rows + cols - 2

@@ -1,0 +1,157 @@
+"""The systolic baseline against SCALE-Sim 3.0.0's own per-layer numbers (ResNet-18, 32x32,
+OS/WS/IS; data and regeneration command in tests/data/scalesim/, tools/scalesim_regen.sh),
+and its outputs against the float64 reference and torch on random layers."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import conv_layers, rel_err, tensors, torch_conv
+
+import npusim
+from npusim import reference
+from npusim.arch import load_arch
+from npusim.dataflows.systolic import Systolic, gemm_mapping, used_input_pixels
+from npusim.frontends.topology import read_topology
+from npusim.ir import ConvLayer
+from npusim.simulate import simulate_shapes
+
+DATA = Path(__file__).parent / "data" / "scalesim"
+STATIONARY = ("os", "ws", "is")
+
+
+def report(stationary: str, name: str) -> list[dict[str, float]]:
+    """One of SCALE-Sim's report CSVs as rows of {column: number}."""
+    with open(DATA / f"resnet18_32x32_{stationary}" / name, newline="") as f:
+        rows = list(csv.reader(f))
+    header = [h.strip() for h in rows[0]]
+    return [{h: float(v) for h, v in zip(header, row, strict=True) if h} for row in rows[1:] if row]
+
+
+def resnet18(stationary: str):
+    """(ResNet-18 topology rows, npusim stats of them) on the 32x32 preset, int8 (1-byte
+    words, as SCALE-Sim's word_size = 1)."""
+    layers = read_topology(DATA / "Resnet18.csv")
+    res = simulate_shapes(layers, f"systolic-32x32-{stationary}", dtype="int8")
+    return layers, res.layers
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+def test_compute_report_equals_scalesim_layer_by_layer(stationary):
+    theirs = report(stationary, "COMPUTE_REPORT.csv")
+    _, ours = resnet18(stationary)
+    assert len(theirs) == len(ours) == 21
+    for t, s in zip(theirs, ours, strict=True):
+        assert t["Stall Cycles"] == 0                  # the stall-free count is compared
+        assert s.cycles == t["Total Cycles"], s.name
+        assert 100 * s.utilisation == pytest.approx(t["Overall Util %"], rel=1e-12), s.name
+        assert 100 * s.mapping_efficiency == pytest.approx(t["Mapping Efficiency %"],
+                                                           rel=1e-12), s.name
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+def test_sram_accesses_equal_scalesim(stationary):
+    """SRAM reads per operand and ofmap writes, in words; SCALE-Sim's OS ofmap count adds
+    rows + cols per fold (the padded fold's edges, not writes)."""
+    theirs = report(stationary, "DETAILED_ACCESS_REPORT.csv")
+    layers, ours = resnet18(stationary)
+    p = load_arch(f"systolic-32x32-{stationary}").params("systolic")
+    for t, s, layer in zip(theirs, ours, layers, strict=True):
+        assert s.sram_ifmap_bytes == t["SRAM IFMAP Reads"], s.name
+        assert s.sram_filter_bytes == t["SRAM Filter Reads"], s.name
+        edges = gemm_mapping(layer, p).folds * (p.rows + p.cols) if stationary == "os" else 0
+        assert s.sram_ofmap_bytes + edges == t["SRAM OFMAP Writes"], s.name
+
+
+# SCALE-Sim's read buffer holds 100 sets of floor(64 KiB / 100) addresses, half of them active
+SCALESIM_ACTIVE_WORDS = 50 * (64 * 1024 // 100)
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+def test_dram_reads_where_the_models_match(stationary):
+    """An operand that fits SCALE-Sim's active buffer crosses DRAM once: its used words."""
+    theirs = report(stationary, "DETAILED_ACCESS_REPORT.csv")
+    layers, ours = resnet18(stationary)
+    checked = 0
+    for t, s, layer in zip(theirs, ours, layers, strict=True):
+        ifmap = layer.C * used_input_pixels(layer)
+        filt = layer.K * layer.Cg * layer.R * layer.S
+        if ifmap <= SCALESIM_ACTIVE_WORDS:
+            assert s.dram_ifmap_bytes == ifmap == t["DRAM IFMAP Reads"], s.name
+            checked += 1
+        if filt <= SCALESIM_ACTIVE_WORDS:
+            assert s.dram_filter_bytes == filt == t["DRAM Filter Reads"], s.name
+            checked += 1
+    assert checked == 8  # Conv1, Conv3_s filters; Conv4_s, Conv5_* and FC ifmaps
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+def test_dram_totals_within_a_quarter_of_scalesim(stationary):
+    """Where the models differ (operands refetched), npusim's pass counts and SCALE-Sim's
+    trace-driven buffer agree on the network's DRAM reads to within 25 %."""
+    theirs = report(stationary, "DETAILED_ACCESS_REPORT.csv")
+    _, ours = resnet18(stationary)
+    for ours_field, their_field in (("dram_ifmap_bytes", "DRAM IFMAP Reads"),
+                                    ("dram_filter_bytes", "DRAM Filter Reads")):
+        a = sum(getattr(s, ours_field) for s in ours)
+        b = sum(t[their_field] for t in theirs)
+        assert 0.75 < a / b < 1.25, (their_field, a, b)
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+def test_ofmap_dram_writes(stationary):
+    """SCALE-Sim drains every ofmap SRAM write to DRAM (WS/IS: each reduction fold's partial
+    sums), plus at most one write line of padding; npusim writes each output once."""
+    theirs = report(stationary, "DETAILED_ACCESS_REPORT.csv")
+    layers, ours = resnet18(stationary)
+    p = load_arch(f"systolic-32x32-{stationary}").params("systolic")
+    for t, s, layer in zip(theirs, ours, layers, strict=True):
+        m = gemm_mapping(layer, p)
+        passes = 1 if stationary == "os" else m.row_folds
+        assert 0 <= t["DRAM OFMAP Writes"] - s.dram_ofmap_bytes * passes < p.cols, s.name
+
+
+def test_stats_are_additive_and_scale_with_dtype():
+    layers = read_topology(DATA / "Resnet18.csv")
+    f32 = simulate_shapes(layers, "systolic-32x32-ws")
+    i8 = simulate_shapes(layers, "systolic-32x32-ws", dtype="int8")
+    assert f32.output is None and f32.total.cycles == sum(s.cycles for s in f32.layers)
+    assert f32.total.mapped_pe_cycles == pytest.approx(sum(s.mapped_pe_cycles
+                                                           for s in f32.layers))
+    assert [s.cycles for s in f32.layers] == [s.cycles for s in i8.layers]
+    assert f32.total.sram_bytes == 4 * i8.total.sram_bytes
+
+
+def test_simulate_shapes_rejects_a_bad_dtype():
+    with pytest.raises(npusim.NpusimError, match=r"dtype='int4': must be one of float32, int8"):
+        simulate_shapes([ConvLayer(1, 3, 8, 8, 4, 3, 3)], dtype="int4")
+
+
+def test_groups_fold_per_group():
+    """A grouped conv costs its groups' GEMMs one after another."""
+    arch = load_arch("systolic-32x32-os")
+    dw = ConvLayer(1, 64, 14, 14, 64, 3, 3, padding=1, groups=64)
+    one = ConvLayer(1, 1, 14, 14, 1, 3, 3, padding=1)
+    s_dw, s_one = Systolic().stats(dw, arch), Systolic().stats(one, arch)
+    assert s_dw.cycles + 1 == 64 * (s_one.cycles + 1)
+    assert s_dw.extra["folds"] == 64 * s_one.extra["folds"]
+
+
+@given(conv_layers(max_hw=11, max_c=8, max_k=8, max_n=3), st.sampled_from(["float32", "int8"]),
+       st.integers(0, 99))
+def test_conv2d_systolic_equals_reference_and_torch(layer, dtype, seed):
+    x, w, b = tensors(layer, seed, dtype)
+    out, stats = npusim.conv2d(x, w, b, layer.stride, layer.padding, layer.dilation,
+                               layer.groups, dataflow="systolic", dtype=dtype)
+    ref = reference.conv2d(x, w, b, layer)
+    tref = torch_conv(layer, x, w, b)
+    assert out.shape == layer.output_shape
+    if dtype == "int8":
+        assert out.dtype == np.int32
+        assert np.array_equal(out, ref) and np.array_equal(out, tref)
+    else:
+        assert rel_err(out, ref) < 1e-5 and rel_err(out, tref) < 1e-5
+    assert stats.macs == layer.macs and stats.cycles > 0
