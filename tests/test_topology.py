@@ -62,6 +62,12 @@ def test_every_shared_topology_parses():
         assert layers and all(layer.macs > 0 for layer in layers), f.name
 
 
+def test_dense_sparsity_ratio_is_accepted(tmp_path):
+    f = tmp_path / "s.csv"
+    f.write_text("Layer name, H, W, R, S, C, K, S, Sparsity,\nConv1, 9, 9, 3, 3, 4, 8, 1, 4:4,\n")
+    assert read_topology(f)[0].K == 8
+
+
 def test_depthwise_mark_dp_reads_as_groups_and_writes_back(tmp_path):
     src = tmp_path / "dw.csv"
     src.write_text("Layer name, H, W, R, S, C, K, S,\nConv_DP1, 9, 9, 3, 3, 8, 2, 1,\n")
@@ -129,6 +135,7 @@ def test_load_model_csv_gives_shapes_with_batch(tmp_path):
     ("Conv1, 224, 224, 7, 7, 3,", r"line 2 \(Conv1\): needs 8 fields"),
     (", 224, 224, 7, 7, 3, 64, 2,", r"line 2 \(unnamed\): field 'Layer name' is empty"),
     ("Conv1, 5, 5, 7, 7, 3, 64, 1,", r"line 2 \(Conv1\): filter 7x7 is larger than the IFMAP"),
+    ("Conv1, 9, 9, 3, 3, 4, 8, 1, 2:4,", r"line 2 \(Conv1\): field 'Sparsity'='2:4'"),
     ("Conv_DP, 9, 9, 3, 3, 0, 1, 1,", r"line 2 \(Conv_DP\): field 'Channels'='0'"),
 ])
 def test_bad_rows_name_file_line_and_field(tmp_path, row, match):

@@ -10,7 +10,8 @@ rows/columns of zero padding at the bottom/right (under one stride), so its
 
 Accepted variants: a UTF-8 byte-order mark, tab-separated files, blank lines, rows
 with every field empty, padded fields, a ``#comment`` after the last comma, and extra
-columns after the stride (ignored). A name containing ``DP`` is SCALE-Sim's depthwise
+columns after the stride (ignored, except SCALE-Sim's ``N:M`` sparsity ratio in the
+ninth, which must be dense). A name containing ``DP`` is SCALE-Sim's depthwise
 mark: its ``num filters`` are per channel, so the layer is read as ``groups = channels``.
 
 ``write_topology`` writes the same format: for each conv an IFMAP size that SCALE-Sim
@@ -71,6 +72,7 @@ def _row_layer(fields: list[str], path: Path, line: int) -> ConvLayer:
         raise ModelError(f"{where}: needs 8 fields (name, {', '.join(FIELDS)}), "
                          f"got {len([f for f in fields if f])}")
     h, w, r, s, c, k, stride = (_int(v, f, where) for v, f in zip(fields[1:8], FIELDS, strict=True))
+    _check_dense(fields[8:9], where)
     if r > h or s > w:
         raise ModelError(f"{where}: filter {r}x{s} is larger than the IFMAP {h}x{w}")
     groups = c if "DP" in name else 1
@@ -79,6 +81,16 @@ def _row_layer(fields: list[str], path: Path, line: int) -> ConvLayer:
         return ConvLayer(1, c, h, w, k * groups, r, s, stride, pad, 1, groups, False, name)
     except LayerError as e:
         raise ModelError(f"{where}: {e}") from None
+
+
+def _check_dense(ninth: list[str], where: str) -> None:
+    """SCALE-Sim reads a ninth field 'N:M' as a structured-sparsity ratio; only 1:1
+    (dense) has the same meaning in a shape-only dense run."""
+    if ninth and ":" in ninth[0]:
+        n, _, m = ninth[0].partition(":")
+        if n.strip() != m.strip():
+            raise ModelError(f"{where}: field 'Sparsity'={ninth[0]!r}: an N:M sparsity ratio; "
+                             f"topology runs are dense, so only equal N and M are accepted")
 
 
 def _int(value: str, field: str, where: str) -> int:
