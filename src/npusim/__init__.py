@@ -7,14 +7,15 @@ the hardware would spend (cycles, utilisation, SRAM and DRAM bytes, energy).
 from .arch import Arch, load_arch, presets
 from .errors import ConfigError, InputError, LayerError, ModelError, NpusimError
 from .ir import ConvLayer, Graph, GraphBuilder
-from .simulate import SimResult, conv2d, simulate
+from .simulate import SimResult, conv2d, simulate, simulate_shapes
 from .stats import LayerStats
 
 __version__ = "0.1.0"
 
 __all__ = ["Arch", "ConfigError", "ConvLayer", "Graph", "GraphBuilder", "InputError",
            "LayerError", "LayerStats", "ModelError", "NpusimError", "SimResult", "conv2d",
-           "from_factory", "from_onnx", "from_torch", "load_arch", "presets", "simulate"]
+           "from_factory", "from_onnx", "from_torch", "load_arch", "presets", "simulate",
+           "simulate_shapes"]
 
 _IMPORTERS = {"from_torch": "torch_import", "from_factory": "torch_import",
               "from_onnx": "onnx_import"}
