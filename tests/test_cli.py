@@ -385,3 +385,27 @@ def test_tune_groups_needs_a_group_tile_arch(capsys):
     assert err.strip() == ("npusim: error: arch 'systolic-32x32-ws': has no [group-tile] "
                            "section; use a group-tile preset (group-tile-32mac, "
                            "group-tile-64mac) or add the section")
+
+
+def test_export_topology_round_trips_the_systolic_cycles(tmp_path, capsys):
+    out = tmp_path / "r18.csv"
+    code, text, err = main(capsys, "export-topology", *SMALL, out)
+    assert code == 0, err
+    assert text.strip() == f"wrote 21 conv layers of resnet18 to {out}"
+    graph = zoo.build("resnet18", size=32)
+    direct = npusim.simulate(graph, zoo.input_for("resnet18", size=32)).conv_layers
+    from_csv = npusim.simulate_shapes(npusim.frontends.topology.read_topology(out))
+    assert [s.cycles for s in from_csv.layers] == [s.cycles for s in direct]
+    assert [s.dense_macs for s in from_csv.layers] == [s.dense_macs for s in direct]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dilated-segnet", "seg.csv"], "ctx_r2: cannot be written as a SCALE-Sim topology row: "
+                                    r"dilation=\(2, 2\)"),
+    (["resnet18", "r18.txt"], r"r18.txt: the topology file must end in .csv"),
+    (["resnet18", "missing/r18.csv"], r"missing/r18.csv: folder .*missing does not exist"),
+])
+def test_export_topology_refusals_write_nothing(tmp_path, capsys, argv, message):
+    code, _, err = main(capsys, "export-topology", argv[0], tmp_path / argv[1])
+    assert code == 2 and re.search(message, err), err
+    assert list(tmp_path.iterdir()) == []

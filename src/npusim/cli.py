@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--size", type=_int_at_least(1), metavar="PIXELS",
                       help="side of the square input (default: the model's own)")
     tune.set_defaults(func=cmd_tune_groups)
+    export = sub.add_parser("export-topology", help="write a network's convs as a SCALE-Sim "
+                            "topology CSV, to run the same network in SCALE-Sim")
+    export.add_argument("model", metavar="MODEL", help="zoo name, FILE.onnx or FILE.py:factory")
+    export.add_argument("out", metavar="OUT.csv", type=Path, help="the CSV to write")
+    export.add_argument("--input-shape", metavar="N,C,H,W", type=_shape,
+                        help="input shape of an imported model (batch must be 1)")
+    export.set_defaults(func=cmd_export_topology)
     return parser
 
 
@@ -209,6 +216,22 @@ def cmd_tune_groups(args) -> int:
     from .tune import tune_groups_report
 
     print(tune_groups_report(args.model, args.arch, size=args.size, dtype=args.dtype))
+    return EXIT_OK
+
+
+def cmd_export_topology(args) -> int:
+    """``npusim export-topology``: the model's conv layers as SCALE-Sim CSV rows."""
+    from .frontends import load_model
+    from .frontends.topology import write_topology
+
+    if args.out.suffix != ".csv":
+        raise UsageError(f"{args.out}: the topology file must end in .csv")
+    if not args.out.parent.is_dir():
+        raise UsageError(f"{args.out}: folder {args.out.parent} does not exist")
+    model = load_model(args.model, input_shape=args.input_shape)
+    write_topology(model, args.out)
+    count = len(model) if isinstance(model, list) else len(model.conv_nodes)
+    print(f"wrote {count} conv layers of {args.model} to {args.out}")
     return EXIT_OK
 
 
