@@ -175,7 +175,7 @@ def same_padding(kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[in
     return tuple(out)  # type: ignore[return-value]
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
            dataflow: str = "systolic", arch: Arch | str | None = None,
            dtype: str = "float32", emulate: bool = False) -> tuple[np.ndarray, LayerStats]:
     """One convolution on one dataflow, with torch's argument conventions.
