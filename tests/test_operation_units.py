@@ -35,14 +35,16 @@ def test_job_times_with_and_without_stealing(jobs):
     np.testing.assert_array_equal(ou.job_times(c, True), [-(-sum(j) // 3) for j in jobs])
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), min_size=1, max_size=30))
-def test_job_ends_run_each_units_jobs_back_to_back(jobs):
-    unit, times = np.array(jobs, np.int64).T
-    clock, expected = {}, []
-    for u, t in jobs:
-        clock[u] = clock.get(u, 0) + t
-        expected.append(clock[u])
-    np.testing.assert_array_equal(ou.job_ends(unit, times), expected)
+@given(st.lists(st.integers(0, 9), max_size=30), st.integers(1, 5))
+def test_job_ends_run_each_units_jobs_back_to_back(times, units):
+    clock, expected = [0] * units, []
+    for j, t in enumerate(times):
+        clock[j % units] += t
+        expected.append(clock[j % units])
+    ends, busy = ou.job_ends(np.array(times, np.int64), units)
+    np.testing.assert_array_equal(ends, expected)
+    np.testing.assert_array_equal(busy, clock)
+    assert ends.dtype == busy.dtype == np.int64
 
 
 def test_chain_routes_to_the_kernels_owner_counting_hops():

@@ -72,12 +72,19 @@ def grouped_cumsum(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return total - before
 
 
-def job_ends(unit: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """End cycle of every job: each unit runs its jobs back to back in global order."""
-    order = np.argsort(unit, kind="stable")
-    ends = np.empty_like(times)
-    ends[order] = grouped_cumsum(times[order], unit[order])
-    return ends
+def job_ends(times: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray]:
+    """(end cycle of every job, busy cycles of every unit): job ``j`` runs on unit
+    ``j mod units``, each unit's jobs back to back in global order.
+
+    The jobs laid out as rows of ``units`` are each unit's queue down a column, so
+    one running sum down the columns gives every end, without sorting by unit.
+    """
+    rows = -(-times.size // units)
+    grid = np.zeros(rows * units, times.dtype)
+    grid[:times.size] = times
+    ends = np.cumsum(grid.reshape(rows, units), axis=0)
+    busy = ends[-1] if rows else np.zeros(units, times.dtype)
+    return ends.ravel()[:times.size], busy
 
 
 def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray) -> tuple[int, int]:
@@ -113,11 +120,10 @@ def schedule(slot_cycles: np.ndarray, t: Transfers, *, units: int, stealing: boo
     """Time the jobs (J x P weight cycles, in global order) and their transfers."""
     unit = np.arange(slot_cycles.shape[0]) % units
     times = job_times(slot_cycles, stealing)
-    ends = job_ends(unit, times)
+    ends, busy = job_ends(times, units)
     server, duration, hops = route(t, unit, interconnect, units, output_units, width)
     moving = duration > 0
     last, wait = fifo(server[moving], ends[t.job][moving], duration[moving])
-    busy = np.bincount(unit, weights=times, minlength=units).astype(np.int64)
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
                     pu_busy=int(slot_cycles.sum()), transfers=int(moving.sum()),
                     transfer_cycles=int(duration.sum()), contention=wait, hops=int(hops.sum()))
