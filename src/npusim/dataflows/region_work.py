@@ -92,6 +92,8 @@ def channel_groups(wp: np.ndarray, depth: int) -> np.ndarray:
     """``wp`` (G x Kg x Cg x taps) with channels in groups of ``depth``: any non-zero per group,
     G x Kg x ceil(Cg / depth) x taps."""
     g, kg, cg, taps = wp.shape
+    if depth == 1:
+        return wp
     groups = math.ceil(cg / depth)
     padded = np.zeros((g, kg, groups * depth, taps), bool)
     padded[:, :, :cg] = wp
@@ -107,9 +109,9 @@ def kernel_sets(per_kernel: np.ndarray, pus: int) -> np.ndarray:
     """N x G x Kg x T x ... -> N x T x (G * sets) x P x ... (zero-padded kernel slots)."""
     n, g, kg = per_kernel.shape[:3]
     sets = math.ceil(kg / pus)
-    pad = [(0, 0)] * per_kernel.ndim
-    pad[2] = (0, sets * pus - kg)
-    x = np.pad(per_kernel, pad).reshape(n, g, sets, pus, *per_kernel.shape[3:])
+    x = np.zeros((n, g, sets * pus, *per_kernel.shape[3:]), per_kernel.dtype)
+    x[:, :, :kg] = per_kernel
+    x = x.reshape(n, g, sets, pus, *per_kernel.shape[3:])
     x = np.moveaxis(x, 4, 1)
     return x.reshape(n, x.shape[1], g * sets, pus, *per_kernel.shape[4:])
 
