@@ -43,7 +43,9 @@ import numpy as np
 from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph, Node
+from . import onnx_file
 from .lowering import Lowering
+from .onnx_file import SMALL_CONSTANT
 
 WEIGHT_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
 
@@ -487,130 +489,6 @@ def supported_ops() -> list[str]:
     return sorted(_CONVERTERS)
 
 
-# ---- reading, checking, shape inference -------------------------------------------------
-
-
-def _load(path: Path):
-    try:
-        import onnx
-        from google.protobuf.message import DecodeError
-    except ImportError as e:  # onnx is an optional extra
-        raise ModelError(f"{path}: reading ONNX needs the onnx package: "
-                         "pip install 'npusim[onnx]'") from e
-
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ModelError(f"{path}: cannot read: {e.strerror}") from None
-    if not data:
-        raise ModelError(f"{path}: empty file, not an ONNX model")
-    try:
-        model = onnx.load_from_string(data)
-    except DecodeError:
-        what = "truncated or corrupt ONNX file" if data[:1] == b"\x08" else "not an ONNX model"
-        raise ModelError(f"{path}: {what}: it does not parse as an ONNX ModelProto") from None
-    if model.ir_version == 0 or not model.HasField("graph"):
-        raise ModelError(f"{path}: not an ONNX model (no IR version or graph)")
-    _load_external(model, path)
-    return model
-
-
-def _skeleton(model):
-    """The model with its large initialisers turned into typed graph inputs: all that the
-    checker and shape inference read, without serialising every weight (seconds for VGG)."""
-    from onnx import helper
-
-    g = model.graph
-    inputs = {i.name for i in g.input}
-    big = [t for t in g.initializer if math.prod(t.dims) > SMALL_CONSTANT]
-    graph = helper.make_graph(
-        list(g.node), g.name,
-        [*g.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                     for t in big if t.name not in inputs)],
-        list(g.output), [t for t in g.initializer if math.prod(t.dims) <= SMALL_CONSTANT],
-        value_info=list(g.value_info))
-    return helper.make_model(graph, opset_imports=list(model.opset_import),
-                             ir_version=model.ir_version, functions=list(model.functions))
-
-
-def _check(skeleton, path: Path) -> None:
-    import onnx
-
-    try:
-        onnx.checker.check_model(skeleton)
-    except onnx.checker.ValidationError as e:
-        raise ModelError(f"{path}: invalid ONNX model: {str(e).strip().splitlines()[0]}") from None
-
-
-def _load_external(model, path: Path) -> None:
-    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-
-    if any(uses_external_data(t) for t in model.graph.initializer):
-        try:
-            load_external_data_for_model(model, str(path.parent))
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{path}: cannot read its external weight data: {e}") from None
-
-
-def _graph_input(model, path: Path):
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits]
-    if len(inputs) != 1 or len(model.graph.output) != 1:
-        outputs = [o.name for o in model.graph.output]
-        raise ModelError(f"{path}: the graph has inputs {[i.name for i in inputs]} and outputs "
-                         f"{outputs}; npusim networks have one of each")
-    tensor = inputs[0].type.tensor_type
-    if tensor.elem_type not in (1, 10, 11):  # FLOAT, FLOAT16, DOUBLE
-        raise ModelError(f"{path}: input {inputs[0].name!r} has element type {tensor.elem_type} "
-                         "(onnx.TensorProto); npusim feeds float tensors")
-    return inputs[0]
-
-
-def _dims(value_info) -> tuple | None:
-    t = value_info.type.tensor_type
-    if not t.HasField("shape"):
-        return None
-    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                 for d in t.shape.dim)
-
-
-def _set_input_shape(value_info, input_shape, path: Path) -> tuple[int, ...]:
-    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it."""
-    dims = _dims(value_info) or ()
-    name = value_info.name
-    if input_shape is None:
-        if not dims or None in dims:
-            shown = "x".join("?" if d is None else str(d) for d in dims) or "unknown"
-            raise ModelError(f"{path}: input {name!r} has a dynamic shape ({shown}); pass "
-                             "input_shape (--input-shape N,C,H,W) to fix it")
-        return dims
-    shape = tuple(int(d) for d in input_shape)
-    if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
-            d is not None and d != s for d, s in zip(dims, shape, strict=False)):
-        raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
-                         f"{tuple('?' if d is None else d for d in dims)}")
-    t = value_info.type.tensor_type
-    t.shape.ClearField("dim")
-    for s in shape:
-        t.shape.dim.add().dim_value = s
-    return shape
-
-
-def _infer(model, path: Path):
-    import onnx
-
-    try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                 data_prop=True)
-    except Exception as e:  # onnx raises InferenceError and, for bad graphs, RuntimeError
-        raise ModelError(f"{path}: onnx shape inference failed: "
-                         f"{str(e).strip().splitlines()[0]}") from None
-
-
-def _opset(model) -> int:
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
-
-
 # ---- conversion -------------------------------------------------------------------------
 
 
@@ -622,11 +500,10 @@ def _analyse(model, path: Path, input_name: str) -> _Model:
     for n in g.node:
         if any(i in depends for i in n.input):
             depends.update(n.output)
-    return _Model(path, _opset(model), {}, {t.name: t for t in g.initializer}, producers,
+    return _Model(path, onnx_file.opset(model), {}, {t.name: t for t in g.initializer}, producers,
                   depends)
 
 
-SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
 
 
 def _fold_small_constants(model, m: _Model) -> None:
@@ -651,7 +528,7 @@ def _fold_small_constants(model, m: _Model) -> None:
 
 def _shapes(model) -> dict:
     g = model.graph
-    return {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
+    return {v.name: onnx_file.static_dims(v) for v in [*g.input, *g.value_info, *g.output]}
 
 
 def _data_inputs(proto) -> list[str]:
@@ -747,14 +624,14 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Gra
     message) every unsupported op type with its node name and the supported list.
     """
     path = Path(path)
-    model = _load(path)
-    value_info = _graph_input(model, path)
-    shape = _set_input_shape(value_info, input_shape, path)
+    model = onnx_file.load(path)
+    value_info = onnx_file.graph_input(model, path)
+    shape = onnx_file.set_input_shape(value_info, input_shape, path)
     m = _analyse(model, path, value_info.name)
     _fold_small_constants(model, m)
-    skeleton = _skeleton(model)
-    _check(skeleton, path)
-    m.shapes = _shapes(_infer(skeleton, path))
+    skeleton = onnx_file.skeleton(model)
+    onnx_file.check(skeleton, path)
+    m.shapes = _shapes(onnx_file.infer(skeleton, path))
     build, ir_of = _convert(model, m, value_info.name)
     if build.unsupported or build.problems:
         raise build.refusal(str(path), supported_ops())

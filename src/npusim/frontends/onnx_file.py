@@ -1,0 +1,144 @@
+"""Reading an ONNX file for the importer: parse, check, fix the input shape, infer shapes.
+
+Errors name the file and say what is wrong (not ONNX, truncated, invalid, a dynamic
+shape without ``input_shape``); the onnx package is imported only here and only when
+a file is read (it is an optional extra).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..errors import ModelError
+
+SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
+
+
+
+def load(path: Path):
+    """The ModelProto of ``path`` with external weight data loaded."""
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+    except ImportError as e:  # onnx is an optional extra
+        raise ModelError(f"{path}: reading ONNX needs the onnx package: "
+                         "pip install 'npusim[onnx]'") from e
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror}") from None
+    if not data:
+        raise ModelError(f"{path}: empty file, not an ONNX model")
+    try:
+        model = onnx.load_from_string(data)
+    except DecodeError:
+        what = "truncated or corrupt ONNX file" if data[:1] == b"\x08" else "not an ONNX model"
+        raise ModelError(f"{path}: {what}: it does not parse as an ONNX ModelProto") from None
+    if model.ir_version == 0 or not model.HasField("graph"):
+        raise ModelError(f"{path}: not an ONNX model (no IR version or graph)")
+    load_external(model, path)
+    return model
+
+
+def skeleton(model):
+    """The model with its large initialisers turned into typed graph inputs: all that the
+    checker and shape inference read, without serialising every weight (seconds for VGG)."""
+    from onnx import helper
+
+    g = model.graph
+    inputs = {i.name for i in g.input}
+    big = [t for t in g.initializer if math.prod(t.dims) > SMALL_CONSTANT]
+    graph = helper.make_graph(
+        list(g.node), g.name,
+        [*g.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                     for t in big if t.name not in inputs)],
+        list(g.output), [t for t in g.initializer if math.prod(t.dims) <= SMALL_CONSTANT],
+        value_info=list(g.value_info))
+    return helper.make_model(graph, opset_imports=list(model.opset_import),
+                             ir_version=model.ir_version, functions=list(model.functions))
+
+
+def check(skeleton_model, path: Path) -> None:
+    """onnx.checker on the skeleton; the first line of its complaint names the problem."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(skeleton_model)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"{path}: invalid ONNX model: {str(e).strip().splitlines()[0]}") from None
+
+
+def load_external(model, path: Path) -> None:
+    """Load weights kept in files beside ``path`` (ONNX external data), if any."""
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        try:
+            load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{path}: cannot read its external weight data: {e}") from None
+
+
+def graph_input(model, path: Path):
+    """The one graph input that is not an initialiser (a float tensor)."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if len(inputs) != 1 or len(model.graph.output) != 1:
+        outputs = [o.name for o in model.graph.output]
+        raise ModelError(f"{path}: the graph has inputs {[i.name for i in inputs]} and outputs "
+                         f"{outputs}; npusim networks have one of each")
+    tensor = inputs[0].type.tensor_type
+    if tensor.elem_type not in (1, 10, 11):  # FLOAT, FLOAT16, DOUBLE
+        raise ModelError(f"{path}: input {inputs[0].name!r} has element type {tensor.elem_type} "
+                         "(onnx.TensorProto); npusim feeds float tensors")
+    return inputs[0]
+
+
+def static_dims(value_info) -> tuple | None:
+    """The tensor's dimensions, None for each dynamic one (None if it has no shape)."""
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                 for d in t.shape.dim)
+
+
+def set_input_shape(value_info, input_shape, path: Path) -> tuple[int, ...]:
+    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it."""
+    dims = static_dims(value_info) or ()
+    name = value_info.name
+    if input_shape is None:
+        if not dims or None in dims:
+            shown = "x".join("?" if d is None else str(d) for d in dims) or "unknown"
+            raise ModelError(f"{path}: input {name!r} has a dynamic shape ({shown}); pass "
+                             "input_shape (--input-shape N,C,H,W) to fix it")
+        return dims
+    shape = tuple(int(d) for d in input_shape)
+    if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
+            d is not None and d != s for d, s in zip(dims, shape, strict=False)):
+        raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
+                         f"{tuple('?' if d is None else d for d in dims)}")
+    t = value_info.type.tensor_type
+    t.shape.ClearField("dim")
+    for s in shape:
+        t.shape.dim.add().dim_value = s
+    return shape
+
+
+def infer(model, path: Path):
+    """onnx shape inference, strict, with data propagation."""
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                 data_prop=True)
+    except Exception as e:  # onnx raises InferenceError and, for bad graphs, RuntimeError
+        raise ModelError(f"{path}: onnx shape inference failed: "
+                         f"{str(e).strip().splitlines()[0]}") from None
+
+
+def opset(model) -> int:
+    """The default-domain opset version the model declares."""
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
