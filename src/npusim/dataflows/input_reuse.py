@@ -88,7 +88,8 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
     xp = pad_input(x.astype(acc, copy=False), layer)
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
     wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
-    live = wg.any(axis=(0, 1, 2))
+    # rows of whole kernels, then channels: reductions over long contiguous rows, not taps
+    live = wg.reshape(G * Kg, -1).any(axis=0).reshape(Cg, -1).any(axis=0).reshape(layer.R, -1)
     out = np.zeros((N, G, Kg, P * Q), acc)
     layout = plan(layer)
     part = layout.parts[0]
