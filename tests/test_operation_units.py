@@ -28,6 +28,18 @@ def test_fifo_closed_form_equals_loop(ts):
     assert ou.fifo(server, ready, duration) == fifo_by_loop(server, ready, duration)
 
 
+@given(st.lists(st.tuples(st.integers(0, 30), st.lists(st.tuples(st.integers(0, 2),
+                                                                  st.integers(1, 6)),
+                                                        min_size=1, max_size=5)),
+                max_size=12))
+def test_batched_fifo_equals_loop_over_single_transfers(jobs):
+    """Jobs in sequence (ready = the job's end), each with transfers (server, duration)."""
+    rows = [(j, srv, ready, d) for j, (ready, ts) in enumerate(jobs) for srv, d in ts]
+    job, server, ready, duration = np.array(rows, np.int64).reshape(-1, 4).T
+    assert (ou.batched_fifo(job, server, ready, duration)
+            == fifo_by_loop(server, ready, duration))
+
+
 @given(st.lists(st.lists(st.integers(0, 20), min_size=3, max_size=3), min_size=1, max_size=10))
 def test_job_times_with_and_without_stealing(jobs):
     c = np.array(jobs, np.int64)

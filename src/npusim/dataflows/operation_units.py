@@ -87,8 +87,10 @@ def job_ends(times: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray]:
     return ends.ravel()[:times.size], busy
 
 
-def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray) -> tuple[int, int]:
-    """(last finish, total wait) of transfers on FIFO servers, in cycles."""
+def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
+         count: np.ndarray | int = 1) -> tuple[int, int]:
+    """(last finish, total wait) of transfers on FIFO servers, in cycles; an item standing
+    for ``count`` transfers served back to back counts its start wait ``count`` times."""
     if server.size == 0:
         return 0, 0
     key = server.astype(np.int64) * (int(ready.max()) + 1) + ready
@@ -98,7 +100,28 @@ def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray) -> tuple[i
     key = r - (c - d)
     shift = (int(r.max()) + int(d.sum()) + 1) * s.astype(np.int64)
     finish = c + np.maximum.accumulate(key + shift) - shift
-    return int(finish.max()), int((finish - d - r).sum())
+    count = count[order] if isinstance(count, np.ndarray) else count
+    return int(finish.max()), int(((finish - d - r) * count).sum())
+
+
+def batched_fifo(job: np.ndarray, server: np.ndarray, ready: np.ndarray,
+                 duration: np.ndarray) -> tuple[int, int]:
+    """``fifo`` of transfers in sequence order (``job`` non-decreasing, ``ready`` the job's
+    end), in cycles, sorting one item per run of consecutive transfers of one job to one
+    server (on the bus: one per job) instead of one per transfer.
+
+    Such a run is contiguous in its server's queue (same ready time, consecutive sequence),
+    so it finishes as one transfer of the run's total duration; transfer ``i`` of a run
+    also waits for the run's earlier transfers, ``sum_i d_i * (later transfers of its run)``.
+    """
+    if job.size == 0:
+        return 0, 0
+    first = np.flatnonzero(np.r_[True, (job[1:] != job[:-1]) | (server[1:] != server[:-1])])
+    count = np.diff(np.r_[first, job.size])
+    last_of_run = np.repeat(first + count - 1, count)
+    inner = int((duration * (last_of_run - np.arange(job.size))).sum())
+    last, wait = fifo(server[first], ready[first], np.add.reduceat(duration, first), count)
+    return last, wait + inner
 
 
 def route(t: Transfers, unit: np.ndarray, interconnect: str, units: int,
@@ -123,7 +146,8 @@ def schedule(slot_cycles: np.ndarray, t: Transfers, *, units: int, stealing: boo
     ends, busy = job_ends(times, units)
     server, duration, hops = route(t, unit, interconnect, units, output_units, width)
     moving = duration > 0
-    last, wait = fifo(server[moving], ends[t.job][moving], duration[moving])
+    job = t.job[moving]
+    last, wait = batched_fifo(job, server[moving], ends[job], duration[moving])
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
                     pu_busy=int(slot_cycles.sum()), transfers=int(moving.sum()),
                     transfer_cycles=int(duration.sum()), contention=wait, hops=int(hops.sum()))
