@@ -32,12 +32,13 @@ def test_fifo_closed_form_equals_loop(ts):
                                                                   st.integers(1, 6)),
                                                         min_size=1, max_size=5)),
                 max_size=12))
-def test_batched_fifo_equals_loop_over_single_transfers(jobs):
+def test_batched_transfers_on_fifo_equal_loop_over_single_transfers(jobs):
     """Jobs in sequence (ready = the job's end), each with transfers (server, duration)."""
     rows = [(j, srv, ready, d) for j, (ready, ts) in enumerate(jobs) for srv, d in ts]
     job, server, ready, duration = np.array(rows, np.int64).reshape(-1, 4).T
-    assert (ou.batched_fifo(job, server, ready, duration)
-            == fifo_by_loop(server, ready, duration))
+    first, count, total, inner = ou.batches(job, server, duration)
+    last, wait = ou.fifo(server[first], ready[first], total, count)
+    assert (last, wait + inner) == fifo_by_loop(server, ready, duration)
 
 
 @given(st.lists(st.lists(st.integers(0, 20), min_size=3, max_size=3), min_size=1, max_size=10))

@@ -39,7 +39,7 @@ from ..reference import pad_input
 from ..stats import LayerStats, energy_pj
 from . import compressed_ifm
 from .base import element_bytes, register
-from .operation_units import Schedule, schedule
+from .operation_units import Schedule, queue, schedule
 from .phases import plan
 from .region_work import Geometry, Work, region_work
 
@@ -191,11 +191,15 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
     }
 
 
-def timing(work: Work, p: Params, stealing: bool) -> Schedule:
-    """The layer's schedule on the units, with or without work stealing."""
-    return schedule(work.slot_cycles, work.transfers, units=p.operation_units,
-                    stealing=stealing, interconnect=p.interconnect,
-                    output_units=p.output_units, width=p.bus_width)
+def timing(work: Work, p: Params) -> tuple[Schedule, int]:
+    """The layer's schedule on the units, and the cycles work stealing saves (0 if off)."""
+    q = queue(work.transfers, units=p.operation_units, interconnect=p.interconnect,
+              output_units=p.output_units, width=p.bus_width)
+    sch = schedule(work.slot_cycles, q, units=p.operation_units, stealing=p.work_stealing)
+    if not p.work_stealing:
+        return sch, 0
+    return sch, schedule(work.slot_cycles, q, units=p.operation_units,
+                         stealing=False).cycles - sch.cycles
 
 
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
@@ -203,8 +207,7 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     """Every cost of the layer from the non-zero masks of its input and weights."""
     p = arch.params(name)
     work = region_work(layer, x_mask, w_mask, p.geometry)
-    sch = timing(work, p, p.work_stealing)
-    saved = timing(work, p, False).cycles - sch.cycles if p.work_stealing else 0
+    sch, saved = timing(work, p)
     mem = memory_bytes(layer, x_mask, w_mask, p, work, arch)
     region_pixels = p.region_rows * p.region_cols * p.region_channels
     return LayerStats(

@@ -55,6 +55,21 @@ class Schedule:
     hops: int
 
 
+@dataclass(frozen=True)
+class Queue:
+    """A layer's moving transfers, routed and batched once for every timing of its jobs:
+    one item per run of consecutive transfers of one job to one server (``batches``)."""
+
+    job: np.ndarray
+    server: np.ndarray
+    duration: np.ndarray
+    count: np.ndarray
+    inner_wait: int
+    transfers: int
+    transfer_cycles: int
+    hops: int
+
+
 def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
     """Cycles of each job (J,) from its processing units' weight cycles (J x P)."""
     if stealing:
@@ -104,24 +119,23 @@ def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
     return int(finish.max()), int(((finish - d - r) * count).sum())
 
 
-def batched_fifo(job: np.ndarray, server: np.ndarray, ready: np.ndarray,
-                 duration: np.ndarray) -> tuple[int, int]:
-    """``fifo`` of transfers in sequence order (``job`` non-decreasing, ``ready`` the job's
-    end), in cycles, sorting one item per run of consecutive transfers of one job to one
-    server (on the bus: one per job) instead of one per transfer.
+def batches(job: np.ndarray, server: np.ndarray,
+            duration: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(first transfer, transfers, total duration cycles) of each run of consecutive
+    transfers (in sequence order, ``job`` non-decreasing) of one job to one server, and the
+    cycles those transfers wait for earlier ones of their own run.
 
-    Such a run is contiguous in its server's queue (same ready time, consecutive sequence),
-    so it finishes as one transfer of the run's total duration; transfer ``i`` of a run
-    also waits for the run's earlier transfers, ``sum_i d_i * (later transfers of its run)``.
+    A run is contiguous in its server's queue (same ready time, consecutive sequence), so
+    ``fifo`` serves it as one item (on the bus: one per job, not one per partial OFM);
+    transfer ``i`` of a run also waits ``sum`` of the durations before it in the run.
     """
-    if job.size == 0:
-        return 0, 0
+    if not job.size:
+        return job, job, duration, 0
     first = np.flatnonzero(np.r_[True, (job[1:] != job[:-1]) | (server[1:] != server[:-1])])
     count = np.diff(np.r_[first, job.size])
     last_of_run = np.repeat(first + count - 1, count)
     inner = int((duration * (last_of_run - np.arange(job.size))).sum())
-    last, wait = fifo(server[first], ready[first], np.add.reduceat(duration, first), count)
-    return last, wait + inner
+    return first, count, np.add.reduceat(duration, first), inner
 
 
 def route(t: Transfers, unit: np.ndarray, interconnect: str, units: int,
@@ -138,16 +152,24 @@ def route(t: Transfers, unit: np.ndarray, interconnect: str, units: int,
     return owner, beats * hops, hops
 
 
-def schedule(slot_cycles: np.ndarray, t: Transfers, *, units: int, stealing: bool,
-             interconnect: str, output_units: int, width: int) -> Schedule:
-    """Time the jobs (J x P weight cycles, in global order) and their transfers."""
-    unit = np.arange(slot_cycles.shape[0]) % units
-    times = job_times(slot_cycles, stealing)
-    ends, busy = job_ends(times, units)
+def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
+          width: int) -> Queue:
+    """Route the transfers over the interconnect and batch the moving ones (``batches``)."""
+    unit = np.arange(int(t.job.max(initial=-1)) + 1) % units
     server, duration, hops = route(t, unit, interconnect, units, output_units, width)
     moving = duration > 0
-    job = t.job[moving]
-    last, wait = batched_fifo(job, server[moving], ends[job], duration[moving])
+    job, server, moved = t.job[moving], server[moving], duration[moving]
+    first, count, total, inner = batches(job, server, moved)
+    return Queue(job[first], server[first], total, count, inner, transfers=int(moving.sum()),
+                 transfer_cycles=int(duration.sum()), hops=int(hops.sum()))
+
+
+def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool) -> Schedule:
+    """Time the jobs (J x P weight cycles, in global order) and their queued transfers."""
+    times = job_times(slot_cycles, stealing)
+    ends, busy = job_ends(times, units)
+    last, wait = fifo(q.server, ends[q.job], q.duration, q.count)
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
-                    pu_busy=int(slot_cycles.sum()), transfers=int(moving.sum()),
-                    transfer_cycles=int(duration.sum()), contention=wait, hops=int(hops.sum()))
+                    pu_busy=int(slot_cycles.sum()), transfers=q.transfers,
+                    transfer_cycles=q.transfer_cycles, contention=wait + q.inner_wait,
+                    hops=q.hops)
