@@ -106,9 +106,12 @@ def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
     N x G x Kg x (P*Q)."""
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
     r, s, u, v = part.r[keep], part.s[keep], part.u[keep], part.v[keep]
-    windows = np.empty((N, G, Cg, r.size, P, Q), xa.dtype)
-    for t in range(r.size):
-        windows[:, :, :, t] = xa[:, :, u[t]:u[t] + P, v[t]:v[t] + Q].reshape(N, G, Cg, P, Q)
+    if r.size == 1 and xa.shape[2:] == (P, Q):  # one tap reading the whole phase: no copy
+        windows = np.ascontiguousarray(xa)
+    else:
+        windows = np.empty((N, G, Cg, r.size, P, Q), xa.dtype)
+        for t in range(r.size):
+            windows[:, :, :, t] = xa[:, :, u[t]:u[t] + P, v[t]:v[t] + Q].reshape(N, G, Cg, P, Q)
     wt = np.ascontiguousarray(wg[:, :, :, r, s]).reshape(G, Kg, Cg * r.size)
     return np.matmul(wt, windows.reshape(N, G, Cg * r.size, P * Q))
 
