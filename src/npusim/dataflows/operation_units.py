@@ -70,12 +70,21 @@ class Queue:
     hops: int
 
 
+def reduce_last(a: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """``op`` (np.add, np.maximum) over the last axis of ``a`` (at least one long), column
+    by column: numpy reduces a short innermost axis several times slower."""
+    out = a[..., 0].copy()
+    for i in range(1, a.shape[-1]):
+        op(out, a[..., i], out=out)
+    return out
+
+
 def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
-    """Cycles of each job (J,) from its processing units' weight cycles (J x P)."""
+    """Cycles of each job (J,) from its processing units' weight cycles (J x P, >= 0)."""
     if stealing:
         p = slot_cycles.shape[1]
-        return -(-slot_cycles.sum(axis=1) // p)
-    return slot_cycles.max(axis=1, initial=0)
+        return -(-reduce_last(slot_cycles, np.add) // p)
+    return reduce_last(slot_cycles, np.maximum)
 
 
 def grouped_cumsum(values: np.ndarray, group: np.ndarray) -> np.ndarray:

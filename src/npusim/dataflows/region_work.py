@@ -25,7 +25,7 @@ import numpy as np
 from ..ir import ConvLayer
 from ..reference import pad_input
 from . import compressed_ifm
-from .operation_units import Transfers
+from .operation_units import Transfers, reduce_last
 from .phases import Part, Phase, Plan, plan
 
 
@@ -158,7 +158,7 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
     shapes = [part.pofm_shape(geo.region) for part in layout.parts]
     pixels = np.array([h * w for h, w in shapes], np.int64)
     n, T = sets.shape[:2]
-    return Work(slot_cycles=sets.sum(axis=-1).reshape(-1, geo.pus),
+    return Work(slot_cycles=reduce_last(sets, np.add).reshape(-1, geo.pus),
                 transfers=transfers(sets, pixels, layer, geo.pus),
                 dense_cycles=dense, weight_only_cycles=wonly, products=products,
                 sram_ifmap_words=int(sum(c.sum() for c in counts)),
