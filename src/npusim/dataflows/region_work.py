@@ -70,15 +70,17 @@ def grid_counts(xp_mask: np.ndarray, ph: Phase, grid: tuple[int, int],
     return compressed_ifm.block_counts(full, region)
 
 
-def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int) -> np.ndarray:
+def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int,
+                  taps: np.ndarray) -> np.ndarray:
     """Non-skipped weight cycles N x G x Kg x T of one part.
 
     ``active`` is N x G x Cg x T (region channel slice has a non-zero), ``wp``
-    G x Kg x Cg x taps; channels go ``depth`` at a time (one cycle per group and tap).
+    G x Kg x Cg x taps, ``taps`` its non-zero taps per kernel and channel (G x Kg x Cg);
+    channels go ``depth`` at a time (one cycle per group and tap).
     """
     a = active.astype(np.float32)
     if depth == 1:
-        return np.rint(np.matmul(wp.sum(axis=3, dtype=np.float32), a)).astype(np.int64)
+        return np.rint(np.matmul(taps.astype(np.float32), a)).astype(np.int64)
     g, kg, cg, taps = wp.shape
     out = 0
     for c0 in range(0, cg, depth):
@@ -92,16 +94,17 @@ def channel_groups(wp: np.ndarray, depth: int) -> np.ndarray:
     """``wp`` (G x Kg x Cg x taps) with channels in groups of ``depth``: any non-zero per group,
     G x Kg x ceil(Cg / depth) x taps."""
     g, kg, cg, taps = wp.shape
-    if depth == 1:
-        return wp
     groups = math.ceil(cg / depth)
     padded = np.zeros((g, kg, groups * depth, taps), bool)
     padded[:, :, :cg] = wp
     return padded.reshape(g, kg, groups, depth, taps).any(axis=3)
 
 
-def weight_only_cycles(wp: np.ndarray, depth: int) -> int:
-    """Weight cycles per region summed over kernels, skipping zero weights only."""
+def weight_only_cycles(wp: np.ndarray, depth: int, taps: np.ndarray) -> int:
+    """Weight cycles per region summed over kernels, skipping zero weights only (``taps``
+    as in ``active_cycles``: one channel per group needs no more)."""
+    if depth == 1:
+        return int(taps.sum())
     return int(np.count_nonzero(channel_groups(wp, depth)))
 
 
@@ -128,11 +131,12 @@ def part_cycles(layer, counts: list, w_mask, layout: Plan, geo: Geometry):
             if not taps.size:
                 continue
             wp = part_weights(w_mask, layer, part, taps)
-            cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth)
+            live = wp.sum(axis=3)  # non-zero taps, G x Kg x Cg: one reduction for three uses
+            cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth, live)
             dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
-            wonly += weight_only_cycles(wp, geo.depth) * n * T
+            wonly += weight_only_cycles(wp, geo.depth, live) * n * T
             per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
-            products += int((wp.sum(axis=(1, 3)) * per_channel).sum())
+            products += int((live.sum(axis=1) * per_channel).sum())
     return cyc, dense, wonly, products
 
 
