@@ -70,10 +70,11 @@ class Queue:
     hops: int
 
 
-def reduce_last(a: np.ndarray, op: np.ufunc) -> np.ndarray:
+def reduce_last(a: np.ndarray, op: np.ufunc, dtype=None) -> np.ndarray:
     """``op`` (np.add, np.maximum) over the last axis of ``a`` (at least one long), column
-    by column: numpy reduces a short innermost axis several times slower."""
-    out = a[..., 0].copy()
+    by column, in ``dtype`` (default ``a``'s): numpy reduces a short innermost axis several
+    times slower."""
+    out = a[..., 0].astype(dtype or a.dtype)
     for i in range(1, a.shape[-1]):
         op(out, a[..., i], out=out)
     return out

@@ -75,12 +75,13 @@ def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int,
     """Non-skipped weight cycles N x G x Kg x T of one part.
 
     ``active`` is N x G x Cg x T (region channel slice has a non-zero), ``wp``
-    G x Kg x Cg x taps, ``taps`` its non-zero taps per kernel and channel (G x Kg x Cg);
+    G x Kg x Cg x taps, ``taps`` its non-zero taps per kernel and channel (G x Kg x Cg,
+    float32);
     channels go ``depth`` at a time (one cycle per group and tap).
     """
     a = active.astype(np.float32)
     if depth == 1:
-        return np.rint(np.matmul(taps.astype(np.float32), a)).astype(np.int64)
+        return np.rint(np.matmul(taps, a)).astype(np.int64)
     g, kg, cg, taps = wp.shape
     out = 0
     for c0 in range(0, cg, depth):
@@ -100,12 +101,9 @@ def channel_groups(wp: np.ndarray, depth: int) -> np.ndarray:
     return padded.reshape(g, kg, groups, depth, taps).any(axis=3)
 
 
-def weight_only_cycles(wp: np.ndarray, depth: int, taps: np.ndarray) -> int:
-    """Weight cycles per region summed over kernels, skipping zero weights only (``taps``
-    as in ``active_cycles``: one channel per group needs no more)."""
-    if depth == 1:
-        return int(taps.sum())
-    return int(np.count_nonzero(channel_groups(wp, depth)))
+def weight_only_cycles(wp: np.ndarray, depth: int) -> int:
+    """Weight cycles per region summed over kernels, skipping zero weights only."""
+    return int(np.count_nonzero(wp if depth == 1 else channel_groups(wp, depth)))
 
 
 def kernel_sets(per_kernel: np.ndarray, pus: int) -> np.ndarray:
@@ -131,12 +129,12 @@ def part_cycles(layer, counts: list, w_mask, layout: Plan, geo: Geometry):
             if not taps.size:
                 continue
             wp = part_weights(w_mask, layer, part, taps)
-            live = wp.sum(axis=3)  # non-zero taps, G x Kg x Cg: one reduction for three uses
+            live = reduce_last(wp, np.add, np.float32)  # non-zero taps, G x Kg x Cg (exact)
             cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth, live)
             dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
-            wonly += weight_only_cycles(wp, geo.depth, live) * n * T
+            wonly += weight_only_cycles(wp, geo.depth) * n * T
             per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
-            products += int((live.sum(axis=1) * per_channel).sum())
+            products += int((live.sum(axis=1, dtype=np.int64) * per_channel).sum())
     return cyc, dense, wonly, products
 
 
