@@ -68,14 +68,14 @@ def layer_rows(graph, result):
 
 def print_table(title: str, rows) -> dict:
     print(f"\n{title}")
-    print(f"{'layer':<12}{'shape':<36}{'systolic':>12}{'ir':>12}{'ir-nows':>12}"
+    print(f"{'layer':<16}{'shape':<36}{'systolic':>12}{'ir':>12}{'ir-nows':>12}"
           f"{'speed-up':>10}{'ideal':>8}{'of ideal':>10}")
     for name, shape, sy, ir, nows, ideal, _, _ in rows:
-        print(f"{name:<12}{shape:<36}{sy:>12,}{ir:>12,}{nows:>12,}{sy / ir:>10.2f}"
+        print(f"{name:<16}{shape:<36}{sy:>12,}{ir:>12,}{nows:>12,}{sy / ir:>10.2f}"
               f"{ideal:>8.2f}{sy / ir / ideal:>10.2f}")
     sy, ir, nows = (sum(r[i] for r in rows) for i in (2, 3, 4))
     ideal = sum(r[6] for r in rows) / sum(r[7] for r in rows)
-    print(f"{'total':<48}{sy:>12,}{ir:>12,}{nows:>12,}{sy / ir:>10.2f}{ideal:>8.2f}"
+    print(f"{'total':<52}{sy:>12,}{ir:>12,}{nows:>12,}{sy / ir:>10.2f}{ideal:>8.2f}"
           f"{sy / ir / ideal:>10.2f}")
     print(f"work stealing saves {100 * (nows - ir) / nows:.1f}% of input-reuse cycles; "
           f"without it the speed-up is {sy / nows:.2f}")
