@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .errors import LayerError
 
@@ -216,17 +215,27 @@ class Pool(Op):
         pad = ((0, 0), (0, 0), (t, b + eb), (l, r + er))
         fill = -np.inf if self.kind == "max" else 0.0
         xp = np.pad(x, pad, constant_values=fill)
-        win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, : (p - 1) * sh + 1 : sh,
-                                                            : (q - 1) * sw + 1 : sw]
         if self.kind == "max":
-            return win.max(axis=(4, 5)).astype(x.dtype)
-        total = win.sum(axis=(4, 5), dtype=np.float64)
-        ones = np.pad(np.ones((h, w)), ((t, b + eb), (l, r + er)))
+            return _window_reduce(xp, (kh, kw), (sh, sw), (p, q), np.maximum, x.dtype)
+        total = _window_reduce(xp, (kh, kw), (sh, sw), (p, q), np.add, np.float64)
+        ones = np.pad(np.ones((1, 1, h, w)), pad)
         if self.count_include_pad:  # the window clipped to the padded (not ceil-extended) input
-            ones = np.pad(np.ones((h + t + b, w + l + r)), ((0, eb), (0, er)))
-        count = sliding_window_view(ones, (kh, kw))[: (p - 1) * sh + 1 : sh,
-                                                    : (q - 1) * sw + 1 : sw].sum(axis=(2, 3))
+            ones = np.pad(np.ones((1, 1, h + t + b, w + l + r)), ((0, 0), (0, 0), (0, eb), (0, er)))
+        count = _window_reduce(ones, (kh, kw), (sh, sw), (p, q), np.add, np.float64)
         return (total / count).astype(x.dtype)
+
+
+def _window_reduce(xp: np.ndarray, kernel, stride, out_hw, op: np.ufunc, dtype) -> np.ndarray:
+    """``op`` over every kh x kw window (stride sh, sw) of ``xp`` (N x C x H x W), P x Q
+    windows, in ``dtype``: one whole-map ``op`` per window tap, in row-major tap order
+    (a reduction over two short window axes is many times slower)."""
+    (kh, kw), (sh, sw), (p, q) = kernel, stride, out_hw
+    out = None
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[:, :, i:i + (p - 1) * sh + 1:sh, j:j + (q - 1) * sw + 1:sw]
+            out = tap.astype(dtype) if out is None else op(out, tap, out=out)
+    return out
 
 
 def MaxPool(kernel, stride=None, padding=0, ceil_mode=False) -> Pool:
