@@ -25,8 +25,9 @@ How many pixel slices there are (so which units a processor group runs) is the
 dealing, ``weight-groups`` or ``pixel-slices`` (see ``grouping``).
 
 The fast model gets pairs(x, k) for all pixels and kernels as one convolution of
-the 0/1 masks; the emulator (``npusim.emulate.sparse_pairs``) runs the datapath
-cycle by cycle. Both fill the same ``Schedule``; one function turns it into stats.
+the 0/1 masks (``npusim.bitconv``: AND and popcount of packed words); the emulator
+(``npusim.emulate.sparse_pairs``) runs the datapath cycle by cycle. Both fill the same
+``Schedule``; one function turns it into stats.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .. import engine
+from .. import bitconv, engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
 from ..stats import LayerStats, energy_pj
@@ -90,12 +91,13 @@ class Schedule:
         return int(self.group_cycles.max())
 
 
-def _kernel_pixels(layer: ConvLayer, x_mask, w_mask) -> np.ndarray:
-    """Pairs per kernel and pixel, (K + 1) x (N*P*Q) int32; the last row is the empty slot."""
-    pc = bitmap.pair_counts(layer, x_mask, w_mask)
-    per = np.zeros((layer.K + 1, layer.N * layer.P * layer.Q), np.int32)
-    per[:-1] = pc.transpose(1, 0, 2, 3).reshape(layer.K, -1)
-    return per
+def _kernel_pixels(layer: ConvLayer, x_mask, w_words) -> tuple[np.ndarray, np.ndarray]:
+    """(pairs per kernel and pixel, (K + 1) x (N*P*Q) int32 with the empty slot as the last
+    row; receptive-field set bits per conv group, G)."""
+    per = np.empty((layer.K + 1, layer.N * layer.P * layer.Q), np.int32)
+    per[-1] = 0
+    _, field_ones = bitconv.pair_counts(layer, x_mask, w_words, out=per)
+    return per, field_ones
 
 
 def _traffic_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
@@ -130,15 +132,16 @@ def _per_group(pl: grouping.Plan, values: np.ndarray) -> np.ndarray:
 
 def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
     """The fast model: every count of the machine from the masks, by array operations."""
-    per = _kernel_pixels(layer, x_mask, w_mask)
-    nnz = np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)
+    w_words = bitconv.pack_weights(layer, w_mask)
+    nnz = bitconv.kernel_ones(w_words)
+    per, field_ones = _kernel_pixels(layer, x_mask, w_words)
     size = p.processors_per_group
     pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping, p.dealing)
     unit_cycles, unit_busy = _units(per, pl)
     occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
     pairs = int(per.sum(dtype=np.int64))
     return Schedule(
-        pairs=pairs, skipped=bitmap.skipped(layer, x_mask, nnz, pairs),
+        pairs=pairs, skipped=bitmap.skipped(layer, field_ones, nnz, pairs),
         group_cycles=_per_group(pl, unit_cycles), processor_cycles=_per_group(pl, unit_busy),
         step_capacity=int(unit_cycles.sum()) * size,
         mapped_capacity=int((unit_cycles * occupied).sum()),
