@@ -14,7 +14,7 @@ import npusim
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.arch.spec import arch_from_toml_text
-from npusim.dataflows import get
+from npusim.dataflows import get, input_reuse
 from npusim.dataflows.input_reuse import Params
 from npusim.errors import ConfigError, NpusimError
 from npusim.ir import ConvLayer, GraphBuilder
@@ -250,3 +250,17 @@ def test_pruned_resnet18_on_a_photo_matches_torch_and_estimate_equals_run():
         ref = to_torch(graph).eval()(torch.from_numpy(x)).numpy()
     assert rel_err(ran.output, ref) < 1e-4
     assert ran.total.extra["zero_pixel_cycles_skipped"] > 0  # ReLU zeros of a real photo
+
+
+@pytest.mark.parametrize("layer", [
+    ConvLayer(2, 6, 13, 11, 4, 3, 3, (2, 3), (1, 2, 0, 1), (2, 1), groups=2),
+    ConvLayer(1, 8, 12, 12, 8, 3, 3, 2, 1, groups=8),
+    ConvLayer(1, 5, 9, 9, 7, 5, 1, 1, (2, 2, 0, 0), (1, 1)),
+    ConvLayer(1, 64, 1, 1, 10, 1, 1),
+])
+def test_useful_products_are_the_convolution_of_the_masks(layer):
+    """Stride, dilation, asymmetric padding, groups, depthwise, 1x1 maps: float64 judge."""
+    rng = np.random.default_rng(3)
+    xm, wm = rng.random(layer.input_shape) < 0.4, rng.random(layer.weight_shape) < 0.5
+    want = reference.conv2d(xm.astype(np.float64), wm.astype(np.float64), None, layer).sum()
+    assert input_reuse.useful_products(layer, xm, wm) == int(want)

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .. import engine
 from ..arch.spec import spec
@@ -38,7 +39,7 @@ from ..ir import ConvLayer
 from ..reference import pad_input
 from ..stats import LayerStats, energy_pj
 from . import compressed_ifm
-from .base import element_bytes, register
+from .base import Machine, element_bytes, register
 from .operation_units import Schedule, queue, schedule
 from .phases import plan
 from .region_work import Geometry, Work, region_work
@@ -117,17 +118,42 @@ def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
 
 
 def useful_products(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> int:
-    """Products of a non-zero weight and a non-zero pixel that reach a valid output (MACs)."""
-    xp = pad_input(x_mask, layer, False)
-    (sh, sw), (dh, dw), P, Q = layer.stride, layer.dilation, layer.P, layer.Q
-    wcount = w_mask.reshape(layer.groups, layer.Kg, layer.Cg, layer.R, layer.S).sum(axis=1)
-    total = 0
-    for r in range(layer.R):
-        for s in range(layer.S):
-            win = xp[:, :, r * dh:r * dh + (P - 1) * sh + 1:sh, s * dw:s * dw + (Q - 1) * sw + 1:sw]
-            seen = np.count_nonzero(win, axis=(0, 2, 3)).reshape(layer.groups, layer.Cg)
-            total += int((seen * wcount[:, :, r, s]).sum())
-    return total
+    """Products of a non-zero weight and a non-zero pixel that reach a valid output (MACs):
+    sum over channels and taps of (non-zero weights there) x (non-zero pixels the tap meets)."""
+    xp = pad_input(np.asarray(x_mask, np.bool_), layer, False).view(np.uint8)
+    seen = _tap_ones(xp, layer.R, layer.S, layer.P, layer.Q, *layer.stride, *layer.dilation)
+    wcount = w_mask.reshape(layer.groups, layer.Kg, layer.Cg * layer.R * layer.S).sum(
+        axis=1, dtype=np.int64)
+    return int((seen.reshape(wcount.shape) * wcount).sum())
+
+
+@njit(cache=True, nogil=True)
+def _tap_ones(xp, R, S, P, Q, sh, sw, dh, dw):  # pragma: no cover
+    """seen[c, r, s]: non-zero pixels of channel c that tap (r, s) meets over all outputs and
+    images of the padded mask ``xp`` (N x C x Hp x Wp, 0/1). Tap (r, s) reads the window
+    P x Q at (r dh // sh, s dw // sw) of stride phase (r dh % sh, s dw % sw), so one
+    summed-area table per phase gives every tap's count in four look-ups."""
+    N, C, Hp, Wp = xp.shape
+    seen = np.zeros((C, R, S), np.int64)
+    table = np.zeros((Hp + 1, Wp + 1), np.int64)
+    for n in range(N):
+        for c in range(C):
+            for a in range(sh):
+                for b in range(sw):
+                    rows, cols = (Hp - a + sh - 1) // sh, (Wp - b + sw - 1) // sw
+                    for i in range(rows):
+                        run = 0
+                        for j in range(cols):
+                            run += xp[n, c, a + i * sh, b + j * sw]
+                            table[i + 1, j + 1] = table[i, j + 1] + run
+                    for r in range(R):
+                        u = r * dh // sh
+                        for s in range(S):
+                            v = s * dw // sw
+                            if r * dh % sh == a and s * dw % sw == b:
+                                seen[c, r, s] += (table[u + P, v + Q] - table[u, v + Q]
+                                                  - table[u + P, v] + table[u, v])
+    return seen
 
 
 def ofm_mask(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> np.ndarray:
@@ -231,7 +257,7 @@ def buffer_need(layer: ConvLayer, p: Params) -> int:
 
 
 @register
-class InputReuse:
+class InputReuse(Machine):
     name = "input-reuse"
     Params = Params
 
@@ -244,9 +270,8 @@ class InputReuse:
                     f"smaller region")
         return None
 
-    def run(self, layer, x, w, bias, arch):
-        out = tap_conv(layer, x, w, bias)
-        return out, layer_stats(layer, x != 0, w != 0, arch, self.name)
+    def compute(self, layer, x, w, bias, arch):
+        return tap_conv(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
