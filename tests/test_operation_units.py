@@ -1,4 +1,4 @@
-"""Closed forms of the unit/bus schedule against plain step-by-step loops."""
+"""The unit/bus schedule's array forms against plain step-by-step loops."""
 
 import numpy as np
 from hypothesis import given

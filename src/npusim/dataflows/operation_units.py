@@ -21,8 +21,8 @@ Closed forms, vectorised over jobs, of what the cycle emulator
   ``ceil(pixels / bus_width) * (hops if chain else 1)`` cycles; a server takes
   waiting transfers in order of (ready time, sequence), one at a time.
 
-A FIFO server's finish times have a closed form: with ``C_i`` the running sum of
-durations in service order, ``finish_i = C_i + max_{j<=i} (ready_j - C_{j-1})``.
+The FIFO servers are one compiled pass over the transfers sorted by (server, ready,
+sequence): each starts at ``max(ready, previous finish on its server)``.
 Layer cycles = max(last job end, last transfer finish).
 """
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 
 @dataclass(frozen=True)
@@ -88,15 +89,6 @@ def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
     return reduce_last(slot_cycles, np.maximum)
 
 
-def grouped_cumsum(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Running sum of ``values`` within runs of equal ``group`` (``group`` sorted)."""
-    total = np.cumsum(values)
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    run_len = np.diff(np.r_[starts, len(values)])
-    before = np.repeat(total[starts] - values[starts], run_len)
-    return total - before
-
-
 def job_ends(times: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray]:
     """(end cycle of every job, busy cycles of every unit): job ``j`` runs on unit
     ``j mod units``, each unit's jobs back to back in global order.
@@ -118,15 +110,26 @@ def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
     for ``count`` transfers served back to back counts its start wait ``count`` times."""
     if server.size == 0:
         return 0, 0
-    key = server.astype(np.int64) * (int(ready.max()) + 1) + ready
-    order = np.argsort(key, kind="stable")  # by server, then ready, then sequence
-    s, r, d = server[order], ready[order], duration[order]
-    c = grouped_cumsum(d, s)
-    key = r - (c - d)
-    shift = (int(r.max()) + int(d.sum()) + 1) * s.astype(np.int64)
-    finish = c + np.maximum.accumulate(key + shift) - shift
-    count = count[order] if isinstance(count, np.ndarray) else count
-    return int(finish.max()), int(((finish - d - r) * count).sum())
+    counts = np.broadcast_to(np.asarray(count, np.int64), server.shape)
+    last, wait = _serve(server.astype(np.int64), ready.astype(np.int64),
+                        duration.astype(np.int64), np.ascontiguousarray(counts))
+    return int(last), int(wait)
+
+
+@njit(cache=True, nogil=True)
+def _serve(server, ready, duration, count):  # pragma: no cover
+    """``fifo`` on non-empty int64 arrays: serve by (server, ready, sequence)."""
+    order = np.argsort(server * (ready.max() + 1) + ready, kind="mergesort")  # stable
+    last = wait = free = 0
+    current = -1
+    for i in order:
+        if server[i] != current:
+            current, free = server[i], 0
+        start = max(ready[i], free)
+        free = start + duration[i]
+        wait += (start - ready[i]) * count[i]
+        last = max(last, free)
+    return last, wait
 
 
 def batches(job: np.ndarray, server: np.ndarray,
