@@ -15,11 +15,14 @@ input and output element is one SRAM access.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from . import engine, ops, quant
 from .arch import Arch, load_arch
@@ -53,8 +56,10 @@ class SimResult:
         return [s for s in self.layers if s.dataflow != "vector"]
 
 
-def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str):
-    """One conv layer in ``mode``: (float32 output for the next op, its LayerStats)."""
+def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str, costs: _Costs):
+    """One conv layer in ``mode``: (float32 output for the next op, its LayerStats or the
+    handle ``costs`` returns for them). run and estimate differ only in who computes the
+    outputs: the machine's arithmetic or the dense engine."""
     w, b = conv.weight, conv.bias
     if layer.dtype == "int8":
         xq, sx = quant.quantize_activations(x)
@@ -62,15 +67,16 @@ def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str):
         x_in, w_in, b_in = xq, wq, quant.quantize_bias(b, sx, sw)
     else:
         x_in, w_in, b_in = x, w, b
-    if mode == "run":
-        out, st = df.run(layer, x_in, w_in, b_in, arch)
-    elif mode == "emulate":
+    if mode == "emulate":
         if not hasattr(df, "emulate"):
             raise NpusimError(f"dataflow {df.name!r} has no cycle emulator; use mode 'run'")
         out, st = df.emulate(layer, x_in, w_in, b_in, arch)
     else:
-        out = engine.conv2d(x_in, w_in, b_in, layer)
-        st = df.estimate(layer, x_in != 0, w_in != 0, arch)
+        st = costs.submit(df.estimate, layer, *df.masks(x_in, w_in), arch)
+        if mode == "run":
+            out = df.compute(layer, x_in, w_in, b_in, arch)
+        else:
+            out = engine.conv2d(x_in, w_in, b_in, layer)
     if layer.dtype == "int8":
         out = quant.requantize(out, sx, sw).dequantize()
     return out, st
@@ -111,8 +117,61 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
                              f"{model.input_shape} (N may differ)")
         model = model.with_batch(x.shape[0])
     start = time.perf_counter()
+    with _Costs(background=mode != "emulate" and df.reads_masks) as costs:
+        values, stats = _run_nodes(model, x, df, arch, mode, dtype, keep_outputs, progress,
+                                   costs)
+        stats = [costs.result(st) for st in stats]
+    return SimResult(values[model.output_name], stats, arch, mode, dtype, df.name,
+                     time.perf_counter() - start, values if keep_outputs else {})
+
+
+class _Costs:
+    """Where a layer's costs are counted from its masks: on one worker thread, while the
+    main thread computes this and the next layers' outputs (the two share no data; the
+    counts release the GIL in their large array operations). At most ``depth`` layers
+    wait, so their masks do not pile up in memory. Without ``background`` (machines whose
+    costs follow the shapes, and the emulator), counted at once.
+
+    While the worker exists, BLAS gets one core fewer: OpenBLAS threads busy-wait
+    between calls and would take the worker's core (on 2 cores, ResNet-50's estimate
+    ran 1.5x slower with both)."""
+
+    def __init__(self, background: bool, depth: int = 2):
+        self.pool = ThreadPoolExecutor(1, "npusim-costs") if background else None
+        self.pending: list[Future] = []
+        self.depth = depth
+        self.limits = None
+
+    def __enter__(self) -> _Costs:
+        if self.pool:
+            cores = os.cpu_count() or 1
+            self.limits = threadpool_limits(max(1, cores - 1), user_api="blas")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.limits.restore_original_limits()
+
+    def submit(self, fn, *args):
+        if self.pool is None:
+            return fn(*args)
+        self.pending = [f for f in self.pending if not f.done()]
+        if len(self.pending) >= self.depth:
+            self.pending[0].result()
+        future = self.pool.submit(fn, *args)
+        self.pending.append(future)
+        return future
+
+    @staticmethod
+    def result(st):
+        return st.result() if isinstance(st, Future) else st
+
+
+def _run_nodes(model: Graph, x, df, arch, mode, dtype, keep_outputs, progress, costs):
+    """Every node in order: (values still live, one LayerStats or handle per node)."""
     values = {model.input_name: x}
-    stats: list[LayerStats] = []
+    stats: list = []
     for i, node in enumerate(model.nodes):
         if progress:
             progress(i, len(model.nodes), node.name)
@@ -123,7 +182,7 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
             if why:
                 raise NpusimError(f"{node.name}: dataflow {df.name!r} cannot run it: {why}")
             x_in = args[0].reshape(layer.input_shape)
-            out, st = _conv_step(layer, x_in, node.op, df, arch, mode)
+            out, st = _conv_step(layer, x_in, node.op, df, arch, mode, costs)
             out = out.astype(np.float32, copy=False).reshape(model.shapes[node.name])
         else:
             out = node.op(*args)
@@ -133,8 +192,7 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
         stats.append(st)
         if not keep_outputs:
             _release(values, model, i)
-    return SimResult(values[model.output_name], stats, arch, mode, dtype, df.name,
-                     time.perf_counter() - start, values if keep_outputs else {})
+    return values, stats
 
 
 def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,

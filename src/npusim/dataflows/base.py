@@ -3,10 +3,12 @@
 A dataflow joins a problem (``ConvLayer``) and a machine (``Arch``):
 
 - ``supports(layer, arch)``: ``None``, or why this machine cannot run the layer;
-- ``run(layer, x, w, bias, arch)``: exact outputs by the machine's own arithmetic,
-  and the ``LayerStats`` of that run;
-- ``estimate(layer, x_mask, w_mask, arch)``: the same ``LayerStats`` from the
-  non-zero masks of the real tensors, without computing outputs.
+- ``compute(layer, x, w, bias, arch)``: exact outputs by the machine's own arithmetic;
+- ``estimate(layer, x_mask, w_mask, arch)``: the ``LayerStats`` of the layer from the
+  non-zero masks of the real tensors (``None`` masks where ``reads_masks`` is False:
+  that machine's costs follow the shapes alone);
+- ``run(layer, x, w, bias, arch)``: both, (outputs, stats); shared by every dataflow
+  (``Machine``), so a run's stats are the estimate's by construction.
 
 ``x`` and ``w`` are float32 (outputs float32) or int8 (outputs int32 accumulators,
 with ``bias`` already int32 in accumulator units). ``Params`` is the dataclass of
@@ -27,14 +29,36 @@ from ..stats import LayerStats
 class Dataflow(Protocol):
     name: ClassVar[str]
     Params: ClassVar[type]
+    reads_masks: ClassVar[bool]
 
     def supports(self, layer: ConvLayer, arch) -> str | None: ...
+
+    def compute(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                arch) -> np.ndarray: ...
+
+    def estimate(self, layer: ConvLayer, x_mask: np.ndarray | None, w_mask: np.ndarray | None,
+                 arch) -> LayerStats: ...
+
+    def masks(self, x: np.ndarray, w: np.ndarray) -> tuple: ...
 
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]: ...
 
-    def estimate(self, layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
-                 arch) -> LayerStats: ...
+
+class Machine:
+    """The part of the interface every dataflow class inherits."""
+
+    reads_masks: ClassVar[bool] = True
+
+    def masks(self, x: np.ndarray, w: np.ndarray) -> tuple:
+        """(x != 0, w != 0) for ``estimate``; (None, None) if the costs ignore the values."""
+        return (x != 0, w != 0) if self.reads_masks else (None, None)
+
+    def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+            arch) -> tuple[np.ndarray, LayerStats]:
+        """Outputs by the machine's arithmetic and the layer's stats."""
+        out = self.compute(layer, x, w, bias, arch)
+        return out, self.estimate(layer, *self.masks(x, w), arch)
 
 
 REGISTRY: dict[str, Dataflow] = {}

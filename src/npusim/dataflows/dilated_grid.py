@@ -47,7 +47,7 @@ from ..ir import ConvLayer
 from ..reference import pad_input, tap_window
 from ..stats import LayerStats, energy_pj
 from . import shift_grid
-from .base import element_bytes, register
+from .base import Machine, element_bytes, register
 from .systolic import used_input_pixels
 
 NAME = "dilated-grid"
@@ -269,18 +269,19 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
 
 
 @register
-class DilatedGrid:
+class DilatedGrid(Machine):
     name = NAME
     Params = Params
+    reads_masks = False  # the costs follow the shapes alone
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         """Every conv runs: a rate beyond the shifter or a span beyond the grid is cut into
         one-tap runs, non-dilated layers run at R = 1."""
         return None
 
-    def run(self, layer, x, w, bias, arch):
-        """Outputs from the real taps (float32, or exact int32 for int8) and the costs."""
-        return dilated_conv(layer, x, w, bias), self.estimate(layer, None, None, arch)
+    def compute(self, layer, x, w, bias, arch):
+        """Outputs from the real taps (float32, or exact int32 for int8)."""
+        return dilated_conv(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""

@@ -46,7 +46,7 @@ from ..arch.spec import spec
 from ..ir import ConvLayer
 from ..reference import pad_input, tap_window
 from ..stats import LayerStats, energy_pj
-from .base import element_bytes, register
+from .base import Machine, element_bytes, register
 from .systolic import used_input_pixels
 
 NAME = "group-tile"
@@ -239,16 +239,17 @@ def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.n
 
 
 @register
-class GroupTile:
+class GroupTile(Machine):
     name = NAME
     Params = Params
+    reads_masks = False  # the costs follow the shapes alone
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         return None
 
-    def run(self, layer, x, w, bias, arch):
-        """Outputs by the broadcast arithmetic (float32, or exact int32 for int8) and costs."""
-        return broadcast_conv(layer, x, w, bias), self.estimate(layer, x != 0, w != 0, arch)
+    def compute(self, layer, x, w, bias, arch):
+        """Outputs by the broadcast arithmetic (float32, or exact int32 for int8)."""
+        return broadcast_conv(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""

@@ -42,7 +42,7 @@ from ..arch.spec import spec
 from ..ir import ConvLayer
 from ..stats import LayerStats, energy_pj
 from . import bitmap, grouping
-from .base import element_bytes, register
+from .base import Machine, element_bytes, register
 from .grouping import DEALINGS, POLICIES
 
 NAME = "sparse-pairs"
@@ -224,16 +224,15 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
 
 
 @register
-class SparsePairs:
+class SparsePairs(Machine):
     name = NAME
     Params = Params
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         return None
 
-    def run(self, layer, x, w, bias, arch):
-        out = pair_products(layer, x, w, bias)
-        return out, self.estimate(layer, x != 0, w != 0, arch)
+    def compute(self, layer, x, w, bias, arch):
+        return pair_products(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))

@@ -30,7 +30,7 @@ from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
 from ..stats import LayerStats, energy_pj
-from .base import element_bytes, register
+from .base import Machine, element_bytes, register
 
 
 @dataclass(frozen=True)
@@ -200,17 +200,17 @@ def layer_stats(layer: ConvLayer, arch, m: Mapping, cycles: int, words) -> Layer
 
 
 @register
-class Systolic:
+class Systolic(Machine):
     name = "systolic"
     Params = Params
+    reads_masks = False  # the costs follow the shapes alone
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         return None
 
-    def run(self, layer, x, w, bias, arch):
-        """Outputs by the dense engine (float32, or exact int32 for int8) and the costs."""
-        out = engine.conv2d(x, w, bias, layer)
-        return out, self.stats(layer, arch)
+    def compute(self, layer, x, w, bias, arch):
+        """Outputs by the dense engine (float32, or exact int32 for int8)."""
+        return engine.conv2d(x, w, bias, layer)
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; a dense array's costs depend on shapes only, not on the masks."""
