@@ -33,12 +33,17 @@ def test_fifo_closed_form_equals_loop(ts):
                                                         min_size=1, max_size=5)),
                 max_size=12))
 def test_batched_transfers_on_fifo_equal_loop_over_single_transfers(jobs):
-    """Jobs in sequence (ready = the job's end), each with transfers (server, duration)."""
+    """Jobs in sequence (ready = the job's end), each with transfers (server, duration):
+    on the full interconnect kernel k goes to output unit k, a pixel is one beat."""
     rows = [(j, srv, ready, d) for j, (ready, ts) in enumerate(jobs) for srv, d in ts]
     job, server, ready, duration = np.array(rows, np.int64).reshape(-1, 4).T
-    first, count, total, inner = ou.batches(job, server, duration)
-    last, wait = ou.fifo(server[first], ready[first], total, count)
-    assert (last, wait + inner) == fifo_by_loop(server, ready, duration)
+    ends = np.zeros(len(jobs), np.int64)
+    ends[job] = ready
+    q = ou.queue(ou.Transfers(job, server, duration), units=2, interconnect="full",
+                 output_units=3, width=1)
+    last, wait = ou.fifo(q.server, ends[q.job], q.duration, q.count)
+    assert (last, wait + q.inner_wait) == fifo_by_loop(server, ready, duration)
+    assert (q.transfers, q.transfer_cycles, q.hops) == (len(rows), duration.sum(), 0)
 
 
 @given(st.lists(st.lists(st.integers(0, 20), min_size=3, max_size=3), min_size=1, max_size=10))
@@ -61,7 +66,14 @@ def test_job_ends_run_each_units_jobs_back_to_back(times, units):
 
 
 def test_chain_routes_to_the_kernels_owner_counting_hops():
-    t = ou.Transfers(job=np.array([0, 1]), kernel=np.array([3, 0]), pixels=np.array([36, 36]))
-    server, duration, hops = ou.route(t, np.array([0, 2]), "chain", 4, 4, 16)
-    assert server.tolist() == [3, 0] and hops.tolist() == [3, 2]
-    assert duration.tolist() == [9, 6]  # 3 beats of 16 pixels per hop
+    t = ou.Transfers(job=np.array([0, 2]), kernel=np.array([3, 0]), pixels=np.array([36, 36]))
+    q = ou.queue(t, units=4, interconnect="chain", output_units=4, width=16)
+    assert q.server.tolist() == [3, 0] and q.hops == 3 + 2
+    assert q.duration.tolist() == [9, 6]  # 3 beats of 16 pixels per hop
+    assert q.transfer_cycles == 15 and q.transfers == 2 and q.inner_wait == 0
+
+
+def test_chain_transfer_to_its_own_unit_does_not_move():
+    t = ou.Transfers(job=np.array([1, 1]), kernel=np.array([1, 2]), pixels=np.array([36, 36]))
+    q = ou.queue(t, units=4, interconnect="chain", output_units=4, width=16)
+    assert q.transfers == 1 and q.server.tolist() == [2] and q.hops == 1

@@ -59,7 +59,7 @@ class Schedule:
 @dataclass(frozen=True)
 class Queue:
     """A layer's moving transfers, routed and batched once for every timing of its jobs:
-    one item per run of consecutive transfers of one job to one server (``batches``)."""
+    one item per run of consecutive transfers of one job to one server (``queue``)."""
 
     job: np.ndarray
     server: np.ndarray
@@ -132,49 +132,58 @@ def _serve(server, ready, duration, count):  # pragma: no cover
     return last, wait
 
 
-def batches(job: np.ndarray, server: np.ndarray,
-            duration: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(first transfer, transfers, total duration cycles) of each run of consecutive
-    transfers (in sequence order, ``job`` non-decreasing) of one job to one server, and the
-    cycles those transfers wait for earlier ones of their own run.
-
-    A run is contiguous in its server's queue (same ready time, consecutive sequence), so
-    ``fifo`` serves it as one item (on the bus: one per job, not one per partial OFM);
-    transfer ``i`` of a run also waits ``sum`` of the durations before it in the run.
-    """
-    if not job.size:
-        return job, job, duration, 0
-    first = np.flatnonzero(np.r_[True, (job[1:] != job[:-1]) | (server[1:] != server[:-1])])
-    count = np.diff(np.r_[first, job.size])
-    last_of_run = np.repeat(first + count - 1, count)
-    inner = int((duration * (last_of_run - np.arange(job.size))).sum())
-    return first, count, np.add.reduceat(duration, first), inner
-
-
-def route(t: Transfers, unit: np.ndarray, interconnect: str, units: int,
-          output_units: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(server, duration cycles, hops) of each transfer over the interconnect."""
-    beats = -(-t.pixels // width)
-    src = unit[t.job]
-    if interconnect == "bus":
-        return np.zeros_like(t.job), beats, np.zeros_like(t.job)
-    if interconnect == "full":
-        return t.kernel % output_units, beats, np.zeros_like(t.job)
-    owner = t.kernel % units
-    hops = np.abs(src - owner)
-    return owner, beats * hops, hops
+LINKS = ("bus", "full", "chain")
 
 
 def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
           width: int) -> Queue:
-    """Route the transfers over the interconnect and batch the moving ones (``batches``)."""
-    unit = np.arange(int(t.job.max(initial=-1)) + 1) % units
-    server, duration, hops = route(t, unit, interconnect, units, output_units, width)
-    moving = duration > 0
-    job, server, moved = t.job[moving], server[moving], duration[moving]
-    first, count, total, inner = batches(job, server, moved)
-    return Queue(job[first], server[first], total, count, inner, transfers=int(moving.sum()),
-                 transfer_cycles=int(duration.sum()), hops=int(hops.sum()))
+    """Route the transfers over the interconnect (see the module notes) and batch the
+    moving ones: a run of consecutive moving transfers of one job to one server is
+    contiguous in its server's queue (same ready time, consecutive sequence), so ``fifo``
+    serves it as one item (on the bus: one per job, not one per partial OFM); each
+    transfer of a run also waits for the durations of the run's earlier ones."""
+    job, server, duration, count, totals = _route_and_batch(
+        t.job.astype(np.int64), t.kernel.astype(np.int64), t.pixels.astype(np.int64),
+        LINKS.index(interconnect), units, output_units, width)
+    inner, moving, cycles, hops = (int(v) for v in totals)
+    return Queue(job, server, duration, count, inner, transfers=moving,
+                 transfer_cycles=cycles, hops=hops)
+
+
+@njit(cache=True, nogil=True)
+def _route_and_batch(job, kernel, pixels, link, units, output_units, width):  # pragma: no cover
+    """``queue`` in one pass: items (job, server, duration, count) and the totals (inner
+    wait, moving transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
+    n = job.size
+    item_job, item_server = np.empty(n, np.int64), np.empty(n, np.int64)
+    item_duration, item_count = np.empty(n, np.int64), np.empty(n, np.int64)
+    items = inner = moving = cycles = hops_total = 0
+    for i in range(n):
+        beats = (pixels[i] + width - 1) // width
+        server, hops, duration = 0, 0, beats  # bus: one shared server
+        if link == 1:  # full: one server per output unit
+            server = kernel[i] % output_units
+        elif link == 2:  # chain: the owning operation unit, store and forward
+            server = kernel[i] % units
+            hops = abs(job[i] % units - server)
+            duration = beats * hops
+        cycles += duration
+        hops_total += hops
+        if duration == 0:
+            continue
+        moving += 1
+        last = items - 1
+        if items and item_job[last] == job[i] and item_server[last] == server:
+            inner += item_duration[last]
+            item_duration[last] += duration
+            item_count[last] += 1
+        else:
+            item_job[items], item_server[items] = job[i], server
+            item_duration[items], item_count[items] = duration, 1
+            items += 1
+    totals = np.array([inner, moving, cycles, hops_total], np.int64)
+    return (item_job[:items], item_server[:items], item_duration[:items], item_count[:items],
+            totals)
 
 
 def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool) -> Schedule:
