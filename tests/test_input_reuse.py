@@ -14,7 +14,7 @@ import npusim
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.arch.spec import arch_from_toml_text
-from npusim.dataflows import get, input_reuse
+from npusim.dataflows import get, region_work
 from npusim.dataflows.input_reuse import Params
 from npusim.errors import ConfigError, NpusimError
 from npusim.ir import ConvLayer, GraphBuilder
@@ -263,4 +263,6 @@ def test_useful_products_are_the_convolution_of_the_masks(layer):
     rng = np.random.default_rng(3)
     xm, wm = rng.random(layer.input_shape) < 0.4, rng.random(layer.weight_shape) < 0.5
     want = reference.conv2d(xm.astype(np.float64), wm.astype(np.float64), None, layer).sum()
-    assert input_reuse.useful_products(layer, xm, wm) == int(want)
+    xp = reference.pad_input(xm, layer)
+    per_tap = region_work.tap_weights(layer, wm)
+    assert region_work.useful_products(layer, xp, per_tap) == int(want)

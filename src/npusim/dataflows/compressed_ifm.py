@@ -35,24 +35,6 @@ def blocked(mask: np.ndarray, block: tuple[int, int]) -> np.ndarray:
     return mask.reshape(n, c, th, bh, tw, bw)
 
 
-def block_counts(mask: np.ndarray, block: tuple[int, int]) -> np.ndarray:
-    """Non-zero pixels per block: N x C x Th x Tw (int).
-
-    Adds the block's pixel rows, then its columns, as whole strided slices: a reduction
-    over the two short block axes at once is many times slower on real layers.
-    """
-    b = blocked(np.asarray(mask != 0) if mask.dtype != bool else mask, block)
-    acc = np.uint8 if block[0] * block[1] < 256 else np.int64
-    b = b.view(np.uint8)
-    rows = b[:, :, :, 0].astype(acc)  # N x C x Th x Tw x bw
-    for i in range(1, block[0]):
-        rows += b[:, :, :, i]
-    out = rows[..., 0].astype(np.intp)
-    for j in range(1, block[1]):
-        out += rows[..., j]
-    return out
-
-
 def bitmap_bytes(block: tuple[int, int]) -> int:
     """Bytes of one block's bitmap."""
     return math.ceil(block[0] * block[1] / 8)

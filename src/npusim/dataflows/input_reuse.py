@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .. import engine
 from ..arch.spec import spec
@@ -115,45 +114,6 @@ def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
             windows[:, :, :, t] = xa[:, :, u[t]:u[t] + P, v[t]:v[t] + Q].reshape(N, G, Cg, P, Q)
     wt = np.ascontiguousarray(wg[:, :, :, r, s]).reshape(G, Kg, Cg * r.size)
     return np.matmul(wt, windows.reshape(N, G, Cg * r.size, P * Q))
-
-
-def useful_products(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> int:
-    """Products of a non-zero weight and a non-zero pixel that reach a valid output (MACs):
-    sum over channels and taps of (non-zero weights there) x (non-zero pixels the tap meets)."""
-    xp = pad_input(np.asarray(x_mask, np.bool_), layer, False).view(np.uint8)
-    seen = _tap_ones(xp, layer.R, layer.S, layer.P, layer.Q, *layer.stride, *layer.dilation)
-    wcount = w_mask.reshape(layer.groups, layer.Kg, layer.Cg * layer.R * layer.S).sum(
-        axis=1, dtype=np.int64)
-    return int((seen.reshape(wcount.shape) * wcount).sum())
-
-
-@njit(cache=True, nogil=True)
-def _tap_ones(xp, R, S, P, Q, sh, sw, dh, dw):  # pragma: no cover
-    """seen[c, r, s]: non-zero pixels of channel c that tap (r, s) meets over all outputs and
-    images of the padded mask ``xp`` (N x C x Hp x Wp, 0/1). Tap (r, s) reads the window
-    P x Q at (r dh // sh, s dw // sw) of stride phase (r dh % sh, s dw % sw), so one
-    summed-area table per phase gives every tap's count in four look-ups."""
-    N, C, Hp, Wp = xp.shape
-    seen = np.zeros((C, R, S), np.int64)
-    table = np.zeros((Hp + 1, Wp + 1), np.int64)
-    for n in range(N):
-        for c in range(C):
-            for a in range(sh):
-                for b in range(sw):
-                    rows, cols = (Hp - a + sh - 1) // sh, (Wp - b + sw - 1) // sw
-                    for i in range(rows):
-                        run = 0
-                        for j in range(cols):
-                            run += xp[n, c, a + i * sh, b + j * sw]
-                            table[i + 1, j + 1] = table[i, j + 1] + run
-                    for r in range(R):
-                        u = r * dh // sh
-                        for s in range(S):
-                            v = s * dw // sw
-                            if r * dh % sh == a and s * dw % sw == b:
-                                seen[c, r, s] += (table[u + P, v + Q] - table[u, v + Q]
-                                                  - table[u + P, v] + table[u, v])
-    return seen
 
 
 def ofm_mask(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> np.ndarray:
@@ -241,7 +201,7 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     region_pixels = p.region_rows * p.region_cols * p.region_channels
     return LayerStats(
         name=layer.name, dataflow=name, shape=layer.describe(), dense_macs=layer.macs,
-        macs=useful_products(layer, x_mask, w_mask), cycles=sch.cycles,
+        macs=work.useful_products, cycles=sch.cycles,
         pe_cycles=sch.cycles * p.multipliers, mapped_pe_cycles=sch.pu_busy * region_pixels,
         energy_pj=energy_pj(arch, macs=work.products, dtype=layer.dtype,
                             sram_bytes=sum(v for k, v in mem.items() if k.startswith("sram")),

@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ..ir import ConvLayer
 from ..reference import pad_input
-from . import compressed_ifm
 from .operation_units import Transfers, reduce_last
 from .phases import Part, Phase, Plan, plan
 
@@ -48,10 +48,59 @@ class Work:
     dense_cycles: int
     weight_only_cycles: int
     products: int
+    useful_products: int
     sram_ifmap_words: int
     sram_ifmap_bitmaps: int
     regions: int
     pofm_peak: tuple[int, int]
+
+
+def tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
+    """Non-zero weights at each (conv group, channel, kernel row, kernel column), summed over
+    the group's kernels: G x Cg x R x S int64 (added as bytes: several times faster than a
+    sum in int64 over the kernel axis)."""
+    rows = np.asarray(w_mask, np.bool_).reshape(layer.groups, layer.Kg, -1).view(np.uint8)
+    acc = np.uint16 if layer.Kg < 2**16 else np.int64
+    counts = np.add.reduce(rows, axis=1, dtype=acc).astype(np.int64)
+    return counts.reshape(layer.groups, layer.Cg, layer.R, layer.S)
+
+
+def useful_products(layer: ConvLayer, xp_mask: np.ndarray, per_tap: np.ndarray) -> int:
+    """Products of a non-zero weight and a non-zero pixel that reach a valid output (MACs):
+    sum over channels and taps of (non-zero weights there, ``tap_weights``) x (non-zero
+    pixels of the padded input mask ``xp_mask`` the tap meets)."""
+    seen = _tap_ones(xp_mask.view(np.uint8), layer.R, layer.S, layer.P, layer.Q,
+                     *layer.stride, *layer.dilation)
+    return int((seen.reshape(per_tap.shape) * per_tap).sum())
+
+
+@njit(cache=True, nogil=True)
+def _tap_ones(xp, R, S, P, Q, sh, sw, dh, dw):  # pragma: no cover
+    """seen[c, r, s]: non-zero pixels of channel c that tap (r, s) meets over all outputs and
+    images of the padded mask ``xp`` (N x C x Hp x Wp, 0/1). Tap (r, s) reads the window
+    P x Q at (r dh // sh, s dw // sw) of stride phase (r dh % sh, s dw % sw), so one
+    summed-area table per phase gives every tap's count in four look-ups."""
+    N, C, Hp, Wp = xp.shape
+    seen = np.zeros((C, R, S), np.int64)
+    table = np.zeros((Hp + 1, Wp + 1), np.int64)
+    for n in range(N):
+        for c in range(C):
+            for a in range(sh):
+                for b in range(sw):
+                    rows, cols = (Hp - a + sh - 1) // sh, (Wp - b + sw - 1) // sw
+                    for i in range(rows):
+                        run = 0
+                        for j in range(cols):
+                            run += xp[n, c, a + i * sh, b + j * sw]
+                            table[i + 1, j + 1] = table[i, j + 1] + run
+                    for r in range(R):
+                        u = r * dh // sh
+                        for s in range(S):
+                            v = s * dw // sw
+                            if r * dh % sh == a and s * dw % sw == b:
+                                seen[c, r, s] += (table[u + P, v + Q] - table[u, v + Q]
+                                                  - table[u + P, v] + table[u, v])
+    return seen
 
 
 def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.ndarray:
@@ -64,10 +113,28 @@ def grid_counts(xp_mask: np.ndarray, ph: Phase, grid: tuple[int, int],
                 region: tuple[int, int]) -> np.ndarray:
     """Non-zero pixels per region and channel of one phase, N x C x Th x Tw, on the common
     region grid (``grid`` = rows, cols of the largest phase input)."""
-    pm = ph.input(xp_mask)
-    full = np.zeros(pm.shape[:2] + grid, bool)
-    full[:, :, :pm.shape[2], :pm.shape[3]] = pm
-    return compressed_ifm.block_counts(full, region)
+    shape = (grid[0] // region[0], grid[1] // region[1])
+    return _block_counts(xp_mask.view(np.uint8), ph.a, ph.b, *ph.stride, ph.rows, ph.cols,
+                         *region, *shape)
+
+
+@njit(cache=True, nogil=True)
+def _block_counts(xp, a, b, sh, sw, rows, cols, rh, rw, th, tw):  # pragma: no cover
+    """counts[n, c, i // rh, j // rw] += xp[n, c, a + i sh, b + j sw] for the phase's
+    ``rows`` x ``cols`` pixels; ``th`` x ``tw`` blocks."""
+    N, C = xp.shape[:2]
+    counts = np.zeros((N, C, th, tw), np.int64)
+    band = np.empty(cols, np.int32)  # one block row's pixel rows added column by column
+    for n in range(N):
+        for c in range(C):
+            for t in range(th):
+                band[:] = 0
+                for i in range(t * rh, min(t * rh + rh, rows)):
+                    for j in range(cols):
+                        band[j] += xp[n, c, a + i * sh, b + j * sw]
+                for j in range(cols):
+                    counts[n, c, t, j // rw] += band[j]
+    return counts
 
 
 def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int,
@@ -80,8 +147,8 @@ def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int,
     channels go ``depth`` at a time (one cycle per group and tap).
     """
     a = active.astype(np.float32)
-    if depth == 1:
-        return np.rint(np.matmul(taps, a)).astype(np.int64)
+    if depth == 1:  # sums of small integers below 2**24: exact in float32
+        return np.matmul(taps, a).astype(np.int64)
     g, kg, cg, taps = wp.shape
     out = 0
     for c0 in range(0, cg, depth):
@@ -117,7 +184,7 @@ def kernel_sets(per_kernel: np.ndarray, pus: int) -> np.ndarray:
     return x.reshape(n, x.shape[1], g * sets, pus, *per_kernel.shape[4:])
 
 
-def part_cycles(layer, counts: list, w_mask, layout: Plan, geo: Geometry):
+def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometry):
     """Weight cycles N x G x Kg x T x parts, and the dense, weight-only and product counts."""
     n, T = counts[0].shape[0], counts[0].shape[2] * counts[0].shape[3]
     cnt = [c.reshape(n, layer.groups, layer.Cg, T) for c in counts]
@@ -134,18 +201,41 @@ def part_cycles(layer, counts: list, w_mask, layout: Plan, geo: Geometry):
             dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
             wonly += weight_only_cycles(wp, geo.depth) * n * T
             per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
-            products += int((live.sum(axis=1, dtype=np.int64) * per_channel).sum())
+            kernels = per_tap[:, :, part.r[taps], part.s[taps]].sum(axis=2)  # G x Cg
+            products += int((kernels * per_channel).sum())
     return cyc, dense, wonly, products
 
 
 def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int) -> Transfers:
     """Sequence of transfers (job, slot, part order) from the jobs' per-part cycles
-    (N x T x J x P x parts) and each part's partial-OFM pixels."""
-    jobs_per_region = sets.shape[2]
-    job, slot, part = np.nonzero(sets.reshape(-1, pus, sets.shape[-1]))
-    per_group = jobs_per_region // layer.groups
-    g, kset = np.divmod(job % jobs_per_region, per_group)
-    return Transfers(job, g * layer.Kg + kset * pus + slot, pixels[part])
+    (N x T x J x P x parts): one per partial OFM with any product, carrying its kernel
+    and its part's partial-OFM pixels."""
+    flat = np.ascontiguousarray(sets).reshape(-1, pus, sets.shape[-1])
+    job, kernel, part = _nonzero_slots(flat, sets.shape[2], sets.shape[2] // layer.groups,
+                                       layer.Kg)
+    return Transfers(job, kernel, pixels[part])
+
+
+@njit(cache=True, nogil=True)
+def _nonzero_slots(cycles, jobs_per_region, sets_per_group, kg):  # pragma: no cover
+    """(job, kernel, part) of every non-zero entry of ``cycles`` (jobs x P x parts), in
+    order; job ``j`` runs kernel set ``j mod jobs_per_region`` (conv group major)."""
+    jobs, pus, parts = cycles.shape
+    n = 0
+    for j in range(jobs):
+        for slot in range(pus):
+            for pt in range(parts):
+                n += cycles[j, slot, pt] != 0
+    job, kernel, part = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    i = 0
+    for j in range(jobs):
+        g, kset = divmod(j % jobs_per_region, sets_per_group)
+        for slot in range(pus):
+            for pt in range(parts):
+                if cycles[j, slot, pt] != 0:
+                    job[i], kernel[i], part[i] = j, g * kg + kset * pus + slot, pt
+                    i += 1
+    return job, kernel, part
 
 
 def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
@@ -153,9 +243,10 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
     """Jobs, transfers and skip counts of ``layer`` from the non-zero masks of x and w."""
     layout = plan(layer, geo.part_rows)
     grid = tuple(math.ceil(e / r) * r for e, r in zip(layout.extent, geo.region, strict=True))
-    xp = pad_input(x_mask, layer, False)
+    xp = pad_input(np.asarray(x_mask, np.bool_), layer, False)
+    per_tap = tap_weights(layer, w_mask)
     counts = [grid_counts(xp, ph, grid, geo.region) for ph in layout.phases]
-    cyc, dense, wonly, products = part_cycles(layer, counts, w_mask, layout, geo)
+    cyc, dense, wonly, products = part_cycles(layer, counts, w_mask, per_tap, layout, geo)
     sets = kernel_sets(cyc, geo.pus)  # N x T x J x P x parts
     shapes = [part.pofm_shape(geo.region) for part in layout.parts]
     pixels = np.array([h * w for h, w in shapes], np.int64)
@@ -163,6 +254,7 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
     return Work(slot_cycles=reduce_last(sets, np.add).reshape(-1, geo.pus),
                 transfers=transfers(sets, pixels, layer, geo.pus),
                 dense_cycles=dense, weight_only_cycles=wonly, products=products,
+                useful_products=useful_products(layer, xp, per_tap),
                 sram_ifmap_words=int(sum(c.sum() for c in counts)),
                 sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
                 pofm_peak=max(shapes, key=lambda s: s[0] * s[1]))
