@@ -14,9 +14,9 @@ conv layer and in total:
   machine that skipped exactly the zero weights, at the same multiplier count and full
   utilisation, would reach); ``of ideal`` = speed-up / ideal.
 
-Then the simulator's own time on ResNet-50 (float32, 0.3 density, input-reuse, mode
-'run') over PyTorch eager inference of the same network, from one timed run each after a
-warm-up. Target (issue 3): within 3x.
+Then the simulator's own time on ResNet-50 (float32, 0.3 density, input-reuse, modes
+'run' and 'estimate') over PyTorch eager inference of the same network: the best of three
+timed calls each after a warm-up. Target (issue 3): within 3x.
 Run: python bench/bench_input_reuse.py
 """
 
@@ -121,9 +121,9 @@ def speed_vs_torch() -> None:
     module = to_torch(graph).eval()
     xt = torch.from_numpy(x)
     with torch.inference_mode():
-        t_torch = best_time(lambda: module(xt), repeat=1)
-    t_run = best_time(lambda: npusim.simulate(graph, x, IR), repeat=1)
-    t_est = best_time(lambda: npusim.simulate(graph, x, IR, mode="estimate"), repeat=1)
+        t_torch = best_time(lambda: module(xt), repeat=3)
+    t_run = best_time(lambda: npusim.simulate(graph, x, IR), repeat=3)
+    t_est = best_time(lambda: npusim.simulate(graph, x, IR, mode="estimate"), repeat=3)
     print(f"\ntorch threads: {torch.get_num_threads()}")
     report("resnet50 0.3 input-reuse simulate(run)", t_run, t_torch, "torch eager", "< 3x")
     report("resnet50 0.3 input-reuse simulate(estimate)", t_est, t_torch, "torch eager",

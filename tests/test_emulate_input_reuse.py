@@ -82,6 +82,8 @@ def test_emulator_agrees_with_fast_model(layer, p, seed, density):
     fast = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
     c, e = res.counters, fast.extra
     assert res.cycles == fast.cycles
+    assert tuple(c.unit_busy) == e["opunit_busy_cycles_by_unit"]
+    assert tuple(c.pu_dealt.ravel()) == e["pu_dealt_cycles_by_unit"]
     assert int(c.unit_busy.sum()) == e["opunit_busy_cycles"]
     assert int(c.unit_busy.max()) == e["opunit_busy_max_cycles"]
     assert c.pu_busy == e["pu_busy_cycles"]

@@ -18,6 +18,7 @@ from npusim.dataflows import get, region_work
 from npusim.dataflows.input_reuse import Params
 from npusim.errors import ConfigError, NpusimError
 from npusim.ir import ConvLayer, GraphBuilder
+from npusim.report.export import to_csv
 
 DF = get("input-reuse")
 FIG2A_KERNEL = np.array([[-1, -3, 4], [7, -2, -1], [-5, 3, 1]], np.int8)
@@ -266,3 +267,24 @@ def test_useful_products_are_the_convolution_of_the_masks(layer):
     xp = reference.pad_input(xm, layer)
     per_tap = region_work.tap_weights(layer, wm)
     assert region_work.useful_products(layer, xp, per_tap) == int(want)
+
+
+def test_per_unit_cycles_add_up_and_sum_unit_by_unit_over_layers():
+    g = GraphBuilder("two", (1, 3, 12, 12))
+    rng = np.random.default_rng(1)
+    y = g.relu(g.conv(g.input, rng.standard_normal((8, 3, 3, 3)).astype(np.float32), padding=1))
+    g.conv(y, rng.standard_normal((6, 8, 3, 3)).astype(np.float32), padding=1)
+    res = npusim.simulate(g.build(), rng.standard_normal((1, 3, 12, 12)), "input-reuse-1024")
+    p = res.arch.params("input-reuse")
+    convs = res.conv_layers
+    for s in convs + [res.total]:
+        busy, dealt = s.extra["opunit_busy_cycles_by_unit"], s.extra["pu_dealt_cycles_by_unit"]
+        assert len(busy) == p.operation_units
+        assert len(dealt) == p.operation_units * p.processing_units
+        assert sum(busy) == s.extra["opunit_busy_cycles"]
+        assert sum(dealt) == s.extra["pu_busy_cycles"]
+    first, second = (c.extra["pu_dealt_cycles_by_unit"] for c in convs)
+    assert res.total.extra["pu_dealt_cycles_by_unit"] == tuple(
+        a + b for a, b in zip(first, second, strict=True))
+    csv_row = to_csv(res).splitlines()[1]
+    assert " ".join(str(v) for v in convs[0].extra["opunit_busy_cycles_by_unit"]) in csv_row

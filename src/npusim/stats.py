@@ -1,8 +1,9 @@
 """What the hardware spends: ``LayerStats`` per layer, summed into network totals.
 
 Every dataflow fills the same ``LayerStats``; its own counts go in ``extra``
-(additive counts only, so totals are plain sums; the one exception: keys starting
-with ``peak_`` hold a size the hardware must provide, merged by maximum). Ratios
+(additive counts only, so totals are plain sums; two exceptions: keys starting
+with ``peak_`` hold a size the hardware must provide, merged by maximum, and keys
+ending in ``_by_unit`` hold a tuple of one count per hardware unit, summed unit by unit). Ratios
 (utilisation, mapping efficiency) are derived from additive fields, never stored, so a sum of layers
 gives the right network ratio. Energy comes from one function, ``energy_pj``.
 """
@@ -85,8 +86,16 @@ class LayerStats:
 
 
 def _merge(key: str, a, b):
-    """Two layers' values of an ``extra`` key: ``peak_*`` by maximum, the rest summed."""
-    return max(a, b) if key.startswith("peak_") else a + b
+    """Two layers' values of an ``extra`` key: ``peak_*`` by maximum, ``*_by_unit`` tuples
+    unit by unit (a missing key counts as zeros), the rest summed."""
+    if key.startswith("peak_"):
+        return max(a, b)
+    if key.endswith("_by_unit"):
+        a, b = a or (0,) * len(b), b or (0,) * len(a)
+        if len(a) != len(b):
+            return ()  # layers on machines with different unit counts: no common breakdown
+        return tuple(x + y for x, y in zip(a, b, strict=True))
+    return a + b
 
 
 def total(stats: list[LayerStats], name: str = "total") -> LayerStats:

@@ -156,6 +156,8 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
     elem = element_bytes(layer.dtype)
     pus = p.operation_units * p.processing_units
     return {
+        "opunit_busy_cycles_by_unit": tuple(int(c) for c in sch.unit_busy),
+        "pu_dealt_cycles_by_unit": tuple(int(c) for c in dealt_cycles(work.slot_cycles, p)),
         "opunit_busy_cycles": int(sch.unit_busy.sum()),
         "opunit_busy_max_cycles": int(sch.unit_busy.max(initial=0)),
         "opunit_idle_cycles": p.operation_units * sch.cycles - int(sch.unit_busy.sum()),
@@ -178,6 +180,16 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "peak_pofm_rows": work.pofm_peak[0],
         "peak_pofm_cols": work.pofm_peak[1],
     }
+
+
+def dealt_cycles(slot_cycles: np.ndarray, p: Params) -> np.ndarray:
+    """Weight cycles dealt to every processing unit before work stealing, unit-major
+    (operation unit u, slot s at u * P + s): the jobs (J x P) run on unit ``j mod U``."""
+    units = p.operation_units
+    rows = -(-len(slot_cycles) // units)
+    grid = np.zeros((rows * units, slot_cycles.shape[1]), np.int64)
+    grid[:len(slot_cycles)] = slot_cycles
+    return grid.reshape(rows, units, -1).sum(axis=0).ravel()
 
 
 def timing(work: Work, p: Params) -> tuple[Schedule, int]:

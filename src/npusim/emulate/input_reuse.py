@@ -92,6 +92,7 @@ class Counters:
     """What the emulator counted (cycles)."""
 
     unit_busy: np.ndarray
+    pu_dealt: np.ndarray
     pu_busy: int = 0
     transfers: int = 0
     transfer_cycles: int = 0
@@ -128,7 +129,9 @@ class Machine:
                         for ph in self.plan.phases]
         self.grid = [math.ceil(e / r) for e, r in zip(self.plan.extent, self.region, strict=True)]
         self.ofm = np.zeros(layer.output_shape, self.acc)
-        self.counters = Counters(np.zeros(params.operation_units, np.int64))
+        self.counters = Counters(np.zeros(params.operation_units, np.int64),
+                                 np.zeros((params.operation_units, params.processing_units),
+                                          np.int64))
 
     # -- the dispatcher: regions from the compressed stream, weight cycles per PU --------------
 
@@ -266,6 +269,7 @@ class Machine:
         while queue:
             job = queue.popleft()
             job.start = now
+            self.counters.pu_dealt[unit] += [len(q) for q in job.queues]
             if any(job.queues):
                 return job
             self.hand_off(job, unit, now, pending)
@@ -326,6 +330,8 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
     st = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
     c = res.counters
     extra = dict(st.extra, opunit_busy_cycles=int(c.unit_busy.sum()),
+                 opunit_busy_cycles_by_unit=tuple(int(b) for b in c.unit_busy),
+                 pu_dealt_cycles_by_unit=tuple(int(d) for d in c.pu_dealt.ravel()),
                  opunit_busy_max_cycles=int(c.unit_busy.max()), pu_busy_cycles=c.pu_busy,
                  transfers=c.transfers, transfer_cycles=c.transfer_cycles,
                  contention_cycles=c.contention, chain_hops=c.hops)

@@ -69,6 +69,11 @@ def csv_columns(layers: list[LayerStats]) -> list[str]:
     return base + extras
 
 
+def _cell(value):
+    """A CSV cell: a per-unit tuple as its counts separated by spaces."""
+    return " ".join(str(v) for v in value) if isinstance(value, tuple) else value
+
+
 def to_csv(result) -> str:
     """One row per layer (every op, in network order) and a last row named ``total``."""
     rows = list(result.layers) + [result.total]
@@ -77,7 +82,7 @@ def to_csv(result) -> str:
     writer = csv.DictWriter(out, columns, restval=0, lineterminator="\n")
     writer.writeheader()
     for stats in rows:
-        writer.writerow(stats.as_dict())
+        writer.writerow({k: _cell(v) for k, v in stats.as_dict().items()})
     return out.getvalue()
 
 
