@@ -87,23 +87,29 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
     acc = np.float64 if integer else np.float32
     xp = pad_input(x.astype(acc, copy=False), layer)
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
-    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
-    # rows of whole kernels, then channels: reductions over long contiguous rows, not taps
-    live = wg.reshape(G * Kg, -1).any(axis=0).reshape(Cg, -1).any(axis=0).reshape(layer.R, -1)
-    out = np.zeros((N, G, Kg, P * Q), acc)
+    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R * layer.S)
+    if layer.R * layer.S == 1:
+        live = np.full((1, 1), wg.any())
+    else:  # rows of whole kernels, then channels: reductions over long rows, not taps
+        live = wg.reshape(G * Kg, -1).any(axis=0).reshape(Cg, -1).any(axis=0)
+        live = live.reshape(layer.R, layer.S)
+    out = None
     layout = plan(layer)
     part = layout.parts[0]
     for i, ph in enumerate(layout.phases):
         taps = part.of_phase(i)
         keep = taps[live[part.r[taps], part.s[taps]]]
         if keep.size:
-            out += _window_product(ph.input(xp), wg, part, keep, layer)
+            phase_sum = _window_product(ph.input(xp), wg, part, keep, layer)
+            out = phase_sum if out is None else np.add(out, phase_sum, out=out)
+    if out is None:  # every weight zero
+        out = np.zeros((N, G, Kg, P * Q), acc)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
 def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
     """sum over the taps ``keep`` (indices into ``part``) of W[:, :, t] x window_t:
-    N x G x Kg x (P*Q)."""
+    N x G x Kg x (P*Q); ``wg`` is G x Kg x Cg x (R*S)."""
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
     r, s, u, v = part.r[keep], part.s[keep], part.u[keep], part.v[keep]
     if r.size == 1 and xa.shape[2:] == (P, Q):  # one tap reading the whole phase: no copy
@@ -112,7 +118,11 @@ def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
         windows = np.empty((N, G, Cg, r.size, P, Q), xa.dtype)
         for t in range(r.size):
             windows[:, :, :, t] = xa[:, :, u[t]:u[t] + P, v[t]:v[t] + Q].reshape(N, G, Cg, P, Q)
-    wt = np.ascontiguousarray(wg[:, :, :, r, s]).reshape(G, Kg, Cg * r.size)
+    flat = r * layer.S + s
+    if np.array_equal(flat, np.arange(wg.shape[3])):  # every tap, in kernel order: a view
+        wt = wg.reshape(G, Kg, Cg * r.size)
+    else:
+        wt = np.take(wg, flat, axis=3).reshape(G, Kg, Cg * r.size)
     return np.matmul(wt, windows.reshape(N, G, Cg * r.size, P * Q))
 
 
