@@ -111,6 +111,8 @@ def test_worked_example_two_groups_of_one_processor_each():
     # group 0 runs k0: 3 + 1 cycles; group 1 runs k1: 1 + 1 (empty step) cycles
     assert st_.cycles == 4
     assert st_.extra["group_cycles_mean"] == 3.0
+    assert st_.extra["group_cycles_by_unit"] == (4, 2)
+    assert st_.extra["processor_cycles_by_unit"] == (4, 1)  # k0: 3 + 1 pairs, k1: 1 pair
     assert imbalance(st_) == pytest.approx(4 / 3)
     assert st_.extra["idle_cycles_between_groups"] == 2 * 4 - 6
 
@@ -179,6 +181,9 @@ def test_simulate_run_estimate_and_emulate_agree_on_a_network(dtype):
         np.testing.assert_array_equal(res["run"].output, res["emulate"].output)
     net = total(res["run"].conv_layers)
     assert net.extra["group_cycles_max"] == net.cycles
+    by_group = [s.extra["group_cycles_by_unit"] for s in res["run"].conv_layers]
+    assert net.extra["group_cycles_by_unit"] == tuple(map(sum, zip(*by_group, strict=True)))
+    assert sum(net.extra["processor_cycles_by_unit"]) == net.macs
     assert imbalance(net) >= 1.0 and imbalance(net, "processor") >= 1.0
 
 

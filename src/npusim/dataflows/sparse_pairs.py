@@ -157,6 +157,8 @@ def _extra(layer: ConvLayer, s: Schedule, pes: int, elem: int) -> dict:
     return {
         "skipped_weight_zero": s.skipped[0], "skipped_feature_zero": s.skipped[1],
         "skipped_both_zero": s.skipped[2],
+        "group_cycles_by_unit": tuple(int(c) for c in s.group_cycles),
+        "processor_cycles_by_unit": tuple(int(c) for c in s.processor_cycles.ravel()),
         "group_cycles_max": cycles, "group_cycles_mean": float(s.group_cycles.mean()),
         "processor_cycles_max": int(s.processor_cycles.max()),
         "processor_cycles_mean": float(s.processor_cycles.mean()),
