@@ -42,9 +42,16 @@ def bitmap_bytes(block: tuple[int, int]) -> int:
 
 def nbytes(mask: np.ndarray, block: tuple[int, int], elem: int) -> int:
     """Exact bytes of the compressed stream of a map whose non-zero mask is ``mask``."""
-    n, c, h, w = mask.shape
+    return stream_bytes(mask.shape, int(np.count_nonzero(mask)), block, elem)
+
+
+def stream_bytes(shape: tuple[int, int, int, int], nonzeros: int, block: tuple[int, int],
+                 elem: int) -> int:
+    """Exact bytes of the compressed stream of an N x C x H x W map with ``nonzeros``
+    non-zero values: every block's bitmap plus the values."""
+    n, c, h, w = shape
     blocks = n * c * math.ceil(h / block[0]) * math.ceil(w / block[1])
-    return blocks * bitmap_bytes(block) + int(np.count_nonzero(mask)) * elem
+    return blocks * bitmap_bytes(block) + nonzeros * elem
 
 
 @dataclass(frozen=True)

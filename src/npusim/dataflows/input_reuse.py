@@ -126,18 +126,17 @@ def _window_product(xa, wg, part, keep, layer: ConvLayer) -> np.ndarray:
     return np.matmul(wt, windows.reshape(N, G, Cg * r.size, P * Q))
 
 
-def ofm_mask(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> np.ndarray:
+def ofm_pixels(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray) -> int:
     """Output pixels the compressor stores: those any product reached, or all with a bias."""
     if layer.bias:
-        return np.ones(layer.output_shape, bool)
+        return math.prod(layer.output_shape)
     hits = engine.conv2d(x_mask.astype(np.float32), w_mask.astype(np.float32), None, layer)
-    return hits > 0
+    return int(np.count_nonzero(hits))
 
 
-def weight_bytes(w_mask: np.ndarray, elem: int) -> int:
+def weight_bytes(layer: ConvLayer, nonzeros: int, elem: int) -> int:
     """Compressed weights: a bitmap of Cg*R*S bits per kernel plus the non-zero values."""
-    per_kernel = math.ceil(w_mask[0].size / 8)
-    return w_mask.shape[0] * per_kernel + int(np.count_nonzero(w_mask)) * elem
+    return layer.K * math.ceil(layer.Cg * layer.R * layer.S / 8) + nonzeros * elem
 
 
 def memory_bytes(layer, x_mask, w_mask, p: Params, work: Work, arch) -> dict:
@@ -145,7 +144,7 @@ def memory_bytes(layer, x_mask, w_mask, p: Params, work: Work, arch) -> dict:
     elem = element_bytes(layer.dtype)
     region = (p.region_rows, p.region_cols)
     sets = math.ceil(layer.Kg / p.processing_units)
-    wbytes = weight_bytes(w_mask, elem)
+    wbytes = weight_bytes(layer, work.weight_nonzeros, elem)
     waves = math.ceil(work.regions / p.operation_units)
     fits = wbytes <= arch.memory.filter_sram_kb * 1024
     pofm_pixels = int(work.transfers.pixels.sum())
@@ -154,9 +153,12 @@ def memory_bytes(layer, x_mask, w_mask, p: Params, work: Work, arch) -> dict:
                                  + work.sram_ifmap_words * elem),
         sram_filter_bytes=int(work.slot_cycles.sum()) * p.region_channels * elem,
         sram_ofmap_bytes=2 * ACC_BYTES * pofm_pixels,
-        dram_ifmap_bytes=compressed_ifm.nbytes(x_mask, region, elem),
+        dram_ifmap_bytes=compressed_ifm.stream_bytes(layer.input_shape, work.input_nonzeros,
+                                                     region, elem),
         dram_filter_bytes=wbytes * (1 if fits else waves),
-        dram_ofmap_bytes=compressed_ifm.nbytes(ofm_mask(layer, x_mask, w_mask), region, elem),
+        dram_ofmap_bytes=compressed_ifm.stream_bytes(layer.output_shape,
+                                                     ofm_pixels(layer, x_mask, w_mask),
+                                                     region, elem),
     )
 
 
@@ -176,11 +178,11 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "dense_weight_cycles": work.dense_cycles,
         "zero_weight_cycles_skipped": work.dense_cycles - work.weight_only_cycles,
         "zero_pixel_cycles_skipped": work.weight_only_cycles - int(work.slot_cycles.sum()),
-        "zero_weights": int(w_mask.size - np.count_nonzero(w_mask)),
-        "ifm_zero_pixels": int(x_mask.size - np.count_nonzero(x_mask)),
+        "zero_weights": w_mask.size - work.weight_nonzeros,
+        "ifm_zero_pixels": x_mask.size - work.input_nonzeros,
         "products": work.products,
         "ifm_bytes_dense": x_mask.size * elem,
-        "weight_bytes": weight_bytes(w_mask, elem),
+        "weight_bytes": weight_bytes(layer, work.weight_nonzeros, elem),
         "transfers": sch.transfers,
         "transfer_cycles": sch.transfer_cycles,
         "contention_cycles": sch.contention,

@@ -49,6 +49,8 @@ class Work:
     weight_only_cycles: int
     products: int
     useful_products: int
+    input_nonzeros: int
+    weight_nonzeros: int
     sram_ifmap_words: int
     sram_ifmap_bitmaps: int
     regions: int
@@ -255,6 +257,8 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 transfers=transfers(sets, pixels, layer, geo.pus),
                 dense_cycles=dense, weight_only_cycles=wonly, products=products,
                 useful_products=useful_products(layer, xp, per_tap),
+                input_nonzeros=int(np.count_nonzero(x_mask)),
+                weight_nonzeros=int(per_tap.sum()),
                 sram_ifmap_words=int(sum(c.sum() for c in counts)),
                 sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
                 pofm_peak=max(shapes, key=lambda s: s[0] * s[1]))
