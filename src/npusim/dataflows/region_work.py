@@ -107,6 +107,8 @@ def _tap_ones(xp, R, S, P, Q, sh, sw, dh, dw):  # pragma: no cover
 
 def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.ndarray:
     """Non-zero flags of the part's taps ``taps`` (indices), G x Kg x Cg x taps."""
+    # fancy indexing lays the taps axis outermost in memory, so each tap's slice that the
+    # tap-by-tap reductions read is contiguous (a reshaped view would stride by R*S)
     wp = w_mask[:, :, part.r[taps], part.s[taps]]
     return wp.reshape(layer.groups, layer.Kg, layer.Cg, -1)
 
