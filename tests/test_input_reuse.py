@@ -147,12 +147,19 @@ def test_multiplier_utilisation_counts_useful_products():
     assert 0 < s.utilisation <= 1
 
 
+def _two_convs(shape, first, second, seed):
+    """simulate() of conv (weights ``first``) -> ReLU -> conv (``second``), 'same' padding,
+    on seeded inputs and weights, on input-reuse-1024."""
+    g = GraphBuilder("two", shape)
+    rng = np.random.default_rng(seed)
+    y = g.relu(g.conv(g.input, rng.standard_normal(first).astype(np.float32),
+                      padding=first[2] // 2))
+    g.conv(y, rng.standard_normal(second).astype(np.float32), padding=second[2] // 2)
+    return npusim.simulate(g.build(), rng.standard_normal(shape), "input-reuse-1024")
+
+
 def test_peak_pofm_is_a_maximum_in_network_totals():
-    g = GraphBuilder("two", (1, 2, 8, 8))
-    rng = np.random.default_rng(0)
-    y = g.relu(g.conv(g.input, rng.standard_normal((3, 2, 3, 3)).astype(np.float32), padding=1))
-    g.conv(y, rng.standard_normal((2, 3, 5, 5)).astype(np.float32), padding=2)
-    res = npusim.simulate(g.build(), rng.standard_normal((1, 2, 8, 8)), "input-reuse-1024")
+    res = _two_convs((1, 2, 8, 8), (3, 2, 3, 3), (2, 3, 5, 5), 0)
     assert res.total.extra["peak_pofm_rows"] == 8  # 4 + 5 - 1, not 6 + 8
     assert res.total.extra["transfers"] == sum(s.extra.get("transfers", 0) for s in res.layers)
 
@@ -270,11 +277,7 @@ def test_useful_products_are_the_convolution_of_the_masks(layer):
 
 
 def test_per_unit_cycles_add_up_and_sum_unit_by_unit_over_layers():
-    g = GraphBuilder("two", (1, 3, 12, 12))
-    rng = np.random.default_rng(1)
-    y = g.relu(g.conv(g.input, rng.standard_normal((8, 3, 3, 3)).astype(np.float32), padding=1))
-    g.conv(y, rng.standard_normal((6, 8, 3, 3)).astype(np.float32), padding=1)
-    res = npusim.simulate(g.build(), rng.standard_normal((1, 3, 12, 12)), "input-reuse-1024")
+    res = _two_convs((1, 3, 12, 12), (8, 3, 3, 3), (6, 8, 3, 3), 1)
     p = res.arch.params("input-reuse")
     convs = res.conv_layers
     for s in convs + [res.total]:
