@@ -14,16 +14,14 @@ padding positions are zero words.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
 from .ir import ConvLayer
+from .parallel import in_parallel
 from .reference import pad_input
 
 WORD_BITS = 64
@@ -136,21 +134,5 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
     ones = np.empty(rows, np.int64)
     args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
             *layer.stride, *layer.dilation, out, ones)
-    _in_parallel(_pair_rows, args, rows)
+    in_parallel(_pair_rows, args, rows)
     return out, ones.reshape(layer.N, layer.groups, layer.P).sum(axis=(0, 2))
-
-
-@functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="npusim-bitconv")
-
-
-def _in_parallel(kernel, args: tuple, rows: int) -> None:
-    """``kernel(*args, first, stop)`` over ``rows`` rows in chunks on a thread pool (the
-    kernel releases the GIL). Idle pool threads sleep, so they take no core from BLAS."""
-    chunks = max(1, min(rows, 4 * (os.cpu_count() or 1)))
-    bounds = np.linspace(0, rows, chunks + 1).astype(np.int64)
-    jobs = [_pool().submit(kernel, *args, int(a), int(b))
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-    for job in jobs:
-        job.result()

@@ -40,11 +40,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
-from ..reference import pad_input, tap_window
+from ..parallel import in_parallel
+from ..reference import pad_input
 from ..stats import LayerStats, energy_pj
 from .base import Machine, element_bytes, register
 from .systolic import used_input_pixels
@@ -227,15 +229,34 @@ def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.n
     acc = np.int64 if integer else np.float32
     G, Cg, Kg, R, S = layer.groups, layer.Cg, layer.Kg, layer.R, layer.S
     xp = pad_input(x.astype(acc, copy=False), layer)
-    xg = xp.reshape(layer.N, G, Cg, *xp.shape[2:])
-    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S)
+    xg = np.ascontiguousarray(xp).reshape(layer.N, G, Cg, *xp.shape[2:])
+    wg = np.ascontiguousarray(w.astype(acc, copy=False)).reshape(G, Kg, Cg, R, S)
     out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
-    for c in range(Cg):
-        for r in range(R):
-            for s in range(S):
-                lane = tap_window(xg[:, :, c], layer, r, s)[:, :, None]
-                out += wg[None, :, :, c, r, s, None, None] * lane
+    in_parallel(_broadcast_macs, (xg, wg, *layer.stride, *layer.dilation, out),
+                layer.N * G * Kg)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
+
+
+@njit(cache=True, nogil=True)
+def _broadcast_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g, k] += wg[g, k, c, r, s] x window(c, r, s) for the output maps
+    ``first <= (n G + g) Kg + k < stop``, taps in (c, r, s) order: each output's products
+    are added one at a time in the order the MAC adds them (a product rounded, then the
+    sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit."""
+    _, G, Kg, P, Q = out.shape
+    Cg, R, S = wg.shape[2:]
+    for task in range(first, stop):
+        n, g, k = task // (G * Kg), task // Kg % G, task % Kg
+        acc = out[n, g, k]
+        for c in range(Cg):
+            plane = xg[n, g, c]
+            for r in range(R):
+                for s in range(S):
+                    weight = wg[g, k, c, r, s]
+                    for p in range(P):
+                        row = plane[p * sh + r * dh]
+                        for q in range(Q):
+                            acc[p, q] += weight * row[q * sw + s * dw]
 
 
 @register

@@ -1,0 +1,29 @@
+"""Compiled kernels run over ranges of independent rows on a thread pool, one thread a core.
+
+A kernel here is a numba function compiled with ``nogil=True`` whose last two arguments
+are the first and the end row it computes; ``in_parallel`` cuts the rows into a few
+chunks per core. Idle pool threads sleep, so they take no core from BLAS.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="npusim-rows")
+
+
+def in_parallel(kernel, args: tuple, rows: int) -> None:
+    """``kernel(*args, first, stop)`` over ``rows`` rows, in chunks on the thread pool."""
+    chunks = max(1, min(rows, 4 * (os.cpu_count() or 1)))
+    bounds = np.linspace(0, rows, chunks + 1).astype(np.int64)
+    jobs = [_pool().submit(kernel, *args, int(a), int(b))
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    for job in jobs:
+        job.result()
