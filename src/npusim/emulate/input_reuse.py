@@ -1,7 +1,7 @@
 """Cycle-by-cycle emulator of the input-reuse device (seed 000, Figs. 5, 6 and 11-15).
 
-The living definition of the machine that ``dataflows.input_reuse`` models in
-closed form. Per processing unit, the Fig. 6 datapath: one multiplier per region
+The living definition of the machine that ``dataflows.input_reuse`` counts with
+array operations. Per processing unit, the Fig. 6 datapath: one multiplier per region
 pixel (times the region depth ``l``, summed by an adder tree), and per partial-OFM
 pixel one MUX, one adder and one accumulator register. The MUX of accumulator
 ``(p, q)`` is wired to the products of pixel ``(p - (umax - u), q - (vmax - v))``
