@@ -14,14 +14,22 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 
+def cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # platforms without affinity
+        return os.cpu_count() or 1
+
+
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="npusim-rows")
+    return ThreadPoolExecutor(cores(), thread_name_prefix="npusim-rows")
 
 
 def in_parallel(kernel, args: tuple, rows: int) -> None:
     """``kernel(*args, first, stop)`` over ``rows`` rows, in chunks on the thread pool."""
-    chunks = max(1, min(rows, 4 * (os.cpu_count() or 1)))
+    chunks = max(1, min(rows, 4 * cores()))
     bounds = np.linspace(0, rows, chunks + 1).astype(np.int64)
     jobs = [_pool().submit(kernel, *args, int(a), int(b))
             for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]

@@ -15,20 +15,20 @@ input and output element is one SRAM access.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from . import engine, ops, quant
 from .arch import Arch, load_arch
 from .dataflows import get as get_dataflow
 from .errors import InputError, NpusimError
 from .ir import DTYPES, ConvLayer, Graph, _padding4, _pair
+from .parallel import cores
 from .stats import LayerStats, energy_pj, total
 
 MODES = ("run", "estimate", "emulate")
@@ -144,8 +144,10 @@ class _Costs:
 
     def __enter__(self) -> _Costs:
         if self.pool:
-            cores = os.cpu_count() or 1
-            self.limits = threadpool_limits(max(1, cores - 1), user_api="blas")
+            blas = [lib["num_threads"] for lib in threadpool_info()
+                    if lib["user_api"] == "blas"]
+            threads = max(1, min(max(blas, default=1), cores() - 1))
+            self.limits = threadpool_limits(threads, user_api="blas")
         return self
 
     def __exit__(self, *exc) -> None:
