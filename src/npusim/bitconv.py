@@ -22,7 +22,6 @@ from numba.extending import intrinsic
 
 from .ir import ConvLayer
 from .parallel import in_parallel
-from .reference import pad_input
 
 WORD_BITS = 64
 
@@ -38,30 +37,53 @@ def _popcount(typingctx, word):
     return sig, codegen
 
 
-def _pack_last(mask: np.ndarray) -> np.ndarray:
-    """Bool ``mask`` (..., B) as uint64 words (..., ceil(B / 64)), bit i of word j = element
-    64 j + i."""
-    words = math.ceil(mask.shape[-1] / WORD_BITS)
-    if mask.shape[-1] != words * WORD_BITS:
-        padded = np.zeros(mask.shape[:-1] + (words * WORD_BITS,), np.bool_)
-        padded[..., :mask.shape[-1]] = mask
-        mask = padded
-    return np.packbits(mask, axis=-1, bitorder="little").view("<u8")
-
-
 def pack_input(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
     """The padded input mask as words: N x G x Hp x Wp x ceil(Cg / 64) uint64."""
-    xp = pad_input(np.asarray(x_mask, np.bool_), layer)
-    n, _, hp, wp = xp.shape
-    grouped = xp.reshape(n, layer.groups, layer.Cg, hp, wp).transpose(0, 1, 3, 4, 2)
-    return _pack_last(grouped)
+    top, bottom, left, right = layer.padding
+    words = np.zeros((layer.N, layer.groups, layer.H + top + bottom, layer.W + left + right,
+                      math.ceil(layer.Cg / WORD_BITS)), np.uint64)
+    mask = np.ascontiguousarray(x_mask, np.bool_).view(np.uint8)
+    _pack_channels(mask.reshape(layer.N, layer.groups, layer.Cg, layer.H, layer.W), top, left,
+                   words)
+    return words
+
+
+@njit(cache=True, nogil=True)
+def _pack_channels(mask, top, left, words):  # pragma: no cover
+    """words[n, g, top + h, left + w, c // 64] |= mask[n, g, c, h, w] << (c % 64)."""
+    N, G, Cg, H, W = mask.shape
+    for n in range(N):
+        for g in range(G):
+            for c in range(Cg):
+                d, bit = c // WORD_BITS, np.uint64(1) << np.uint64(c % WORD_BITS)
+                for h in range(H):
+                    for w in range(W):
+                        if mask[n, g, c, h, w]:
+                            words[n, g, top + h, left + w, d] |= bit
 
 
 def pack_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     """Each kernel's mask as words in receptive-field order: G x Kg x (R * S * ceil(Cg / 64))
     uint64."""
-    wm = np.asarray(w_mask, np.bool_).transpose(0, 2, 3, 1)  # K x R x S x Cg
-    return _pack_last(wm).reshape(layer.groups, layer.Kg, -1)
+    taps, depth = layer.R * layer.S, math.ceil(layer.Cg / WORD_BITS)
+    words = np.zeros((layer.K, taps * depth), np.uint64)
+    mask = np.ascontiguousarray(w_mask, np.bool_).view(np.uint8).reshape(layer.K, layer.Cg, taps)
+    in_parallel(_pack_kernels, (mask, depth, words), layer.K)
+    return words.reshape(layer.groups, layer.Kg, -1)
+
+
+@njit(cache=True, nogil=True)
+def _pack_kernels(mask, depth, words, first, stop):  # pragma: no cover
+    """words[k, t * depth + c // 64] = OR of mask[k, c, t] << (c % 64), kernels first..stop-1:
+    each word built in a register from its 64 channels."""
+    _, Cg, taps = mask.shape
+    for k in range(first, stop):
+        for t in range(taps):
+            for d in range(depth):
+                word = np.uint64(0)
+                for c in range(d * WORD_BITS, min(Cg, d * WORD_BITS + WORD_BITS)):
+                    word |= np.uint64(mask[k, c, t]) << np.uint64(c - d * WORD_BITS)
+                words[k, t * depth + d] = word
 
 
 def kernel_ones(w_words: np.ndarray) -> np.ndarray:
