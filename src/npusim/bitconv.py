@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir as llvm_ir
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -33,6 +34,18 @@ def _popcount(typingctx, word):
 
     def codegen(context, builder, signature, args):
         return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def lowest_bit(typingctx, word):
+    """Index of the lowest set bit of a non-zero uint64 (count trailing zeros), as int64:
+    the priority encoder."""
+    sig = types.int64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], llvm_ir.Constant(llvm_ir.IntType(1), 1))
 
     return sig, codegen
 

@@ -35,11 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
+from numba import njit
 
 from .. import bitconv, engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
+from ..parallel import in_parallel
+from ..reference import pad_input
 from ..stats import LayerStats, energy_pj
 from . import bitmap, grouping
 from .base import Machine, element_bytes, register
@@ -202,27 +204,55 @@ def imbalance(stats: LayerStats, level: str = "group") -> float:
     return stats.extra[f"{level}_cycles_max"] / mean if mean else 1.0
 
 
-def _block_weights(layer: ConvLayer, w: np.ndarray, acc) -> sparse.csr_matrix:
-    """Non-zero weights as a K x (C*R*S) sparse matrix: kernel k of conv group g
-    occupies columns of its own group only (block diagonal)."""
-    width = layer.Cg * layer.R * layer.S
-    k, j = np.nonzero(w.reshape(layer.K, width))
-    cols = (k // layer.Kg) * width + j
-    vals = w.reshape(layer.K, width)[k, j].astype(acc)
-    return sparse.csr_matrix((vals, (k, cols)), shape=(layer.K, layer.C * layer.R * layer.S))
-
-
 def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
-    """Outputs from the decided pairs only: a sparse x sparse product forms exactly the
-    products whose two operands are non-zero. float32 in/out; int8 in, int32 out."""
+    """Outputs from the decided pairs only, as the data operation circuit forms them: per
+    output pixel and kernel, the AND of the packed receptive-field and kernel vectors, then
+    one multiply-add per set bit (lowest first). float32 products and sums in bit order
+    (taps, then channels); int8 in, exact int32 out."""
     integer = np.issubdtype(x.dtype, np.integer)
-    acc = np.float64 if integer else np.float32
-    cols = engine.im2col(x.astype(acc, copy=False), layer)
-    wsp = _block_weights(layer, w, acc)
-    pq = layer.P * layer.Q
-    out = np.stack([(wsp @ sparse.csr_matrix(cols[n].reshape(-1, pq))).toarray()
-                    for n in range(layer.N)]).astype(acc, copy=False)
-    return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
+    acc = np.int64 if integer else np.float32
+    G, Cg, R, S = layer.groups, layer.Cg, layer.R, layer.S
+    xp = pad_input(x.astype(acc, copy=False), layer)
+    fields = np.ascontiguousarray(  # channels last: a tap's channels side by side
+        xp.reshape(layer.N, G, Cg, *xp.shape[2:]).transpose(0, 1, 3, 4, 2))
+    kernels = np.ascontiguousarray(w.astype(acc, copy=False).transpose(0, 2, 3, 1)).reshape(
+        layer.K, R * S * Cg)
+    out = np.zeros((layer.N, layer.K, layer.P, layer.Q), acc)
+    args = (bitconv.pack_input(layer, x != 0), bitconv.pack_weights(layer, w != 0), fields,
+            kernels, R, S, *layer.stride, *layer.dilation, out)
+    in_parallel(_pair_macs, args, layer.N * G * layer.P)
+    return engine.finish(out, bias, layer, integer)
+
+
+@njit(cache=True, nogil=True)
+def _pair_macs(xb, wb, fields, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g Kg + k, p, q] = sum over the set bits of (field AND kernel) of value x
+    weight, for the output rows ``first <= (n G + g) P + p < stop``."""
+    N, G, _, _, D = xb.shape
+    Kg, L = wb.shape[1], wb.shape[2]
+    Cg = fields.shape[4]
+    P, Q = out.shape[2], out.shape[3]
+    words = np.empty(L, np.uint64)
+    values = np.empty(R * S * Cg, fields.dtype)
+    for row in range(first, stop):
+        n, g, p = row // (G * P), row // P % G, row % P
+        for q in range(Q):
+            for r in range(R):
+                for s in range(S):
+                    t, h, v = r * S + s, p * sh + r * dh, q * sw + s * dw
+                    words[t * D:(t + 1) * D] = xb[n, g, h, v]
+                    values[t * Cg:(t + 1) * Cg] = fields[n, g, h, v]
+            for k in range(Kg):
+                kernel = kernels[g * Kg + k]
+                total = out[n, g * Kg + k, p, q]
+                for j in range(L):
+                    decided = words[j] & wb[g, k, j]
+                    base = (j // D) * Cg + (j % D) * 64
+                    while decided:
+                        i = base + bitconv.lowest_bit(decided)
+                        total += values[i] * kernel[i]
+                        decided &= decided - np.uint64(1)
+                out[n, g * Kg + k, p, q] = total
 
 
 @register
