@@ -1,5 +1,7 @@
 """simulate() and conv2d(): outputs against torch, modes agreeing, errors naming what is wrong."""
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -129,3 +131,43 @@ def test_conv2d_errors(kwargs, message):
     x, w = np.zeros((1, 4, 5, 5), np.float32), np.zeros((6, 4, 3, 3), np.float32)
     with pytest.raises(NpusimError, match=message):
         npusim.conv2d(x, w, **kwargs)
+
+
+@pytest.mark.parametrize("arch", ["input-reuse-1024", "sparse-pairs-32x32"])
+def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monkeypatch):
+    """The worker thread only changes where the counts run: same stats, same order, and
+    BLAS gets its thread count back afterwards."""
+    from threadpoolctl import threadpool_info
+
+    sim = importlib.import_module("npusim.simulate")  # the module, not the function
+    rng = np.random.default_rng(2)
+    graph, _ = small_net(rng)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    def threads():
+        return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info()}
+
+    before = threads()
+    beside = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
+    after = threads()
+    assert {path: after[path] for path in before} == before
+    counted_here = sim._Costs.__init__
+    monkeypatch.setattr(sim._Costs, "__init__",
+                        lambda self, background, depth=2: counted_here(self, False, depth))
+    inline = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
+    for m in beside:
+        assert beside[m].layers == inline[m].layers
+        assert np.array_equal(beside[m].output, inline[m].output)
+
+
+def test_an_error_while_counting_costs_reaches_the_caller(monkeypatch):
+    from npusim.dataflows import get
+
+    def broken(layer, x_mask, w_mask, arch):
+        raise NpusimError(f"{layer.name}: counting failed")
+
+    monkeypatch.setattr(get("input-reuse"), "estimate", broken)
+    rng = np.random.default_rng(3)
+    graph, _ = small_net(rng)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    with pytest.raises(NpusimError, match="conv1: counting failed"):
+        npusim.simulate(graph, x, "input-reuse-1024", mode="estimate")
