@@ -85,10 +85,16 @@ def _tap_ones(xp, R, S, P, Q, sh, sw, dh, dw):  # pragma: no cover
     N, C, Hp, Wp = xp.shape
     seen = np.zeros((C, R, S), np.int64)
     table = np.zeros((Hp + 1, Wp + 1), np.int64)
+    read = np.zeros((sh, sw), np.bool_)  # phases some tap reads
+    for r in range(R):
+        for s in range(S):
+            read[r * dh % sh, s * dw % sw] = True
     for n in range(N):
         for c in range(C):
             for a in range(sh):
                 for b in range(sw):
+                    if not read[a, b]:
+                        continue
                     rows, cols = (Hp - a + sh - 1) // sh, (Wp - b + sw - 1) // sw
                     for i in range(rows):
                         run = 0
