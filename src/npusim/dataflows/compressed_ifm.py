@@ -40,11 +40,6 @@ def bitmap_bytes(block: tuple[int, int]) -> int:
     return math.ceil(block[0] * block[1] / 8)
 
 
-def nbytes(mask: np.ndarray, block: tuple[int, int], elem: int) -> int:
-    """Exact bytes of the compressed stream of a map whose non-zero mask is ``mask``."""
-    return stream_bytes(mask.shape, int(np.count_nonzero(mask)), block, elem)
-
-
 def stream_bytes(shape: tuple[int, int, int, int], nonzeros: int, block: tuple[int, int],
                  elem: int) -> int:
     """Exact bytes of the compressed stream of an N x C x H x W map with ``nonzeros``
