@@ -249,7 +249,7 @@ def bad_cases(tmp: Path):
         ([tmp / "good.csv", "--input", "chelsea"], r"topology CSV .*--input need"),
         (["mtcnn-pnet", "--json", tmp / "no" / "r.json"], r"--json .*r\.json: folder .* does "
                                                           r"not exist"),
-        (["mtcnn-pnet", "--csv", tmp], r"--csv .*: is a folder; give a file name"),
+        (["mtcnn-pnet", "--csv", tmp], r"--csv .*: is a folder, not a regular file"),
         (["mtcnn-pnet", "--bogus"], r"unrecognized arguments: --bogus"),
     ]
 

@@ -4,8 +4,6 @@ import csv
 import io
 import json
 import math
-import os
-import stat
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from npusim import quant, reference
 from npusim.arch import load_arch
 from npusim.ir import Node
 from npusim.ops import Conv
-from npusim.report import check, export, render, table, to_csv, to_json, write_atomic
+from npusim.report import check, export, render, table, to_csv, to_json
 from npusim.simulate import SimResult
 from npusim.stats import LayerStats
 
@@ -177,39 +175,6 @@ def test_csv_header_is_every_stats_field_then_the_extras():
                 "utilisation", "mapping_efficiency", "sram_bytes", "dram_bytes"):
         assert key in header
     assert header[-2:] == ["folds", "skipped"]
-
-
-# ---- atomic writing -----------------------------------------------------------------------
-
-def test_write_atomic_writes_whole_file_with_ordinary_permissions(tmp_path):
-    path = tmp_path / "r.json"
-    path.write_text("old")
-    write_atomic(path, "new text\n")
-    assert path.read_text() == "new text\n"
-    assert os.listdir(tmp_path) == ["r.json"]
-    umask = os.umask(0)
-    os.umask(umask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
-
-
-def test_write_atomic_failure_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
-    path = tmp_path / "r.csv"
-    path.write_text("old")
-
-    def broken_replace(src, dst):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(export.os, "replace", broken_replace)
-    with pytest.raises(OSError, match="No space"):
-        write_atomic(path, "new")
-    assert path.read_text() == "old"
-    assert os.listdir(tmp_path) == ["r.csv"]
-
-
-def test_write_atomic_into_missing_folder_raises(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        write_atomic(tmp_path / "no" / "r.json", "x")
-    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("width", [60, 80, 100])

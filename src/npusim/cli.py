@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
+from . import __version__, outfile
 from .errors import InputError, NpusimError
 from .ir import DTYPES, Graph
 
@@ -182,10 +182,11 @@ def one_line(message: str) -> str:
 
 # ---- npusim models / archs ------------------------------------------------------------------
 
-def _stdout() -> Console:
-    """Console on stdout; 132 columns when it is a file or pipe (rich would assume 80)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=132)
+def _stdout(stderr: bool = False) -> Console:
+    """Console on stdout (or stderr); 132 columns when it is a file or pipe (rich would
+    assume 80)."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=132)
 
 
 def cmd_models(args) -> int:
@@ -224,14 +225,16 @@ def cmd_export_topology(args) -> int:
     from .frontends import load_model
     from .frontends.topology import write_topology
 
-    if args.out.suffix != ".csv":
-        raise UsageError(f"{args.out}: the topology file must end in .csv")
-    if not args.out.parent.is_dir():
-        raise UsageError(f"{args.out}: folder {args.out.parent} does not exist")
+    to_stdout = outfile.is_stdout(args.out)
+    if not to_stdout and args.out.suffix != ".csv":
+        raise UsageError(f"{args.out}: the topology file must end in .csv (or be '-')")
+    outfile.check_target(args.out, "topology")
     model = load_model(args.model, input_shape=args.input_shape)
     write_topology(model, args.out)
     count = len(model) if isinstance(model, list) else len(model.conv_nodes)
-    print(f"wrote {count} conv layers of {args.model} to {args.out}")
+    print(f"wrote {count} conv layers of {args.model} to "
+          f"{'standard output' if to_stdout else args.out}",
+          file=sys.stderr if to_stdout else sys.stdout)
     return EXIT_OK
 
 
@@ -254,10 +257,11 @@ def cmd_run(args) -> int:
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
     result, x, source, check = _run_model(args, model, arch, dataflow)
+    human = sys.stderr if _report_to_stdout(args) else sys.stdout  # stdout: the report alone
     if not args.quiet:
-        _print_report(result, args.model, source)
+        _print_report(result, args.model, source, human)
     if check:
-        print(check.line())
+        print(check.line(), file=human)
     _write_reports(args, result, {
         "input": source, "input_shape": None if x is None else list(x.shape),
         "batch": args.batch, "density": args.density, "seed": args.seed,
@@ -291,17 +295,14 @@ def _check_flags(args) -> None:
         raise UsageError(f"--json and --csv both name {args.json}")
     for flag, path in (("--json", args.json), ("--csv", args.csv)):
         if path is not None:
-            _check_output(flag, path)
+            outfile.check_target(path, flag)
     if Path(args.model).suffix == ".csv":
         _check_topology_flags(args)
 
 
-def _check_output(flag: str, path: Path) -> None:
-    folder = path.parent
-    if path.is_dir():
-        raise InputError(f"{flag} {path}: is a folder; give a file name")
-    if not folder.is_dir():
-        raise InputError(f"{flag} {path}: folder {folder} does not exist")
+def _report_to_stdout(args) -> bool:
+    """Whether ``--json -`` or ``--csv -`` sends a report to standard output."""
+    return any(p is not None and outfile.is_stdout(p) for p in (args.json, args.csv))
 
 
 def _check_topology_flags(args) -> None:
@@ -419,16 +420,16 @@ def title(result, model: str, source: str) -> str:
             f"{dataflow_summary(arch, result.dataflow)}")
 
 
-def _print_report(result, model: str, source: str) -> None:
+def _print_report(result, model: str, source: str, stream) -> None:
     from .report import report
 
-    console = _stdout()
+    console = _stdout(stderr=stream is not sys.stdout)
     console.print(report(result, title(result, model, source), console.width))
 
 
 def _write_reports(args, result, run_facts: dict) -> None:
-    """JSON and CSV, each written atomically; only reached after a successful run."""
-    from .report import to_csv, to_json, write_atomic
+    """JSON and CSV, each written by ``outfile``'s rules; only reached after a successful run."""
+    from .report import to_csv, to_json
 
     texts = []
     if args.json:
@@ -437,7 +438,4 @@ def _write_reports(args, result, run_facts: dict) -> None:
     if args.csv:
         texts.append(("--csv", args.csv, to_csv(result)))
     for flag, path, text in texts:
-        try:
-            write_atomic(path, text)
-        except OSError as e:
-            raise InputError(f"{flag} {path}: cannot write: {e.strerror}") from None
+        outfile.write_text(path, text, flag)

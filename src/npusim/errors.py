@@ -24,3 +24,7 @@ class ModelError(NpusimError):
 
 class InputError(NpusimError):
     """A bad input tensor or image file."""
+
+
+class OutputError(NpusimError):
+    """A file npusim was asked to write that it must not, or cannot, write (names the path)."""

@@ -12,11 +12,13 @@ trained with Adam (seeded, deterministic), and its weights are cached as .npz un
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from pathlib import Path
 
 import numpy as np
 
+from .. import outfile
 from ..errors import ModelError
 from ..ir import Graph
 
@@ -125,9 +127,9 @@ def _trained() -> tuple[Graph, float]:
     _, _, xte, yte = split()
     acc = accuracy_of(trained, xte, yte)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, accuracy=np.float64(acc), **params)
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    data = io.BytesIO()
+    np.savez(data, accuracy=np.float64(acc), **params)
+    outfile.write_bytes(path, data.getvalue(), "lenet-digits cache")  # atomic
     return trained, acc
 
 

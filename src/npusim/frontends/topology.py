@@ -24,10 +24,9 @@ form and are refused.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from .. import outfile
 from ..errors import LayerError, ModelError
 from ..ir import ConvLayer, Graph
 
@@ -104,20 +103,14 @@ def _int(value: str, field: str, where: str) -> int:
 
 
 def write_topology(layers: Graph | list[ConvLayer], path: str | Path) -> None:
-    """Write ``layers`` (or a Graph's convs, in order) as a SCALE-Sim topology CSV,
-    atomically (a temporary file in the same folder, then renamed)."""
+    """Write ``layers`` (or a Graph's convs, in order) as a SCALE-Sim topology CSV to
+    ``path`` (``-``: standard output), by ``npusim.outfile``'s rules: atomically, and
+    never over anything but a regular file."""
     if isinstance(layers, Graph):
         layers = [layers.layers[n.name] for n in layers.conv_nodes]
+    outfile.check_target(path, "topology")
     rows = [HEADER] + [row for layer in layers for row in topology_rows(layer)]
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", newline="\n") as f:
-            f.write("\n".join(rows) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    outfile.write_text(path, "\n".join(rows) + "\n", "topology")
 
 
 def topology_rows(layer: ConvLayer) -> list[str]:

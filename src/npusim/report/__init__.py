@@ -4,7 +4,7 @@ and the comparison of its outputs with PyTorch's (``check``; running it needs to
 The table, JSON and CSV are pure functions of a ``SimResult``: they read the stats, never rerun.
 """
 
-from .export import to_csv, to_json, write_atomic
+from .export import to_csv, to_json
 from .table import render, report
 
-__all__ = ["render", "report", "to_csv", "to_json", "write_atomic"]
+__all__ = ["render", "report", "to_csv", "to_json"]

@@ -1,8 +1,7 @@
 """Machine-readable reports: JSON (schema in docs/json-schema.md) and CSV, one row per layer.
 
 Both are pure functions of a ``SimResult`` (plus the run's description, which the
-result does not hold: model name, input). ``write_atomic`` puts text on disk so that
-a reader never sees a half-written file and a failed run leaves nothing behind.
+result does not hold: model name, input); ``npusim.outfile`` puts them on disk.
 """
 
 from __future__ import annotations
@@ -11,9 +10,6 @@ import csv
 import dataclasses
 import io
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from ..stats import LayerStats
@@ -85,19 +81,3 @@ def to_csv(result) -> str:
         writer.writerow({k: _cell(v) for k, v in stats.as_dict().items()})
     return out.getvalue()
 
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``:
-    the file appears whole or not at all."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.fchmod(fd, 0o666 & ~umask)  # the permissions a plain open() would give
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

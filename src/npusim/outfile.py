@@ -1,0 +1,113 @@
+"""Every file npusim writes goes through here: reports (``--json``, ``--csv``), topology CSVs
+(``export-topology``), the trained-weights cache.
+
+The rules, the same for every target:
+
+- ``-`` is standard output (``STDOUT``);
+- a target that exists must be a regular file that we may write; anything else (a symbolic
+  link, even to a regular file, a FIFO, a device, a socket, a folder) is refused with an
+  ``OutputError`` naming the path and what it is, and is left as it is;
+- the text goes to a temporary file in the target's folder, which then replaces the target
+  (``os.replace``): a reader sees the old file or the whole new one, and a failure leaves the
+  old file as it was and no temporary file behind;
+- the new file's mode is ``0o666`` less the umask (0644 under the usual umask 022), what a
+  plain ``open(path, "w")`` gives a new file, whatever mode an old file had.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import OutputError
+
+STDOUT = "-"
+FILE_MODE = 0o666  # before the umask
+KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+         (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def is_stdout(target: str | Path) -> bool:
+    """Whether ``target`` names standard output (``-``)."""
+    return str(target) == STDOUT
+
+
+def check_target(target: str | Path, what: str = "output") -> None:
+    """Refuse, before any work, a target that ``write_text`` would refuse or fail on:
+    an existing non-regular file, an unwritable file, a missing folder. ``what`` names
+    the target in the message (a flag such as ``--json``)."""
+    if is_stdout(target):
+        return
+    path = Path(target)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError(f"{what} {path}: cannot inspect it: {e.strerror}") from None
+    if st is not None:
+        _check_existing(path, st, what)
+    folder = path.parent
+    if not folder.is_dir():
+        raise OutputError(f"{what} {path}: folder {folder} does not exist")
+
+
+def _check_existing(path: Path, st: os.stat_result, what: str) -> None:
+    kind = next((word for test, word in KINDS if test(st.st_mode)), None)
+    if kind is not None:
+        raise OutputError(f"{what} {path}: is {kind}, not a regular file; npusim writes only "
+                          "regular files (or '-' for standard output) and left it as it is")
+    if not os.access(path, os.W_OK):
+        raise OutputError(f"{what} {path}: the file is not writable (mode "
+                          f"{stat.S_IMODE(st.st_mode):o}); left as it is")
+
+
+def write_text(target: str | Path, text: str, what: str = "output") -> None:
+    """Write ``text`` (UTF-8, its own line ends) to ``target``, or to standard output for
+    ``-``, by the rules above; an ``OSError`` while writing becomes an ``OutputError``
+    naming ``what`` and the path."""
+    if is_stdout(target):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_bytes(target, text.encode("utf-8"), what)
+
+
+def write_bytes(target: str | Path, data: bytes, what: str = "output") -> None:
+    """Write ``data`` to ``target`` atomically by the rules above."""
+    if is_stdout(target):
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    check_target(path, what)
+    try:
+        _replace_with(path, data, what)
+    except OSError as e:
+        raise OutputError(f"{what} {path}: cannot write: {e.strerror or e}") from None
+
+
+def _replace_with(path: Path, data: bytes, what: str) -> None:
+    """A temporary file beside ``path`` with ``data``, renamed onto ``path`` (checked again
+    just before, in case it changed while the data was written)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, FILE_MODE & ~_umask())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        check_target(path, what)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,222 @@
+"""Every file npusim writes (``npusim.outfile``): '-' is standard output, only regular files
+are replaced, atomically, with one mode rule; checked on the helper and through the CLI."""
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npusim import cli, outfile
+from npusim.errors import OutputError
+from npusim.frontends.topology import HEADER, read_topology
+
+NPUSIM = [sys.executable, "-c", "import sys; from npusim.cli import main; sys.exit(main())"]
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def snapshot(folder: Path) -> dict:
+    """Every entry of ``folder``: its lstat type and mode bits, and a regular file's bytes."""
+    out = {}
+    for p in sorted(folder.iterdir()):
+        st = os.lstat(p)
+        out[p.name] = (stat.S_IFMT(st.st_mode), st.st_rdev,
+                       p.read_bytes() if stat.S_ISREG(st.st_mode) else os.readlink(p)
+                       if stat.S_ISLNK(st.st_mode) else None)
+    return out
+
+
+def char_device(tmp_path: Path) -> Path:
+    """A character device to be refused: a fresh node with /dev/null's numbers where we may
+    create one (root), else /dev/null itself (never written: refused before any write)."""
+    node = tmp_path / "dev-null-like"
+    try:
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        return node
+    except (PermissionError, OSError):
+        return Path("/dev/null")
+
+
+def unix_socket(tmp_path: Path):
+    sock = socket.socket(socket.AF_UNIX)
+    path = tmp_path / "s.sock"
+    sock.bind(str(path))
+    return sock, path
+
+
+@pytest.fixture
+def no_temp_file(monkeypatch):
+    """Make any attempt to create the temporary file fail loudly: proves a refusal came first."""
+    def forbidden(*a, **k):
+        raise AssertionError("a temporary file was created for a refused target")
+    monkeypatch.setattr(outfile.tempfile, "mkstemp", forbidden)
+
+
+# ---- the helper ---------------------------------------------------------------------------
+
+def test_new_and_replaced_files_get_the_plain_open_mode(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text("old")
+    old.chmod(0o600)
+    for path in (old, tmp_path / "new.json"):
+        outfile.write_text(path, "text\n")
+        assert path.read_text() == "text\n"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask()
+    assert sorted(os.listdir(tmp_path)) == ["new.json", "old.json"]
+
+
+def test_dash_is_standard_output(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outfile.write_text("-", "to stdout\n")
+    assert capsys.readouterr().out == "to stdout\n"
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["symlink to a file", "dangling symlink", "FIFO", "device",
+                                  "socket", "folder"])
+def test_non_regular_targets_are_refused_and_left_as_they_are(tmp_path, kind, no_temp_file):
+    (tmp_path / "real.json").write_text("real")
+    sock = None
+    if kind == "symlink to a file":
+        target, word = tmp_path / "link.json", "symbolic link"
+        target.symlink_to(tmp_path / "real.json")
+    elif kind == "dangling symlink":
+        target, word = tmp_path / "link.json", "symbolic link"
+        target.symlink_to(tmp_path / "nowhere.json")
+    elif kind == "FIFO":
+        target, word = tmp_path / "fifo", r"FIFO \(named pipe\)"
+        os.mkfifo(target)
+    elif kind == "device":
+        target, word = char_device(tmp_path), "character device"
+    elif kind == "socket":
+        sock, target = unix_socket(tmp_path)
+        word = "socket"
+    else:
+        target, word = tmp_path / "dir", "folder"
+        target.mkdir()
+    before = snapshot(tmp_path)
+    try:
+        with pytest.raises(OutputError, match=f"--json {target}: is an? {word}, not a regular "
+                                              "file; .*left it as it is"):
+            outfile.write_text(target, "{}\n", "--json")
+    finally:
+        if sock:
+            sock.close()
+    assert snapshot(tmp_path) == before
+
+
+def test_failure_mid_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "r.csv"
+    path.write_text("old")
+    real_fdopen = os.fdopen
+
+    class DiskFull:
+        """A file that takes half of the data, then runs out of space."""
+        def __init__(self, fd, mode):
+            self.f = real_fdopen(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outfile.os, "fdopen", DiskFull)
+    with pytest.raises(OutputError, match=r"--csv .*r\.csv: cannot write: No space left"):
+        outfile.write_text(path, "new,text\n" * 100, "--csv")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["r.csv"]
+
+
+def test_missing_folder_is_refused(tmp_path):
+    with pytest.raises(OutputError, match=r"r\.json: folder .*no does not exist"):
+        outfile.write_text(tmp_path / "no" / "r.json", "x")
+    assert os.listdir(tmp_path) == []
+
+
+def test_unwritable_folder_is_one_clear_error(tmp_path, monkeypatch):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK):  # root writes anyway: make the folder refuse it
+        def refused(*a, **k):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(outfile.tempfile, "mkstemp", refused)
+    try:
+        with pytest.raises(OutputError, match=r"--json .*ro/r\.json: cannot write: "
+                                              r"Permission denied"):
+            outfile.write_text(folder / "r.json", "x", "--json")
+        assert os.listdir(folder) == []
+    finally:
+        folder.chmod(0o755)
+
+
+# ---- through the command line -------------------------------------------------------------
+
+def npusim(*argv, cwd=None):
+    return subprocess.run([*NPUSIM, *map(str, argv)], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def test_cli_json_to_a_symlink_is_refused_before_the_run(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("keep me")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    done = npusim("run", "mtcnn-pnet", "--quiet", "--json", link)
+    assert done.returncode == 2
+    assert done.stderr == (f"npusim: error: --json {link}: is a symbolic link, not a regular "
+                           "file; npusim writes only regular files (or '-' for standard output) "
+                           "and left it as it is\n")
+    assert link.is_symlink() and real.read_text() == "keep me"
+
+
+def test_cli_reports_and_topology_to_standard_output(tmp_path):
+    done = npusim("run", "mtcnn-pnet", "--json", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)  # stdout holds the report alone; the tables went to stderr
+    assert doc["model"] == "mtcnn-pnet" and "mtcnn-pnet on" in done.stderr
+    done = npusim("export-topology", "mtcnn-pnet", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == HEADER
+    assert "wrote 5 conv layers of mtcnn-pnet to standard output" in done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_cli_fifo_and_device_are_refused_and_kept(tmp_path, capsys, no_temp_file):
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    device = char_device(tmp_path)
+    for argv in (["run", "mtcnn-pnet", "--quiet", "--csv", fifo],
+                 ["export-topology", "mtcnn-pnet", fifo],
+                 ["run", "mtcnn-pnet", "--quiet", "--json", device]):
+        before = snapshot(tmp_path)
+        assert cli.main(list(map(str, argv))) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a regular file" in err, err
+        assert snapshot(tmp_path) == before
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+def test_cli_writes_every_file_with_one_mode(tmp_path, capsys):
+    report, topo = tmp_path / "r.json", tmp_path / "t.csv"
+    assert cli.main(["run", "mtcnn-pnet", "--quiet", "--json", str(report)]) == 0
+    assert cli.main(["export-topology", "mtcnn-pnet", str(topo)]) == 0
+    capsys.readouterr()
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (report, topo)}
+    assert modes == {0o666 & ~umask()}
+    assert len(read_topology(topo)) == 5  # P-Net: conv1-3, conv4-1, conv4-2
