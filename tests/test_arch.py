@@ -120,6 +120,21 @@ BAD = [
      r"npu\.toml: systolic\.stationary='rs': must be one of os, ws, is"),
     ("unknown dataflow", 'dataflow = "tpu"\n',
      r"npu\.toml: dataflow='tpu': must be one of .*systolic"),
+    ("beyond int64", "[systolic]\nrows = 99999999999999999999\n",
+     r"npu\.toml: systolic\.rows=99999999999999999999: must be <= 2\*\*12 = 4096 \(PEs; "
+     r"see docs/arch\.md, 'Bounds'\)"),
+    ("too many multipliers", "[sparse-pairs]\nprocessor_groups = 8192\n",
+     r"npu\.toml: sparse-pairs\.processor_groups=8192: must be <= 2\*\*12 = 4096"),
+    ("SRAM above 1 TiB", "[memory]\nofmap_sram_kb = 1073741825\n",
+     r"npu\.toml: memory\.ofmap_sram_kb=1073741825: must be <= 2\*\*30 = 1073741824 \(KiB"),
+    ("first buffer above 1 TiB", "[input-reuse]\nfirst_buffer_kb = 2147483648\n",
+     r"npu\.toml: input-reuse\.first_buffer_kb=2147483648: must be <= 2\*\*30"),
+    ("huge clock", "clock_mhz = 1e7\n", r"npu\.toml: clock_mhz=10000000\.0: must be <= 1e\+06"),
+    ("infinite clock", "clock_mhz = inf\n", r"npu\.toml: clock_mhz=inf: must be a finite number"),
+    ("nan energy", "[energy]\nsram_byte_pj = nan\n",
+     r"npu\.toml: energy\.sram_byte_pj=nan: must be a finite number"),
+    ("integer beyond int64 for a number", "[memory]\ndram_bytes_per_cycle = 99999999999999999999\n",
+     r"memory\.dram_bytes_per_cycle=99999999999999999999: must be a finite number"),
 ]
 
 
@@ -128,6 +143,28 @@ BAD = [
 def test_bad_file_is_refused_naming_file_key_and_rule(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         load_arch(write(tmp_path, text))
+
+
+def numeric_spec_fields():
+    """(class name, field) of every number an arch file sets: the parts and every dataflow's
+    section."""
+    import dataclasses
+
+    from npusim.arch.spec import PARTS
+    from npusim.dataflows import REGISTRY
+
+    classes = [Arch, *PARTS.values(), *(df.Params for df in REGISTRY.values())]
+    return [(cls.__qualname__ + " of " + cls.__module__, f) for cls in classes
+            for f in dataclasses.fields(cls) if f.type in ("int", "float")]
+
+
+def test_every_numeric_field_has_an_upper_bound_inside_int64():
+    fields = numeric_spec_fields()
+    assert len(fields) > 30
+    for where, f in fields:
+        high = f.metadata.get("max")
+        assert high is not None and f.metadata["min"] <= f.default <= high <= 2**62, \
+            (where, f.name)
 
 
 def test_messages_are_one_line(tmp_path):

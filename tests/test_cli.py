@@ -219,7 +219,8 @@ def bad_cases(tmp: Path):
                                                        r"preset: .*systolic-32x32-ws"),
         (["mtcnn-pnet", "--arch", "tpu"], r"arch 'tpu': not a preset \(.*\) nor a \.toml file"),
         ([tmp / "negative.csv"],
-         r"negative\.csv: line 2 \(conv1\): field 'IFMAP Height'='-5': must be an integer >= 1"),
+         r"negative\.csv: line 2 \(conv1\): field 'IFMAP Height'='-5': must be an integer "
+         r"from 1 to 2\*\*20"),
         ([tmp / "missing.csv"], r"missing\.csv: no such file"),
         (["mtcnn-pnet", "--arch", tmp / "binary.toml"], r"binary\.toml: not a TOML text file"),
         ([tmp / "junk.onnx"], r"junk\.onnx: .*does not parse as an ONNX"),

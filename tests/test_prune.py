@@ -88,3 +88,22 @@ def test_preset_only_for_the_papers_networks():
     with pytest.raises(ModelError, match=r"mtcnn-rnet: the deep-compression preset has per-layer "
                                          r"densities only for alexnet, vgg16"):
         prune.prune(g, "deep-compression")
+
+
+def test_a_density_that_empties_a_layer_is_refused_naming_it(capsys):
+    from npusim import cli
+
+    g = zoo.build("mtcnn-pnet")  # conv1: 10 x 3 x 3 x 3 = 270 weights; conv4-2: 2 x 32 = 64
+    sizes = {n.name: n.op.weight.size for n in g.conv_nodes}
+    assert sizes["conv1"] == 270 and min(sizes.values()) == sizes["conv4-2"] == 64
+    with pytest.raises(ModelError, match=r"conv1: density=1e-09 keeps round\(1e-09 x 270\) = 0 "
+                                         r"of its 270 weights; .* >= 0\.0037 \(1/270\)"):
+        prune.prune(g, 1e-9)
+    # 0.005 keeps round(1.35) = 1 weight of conv1 and round(0.32) = 0 of conv4-2
+    with pytest.raises(ModelError, match=r"conv4-2: density=0\.005 keeps .* = 0 of its 64 "):
+        prune.prune(g, 0.005)
+    pruned = prune.prune(g, 1 / 64)  # leaves every layer at least one weight
+    assert min(int((n.op.weight != 0).sum()) for n in pruned.conv_nodes) == 1
+    assert cli.main(["run", "mtcnn-pnet", "--density", "1e-9", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("npusim: error: conv1: density=1e-09 keeps") and err.count("\n") == 1

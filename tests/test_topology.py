@@ -130,7 +130,14 @@ def test_load_model_csv_gives_shapes_with_batch(tmp_path):
 
 @pytest.mark.parametrize("row, match", [
     ("Conv1, 224, 224, 7, 7, 3, 64, 0,", r"line 2 \(Conv1\): field 'Strides'='0': must be an "
-                                         r"integer >= 1"),
+                                         r"integer from 1 to 2\*\*20 = 1048576"),
+    ("Conv1, 99999999999999999999, 224, 7, 7, 3, 64, 1,",
+     r"line 2 \(Conv1\): field 'IFMAP Height'='99999999999999999999': must be an integer from 1 "
+     r"to 2\*\*20"),
+    ("Conv1, 1048577, 9, 3, 3, 4, 8, 1,", r"line 2 \(Conv1\): field 'IFMAP Height'='1048577': "
+                                         r"must be an integer from 1 to 2\*\*20"),
+    ("Big, 1048576, 1048576, 3, 3, 1024, 1024, 1,",
+     r"line 2 \(Big\): 1\.04e\+19 MACs; a layer may have at most 2\*\*53"),  # 1048574**2*9*1024**2
     ("Conv1, 224, x, 7, 7, 3, 64, 2,", r"line 2 \(Conv1\): field 'IFMAP Width'='x'"),
     ("Conv1, 224, 224, 7, 7, 3,", r"line 2 \(Conv1\): needs 8 fields"),
     (", 224, 224, 7, 7, 3, 64, 2,", r"line 2 \(unnamed\): field 'Layer name' is empty"),

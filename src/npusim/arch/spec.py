@@ -10,6 +10,7 @@ section (``[systolic]``, ``[input-reuse]``...) as a dataclass of the same kind.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -19,23 +20,63 @@ from typing import Any
 
 from ..errors import ConfigError
 
+# Upper bounds of the hardware sizes (docs/arch.md says why): far above any chip built,
+# low enough that every count npusim derives stays exact in int64 and in float64.
+MAX_SIDE = 2**12        # PEs along one side of an array: rows x cols <= 2**24 multipliers
+MAX_UNITS = 2**24       # multipliers, lanes or words per cycle of one unit
+MAX_KIB = 2**30         # one buffer: 1 TiB
+MAX_DIM = 2**20         # a layer dimension (pixels, channels, kernel rows)
+MAX_REGION = 2**10      # pixels along one side of a region or grid read at once
+MAX_LEVELS = 20         # shifter levels: a reach of 2**20 - 1 pixels spans MAX_DIM
+MAX_CLOCK_MHZ = 1e6     # 1 THz
+MAX_BYTES_PER_CYCLE = 2.0**20  # DRAM: 1 MiB per cycle, 1 PB/s at 1 GHz
+MAX_PJ = 1e6            # energy of one action: 1 uJ
+INT64_MAX = 2**63 - 1
 
-def spec(default, unit: str, *, min=None, choices=None):
-    """A spec field: its default, unit (for docs and errors) and rule."""
-    return field(default=default, metadata={"unit": unit, "min": min, "choices": choices})
+
+def spec(default, unit: str, *, min=None, max=None, choices=None):
+    """A spec field: its default, unit (for docs and errors) and rule (``min <= value <=
+    max``, or one of ``choices``)."""
+    return field(default=default, metadata={"unit": unit, "min": min, "max": max,
+                                            "choices": choices})
 
 
 TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def _check_type(value, typ, where: str, unit: str = ""):
+    given = value
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value) if abs(value) <= INT64_MAX else math.inf  # float(10**400) raises
     ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
     if not ok:
         unit = f" ({unit})" if unit else ""
         raise ConfigError(f"{where}={value!r}: must be {TYPE_WORDS.get(typ, typ.__name__)}{unit}")
+    if typ is float and not math.isfinite(value):
+        raise ConfigError(f"{where}={given!r}: must be a finite number ({unit})")
     return value
+
+
+def _check_rule(value, f: dataclasses.Field, key: str) -> None:
+    """The field's ``min`` / ``max`` / ``choices`` rule; the message names key, value, rule."""
+    meta = f.metadata
+    low, high, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if low is not None and value < low:
+        raise ConfigError(f"{key}={value!r}: must be >= {low} ({meta['unit']})")
+    if high is not None and value > high:
+        raise ConfigError(f"{key}={value!r}: must be <= {_bound(high)} ({meta['unit']}; "
+                          "see docs/arch.md, 'Bounds')")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{key}={value!r}: must be one of {', '.join(map(str, choices))}")
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:  # no max given
+        raise ConfigError(f"{key}={value}: beyond 64-bit integers (|value| < 2**63)")
+
+
+def _bound(value) -> str:
+    """A bound as written in the docs: ``2**24 = 16777216`` for a power of two."""
+    if isinstance(value, int) and value > 1024 and value & (value - 1) == 0:
+        return f"2**{value.bit_length() - 1} = {value}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _key(where: str, name: str) -> str:
@@ -61,11 +102,7 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
             values[name] = from_mapping(typ, value, key)
             continue
         value = _check_type(value, typ, key, f.metadata.get("unit", ""))
-        rule_min, choices = f.metadata.get("min"), f.metadata.get("choices")
-        if rule_min is not None and value < rule_min:
-            raise ConfigError(f"{key}={value!r}: must be >= {rule_min} ({f.metadata['unit']})")
-        if choices is not None and value not in choices:
-            raise ConfigError(f"{key}={value!r}: must be one of {', '.join(map(str, choices))}")
+        _check_rule(value, f, key)
         values[name] = value
     return cls(**values)
 
@@ -74,17 +111,17 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
 class Memory:
     """On-chip SRAM sizes and the DRAM interface."""
 
-    ifmap_sram_kb: int = spec(64, "KiB", min=1)
-    filter_sram_kb: int = spec(64, "KiB", min=1)
-    ofmap_sram_kb: int = spec(64, "KiB", min=1)
-    dram_bytes_per_cycle: float = spec(10.0, "bytes/cycle", min=1e-9)
+    ifmap_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
+    filter_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
+    ofmap_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
+    dram_bytes_per_cycle: float = spec(10.0, "bytes/cycle", min=1e-9, max=MAX_BYTES_PER_CYCLE)
 
 
 @dataclass(frozen=True)
 class VectorUnit:
     """The unit that runs non-conv ops (activation, pooling, add...): one op per lane per cycle."""
 
-    lanes: int = spec(32, "element ops/cycle", min=1)
+    lanes: int = spec(32, "element ops/cycle", min=1, max=MAX_UNITS)
 
 
 @dataclass(frozen=True)
@@ -92,11 +129,11 @@ class Energy:
     """Energy per action; the defaults are Horowitz, ISSCC 2014, 45 nm (see docs/energy.md)."""
 
     source: str = spec("Horowitz, 'Computing's energy problem', ISSCC 2014, 45 nm", "citation")
-    mac_int8_pj: float = spec(0.23, "pJ per 8-bit multiply + add", min=0.0)
-    mac_fp32_pj: float = spec(4.6, "pJ per fp32 multiply + add", min=0.0)
-    sram_byte_pj: float = spec(2.5, "pJ per SRAM byte (32 KiB array)", min=0.0)
-    dram_byte_pj: float = spec(162.5, "pJ per DRAM byte", min=0.0)
-    vector_op_pj: float = spec(0.9, "pJ per vector-unit op (fp32 add)", min=0.0)
+    mac_int8_pj: float = spec(0.23, "pJ per 8-bit multiply + add", min=0.0, max=MAX_PJ)
+    mac_fp32_pj: float = spec(4.6, "pJ per fp32 multiply + add", min=0.0, max=MAX_PJ)
+    sram_byte_pj: float = spec(2.5, "pJ per SRAM byte (32 KiB array)", min=0.0, max=MAX_PJ)
+    dram_byte_pj: float = spec(162.5, "pJ per DRAM byte", min=0.0, max=MAX_PJ)
+    vector_op_pj: float = spec(0.9, "pJ per vector-unit op (fp32 add)", min=0.0, max=MAX_PJ)
 
 
 @dataclass(frozen=True)
@@ -107,7 +144,7 @@ class Arch:
     name: str = spec("custom", "preset name")
     description: str = spec("", "free text")
     dataflow: str = spec("systolic", "default dataflow name")
-    clock_mhz: float = spec(1000.0, "MHz", min=1e-6)
+    clock_mhz: float = spec(1000.0, "MHz", min=1e-6, max=MAX_CLOCK_MHZ)
     memory: Memory = field(default_factory=Memory)
     vector: VectorUnit = field(default_factory=VectorUnit)
     energy: Energy = field(default_factory=Energy)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import engine
-from ..arch.spec import spec
+from ..arch.spec import MAX_LEVELS, MAX_SIDE, spec
 from ..errors import ConfigError
 from ..ir import ConvLayer
 from ..reference import pad_input, tap_window
@@ -57,16 +57,22 @@ NAME = "dilated-grid"
 class Params:
     """The ``[dilated-grid]`` section of an arch file. MACs = mac_rows x mac_cols."""
 
-    grid_rows: int = spec(6, "pixel storage units (vertical)", min=1)
-    grid_cols: int = spec(6, "pixel storage units (horizontal)", min=1)
-    coef_rows: int = spec(3, "coefficient storage units (vertical)", min=1)
-    coef_cols: int = spec(3, "coefficient storage units (horizontal)", min=1)
-    mac_rows: int = spec(2, "MACs = type-A pixel units (vertical)", min=1)
-    mac_cols: int = spec(2, "MACs = type-A pixel units (horizontal)", min=1)
+    grid_rows: int = spec(6, "pixel storage units (vertical)", min=1, max=MAX_SIDE)
+    grid_cols: int = spec(6, "pixel storage units (horizontal)", min=1,
+                          max=MAX_SIDE)
+    coef_rows: int = spec(3, "coefficient storage units (vertical)", min=1,
+                          max=MAX_SIDE)
+    coef_cols: int = spec(3, "coefficient storage units (horizontal)", min=1,
+                          max=MAX_SIDE)
+    mac_rows: int = spec(2, "MACs = type-A pixel units (vertical)", min=1,
+                         max=MAX_SIDE)
+    mac_cols: int = spec(2, "MACs = type-A pixel units (horizontal)", min=1,
+                         max=MAX_SIDE)
     shifter: str = spec("hierarchical", "pixel shift network", choices=("flat", "hierarchical"))
-    levels: int = spec(3, "hierarchical shifter levels H (R up to 2**H - 1)", min=1)
+    levels: int = spec(3, "hierarchical shifter levels H (R up to 2**H - 1)", min=1,
+                       max=MAX_LEVELS)
     load_pixels_per_cycle: int = spec(6, "contiguous pixels of one row written per cycle",
-                                      min=1)
+                                      min=1, max=MAX_SIDE)
     double_buffer: bool = spec(True, "load the next pixel set while stepping")
 
     def __post_init__(self):

@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from .. import engine
-from ..arch.spec import spec
+from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..parallel import in_parallel
 from ..reference import pad_input
@@ -59,14 +59,16 @@ WORD_BYTES = 4  # the wide memory's word: 32 bits
 class Params:
     """The ``[group-tile]`` section of an arch file."""
 
-    macs: int = spec(64, "MAC cells per tile (compute unit), e.g. 32 or 64", min=1)
-    tiles: int = spec(1, "compute tiles the loop nest is split across", min=1)
+    macs: int = spec(64, "MAC cells per tile (compute unit), e.g. 32 or 64", min=1,
+                     max=MAX_SIDE)
+    tiles: int = spec(1, "compute tiles the loop nest is split across", min=1,
+                      max=MAX_SIDE)
     bus_inputs: int = spec(1, "distinct activations the input bus carries per cycle "
-                           "(1 = broadcast to one MAC subset)", min=1)
+                           "(1 = broadcast to one MAC subset)", min=1, max=MAX_SIDE)
     wide_words_per_cycle: int = spec(16, "32-bit words the wide (weight) memory reads per cycle",
-                                     min=1)
+                                     min=1, max=MAX_UNITS)
     output_bus_values: int = spec(16, "sum-register values the output bus drains per cycle",
-                                  min=1)
+                                  min=1, max=MAX_UNITS)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine
-from ..arch.spec import spec
+from ..arch.spec import MAX_DIM, MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..reference import pad_input
 from ..stats import LayerStats, energy_pj
@@ -50,17 +50,24 @@ ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
 class Params:
     """The ``[input-reuse]`` section of an arch file."""
 
-    region_rows: int = spec(4, "pixels (n of an n x m region)", min=1)
-    region_cols: int = spec(4, "pixels (m of an n x m region)", min=1)
-    region_channels: int = spec(1, "channels (l of an n x m x l region)", min=1)
-    operation_units: int = spec(16, "operation units (dispatcher + PUs + first buffer)", min=1)
-    processing_units: int = spec(4, "processing units per operation unit (kernels)", min=1)
-    kernel_part_rows: int = spec(0, "kernel rows per pass, 0 = whole kernel (Fig. 9)", min=0)
+    region_rows: int = spec(4, "pixels (n of an n x m region)", min=1, max=MAX_REGION)
+    region_cols: int = spec(4, "pixels (m of an n x m region)", min=1, max=MAX_REGION)
+    region_channels: int = spec(1, "channels (l of an n x m x l region)", min=1,
+                                  max=MAX_SIDE)
+    operation_units: int = spec(16, "operation units (dispatcher + PUs + first buffer)", min=1,
+                                  max=MAX_SIDE)
+    processing_units: int = spec(4, "processing units per operation unit (kernels)",
+                                   min=1, max=MAX_SIDE)
+    kernel_part_rows: int = spec(0, "kernel rows per pass, 0 = whole kernel (Fig. 9)", min=0,
+                                  max=MAX_DIM)
     interconnect: str = spec("bus", "partial-OFM links", choices=("full", "bus", "chain"))
-    bus_width: int = spec(64, "partial-OFM pixels per transfer cycle", min=1)
-    output_units: int = spec(4, "output units (full: one receiving port each)", min=1)
+    bus_width: int = spec(64, "partial-OFM pixels per transfer cycle", min=1,
+                           max=MAX_UNITS)
+    output_units: int = spec(4, "output units (full: one receiving port each)", min=1,
+                              max=MAX_SIDE)
     work_stealing: bool = spec(True, "idle processing units take weight cycles")
-    first_buffer_kb: int = spec(16, "KiB per operation unit for partial OFMs", min=1)
+    first_buffer_kb: int = spec(16, "KiB per operation unit for partial OFMs", min=1,
+                                 max=MAX_KIB)
 
     @property
     def multipliers(self) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit
 
 from .. import bitconv, engine
-from ..arch.spec import spec
+from ..arch.spec import MAX_SIDE, spec
 from ..ir import ConvLayer
 from ..parallel import in_parallel
 from ..reference import pad_input
@@ -54,8 +54,9 @@ NAME = "sparse-pairs"
 class Params:
     """The ``[sparse-pairs]`` section of an arch file. Multipliers = groups x processors."""
 
-    processor_groups: int = spec(32, "processor groups", min=1)
-    processors_per_group: int = spec(32, "processors (one multiplier each) per group", min=1)
+    processor_groups: int = spec(32, "processor groups", min=1, max=MAX_SIDE)
+    processors_per_group: int = spec(32, "processors (one multiplier each) per group", min=1,
+                                      max=MAX_SIDE)
     grouping: str = spec("similar-density", "weight grouping policy", choices=POLICIES)
     dealing: str = spec("weight-groups", "work dealt by", choices=DEALINGS)
 

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from .. import engine
-from ..arch.spec import spec
+from ..arch.spec import MAX_SIDE, spec
 from ..ir import ConvLayer
 from ..stats import LayerStats, energy_pj
 from .base import Machine, element_bytes, register
@@ -37,8 +37,8 @@ from .base import Machine, element_bytes, register
 class Params:
     """The ``[systolic]`` section of an arch file."""
 
-    rows: int = spec(32, "PEs", min=1)
-    cols: int = spec(32, "PEs", min=1)
+    rows: int = spec(32, "PEs", min=1, max=MAX_SIDE)
+    cols: int = spec(32, "PEs", min=1, max=MAX_SIDE)
     stationary: str = spec("ws", "operand held in the PEs", choices=("os", "ws", "is"))
 
 

@@ -88,4 +88,15 @@ def prune(graph: Graph, density) -> Graph:
     """
     keep = densities(graph, density)
     return graph.map_convs(lambda name, conv: dataclasses.replace(
-        conv, weight=magnitude_prune(conv.weight, keep[name])))
+        conv, weight=_pruned(name, conv.weight, keep[name])))
+
+
+def _pruned(name: str, w: np.ndarray, density: float) -> np.ndarray:
+    """``magnitude_prune``, refusing a density that leaves a layer with non-zero weights
+    none (its outputs would be the bias alone, and every cost of it zero)."""
+    out = magnitude_prune(w, density)
+    if not np.any(out) and np.any(w):
+        raise ModelError(f"{name}: density={density:g} keeps round({density:g} x {w.size}) = 0 "
+                         f"of its {w.size} weights; a layer needs at least one non-zero weight: "
+                         f"use a density >= {1 / w.size:.3g} (1/{w.size})")
+    return out

@@ -1,7 +1,8 @@
 """SCALE-Sim topology CSVs: conv layers as shapes only (no tensors), read and written.
 
 A row is ``name, IFMAP height, IFMAP width, filter height, filter width, channels,
-num filters, stride,`` (a trailing comma). SCALE-Sim takes the IFMAP as given (no
+num filters, stride,`` (a trailing comma); each an integer from 1 to 2**20, and the
+layer at most 2**53 MACs. SCALE-Sim takes the IFMAP as given (no
 padding), one stride for both axes, batch 1, and sizes the output
 ``ceil((H - R) / stride) + 1``: a last window that overhangs the bottom or right edge
 still counts. ``read_topology`` keeps that size by giving such a layer the missing
@@ -27,12 +28,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import outfile
+from ..arch.spec import MAX_DIM
 from ..errors import LayerError, ModelError
 from ..ir import ConvLayer, Graph
 
 FIELDS = ("IFMAP Height", "IFMAP Width", "Filter Height", "Filter Width", "Channels",
           "Num Filter", "Strides")
 HEADER = "Layer name, " + ", ".join(FIELDS) + ","
+MAX_MACS = 2**53  # per layer: every count stays exact in float64 (JSON readers) and int64
 
 
 def read_topology(path: str | Path) -> list[ConvLayer]:
@@ -77,9 +80,13 @@ def _row_layer(fields: list[str], path: Path, line: int) -> ConvLayer:
     groups = c if "DP" in name else 1
     pad = (0, (-(h - r)) % stride, 0, (-(w - s)) % stride)
     try:
-        return ConvLayer(1, c, h, w, k * groups, r, s, stride, pad, 1, groups, False, name)
+        layer = ConvLayer(1, c, h, w, k * groups, r, s, stride, pad, 1, groups, False, name)
     except LayerError as e:
         raise ModelError(f"{where}: {e}") from None
+    if layer.macs > MAX_MACS:
+        raise ModelError(f"{where}: {layer.macs:.3g} MACs; a layer may have at most 2**53 "
+                         "(counts must stay exact in float64)")
+    return layer
 
 
 def _check_dense(ninth: list[str], where: str) -> None:
@@ -97,8 +104,9 @@ def _int(value: str, field: str, where: str) -> int:
         v = int(value)
     except ValueError:
         v = 0
-    if v < 1:
-        raise ModelError(f"{where}: field '{field}'={value!r}: must be an integer >= 1")
+    if not 1 <= v <= MAX_DIM:
+        raise ModelError(f"{where}: field '{field}'={value!r}: must be an integer from 1 to "
+                         f"2**20 = {MAX_DIM}")
     return v
 
 
