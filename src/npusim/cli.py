@@ -121,6 +121,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--mode", choices=MODES, default="run",
                      help="run: the dataflow's own arithmetic; estimate: dense engine + costs "
                           "from masks; emulate: cycle emulator (small inputs)")
+    run.add_argument("--emulate-limit", type=_int_at_least(1), metavar="STEPS",
+                     help="with --mode emulate: the most emulator steps (about 1 us each) one "
+                          "layer may take (default 4e7, about 40 s)")
     run.add_argument("--input", metavar="FILE|PHOTO",
                      help="an image file, or a bundled photo (astronaut, coffee, chelsea, china, "
                           "flower, grace_hopper); default: the model's own photo")
@@ -291,6 +294,8 @@ def _check_flags(args) -> None:
     if shape and args.batch and shape[0] != args.batch:
         raise UsageError(f"--batch {args.batch} contradicts --input-shape N={shape[0]}")
     args.batch = args.batch or (shape[0] if shape else 1)
+    if args.emulate_limit is not None and args.mode != "emulate":
+        raise UsageError("--emulate-limit applies to --mode emulate only")
     if args.json and args.csv and args.json.resolve() == args.csv.resolve():
         raise UsageError(f"--json and --csv both name {args.json}")
     for flag, path in (("--json", args.json), ("--csv", args.csv)):
@@ -392,12 +397,13 @@ def _status(args, text: str):
 
 
 def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
-    from .simulate import simulate
+    from .simulate import EMULATE_LIMIT, simulate
 
     bar = _ProgressBar(_interactive(args))
     try:
         return simulate(graph, x, arch, mode=args.mode, dtype=args.dtype, dataflow=dataflow,
-                        keep_outputs=args.check, progress=bar)
+                        keep_outputs=args.check, progress=bar,
+                        emulate_limit=args.emulate_limit or EMULATE_LIMIT)
     finally:
         bar.close()
 

@@ -32,6 +32,9 @@ from .parallel import cores
 from .stats import LayerStats, energy_pj, total
 
 MODES = ("run", "estimate", "emulate")
+# Emulator steps (about 1 us each on a 2-core x86 machine, docs/cli.md) one layer may take in
+# mode emulate: about 40 s here. simulate(emulate_limit=...) or --emulate-limit raise it.
+EMULATE_LIMIT = 40_000_000
 
 
 @dataclass
@@ -82,6 +85,25 @@ def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str, costs: 
     return out, st
 
 
+def check_emulate_size(layers: list[ConvLayer], df, arch: Arch, limit: int | None) -> None:
+    """Refuse, before any work, to emulate a layer whose estimated emulator steps
+    (``df.emulate_steps``) pass ``limit``; names the first such layer, its steps and the
+    way out. ``None`` is no limit."""
+    if limit is None or not hasattr(df, "emulate_steps"):
+        return
+    over = [(layer.name, df.emulate_steps(layer, arch)) for layer in layers
+            if df.supports(layer, arch) is None]
+    over = [(name, steps) for name, steps in over if steps > limit]
+    if over:
+        name, steps = over[0]
+        more = f" (and {len(over) - 1} more layers)" if len(over) > 1 else ""
+        raise NpusimError(f"{name}: the {df.name} emulator would take about {steps:.3g} steps "
+                          f"(~{steps / 1e6:.0f} s at about 1 us a step), above the limit of "
+                          f"{limit:.3g} steps per layer{more}; use --mode run (the same costs "
+                          "from the fast model), or raise the limit with --emulate-limit N "
+                          "(emulate_limit=N)")
+
+
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
@@ -97,12 +119,15 @@ def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
              mode: str = "run", dtype: str = "float32", dataflow: str | None = None,
              keep_outputs: bool = False,
-             progress: Callable[[int, int, str], None] | None = None) -> SimResult:
+             progress: Callable[[int, int, str], None] | None = None,
+             emulate_limit: int | None = EMULATE_LIMIT) -> SimResult:
     """Run ``model`` on ``input`` (N x C x H x W float) on ``arch``.
 
     Returns the output, one ``LayerStats`` per op (convs by their dataflow, the
     rest by the vector unit) and, with ``keep_outputs``, every node's output.
-    ``progress(i, n, name)`` is called before each op.
+    ``progress(i, n, name)`` is called before each op. In mode emulate, a conv whose
+    estimated emulator steps pass ``emulate_limit`` (None: no limit) is refused before
+    any layer runs (``check_emulate_size``).
     """
     if mode not in MODES:
         raise NpusimError(f"mode={mode!r}: must be one of {', '.join(MODES)}")
@@ -116,6 +141,9 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
             raise InputError(f"input shape {x.shape} does not fit {model.name}, which takes "
                              f"{model.input_shape} (N may differ)")
         model = model.with_batch(x.shape[0])
+    if mode == "emulate":
+        check_emulate_size([model.layers[n.name].with_dtype(dtype) for n in model.conv_nodes],
+                           df, arch, emulate_limit)
     start = time.perf_counter()
     with _Costs(background=mode != "emulate" and df.reads_masks) as costs:
         values, stats = _run_nodes(model, x, df, arch, mode, dtype, keep_outputs, progress,
@@ -237,13 +265,15 @@ def same_padding(kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[in
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
            dataflow: str = "systolic", arch: Arch | str | None = None,
-           dtype: str = "float32", emulate: bool = False) -> tuple[np.ndarray, LayerStats]:
+           dtype: str = "float32", emulate: bool = False,
+           emulate_limit: int | None = EMULATE_LIMIT) -> tuple[np.ndarray, LayerStats]:
     """One convolution on one dataflow, with torch's argument conventions.
 
     ``x`` is N x C x H x W, ``w`` K x C/groups x R x S; ``padding`` an int, (h, w),
     (top, bottom, left, right), 'same' or 'valid'. Float inputs with
     ``dtype='int8'`` are quantised (see ``quant``) and the float32 product
     ``acc * s_x * s_w`` is returned; int8 inputs return the int32 accumulators.
+    With ``emulate``, a layer above ``emulate_limit`` emulator steps is refused first.
     """
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim != 4 or w.ndim != 4:
@@ -264,6 +294,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
     why = df.supports(layer, arch)
     if why:
         raise NpusimError(f"conv2d: dataflow {dataflow!r} cannot run it: {why}")
+    if emulate:
+        check_emulate_size([layer], df, arch, emulate_limit)
     integer_in = np.issubdtype(x.dtype, np.integer)
     if dtype == "int8" and not integer_in:
         xq, sx = quant.quantize_activations(x.astype(np.float32))

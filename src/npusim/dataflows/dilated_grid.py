@@ -293,6 +293,12 @@ class DilatedGrid(Machine):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
         return layer_stats(layer, arch, count(layer, arch.params(NAME)))
 
+    def emulate_steps(self, layer, arch) -> int:
+        """The cycle emulator's estimated work on ``layer`` (``emulate.dilated_grid.steps``)."""
+        from ..emulate.dilated_grid import steps
+
+        return steps(layer, arch.params(self.name))
+
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""
         from ..emulate.dilated_grid import emulate

@@ -279,6 +279,12 @@ class GroupTile(Machine):
         p = arch.params(NAME)
         return layer_stats(layer, arch, schedule(layer, p), narrow_reads(layer, control(layer, p)))
 
+    def emulate_steps(self, layer, arch) -> int:
+        """The cycle emulator's estimated work on ``layer`` (``emulate.group_tile.steps``)."""
+        from ..emulate.group_tile import steps
+
+        return steps(layer, arch.params(self.name))
+
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
         from ..emulate.group_tile import emulate

@@ -268,6 +268,12 @@ class InputReuse(Machine):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                            self.name)
 
+    def emulate_steps(self, layer, arch) -> int:
+        """The cycle emulator's estimated work on ``layer`` (``emulate.input_reuse.steps``)."""
+        from ..emulate.input_reuse import steps
+
+        return steps(layer, arch.params(self.name))
+
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate
 

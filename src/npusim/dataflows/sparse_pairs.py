@@ -270,6 +270,12 @@ class SparsePairs(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
 
+    def emulate_steps(self, layer, arch) -> int:
+        """The cycle emulator's estimated work on ``layer`` (``emulate.sparse_pairs.steps``)."""
+        from ..emulate.sparse_pairs import steps
+
+        return steps(layer, arch.params(self.name))
+
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate
 

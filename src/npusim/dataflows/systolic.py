@@ -216,6 +216,12 @@ class Systolic(Machine):
         """The costs; a dense array's costs depend on shapes only, not on the masks."""
         return self.stats(layer, arch)
 
+    def emulate_steps(self, layer, arch) -> int:
+        """The cycle emulator's estimated work on ``layer`` (``emulate.systolic.steps``)."""
+        from ..emulate.systolic import steps
+
+        return steps(layer, arch.params(self.name))
+
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``)."""
         from ..emulate.systolic import emulate_layer

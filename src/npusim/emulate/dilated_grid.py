@@ -236,3 +236,12 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
     out = check_int32(m.out, layer.name) if integer else m.out
     return out, Counts(cycles=cycles, pixel_sets=len(queue), pixel_shift_ops=m.shifter.ops,
                        **m.counts)
+
+
+def steps(layer: ConvLayer, p: Params) -> int:
+    """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md): its clock
+    cycles (the fast model's count, exact), each one grid load and one MAC step with its
+    shifts: 64 steps (measured: 52-80 us a cycle)."""
+    from ..dataflows.dilated_grid import count
+
+    return 64 * count(layer, p).cycles

@@ -186,3 +186,15 @@ def emulate(layer: ConvLayer, x, w, bias, p: Params):
     """(outputs, Schedule, narrow-memory reads) of the layer on the emulated tiles."""
     run = run_tiles(layer, x, w, bias, p)
     return run.output, run.schedule, run.reads
+
+
+def steps(layer: ConvLayer, p: Params) -> int:
+    """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md): every
+    step of ``subsets`` work units visits each tap (c, r, s), loading and firing one lane
+    per unit and ticking once (an operation each); every output is then shifted out one
+    value at a time (one more). An operation is 6 steps (measured: 5.5-6.6 us)."""
+    size = min(layer.Kg, p.macs)
+    units = layer.N * layer.P * layer.Q * layer.groups * -(-layer.Kg // size)
+    subsets = min(p.bus_inputs, p.macs // size)
+    taps = layer.Cg * layer.R * layer.S
+    return 6 * (-(-units // subsets) * taps * (2 * subsets + 1) + units * size)

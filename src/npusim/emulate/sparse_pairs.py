@@ -197,3 +197,14 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
                              for n in range(layer.N) for c in range(layer.C)),
         weight_nonzeros=sum(bits.bit_count() for bits, _ in m.kernels),
         weight_groups=len(m.plan.groups), units=m.plan.units)
+
+
+def steps(layer: ConvLayer, p: Params) -> int:
+    """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md), dense (an
+    upper bound): every pixel meets every kernel set of ``processors_per_group`` kernels
+    once; that lasts one cycle per receptive-field position, in which every processor
+    ticks (a step each), after the field is gathered one position at a time (a step each;
+    measured: 0.7-1.2 us a step)."""
+    sets = -(-layer.K // p.processors_per_group)
+    field = layer.Cg * layer.R * layer.S
+    return layer.N * layer.P * layer.Q * sets * field * (p.processors_per_group + 1)

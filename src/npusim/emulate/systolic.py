@@ -201,3 +201,14 @@ def _run_is(ifm, wm, bias, rows, cols):
         lambda bs: np.broadcast_to(bias[:, None], (F, bs.stop - bs.start)).copy(),
         Kr, M, F, rows, cols, ifm.dtype)
     return out.T, cycles, np.array([x_words, w_words, o_words]), folds
+
+
+def steps(layer: ConvLayer, params) -> int:
+    """Estimated work of ``emulate_layer`` (emulator steps of about 1 us, docs/cli.md): its
+    clock cycles (the fast model's count, exact), each a dozen array operations over the
+    rows x cols PEs: 64 steps, plus one per 16 PEs (measured: 60-90 us a cycle on 2x2
+    and 32x32 arrays)."""
+    from ..dataflows.systolic import gemm_mapping
+
+    cycles = gemm_mapping(layer, params).cycles + 1
+    return cycles * (64 + params.rows * params.cols // 16)

@@ -1,0 +1,96 @@
+"""Mode emulate guards its size: each machine's step estimate, and the refusal before any work."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim import cli
+from npusim.arch import load_arch
+from npusim.dataflows import get
+from npusim.emulate import dilated_grid, systolic
+from npusim.errors import NpusimError
+from npusim.ir import ConvLayer
+from npusim.simulate import EMULATE_LIMIT
+
+NPUSIM = [sys.executable, "-c", "import sys; from npusim.cli import main; sys.exit(main())"]
+SMALL_PNET = ["mtcnn-pnet", "--input-shape", "1,3,16,16", "--arch", "sparse-pairs-32x32"]
+
+
+@pytest.mark.parametrize("preset", ["systolic-2x2-ws", "systolic-32x32-os", "systolic-32x32-is"])
+def test_systolic_estimate_is_the_emulators_own_clock(preset):
+    arch = load_arch(preset)
+    p = arch.params("systolic")
+    layer = ConvLayer(1, 5, 7, 6, 3, 3, 3, padding=1, name="c")
+    rng = np.random.default_rng(1)
+    run = systolic.emulate_layer(layer, rng.standard_normal(layer.input_shape, np.float32),
+                                 rng.standard_normal(layer.weight_shape).astype(np.float32),
+                                 None, p)
+    per_cycle = 64 + p.rows * p.cols // 16
+    assert get("systolic").emulate_steps(layer, arch) == run.busy_cycles * per_cycle
+
+
+def test_dilated_grid_estimate_is_the_emulators_own_clock():
+    arch = load_arch("dilated-grid-2x2")
+    layer = ConvLayer(1, 2, 9, 9, 2, 3, 3, padding=2, dilation=2, name="d")
+    x = np.ones(layer.input_shape, np.float32)
+    _, counts = dilated_grid.emulate(layer, x, np.ones(layer.weight_shape, np.float32), None,
+                                     arch.params("dilated-grid"))
+    assert get("dilated-grid").emulate_steps(layer, arch) == 64 * counts.cycles
+
+
+def test_sparse_pairs_estimate_bounds_the_processor_ticks():
+    """Dense data: every processor of a step has a pair in each of its Cg*R*S cycles."""
+    arch = load_arch("sparse-pairs-32x32")
+    layer = ConvLayer(1, 4, 8, 8, 40, 3, 3, name="s")  # no padding: every pair is real
+    x, w = np.ones(layer.input_shape, np.float32), np.ones(layer.weight_shape, np.float32)
+    _, st = get("sparse-pairs").emulate(layer, x, w, None, arch)
+    pairs = 36 * 40 * 4 * 9  # pixels x kernels x field: every multiply
+    assert st.macs == pairs
+    steps = get("sparse-pairs").emulate_steps(layer, arch)
+    assert steps == 36 * 2 * 36 * 33  # pixels x kernel sets (40 on 32 processors) x field x 33
+    assert steps >= pairs
+
+
+def test_resnet18_on_sparse_pairs_is_refused_up_front():
+    done = subprocess.run([*NPUSIM, "run", "resnet18", "--arch", "sparse-pairs-32x32",
+                           "--mode", "emulate"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    # conv1: 112 x 112 pixels x 2 kernel sets of 32 x (3 x 7 x 7) positions x 33 steps
+    steps = 112 * 112 * 2 * 147 * 33
+    assert done.stderr == (
+        f"npusim: error: conv1: the sparse-pairs emulator would take about {steps:.3g} steps "
+        f"(~{steps / 1e6:.0f} s at about 1 us a step), above the limit of {EMULATE_LIMIT:.3g} "
+        "steps per layer (and 16 more layers); use --mode run (the same costs from the fast "
+        "model), or raise the limit with --emulate-limit N (emulate_limit=N)\n")
+
+
+def test_a_small_model_emulates_and_equals_run(capsys):
+    reports = {}
+    for mode in ("emulate", "run"):
+        assert cli.main(["run", *SMALL_PNET, "--mode", mode, "--quiet", "--json", "-"]) == 0
+        reports[mode] = json.loads(capsys.readouterr().out)
+    assert reports["emulate"]["mode"] == "emulate"
+    assert [s["cycles"] for s in reports["emulate"]["layers"]] == \
+        [s["cycles"] for s in reports["run"]["layers"]]
+
+
+def test_the_limit_is_a_flag_and_a_keyword(capsys):
+    assert cli.main(["run", *SMALL_PNET, "--mode", "emulate", "--quiet",
+                     "--emulate-limit", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("npusim: error: conv1: the sparse-pairs emulator would take about ")
+    assert "above the limit of 1e+03 steps per layer (and 4 more layers)" in err
+    assert cli.main(["run", *SMALL_PNET, "--quiet", "--emulate-limit", "1000"]) == 2
+    assert "--emulate-limit applies to --mode emulate only" in capsys.readouterr().err
+
+    x = np.ones((1, 8, 10, 10), np.float32)
+    w = np.ones((16, 8, 3, 3), np.float32)
+    with pytest.raises(NpusimError, match=r"conv2d: the systolic emulator would take about "
+                                          r".* above the limit of 10 steps"):
+        npusim.conv2d(x, w, emulate=True, emulate_limit=10)
+    out, _ = npusim.conv2d(x, w, emulate=True, emulate_limit=None)
+    np.testing.assert_array_equal(out, np.full((1, 16, 8, 8), 72, np.float32))
