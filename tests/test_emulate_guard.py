@@ -94,3 +94,16 @@ def test_the_limit_is_a_flag_and_a_keyword(capsys):
         npusim.conv2d(x, w, emulate=True, emulate_limit=10)
     out, _ = npusim.conv2d(x, w, emulate=True, emulate_limit=None)
     np.testing.assert_array_equal(out, np.full((1, 16, 8, 8), 72, np.float32))
+
+
+def test_every_emulator_has_its_estimate():
+    from npusim.dataflows import REGISTRY
+
+    emulators = [name for name, df in REGISTRY.items() if hasattr(df, "emulate")]
+    assert len(emulators) >= 5
+    layer = ConvLayer(1, 4, 8, 8, 8, 3, 3, padding=1, name="c")
+    for name in emulators:
+        df, arch = REGISTRY[name], load_arch(None)
+        assert hasattr(df, "emulate_steps"), name
+        if df.supports(layer, arch) is None:
+            assert df.emulate_steps(layer, arch) > 0, name

@@ -54,6 +54,8 @@ def check_target(target: str | Path, what: str = "output") -> None:
     folder = path.parent
     if not folder.is_dir():
         raise OutputError(f"{what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {path}: folder {folder} is not writable")
 
 
 def _check_existing(path: Path, st: os.stat_result, what: str) -> None:
@@ -70,18 +72,13 @@ def write_text(target: str | Path, text: str, what: str = "output") -> None:
     """Write ``text`` (UTF-8, its own line ends) to ``target``, or to standard output for
     ``-``, by the rules above; an ``OSError`` while writing becomes an ``OutputError``
     naming ``what`` and the path."""
-    if is_stdout(target):
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
     write_bytes(target, text.encode("utf-8"), what)
 
 
 def write_bytes(target: str | Path, data: bytes, what: str = "output") -> None:
     """Write ``data`` to ``target`` atomically by the rules above."""
     if is_stdout(target):
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        _to_stdout(data, what)
         return
     path = Path(target)
     check_target(path, what)
@@ -89,6 +86,22 @@ def write_bytes(target: str | Path, data: bytes, what: str = "output") -> None:
         _replace_with(path, data, what)
     except OSError as e:
         raise OutputError(f"{what} {path}: cannot write: {e.strerror or e}") from None
+
+
+def _to_stdout(data: bytes, what: str) -> None:
+    """``data`` on standard output (its text stream, flushed first, when it has no bytes
+    buffer, as under pytest's capture); a closed pipe is one clear error."""
+    try:
+        sys.stdout.flush()
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            sys.stdout.write(data.decode("utf-8"))
+        else:
+            buffer.write(data)
+        sys.stdout.flush()
+    except OSError as e:
+        raise OutputError(f"{what} -: cannot write to standard output: "
+                          f"{e.strerror or e}") from None
 
 
 def _replace_with(path: Path, data: bytes, what: str) -> None:
