@@ -194,10 +194,10 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
     with pytest.raises(ModelError) as err:
         from_torch(Unsupported(), photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.GELU (node 'act'), "
-                           "torch.sigmoid (node 'sigmoid'); unsupported parameters: node "
-                           "'getitem' (operator.getitem): indexing (1, 4, 6, 6) to (1, 2, 6, 6): "
-                           "the IR has no slicing")
+    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.GELU x1 ('act'), "
+                           "torch.sigmoid x1 ('sigmoid'); unsupported parameters: "
+                           "operator.getitem x1 (node 'getitem': indexing (1, 4, 6, 6) to "
+                           "(1, 2, 6, 6): the IR has no slicing)")
     assert "Supported: " in text and "nn.Conv2d" in text and "F.interpolate" in text
 
 
@@ -205,7 +205,7 @@ def refusal_cases():
     x4 = photo((1, 3, 9, 9))
     return [
         (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")), x4,
-         r"node '_0' \(nn.Conv2d\): padding_mode='reflect': only 'zeros'"),
+         r"nn.Conv2d x1 \(node '_0': padding_mode='reflect': only 'zeros'"),
         (nn.Hardtanh(-1.0, 1.0), x4, r"clamps to \[-1.0, 1.0\]; the IR has ReLU"),
         (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
@@ -213,7 +213,7 @@ def refusal_cases():
         (nn.Linear(9, 2), x4, r"input shape \(1, 3, 9, 9\): the IR's fully connected layer"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
         (nn.AdaptiveAvgPool2d(4), x4, r"output 4x4 from 9x9: unequal windows"),
-        (Lambda(lambda x: x + x[:, :1]), x4, r"node 'getitem' \(operator.getitem\): indexing "
+        (Lambda(lambda x: x + x[:, :1]), x4, r"operator.getitem x1 \(node 'getitem': indexing "
                                              r"\(1, 3, 9, 9\) to \(1, 1, 9, 9\)"),
         (Lambda(lambda x: x[:, :, 0:9:2]), x4, r"indexing \(1, 3, 9, 9\) to \(1, 3, 5, 9\)"),
         (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
@@ -251,9 +251,9 @@ def test_refusals_are_collected_into_one_message():
     with pytest.raises(ModelError) as err:
         from_torch(net, photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert "unsupported ops: nn.ELU (node '_2')" in text
-    assert "node '_0' (nn.Conv2d): padding_mode='circular'" in text
-    assert "node '_1' (nn.Hardtanh): clamps to [-2.0, 2.0]" in text
+    assert "unsupported ops: nn.ELU x1 ('_2')" in text
+    assert "nn.Conv2d x1 (node '_0': padding_mode='circular'" in text
+    assert "nn.Hardtanh x1 (node '_1': clamps to [-2.0, 2.0]" in text
 
 
 class DataDependent(nn.Module):

@@ -9,10 +9,13 @@ from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph, Node, fold_batchnorm
 
+SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
+
 
 @dataclass
 class Lowering:
-    """The IR nodes made so far, the shapes the source gave them, and what was refused."""
+    """The IR nodes made so far, the shapes the source gave them, and what was refused:
+    ``unsupported`` holds (op type, node) pairs, ``problems`` (op type, node, reason)."""
 
     nodes: list = field(default_factory=list)
     expected: dict = field(default_factory=dict)
@@ -20,12 +23,15 @@ class Lowering:
     problems: list = field(default_factory=list)
 
     def refusal(self, where: str, supported: list[str]) -> ModelError:
-        """One error naming every unsupported op and parameter, and the supported list."""
+        """One line grouping what was refused by op type, with counts and the first
+        ``SHOWN_PER_KIND`` node names of each, then the supported list."""
         parts = []
         if self.unsupported:
-            parts.append("unsupported ops: " + ", ".join(self.unsupported))
+            parts.append("unsupported ops: " + _grouped([(k, f"{n!r}") for k, n in
+                                                          self.unsupported], ", "))
         if self.problems:
-            parts.append("unsupported parameters: " + "; ".join(self.problems))
+            parts.append("unsupported parameters: " + _grouped(
+                [(k, f"node {n!r}: {why}") for k, n, why in self.problems], "; "))
         return ModelError(f"{where}: cannot import: {'; '.join(parts)}. Supported: "
                           f"{', '.join(supported)}")
 
@@ -45,3 +51,14 @@ class Lowering:
                 raise ModelError(f"{where}: node {node!r}: the IR computes shape "
                                  f"{graph.shapes[node]} where {source} {shape}")
         return fold_batchnorm(graph)
+
+
+def _grouped(items: list[tuple[str, str]], sep: str) -> str:
+    """"Erf x12 ('a', 'b', 'c', ...), Mul x1 ('m')": ``items`` of (op type, text) grouped
+    by op type in order of first appearance, the first ``SHOWN_PER_KIND`` texts of each."""
+    groups: dict[str, list[str]] = {}
+    for kind, text in items:
+        groups.setdefault(kind, []).append(text)
+    return ", ".join(f"{kind} x{len(texts)} ({sep.join(texts[:SHOWN_PER_KIND])}"
+                     f"{sep + '...' if len(texts) > SHOWN_PER_KIND else ''})"
+                     for kind, texts in groups.items())

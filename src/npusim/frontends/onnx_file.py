@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import ModelError
 
 SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
-
+FLOAT_TYPES = (1, 10, 11)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE: what an input can be
 
 
 def load(path: Path):
@@ -89,11 +89,22 @@ def graph_input(model, path: Path):
         outputs = [o.name for o in model.graph.output]
         raise ModelError(f"{path}: the graph has inputs {[i.name for i in inputs]} and outputs "
                          f"{outputs}; npusim networks have one of each")
-    tensor = inputs[0].type.tensor_type
-    if tensor.elem_type not in (1, 10, 11):  # FLOAT, FLOAT16, DOUBLE
-        raise ModelError(f"{path}: input {inputs[0].name!r} has element type {tensor.elem_type} "
-                         "(onnx.TensorProto); npusim feeds float tensors")
+    elem = inputs[0].type.tensor_type.elem_type
+    if elem not in FLOAT_TYPES:
+        raise ModelError(f"{path}: input {inputs[0].name!r} has element type "
+                         f"{element_type(elem)}; npusim feeds float tensors "
+                         f"({', '.join(map(element_type, FLOAT_TYPES))})")
     return inputs[0]
+
+
+def element_type(elem: int) -> str:
+    """The onnx.TensorProto name of an element type number: 7 -> 'INT64'."""
+    from onnx import TensorProto
+
+    try:
+        return TensorProto.DataType.Name(elem)
+    except ValueError:
+        return f"unknown element type {elem}"
 
 
 def static_dims(value_info) -> tuple | None:

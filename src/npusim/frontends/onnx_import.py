@@ -122,9 +122,17 @@ class _Node:
         """Constant input ``i`` as float32 (int8/float16/float32 initialisers), or None."""
         value = self.const(i)
         if value is not None and value.dtype.name not in WEIGHT_DTYPES:
-            raise _Refusal(f"input {self.proto.input[i]!r} has element type {value.dtype}; "
-                           f"weights must be one of {', '.join(WEIGHT_DTYPES)}")
+            raise _Refusal(f"input {self.proto.input[i]!r} has element type "
+                           f"{_element_name(value.dtype)}; weights must be one of "
+                           f"{', '.join(map(_element_name, WEIGHT_DTYPES))}")
         return None if value is None else value.astype(np.float32, copy=False)
+
+
+def _element_name(dtype) -> str:
+    """The onnx.TensorProto name of a numpy dtype: int64 -> 'INT64'."""
+    from onnx import helper
+
+    return onnx_file.element_type(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
 # ---- constants --------------------------------------------------------------------------
@@ -569,7 +577,7 @@ def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
         if i not in needed or not m.depends.intersection(proto.output):
             continue
         if proto.op_type not in _CONVERTERS or proto.domain not in ("", "ai.onnx"):
-            build.unsupported.append(f"{proto.op_type} (node {names[i]!r})")
+            build.unsupported.append((proto.op_type, names[i]))
             continue
         c = _Node(proto, names[i], m)
         try:
@@ -584,7 +592,7 @@ def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
             inputs = tuple(ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends)
             build.expected[names[i]] = c.out_shape
         except (_Refusal, LayerError) as e:
-            build.problems.append(f"node {names[i]!r} ({proto.op_type}): {e}")
+            build.problems.append((proto.op_type, names[i], str(e)))
             continue
         build.nodes.append(Node(names[i], result, inputs))
         ir_of[proto.output[0]] = names[i]

@@ -516,7 +516,7 @@ def _convert(gm, info: dict) -> Lowering:
             continue
         kind, conv = _kind_and_converter(gm, n)
         if conv is None:
-            build.unsupported.append(f"{kind} (node {n.name!r})")
+            build.unsupported.append((kind, n.name))
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
@@ -524,7 +524,7 @@ def _convert(gm, info: dict) -> Lowering:
         try:
             result = conv(_Call(n.name, shape), *args, **kwargs)
         except (_Refusal, TypeError, LayerError) as e:
-            build.problems.append(f"node {n.name!r} ({kind}): {e}")
+            build.problems.append((kind, n.name, str(e)))
             continue
         if isinstance(result, _Ref):  # a pass-through: readers read its input
             info[n] = result
@@ -556,7 +556,8 @@ def _output(gm, info: dict, name: str) -> _Ref:
 
 
 def _example(example_input, name: str):
-    x = torch.as_tensor(np.asarray(example_input) if not isinstance(example_input, torch.Tensor)
+    x = torch.as_tensor(np.require(example_input, requirements="W")  # torch warns on read-only
+                        if not isinstance(example_input, torch.Tensor)
                         else example_input).to(torch.float32)
     if x.ndim < 2:
         raise ModelError(f"{name}: example input of shape {tuple(x.shape)}: must be N x C x ...")
