@@ -261,11 +261,6 @@ class DataDependent(nn.Module):
         return x if x.sum() > 0 else -x
 
 
-class TwoOutputs(nn.Module):
-    def forward(self, x):
-        return F.relu(x), x
-
-
 class TwoInputs(nn.Module):
     def forward(self, x, y):
         return x + y
@@ -273,7 +268,6 @@ class TwoInputs(nn.Module):
 
 @pytest.mark.parametrize("module, message", [
     (DataDependent(), r"DataDependent: torch.fx cannot trace it \(TraceError"),
-    (TwoOutputs(), r"TwoOutputs: forward returns tuple; npusim networks return one tensor"),
     (TwoInputs(), r"TwoInputs: forward takes 2 tensor inputs \['x', 'y'\]"),
 ])
 def test_networks_outside_the_ir_are_refused(module, message):
@@ -367,3 +361,85 @@ def test_factory_file_that_fails_to_import(tmp_path):
 def test_factory_input_shape_must_be_positive_integers(factory_file, shape):
     with pytest.raises(ModelError, match=r"input_shape=.*: must be positive integers N x C x H"):
         from_factory(f"{factory_file}:small", input_shape=shape)
+
+
+# ---- the user's model is left as it was; several outputs ---------------------------------
+
+
+class TwoHeads(nn.Module):
+    """A trunk and two heads: features (a conv read by a batch norm) and pooled scores."""
+
+    def __init__(self, as_dict: bool = True):
+        super().__init__()
+        self.as_dict = as_dict
+        self.trunk = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU())
+        self.features = nn.Conv2d(6, 4, 1)
+        self.norm = nn.BatchNorm2d(4)
+        self.scores = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+        for bn in (self.trunk[1], self.norm):  # trained-looking statistics
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        f = self.features(self.trunk(x))
+        scores = self.scores(self.norm(f))
+        return {"features": f, "scores": scores} if self.as_dict else (scores, f)
+
+
+def test_every_submodules_training_flag_is_left_as_it_was():
+    net = TwoHeads()
+    net.train()
+    net.trunk.eval()  # e.g. a frozen backbone inside a module being trained
+    net.trunk[1].train()
+    before = {name: m.training for name, m in net.named_modules()}
+    from_torch(net, photo((1, 3, 8, 8)))
+    assert {name: m.training for name, m in net.named_modules()} == before
+    assert before[""] and not before["trunk"] and before["trunk.1"]
+
+
+@pytest.mark.parametrize("as_dict, labels", [(True, ["features", "scores"]),
+                                             (False, ["output0", "output1"])])
+def test_a_forward_returning_a_dict_or_tuple_gives_every_output_in_order(as_dict, labels):
+    net = TwoHeads(as_dict).eval()
+    x = photo((2, 3, 10, 9))
+    graph = from_torch(net, x)
+    assert list(graph.outputs) == labels
+    with torch.no_grad():
+        ref = net(torch.from_numpy(x))
+    ref = list(ref.values()) if as_dict else list(ref)
+    result = simulate(graph, x)
+    assert list(result.named_outputs) == labels
+    for out, want in zip(result.named_outputs.values(), ref, strict=True):
+        assert out.shape == tuple(want.shape) and rel_err(out, want.numpy()) < 1e-4
+    assert result.output is result.named_outputs[labels[0]]
+
+
+def test_check_compares_every_output_with_torch(tmp_path, capsys):
+    import inspect
+    import json
+
+    from npusim import cli
+
+    net_file = tmp_path / "heads.py"
+    net_file.write_text("from torch import nn\n\n\n" + inspect.getsource(TwoHeads)
+                        + "\n\ndef build():\n    return TwoHeads()\n")
+    report = tmp_path / "r.json"
+    code = cli.main(["run", f"{net_file}:build", "--input-shape", "1,3,16,16", "--check",
+                     "--quiet", "--json", str(report)])
+    assert code == 0, capsys.readouterr().err
+    check = json.loads(report.read_text())["check"]
+    assert list(check["output_relative_errors"]) == ["features", "scores"]
+    assert max(check["output_relative_errors"].values()) < 1e-4 and check["passed"]
+
+
+def test_a_tuple_may_return_the_input_itself():
+    x = photo((1, 3, 5, 4))
+    graph = from_torch(Lambda(lambda x: (F.relu(x), x)), x)
+    relu, same = simulate(graph, x).named_outputs.values()
+    assert np.array_equal(relu, np.maximum(x, 0)) and np.array_equal(same, x)
+
+
+def test_a_nested_or_constant_output_is_refused():
+    with pytest.raises(ModelError, match=r"output 'output1' of forward is tuple; npusim "
+                                         r"networks return tensors computed from the input"):
+        from_torch(Lambda(lambda x: (F.relu(x), (x, x))), photo((1, 3, 4, 4)))

@@ -35,15 +35,20 @@ class Lowering:
         return ModelError(f"{where}: cannot import: {'; '.join(parts)}. Supported: "
                           f"{', '.join(supported)}")
 
-    def graph(self, input_shape, out: str, where: str, source: str,
+    def graph(self, input_shape, outputs: str | dict[str, str], where: str, source: str,
               name: str | None = None) -> Graph:
-        """The Graph whose output is node ``out``, its shapes checked against the source's
-        (``source`` says who gave them, e.g. 'PyTorch gives'), batch norms folded."""
+        """The Graph whose output is node ``outputs`` (or, for several, label -> node in
+        order), its shapes checked against the source's (``source`` says who gave them,
+        e.g. 'PyTorch gives'), batch norms folded."""
         nodes = self.nodes
-        if out == "input":  # a network that returns its input
-            nodes, out = nodes + [Node("output", ops.Identity(), ("input",))], "output"
+        if isinstance(outputs, str):
+            outputs = {outputs: outputs}
+        if "input" in outputs.values():  # a network that returns its input
+            nodes = nodes + [Node("output", ops.Identity(), ("input",))]
+            outputs = {("output" if k == "input" else k): ("output" if v == "input" else v)
+                       for k, v in outputs.items()}
         try:
-            graph = Graph(nodes, input_shape, name or where, output_name=out)
+            graph = Graph(nodes, input_shape, name or where, outputs=outputs)
         except LayerError as e:
             raise ModelError(f"{where}: {e}") from e
         for node, shape in self.expected.items():
