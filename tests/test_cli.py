@@ -242,7 +242,8 @@ def bad_cases(tmp: Path):
          r"argument --input-shape: '1,3,32': must be four integers >= 1, N,C,H,W"),
         (["lenet-digits", "--input-shape", "1,1,16,16"], r"lenet-digits: size=16"),
         (["resnet18", "--input-shape", "1,3,32,48"],
-         r"--input-shape 1,3,32,48: resnet18 does not take it; it takes 1,3,48,48"),
+         r"resnet18: input shape 1,3,32,48 is 32x48; resnet18 takes square inputs only "
+         r"\(N,C,S,S: H = W = S\)"),
         (["resnet18", "--input-shape", "2,3,32,32", "--batch", "3"],
          r"--batch 3 contradicts --input-shape N=2"),
         ([tmp / "good.csv", "--check"], r"good\.csv: a topology CSV is run shape-only .*--check"),

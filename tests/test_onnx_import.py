@@ -23,7 +23,7 @@ from strategies import photo, rel_err  # noqa: E402
 
 from npusim import simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
-from npusim.frontends import load_model, zoo  # noqa: E402
+from npusim.frontends import images, load_model, zoo  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 
 NETS = Path(__file__).parent / "data" / "import" / "nets.py"
@@ -338,9 +338,48 @@ def test_load_model_dispatches_onnx_with_input_shape_and_batch(tmp_path):
     inputs = [helper.make_tensor_value_info("x", FLOAT, ["N", 3, "H", "W"])]
     path = write(tmp_path, [node("Conv", ["x", "w"], strides=[2, 2])],
                  {"w": weights(4, 3, 3, 3)}, inputs=inputs)
-    graph = load_model(str(path), input_shape=(1, 3, 12, 11), batch=3)
+    graph = load_model(str(path), input_shape=(3, 3, 12, 11), batch=3)
     assert graph.input_shape == (3, 3, 12, 11) and graph.output_shape == (3, 4, 5, 5)
     check(path, photo((1, 3, 12, 11)), input_shape=(1, 3, 12, 11))
+    with pytest.raises(ModelError, match=r"batch=2 contradicts input_shape N=3"):
+        load_model(str(path), input_shape=(3, 3, 12, 11), batch=2)
+
+
+def export_batch(tmp_path, dynamic: bool) -> Path:
+    """A small classifier exported at batch 1, its batch axis dynamic or fixed."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, stride=2), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(6 * 7 * 7, 5))
+    path = tmp_path / ("dynamic.onnx" if dynamic else "fixed.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.eval(), (torch.from_numpy(photo((1, 3, 16, 16))),), str(path),
+                          input_names=["x"], dynamo=False,
+                          dynamic_axes={"x": {0: "N"}} if dynamic else None)
+    return path
+
+
+def test_batch_fixes_a_dynamic_onnx_batch(tmp_path):
+    path = export_batch(tmp_path, dynamic=True)
+    x = np.stack([images.load_image(name, (16, 16)) for name in ("chelsea", "coffee",
+                                                                 "astronaut")])
+    graph = load_model(str(path), batch=3)
+    assert graph.input_shape == (3, 3, 16, 16) and graph.output_shape == (3, 5)
+    ref = onnxruntime_output(path, x)
+    out = simulate(graph, x).output
+    assert rel_err(out, ref) < 1e-4 and not np.allclose(ref[0], ref[1])
+    assert load_model(str(path)).input_shape == (1, 3, 16, 16)  # dynamic, no batch: 1
+
+
+def test_batch_is_refused_where_the_file_fixes_another(tmp_path):
+    from npusim import cli
+
+    path = export_batch(tmp_path, dynamic=False)
+    with pytest.raises(ModelError, match=r"fixed.onnx: input 'x' has a fixed batch of 1, so "
+                                         r"batch \(--batch\) 3 cannot be run; export the model "
+                                         r"with a dynamic batch axis"):
+        load_model(str(path), batch=3)
+    assert load_model(str(path), batch=1).input_shape == (1, 3, 16, 16)
+    assert cli.main(["run", str(path), "--batch", "3", "--quiet"]) == 2
 
 
 # ---- refusals ---------------------------------------------------------------------------

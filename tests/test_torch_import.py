@@ -443,3 +443,13 @@ def test_a_nested_or_constant_output_is_refused():
     with pytest.raises(ModelError, match=r"output 'output1' of forward is tuple; npusim "
                                          r"networks return tensors computed from the input"):
         from_torch(Lambda(lambda x: (F.relu(x), (x, x))), photo((1, 3, 4, 4)))
+
+
+def test_batch_sets_the_batch_a_factory_is_traced_at():
+    nets = load_nets()
+    shape = (2,) + tuple(nets.INPUT_SHAPE[1:])
+    graph = load_model(f"{NETS}:functional", input_shape=shape, batch=2)
+    assert graph.input_shape == shape
+    x = np.concatenate([photo((1,) + shape[1:]), photo((1,) + shape[1:])[:, :, ::-1].copy()])
+    check(nets.functional(), x, graph)
+    assert load_model(f"{NETS}:functional", batch=3).input_shape == (3, 3, 224, 224)

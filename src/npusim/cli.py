@@ -131,7 +131,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                           "Han et al.'s per-layer densities")
     run.add_argument("--dtype", choices=DTYPES, default="float32")
     run.add_argument("--batch", type=_int_at_least(1), metavar="N",
-                     help="batch size (default 1)")
+                     help="batch size: fixes a zoo, PyTorch or topology model's batch or an ONNX "
+                          "model's dynamic one (refused where the file fixes another); default: "
+                          "the model's own, else 1")
     run.add_argument("--seed", type=_int_at_least(0), default=0, metavar="S",
                      help="seed of generated weights (default 0)")
     run.add_argument("--check", action="store_true",
@@ -253,6 +255,7 @@ def cmd_run(args) -> int:
     dataflow = get_dataflow(args.dataflow or arch.dataflow).name
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
+    args.batch = model.input_shape[0] if isinstance(model, Graph) else model[0].N
     result, x, source, check = _run_model(args, model, arch, dataflow)
     if not args.quiet:
         _print_report(result, args.model, source)
@@ -286,7 +289,7 @@ def _check_flags(args) -> None:
     shape = args.input_shape
     if shape and args.batch and shape[0] != args.batch:
         raise UsageError(f"--batch {args.batch} contradicts --input-shape N={shape[0]}")
-    args.batch = args.batch or (shape[0] if shape else 1)
+    args.batch = args.batch or (shape[0] if shape else None)  # None: the model's own
     if args.json and args.csv and args.json.resolve() == args.csv.resolve():
         raise UsageError(f"--json and --csv both name {args.json}")
     for flag, path in (("--json", args.json), ("--csv", args.csv)):

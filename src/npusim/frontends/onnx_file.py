@@ -116,26 +116,42 @@ def static_dims(value_info) -> tuple | None:
                  for d in t.shape.dim)
 
 
-def set_input_shape(value_info, input_shape, path: Path) -> tuple[int, ...]:
-    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it."""
+def set_input_shape(value_info, input_shape, path: Path, batch: int | None = None
+                    ) -> tuple[int, ...]:
+    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it. ``batch``
+    fixes a dynamic batch (first) dimension (default 1), and is refused where the file
+    fixes another."""
     dims = static_dims(value_info) or ()
     name = value_info.name
+    _check_batch(dims, batch, name, path)
     if input_shape is None:
-        if not dims or None in dims:
+        if not dims or None in dims[1:]:
             shown = "x".join("?" if d is None else str(d) for d in dims) or "unknown"
             raise ModelError(f"{path}: input {name!r} has a dynamic shape ({shown}); pass "
                              "input_shape (--input-shape N,C,H,W) to fix it")
-        return dims
-    shape = tuple(int(d) for d in input_shape)
-    if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
-            d is not None and d != s for d, s in zip(dims, shape, strict=False)):
-        raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
-                         f"{tuple('?' if d is None else d for d in dims)}")
+        shape = (dims[0] or batch or 1,) + dims[1:]  # a dynamic batch alone: batch, else 1
+    else:
+        shape = tuple(int(d) for d in input_shape)
+        if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
+                d is not None and d != s for d, s in zip(dims, shape, strict=False)):
+            raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
+                             f"{tuple('?' if d is None else d for d in dims)}")
+        if batch is not None and shape[0] != batch:
+            raise ModelError(f"{path}: batch={batch} contradicts input_shape={shape}")
     t = value_info.type.tensor_type
     t.shape.ClearField("dim")
     for s in shape:
         t.shape.dim.add().dim_value = s
     return shape
+
+
+def _check_batch(dims: tuple, batch: int | None, name: str, path: Path) -> None:
+    """A batch the file fixes to another value cannot be changed: its graph may rely on it."""
+    if batch is not None and dims and dims[0] is not None and dims[0] != batch:
+        raise ModelError(f"{path}: input {name!r} has a fixed batch of {dims[0]}, so batch "
+                         f"(--batch) {batch} cannot be run; export the model with a dynamic "
+                         f"batch axis (torch.onnx.export(..., dynamic_axes={{{name!r}: "
+                         "{0: 'N'}}))")
 
 
 def infer(model, path: Path):

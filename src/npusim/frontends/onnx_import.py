@@ -623,18 +623,21 @@ def _check_extra_outputs(proto, model, needed: set) -> None:
         raise _Refusal(f"its extra outputs {extra} are used; the IR computes output 0 only")
 
 
-def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Graph:
+def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
+              batch: int | None = None) -> Graph:
     """The ``Graph`` of an ONNX file, weights as float32, batch norm folded.
 
     ``input_shape`` (N x C x H x W) fixes a dynamic input shape and must agree with
-    every fixed dimension of the file's. Raises ``ModelError`` for a file that is
-    not ONNX or is truncated, a dynamic shape without ``input_shape``, and (one
-    message) every unsupported op type with its node name and the supported list.
+    every fixed dimension of the file's; ``batch`` fixes a dynamic batch dimension
+    (and is refused where the file fixes the batch to another value). Raises
+    ``ModelError`` for a file that is not ONNX or is truncated, a dynamic shape left
+    unfixed, and (one message) every unsupported op, grouped by op type with its node
+    names, and the supported list.
     """
     path = Path(path)
     model = onnx_file.load(path)
     value_info = onnx_file.graph_input(model, path)
-    shape = onnx_file.set_input_shape(value_info, input_shape, path)
+    shape = onnx_file.set_input_shape(value_info, input_shape, path, batch)
     m = _analyse(model, path, value_info.name)
     _fold_small_constants(model, m)
     skeleton = onnx_file.skeleton(model)
