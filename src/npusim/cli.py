@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__
-from .errors import InputError, NpusimError
+from .errors import InputError, NpusimError, NpusimWarning
 from .ir import DTYPES, Graph
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -151,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_BAD_INPUT
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.func(args)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
     except KeyboardInterrupt:
@@ -160,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     except (NpusimError, ModuleNotFoundError, MemoryError) as e:
         print(f"npusim: error: {error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """npusim's own warnings as one line on stderr; any other as Python shows it."""
+    if issubclass(category, NpusimWarning):
+        print(f"npusim: warning: {one_line(str(message))}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def error_line(e: Exception) -> str:

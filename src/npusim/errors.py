@@ -24,3 +24,8 @@ class ModelError(NpusimError):
 
 class InputError(NpusimError):
     """A bad input tensor or image file."""
+
+
+class NpusimWarning(UserWarning):
+    """Input npusim uses but that may not be what the user meant (an image much smaller
+    than the model's input). The library warns; the CLI prints one line on stderr."""
