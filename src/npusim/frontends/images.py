@@ -165,7 +165,8 @@ def _resize_crop_float(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def to_array(rgb: np.ndarray, size: tuple[int, int], channels: int = 3,
              norm: str = "imagenet") -> np.ndarray:
-    """An H x W x 3 uint8 image resized, converted to ``channels`` and normalised: C x H x W."""
+    """An H x W x 3 image on the 0..255 scale (uint8, or float from ``read_rgb`` of a deep
+    image) resized, converted to ``channels`` and normalised: float32 C x H x W."""
     if channels not in (1, 3):
         raise InputError(f"channels={channels}: must be 1 (grey) or 3 (RGB)")
     if norm not in NORMS:
