@@ -330,10 +330,12 @@ def test_factory_defaults_to_a_224_input_and_equals_pytorch(factory_file):
 
 
 def test_load_model_dispatches_a_factory_with_input_shape_and_batch(factory_file):
-    graph = load_model(f"{factory_file}:small", input_shape=(1, 3, 32, 30), batch=2)
+    graph = load_model(f"{factory_file}:small", input_shape=(2, 3, 32, 30), batch=2)
     assert graph.input_shape == (2, 3, 32, 30)
     assert graph.output_shape == (2, 4, 15, 14)
     assert isinstance(graph.nodes[0].op, ops.Conv)
+    with pytest.raises(ModelError, match=r"small: batch=2 contradicts input_shape N=1"):
+        load_model(f"{factory_file}:small", input_shape=(1, 3, 32, 30), batch=2)
 
 
 @pytest.mark.parametrize("spec, message", [
