@@ -117,14 +117,14 @@ def _pixels(im: Image.Image, path: Path) -> np.ndarray:
     (scaled from their own range, see the module docstring)."""
     if im.mode not in SIXTEEN_BIT + ("I", "F"):
         return np.asarray(im.convert("RGB"))
-    values = np.asarray(im).astype(np.float64)
+    values = np.asarray(im).astype(np.float32)  # exact for 16-bit values
     lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
     full = 1.0 if im.mode == "F" else 65535.0
     if lo < 0 or hi > full or not np.isfinite(values).all():
         kind = "float images" if im.mode == "F" else f"mode-{im.mode} images"
         raise InputError(f"{path}: pixel values in [{lo:g}, {hi:g}]; npusim reads {kind} as "
                          f"[0, {full:g}] and scales that to 0..255; rescale it into that range")
-    grey = (values * (255.0 / full)).astype(np.float32)
+    grey = values * np.float32(255.0 / full)
     return np.repeat(grey[:, :, None], 3, axis=2)
 
 
