@@ -243,7 +243,8 @@ def bad_cases(tmp: Path):
          r"argument --input-shape: '1,3,32': must be four integers >= 1, N,C,H,W"),
         (["lenet-digits", "--input-shape", "1,1,16,16"], r"lenet-digits: size=16"),
         (["resnet18", "--input-shape", "1,3,32,48"],
-         r"--input-shape 1,3,32,48: resnet18 does not take it; it takes 1,3,48,48"),
+         r"resnet18: input shape 1,3,32,48 is 32x48; resnet18 takes square inputs only "
+         r"\(N,C,S,S: H = W = S\)"),
         (["resnet18", "--input-shape", "2,3,32,32", "--batch", "3"],
          r"--batch 3 contradicts --input-shape N=2"),
         ([tmp / "good.csv", "--check"], r"good\.csv: a topology CSV is run shape-only .*--check"),
@@ -410,3 +411,15 @@ def test_export_topology_refusals_write_nothing(tmp_path, capsys, argv, message)
     code, _, err = main(capsys, "export-topology", argv[0], tmp_path / argv[1])
     assert code == 2 and re.search(message, err), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_much_smaller_input_image_is_one_warning_line(tmp_path, capsys):
+    from PIL import Image
+
+    path = tmp_path / "tiny.png"
+    Image.fromarray(np.full((20, 30, 3), 128, np.uint8)).save(path)
+    code, out, err = main(capsys, "run", "resnet18", "--input-shape", "1,3,64,64", "--input",
+                          path, "--quiet", "--mode", "estimate")
+    assert (code, out) == (0, "")
+    assert err == (f"npusim: warning: {path}: 30x20 pixels (W x H), upscaled 3.2x to fill the "
+                   "model's 64x64 input: most of its detail is interpolated\n")

@@ -23,7 +23,7 @@ from strategies import photo, rel_err  # noqa: E402
 
 from npusim import simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
-from npusim.frontends import load_model, zoo  # noqa: E402
+from npusim.frontends import images, load_model, zoo  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 
 NETS = Path(__file__).parent / "data" / "import" / "nets.py"
@@ -338,9 +338,48 @@ def test_load_model_dispatches_onnx_with_input_shape_and_batch(tmp_path):
     inputs = [helper.make_tensor_value_info("x", FLOAT, ["N", 3, "H", "W"])]
     path = write(tmp_path, [node("Conv", ["x", "w"], strides=[2, 2])],
                  {"w": weights(4, 3, 3, 3)}, inputs=inputs)
-    graph = load_model(str(path), input_shape=(1, 3, 12, 11), batch=3)
+    graph = load_model(str(path), input_shape=(3, 3, 12, 11), batch=3)
     assert graph.input_shape == (3, 3, 12, 11) and graph.output_shape == (3, 4, 5, 5)
     check(path, photo((1, 3, 12, 11)), input_shape=(1, 3, 12, 11))
+    with pytest.raises(ModelError, match=r"batch=2 contradicts input_shape N=3"):
+        load_model(str(path), input_shape=(3, 3, 12, 11), batch=2)
+
+
+def export_batch(tmp_path, dynamic: bool) -> Path:
+    """A small classifier exported at batch 1, its batch axis dynamic or fixed."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, stride=2), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(6 * 7 * 7, 5))
+    path = tmp_path / ("dynamic.onnx" if dynamic else "fixed.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.eval(), (torch.from_numpy(photo((1, 3, 16, 16))),), str(path),
+                          input_names=["x"], dynamo=False,
+                          dynamic_axes={"x": {0: "N"}} if dynamic else None)
+    return path
+
+
+def test_batch_fixes_a_dynamic_onnx_batch(tmp_path):
+    path = export_batch(tmp_path, dynamic=True)
+    x = np.stack([images.load_image(name, (16, 16)) for name in ("chelsea", "coffee",
+                                                                 "astronaut")])
+    graph = load_model(str(path), batch=3)
+    assert graph.input_shape == (3, 3, 16, 16) and graph.output_shape == (3, 5)
+    ref = onnxruntime_output(path, x)
+    out = simulate(graph, x).output
+    assert rel_err(out, ref) < 1e-4 and not np.allclose(ref[0], ref[1])
+    assert load_model(str(path)).input_shape == (1, 3, 16, 16)  # dynamic, no batch: 1
+
+
+def test_batch_is_refused_where_the_file_fixes_another(tmp_path):
+    from npusim import cli
+
+    path = export_batch(tmp_path, dynamic=False)
+    with pytest.raises(ModelError, match=r"fixed.onnx: input 'x' has a fixed batch of 1, so "
+                                         r"batch \(--batch\) 3 cannot be run; export the model "
+                                         r"with a dynamic batch axis"):
+        load_model(str(path), batch=3)
+    assert load_model(str(path), batch=1).input_shape == (1, 3, 16, 16)
+    assert cli.main(["run", str(path), "--batch", "3", "--quiet"]) == 2
 
 
 # ---- refusals ---------------------------------------------------------------------------
@@ -353,8 +392,8 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones(tmp
     with pytest.raises(ModelError) as err:
         from_onnx(path)
     assert str(err.value) == (
-        f"{path}: cannot import: unsupported ops: Sigmoid (node 'sigmoid_s'), Mul (node "
-        "'mul_m'), Tanh (node 'tanh_y'). Supported: Add, AveragePool, BatchNormalization, Clip, "
+        f"{path}: cannot import: unsupported ops: Sigmoid x1 ('sigmoid_s'), Mul x1 ('mul_m'), "
+        "Tanh x1 ('tanh_y'). Supported: Add, AveragePool, BatchNormalization, Clip, "
         "Concat, Conv, Dropout, Flatten, Gemm, GlobalAveragePool, Identity, LeakyRelu, MatMul, "
         "MaxPool, PRelu, Pad, Relu, Reshape, Resize, Slice, Softmax, Upsample")
 
@@ -363,10 +402,11 @@ def test_unsupported_ops_and_parameters_share_one_message(tmp_path):
     path = write(tmp_path, [node("Clip", ["x", "lo", "hi"], "c"), node("Erf", ["c"], "e"),
                             node("MaxPool", ["e"], kernel_shape=[2, 2], dilations=[2, 2])],
                  {"lo": np.array(0, np.float32), "hi": np.array(3, np.float32)})
-    with pytest.raises(ModelError, match=r"unsupported ops: Erf \(node 'erf_e'\); unsupported "
-                                         r"parameters: node 'clip_c' \(Clip\): clips to \[0.0, "
+    with pytest.raises(ModelError, match=r"unsupported ops: Erf x1 \('erf_e'\); unsupported "
+                                         r"parameters: Clip x1 \(node 'clip_c': clips to \[0.0, "
                                          r"3.0\]; the IR has ReLU \[0, inf\) and ReLU6 \[0, 6\] "
-                                         r"only; node 'maxpool_y' \(MaxPool\): dilations=\[2, 2\]"):
+                                         r"only\), MaxPool x1 \(node 'maxpool_y': "
+                                         r"dilations=\[2, 2\]"):
         from_onnx(path)
 
 
@@ -377,7 +417,7 @@ def refusal_cases():
          w | {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, r"mode='reflect'"),
         ([node("Pad", ["x", "pads"], "p"), node("Relu", ["p"])],
          {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)},
-         r"node 'relu_y' \(Relu\): its input comes from Pad"),
+         r"Relu x1 \(node 'relu_y': its input comes from Pad"),
         ([node("Flatten", ["x"], "f"), node("Gemm", ["f", "b"], transA=1)],
          {"b": weights(1, 5)}, r"transA=1: the IR keeps the batch on axis 0"),
         ([node("GlobalAveragePool", ["x"], "g"), node("Add", ["x", "g"])], {},
@@ -409,7 +449,7 @@ def test_unsupported_parameters_are_refused_by_name(tmp_path, nodes, inits, mess
 def test_one_dimensional_conv_is_refused(tmp_path):
     path = write(tmp_path, [node("Conv", ["x", "w"])], {"w": weights(4, 3, 3)},
                  in_shape=(1, 3, 12))
-    with pytest.raises(ModelError, match=r"node 'conv_y' \(Conv\): needs a 4-D input, got "
+    with pytest.raises(ModelError, match=r"Conv x1 \(node 'conv_y': needs a 4-D input, got "
                                          r"shape \(1, 3, 12\)"):
         from_onnx(path)
 
@@ -457,6 +497,51 @@ def test_graph_with_two_inputs_or_an_integer_input(tmp_path):
     with pytest.raises(ModelError, match=r"inputs \['x', 'z'\] and outputs \['y'\]; npusim "
                                          r"networks have one of each"):
         from_onnx(write(tmp_path, [node("Add", ["x", "z"])], inputs=two))
-    with pytest.raises(ModelError, match=r"input 'x' has element type 2 \(onnx.TensorProto\); "
-                                         r"npusim feeds float tensors"):
+    with pytest.raises(ModelError, match=r"input 'x' has element type UINT8; npusim feeds "
+                                         r"float tensors \(FLOAT, FLOAT16, DOUBLE\)"):
         from_onnx(write(tmp_path, [node("Identity", ["x"])], in_type=TensorProto.UINT8))
+
+
+def test_refusal_groups_by_op_type_with_counts_and_three_names(tmp_path):
+    """A network with many unsupported nodes is refused in one short, readable line."""
+    nodes, x = [], "x"
+    for i in range(40):  # x * sigmoid(x) (swish), forty times
+        nodes += [node("Sigmoid", [x], f"s{i}"), node("Mul", [x, f"s{i}"], f"m{i}")]
+        x = f"m{i}"
+    nodes += [node("Clip", [x, "lo", "hi"], "y")]
+    path = write(tmp_path, nodes, {"lo": np.array(0, np.float32), "hi": np.array(3, np.float32)})
+    with pytest.raises(ModelError) as err:
+        from_onnx(path)
+    text = str(err.value)
+    assert text.startswith(
+        f"{path}: cannot import: unsupported ops: Sigmoid x40 ('sigmoid_s0', 'sigmoid_s1', "
+        "'sigmoid_s2', ...), Mul x40 ('mul_m0', 'mul_m1', 'mul_m2', ...); unsupported "
+        "parameters: Clip x1 (node 'clip_y': clips to [0.0, 3.0]; the IR has ReLU [0, inf) and "
+        "ReLU6 [0, 6] only). Supported: Add, ")
+    assert "\n" not in text and len(text) < 600
+
+
+def test_element_types_are_named(tmp_path):
+    with pytest.raises(ModelError, match=r"input 'x' has element type INT64; npusim feeds float "
+                                         r"tensors \(FLOAT, FLOAT16, DOUBLE\)"):
+        from_onnx(write(tmp_path, [node("Identity", ["x"])], in_type=TensorProto.INT64))
+
+
+def test_check_on_an_imported_model_prints_no_torch_warning(tmp_path):
+    """onnx hands weights over as read-only views of the file's bytes; torch warns when
+    given one, so ``--check`` must not (the run is a fresh process: torch warns once)."""
+    import subprocess
+    import sys
+
+    path = export(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()),
+                  photo((1, 3, 16, 16)), tmp_path / "small.onnx")
+    import npusim
+
+    src = Path(npusim.__file__).parents[1]  # the npusim this test imported
+    run = subprocess.run([sys.executable, "-W", "default", "-c",
+                          "import sys; from npusim.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "run", str(path), "--check", "--quiet"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": str(src)})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("check against torch, 2 nodes") and run.stderr == ""

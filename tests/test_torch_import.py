@@ -194,10 +194,10 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
     with pytest.raises(ModelError) as err:
         from_torch(Unsupported(), photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.GELU (node 'act'), "
-                           "torch.sigmoid (node 'sigmoid'); unsupported parameters: node "
-                           "'getitem' (operator.getitem): indexing (1, 4, 6, 6) to (1, 2, 6, 6): "
-                           "the IR has no slicing")
+    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.GELU x1 ('act'), "
+                           "torch.sigmoid x1 ('sigmoid'); unsupported parameters: "
+                           "operator.getitem x1 (node 'getitem': indexing (1, 4, 6, 6) to "
+                           "(1, 2, 6, 6): the IR has no slicing)")
     assert "Supported: " in text and "nn.Conv2d" in text and "F.interpolate" in text
 
 
@@ -205,7 +205,7 @@ def refusal_cases():
     x4 = photo((1, 3, 9, 9))
     return [
         (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")), x4,
-         r"node '_0' \(nn.Conv2d\): padding_mode='reflect': only 'zeros'"),
+         r"nn.Conv2d x1 \(node '_0': padding_mode='reflect': only 'zeros'"),
         (nn.Hardtanh(-1.0, 1.0), x4, r"clamps to \[-1.0, 1.0\]; the IR has ReLU"),
         (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
@@ -213,7 +213,7 @@ def refusal_cases():
         (nn.Linear(9, 2), x4, r"input shape \(1, 3, 9, 9\): the IR's fully connected layer"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
         (nn.AdaptiveAvgPool2d(4), x4, r"output 4x4 from 9x9: unequal windows"),
-        (Lambda(lambda x: x + x[:, :1]), x4, r"node 'getitem' \(operator.getitem\): indexing "
+        (Lambda(lambda x: x + x[:, :1]), x4, r"operator.getitem x1 \(node 'getitem': indexing "
                                              r"\(1, 3, 9, 9\) to \(1, 1, 9, 9\)"),
         (Lambda(lambda x: x[:, :, 0:9:2]), x4, r"indexing \(1, 3, 9, 9\) to \(1, 3, 5, 9\)"),
         (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
@@ -251,19 +251,14 @@ def test_refusals_are_collected_into_one_message():
     with pytest.raises(ModelError) as err:
         from_torch(net, photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert "unsupported ops: nn.ELU (node '_2')" in text
-    assert "node '_0' (nn.Conv2d): padding_mode='circular'" in text
-    assert "node '_1' (nn.Hardtanh): clamps to [-2.0, 2.0]" in text
+    assert "unsupported ops: nn.ELU x1 ('_2')" in text
+    assert "nn.Conv2d x1 (node '_0': padding_mode='circular'" in text
+    assert "nn.Hardtanh x1 (node '_1': clamps to [-2.0, 2.0]" in text
 
 
 class DataDependent(nn.Module):
     def forward(self, x):
         return x if x.sum() > 0 else -x
-
-
-class TwoOutputs(nn.Module):
-    def forward(self, x):
-        return F.relu(x), x
 
 
 class TwoInputs(nn.Module):
@@ -273,7 +268,6 @@ class TwoInputs(nn.Module):
 
 @pytest.mark.parametrize("module, message", [
     (DataDependent(), r"DataDependent: torch.fx cannot trace it \(TraceError"),
-    (TwoOutputs(), r"TwoOutputs: forward returns tuple; npusim networks return one tensor"),
     (TwoInputs(), r"TwoInputs: forward takes 2 tensor inputs \['x', 'y'\]"),
 ])
 def test_networks_outside_the_ir_are_refused(module, message):
@@ -336,10 +330,12 @@ def test_factory_defaults_to_a_224_input_and_equals_pytorch(factory_file):
 
 
 def test_load_model_dispatches_a_factory_with_input_shape_and_batch(factory_file):
-    graph = load_model(f"{factory_file}:small", input_shape=(1, 3, 32, 30), batch=2)
+    graph = load_model(f"{factory_file}:small", input_shape=(2, 3, 32, 30), batch=2)
     assert graph.input_shape == (2, 3, 32, 30)
     assert graph.output_shape == (2, 4, 15, 14)
     assert isinstance(graph.nodes[0].op, ops.Conv)
+    with pytest.raises(ModelError, match=r"small: batch=2 contradicts input_shape N=1"):
+        load_model(f"{factory_file}:small", input_shape=(1, 3, 32, 30), batch=2)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -367,3 +363,95 @@ def test_factory_file_that_fails_to_import(tmp_path):
 def test_factory_input_shape_must_be_positive_integers(factory_file, shape):
     with pytest.raises(ModelError, match=r"input_shape=.*: must be positive integers N x C x H"):
         from_factory(f"{factory_file}:small", input_shape=shape)
+
+
+# ---- the user's model is left as it was; several outputs ---------------------------------
+
+
+class TwoHeads(nn.Module):
+    """A trunk and two heads: features (a conv read by a batch norm) and pooled scores."""
+
+    def __init__(self, as_dict: bool = True):
+        super().__init__()
+        self.as_dict = as_dict
+        self.trunk = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU())
+        self.features = nn.Conv2d(6, 4, 1)
+        self.norm = nn.BatchNorm2d(4)
+        self.scores = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+        for bn in (self.trunk[1], self.norm):  # trained-looking statistics
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        f = self.features(self.trunk(x))
+        scores = self.scores(self.norm(f))
+        return {"features": f, "scores": scores} if self.as_dict else (scores, f)
+
+
+def test_every_submodules_training_flag_is_left_as_it_was():
+    net = TwoHeads()
+    net.train()
+    net.trunk.eval()  # e.g. a frozen backbone inside a module being trained
+    net.trunk[1].train()
+    before = {name: m.training for name, m in net.named_modules()}
+    from_torch(net, photo((1, 3, 8, 8)))
+    assert {name: m.training for name, m in net.named_modules()} == before
+    assert before[""] and not before["trunk"] and before["trunk.1"]
+
+
+@pytest.mark.parametrize("as_dict, labels", [(True, ["features", "scores"]),
+                                             (False, ["output0", "output1"])])
+def test_a_forward_returning_a_dict_or_tuple_gives_every_output_in_order(as_dict, labels):
+    net = TwoHeads(as_dict).eval()
+    x = photo((2, 3, 10, 9))
+    graph = from_torch(net, x)
+    assert list(graph.outputs) == labels
+    with torch.no_grad():
+        ref = net(torch.from_numpy(x))
+    ref = list(ref.values()) if as_dict else list(ref)
+    result = simulate(graph, x)
+    assert list(result.named_outputs) == labels
+    for out, want in zip(result.named_outputs.values(), ref, strict=True):
+        assert out.shape == tuple(want.shape) and rel_err(out, want.numpy()) < 1e-4
+    assert result.output is result.named_outputs[labels[0]]
+
+
+def test_check_compares_every_output_with_torch(tmp_path, capsys):
+    import inspect
+    import json
+
+    from npusim import cli
+
+    net_file = tmp_path / "heads.py"
+    net_file.write_text("from torch import nn\n\n\n" + inspect.getsource(TwoHeads)
+                        + "\n\ndef build():\n    return TwoHeads()\n")
+    report = tmp_path / "r.json"
+    code = cli.main(["run", f"{net_file}:build", "--input-shape", "1,3,16,16", "--check",
+                     "--quiet", "--json", str(report)])
+    assert code == 0, capsys.readouterr().err
+    check = json.loads(report.read_text())["check"]
+    assert list(check["output_relative_errors"]) == ["features", "scores"]
+    assert max(check["output_relative_errors"].values()) < 1e-4 and check["passed"]
+
+
+def test_a_tuple_may_return_the_input_itself():
+    x = photo((1, 3, 5, 4))
+    graph = from_torch(Lambda(lambda x: (F.relu(x), x)), x)
+    relu, same = simulate(graph, x).named_outputs.values()
+    assert np.array_equal(relu, np.maximum(x, 0)) and np.array_equal(same, x)
+
+
+def test_a_nested_or_constant_output_is_refused():
+    with pytest.raises(ModelError, match=r"output 'output1' of forward is tuple; npusim "
+                                         r"networks return tensors computed from the input"):
+        from_torch(Lambda(lambda x: (F.relu(x), (x, x))), photo((1, 3, 4, 4)))
+
+
+def test_batch_sets_the_batch_a_factory_is_traced_at():
+    nets = load_nets()
+    shape = (2,) + tuple(nets.INPUT_SHAPE[1:])
+    graph = load_model(f"{NETS}:functional", input_shape=shape, batch=2)
+    assert graph.input_shape == shape
+    x = np.concatenate([photo((1,) + shape[1:]), photo((1,) + shape[1:])[:, :, ::-1].copy()])
+    check(nets.functional(), x, graph)
+    assert load_model(f"{NETS}:functional", batch=3).input_shape == (3, 3, 224, 224)

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__, outfile
-from .errors import InputError, NpusimError
+from .errors import InputError, NpusimError, NpusimWarning
 from .ir import DTYPES, Graph
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -134,7 +135,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                           "Han et al.'s per-layer densities")
     run.add_argument("--dtype", choices=DTYPES, default="float32")
     run.add_argument("--batch", type=_int_at_least(1), metavar="N",
-                     help="batch size (default 1)")
+                     help="batch size: fixes a zoo, PyTorch or topology model's batch or an ONNX "
+                          "model's dynamic one (refused where the file fixes another); default: "
+                          "the model's own, else 1")
     run.add_argument("--seed", type=_int_at_least(0), default=0, metavar="S",
                      help="seed of generated weights (default 0)")
     run.add_argument("--check", action="store_true",
@@ -152,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_BAD_INPUT
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.func(args)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
     except KeyboardInterrupt:
@@ -161,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     except (NpusimError, ModuleNotFoundError, MemoryError) as e:
         print(f"npusim: error: {error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """npusim's own warnings as one line on stderr; any other as Python shows it."""
+    if issubclass(category, NpusimWarning):
+        print(f"npusim: warning: {one_line(str(message))}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def error_line(e: Exception) -> str:
@@ -259,6 +272,7 @@ def cmd_run(args) -> int:
     dataflow = get_dataflow(args.dataflow or arch.dataflow).name
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
+    args.batch = model.input_shape[0] if isinstance(model, Graph) else model[0].N
     result, x, source, check = _run_model(args, model, arch, dataflow)
     human = sys.stderr if _report_to_stdout(args) else sys.stdout  # stdout: the report alone
     if not args.quiet:
@@ -293,7 +307,7 @@ def _check_flags(args) -> None:
     shape = args.input_shape
     if shape and args.batch and shape[0] != args.batch:
         raise UsageError(f"--batch {args.batch} contradicts --input-shape N={shape[0]}")
-    args.batch = args.batch or (shape[0] if shape else 1)
+    args.batch = args.batch or (shape[0] if shape else None)  # None: the model's own
     if args.emulate_limit is not None and args.mode != "emulate":
         raise UsageError("--emulate-limit applies to --mode emulate only")
     if args.json and args.csv and args.json.resolve() == args.csv.resolve():

@@ -28,3 +28,8 @@ class InputError(NpusimError):
 
 class OutputError(NpusimError):
     """A file npusim was asked to write that it must not, or cannot, write (names the path)."""
+
+
+class NpusimWarning(UserWarning):
+    """Input npusim uses but that may not be what the user meant (an image much smaller
+    than the model's input). The library warns; the CLI prints one line on stderr."""

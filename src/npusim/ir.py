@@ -172,10 +172,13 @@ class Node:
 
 @dataclass
 class Graph:
-    """A network: nodes in topological order, one input node, one output node.
+    """A network: nodes in topological order, one input node, one or more output nodes.
 
-    Shapes are inferred at construction (``shapes[name]``); every conv node has its
-    ``ConvLayer`` in ``layers[name]``.
+    ``outputs`` names the outputs in order, label -> node (a PyTorch model's dict keys);
+    without it the one output is ``output_name`` (default: the last node), labelled by
+    its node name. ``output_name`` is always the first output's node. Shapes are inferred
+    at construction (``shapes[name]``); every conv node has its ``ConvLayer`` in
+    ``layers[name]``.
     """
 
     nodes: list[Node]
@@ -183,13 +186,19 @@ class Graph:
     name: str = "network"
     input_name: str = "input"
     output_name: str | None = None
+    outputs: dict[str, str] | None = None
     shapes: dict[str, Shape] = field(init=False)
     layers: dict[str, ConvLayer] = field(init=False)
 
     def __post_init__(self):
         self.input_shape = tuple(int(d) for d in self.input_shape)
-        if self.output_name is None:
-            self.output_name = self.nodes[-1].name if self.nodes else self.input_name
+        if self.outputs:
+            self.outputs = dict(self.outputs)
+            self.output_name = next(iter(self.outputs.values()))
+        else:
+            if self.output_name is None:
+                self.output_name = self.nodes[-1].name if self.nodes else self.input_name
+            self.outputs = {self.output_name: self.output_name}
         self._infer()
 
     def _infer(self) -> None:
@@ -205,8 +214,9 @@ class Graph:
             if isinstance(node.op, _ops.Conv):
                 layers[node.name] = node.op.layer(in_shapes, node.name)
             shapes[node.name] = node.op.out_shape(in_shapes, node.name)
-        if self.output_name not in shapes:
-            raise LayerError(f"output {self.output_name!r} is not a node of {self.name}")
+        for label, out in self.outputs.items():
+            if out not in shapes:
+                raise LayerError(f"output {label!r} ({out!r}) is not a node of {self.name}")
         self.shapes, self.layers = shapes, layers
 
     def node(self, name: str) -> Node:
@@ -218,13 +228,18 @@ class Graph:
     def with_batch(self, n: int) -> Graph:
         """The same network for a batch of ``n`` inputs."""
         return Graph(list(self.nodes), (n,) + self.input_shape[1:], self.name,
-                     self.input_name, self.output_name)
+                     self.input_name, outputs=self.outputs)
 
     def map_convs(self, fn) -> Graph:
         """A copy whose conv ops are replaced by ``fn(name, conv) -> Conv`` (e.g. pruning)."""
         nodes = [Node(n.name, fn(n.name, n.op), n.inputs) if isinstance(n.op, _ops.Conv) else n
                  for n in self.nodes]
-        return Graph(nodes, self.input_shape, self.name, self.input_name, self.output_name)
+        return Graph(nodes, self.input_shape, self.name, self.input_name, outputs=self.outputs)
+
+    @property
+    def output_nodes(self) -> set[str]:
+        """The nodes whose values are outputs."""
+        return set(self.outputs.values())
 
     @property
     def conv_nodes(self) -> list[Node]:
@@ -315,7 +330,7 @@ def _fold_batchnorm_once(graph: Graph) -> Graph:
     for n in graph.nodes:
         src = by_name.get(n.inputs[0]) if len(n.inputs) == 1 else None
         if (isinstance(n.op, _ops.BatchNorm) and src is not None and isinstance(src.op, _ops.Conv)
-                and readers.get(src.name) == 1 and src.name != graph.output_name):
+                and readers.get(src.name) == 1 and src.name not in graph.output_nodes):
             conv = src.op
             scale = n.op.scale.astype(np.float64)
             w = (conv.weight * scale.reshape(-1, 1, 1, 1)).astype(np.float32)
@@ -330,5 +345,5 @@ def _fold_batchnorm_once(graph: Graph) -> Graph:
             continue
         n = folded.get(n.name, n)
         nodes.append(Node(n.name, n.op, tuple(renamed.get(i, i) for i in n.inputs)))
-    out = renamed.get(graph.output_name, graph.output_name)
-    return Graph(nodes, graph.input_shape, graph.name, graph.input_name, out)
+    outputs = {label: renamed.get(out, out) for label, out in graph.outputs.items()}
+    return Graph(nodes, graph.input_shape, graph.name, graph.input_name, outputs=outputs)

@@ -49,6 +49,7 @@ class SimResult:
     dataflow: str
     seconds: float
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    named_outputs: dict[str, np.ndarray] = field(default_factory=dict)  # label -> output
 
     @property
     def total(self) -> LayerStats:
@@ -150,7 +151,8 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
                                    costs)
         stats = [costs.result(st) for st in stats]
     return SimResult(values[model.output_name], stats, arch, mode, dtype, df.name,
-                     time.perf_counter() - start, values if keep_outputs else {})
+                     time.perf_counter() - start, values if keep_outputs else {},
+                     {label: values[out] for label, out in model.outputs.items()})
 
 
 class _Costs:
@@ -249,7 +251,7 @@ def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
 
 def _release(values: dict, model: Graph, i: int) -> None:
     """Drop tensors no later node reads (keeps peak memory to the live set)."""
-    later = {n for node in model.nodes[i + 1:] for n in node.inputs} | {model.output_name}
+    later = {n for node in model.nodes[i + 1:] for n in node.inputs} | model.output_nodes
     for name in [n for n in values if n not in later]:
         del values[name]
 

@@ -36,7 +36,9 @@ def _require_torch() -> None:
 
 
 def _tensor(a) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a, np.float32))
+    """``a`` as a float32 torch tensor, copied where it is read-only (weights onnx read
+    straight from the file's buffer are: torch warns on a non-writable array)."""
+    return torch.from_numpy(np.require(a, np.float32, ["C_CONTIGUOUS", "WRITEABLE"]))
 
 
 if torch is not None:

@@ -161,7 +161,7 @@ def render(result: TuneResult) -> str:
     return "\n".join(lines)
 
 
-def tune_groups_report(model: str, arch: str | None = None, *, batch: int = 1,
+def tune_groups_report(model: str, arch: str | None = None, *, batch: int | None = None,
                        size: int | None = None, dtype: str = "int8") -> str:
     """``npusim tune-groups MODEL --arch TILE``: load the model (zoo name or file), tune its
     grouped layers on the arch's group tile, and return the text to print."""
@@ -171,7 +171,8 @@ def tune_groups_report(model: str, arch: str | None = None, *, batch: int = 1,
     if NAME not in arch.sections and arch.dataflow != NAME:
         raise NpusimError(f"arch {arch.name!r}: has no [{NAME}] section; use a group-tile "
                           "preset (group-tile-32mac, group-tile-64mac) or add the section")
-    graph = load_model(model, batch=batch, input_shape=(batch, 3, size, size) if size else None)
+    graph = load_model(model, batch=batch,
+                       input_shape=(batch or 1, 3, size, size) if size else None)
     if not isinstance(graph, Graph):
         raise NpusimError(f"{model}: a topology CSV has no weights to regroup; give a network")
     return render(tune_groups(graph, arch, dtype))

@@ -13,27 +13,46 @@ from ..errors import ModelError
 from ..ir import ConvLayer, Graph
 
 
-def load_model(spec: str, *, batch: int = 1, input_shape: tuple[int, ...] | None = None,
+def load_model(spec: str, *, batch: int | None = None,
+               input_shape: tuple[int, ...] | None = None,
                seed: int = 0) -> Graph | list[ConvLayer]:
     """A network from a zoo name, ``file.csv`` (SCALE-Sim topology), ``file.onnx``, or
     ``file.py:factory`` (a function returning a torch ``nn.Module``). ``input_shape`` sets an
-    imported model's input, or the side of a zoo model's square input where it has one."""
+    imported model's input, or the side of a zoo model's square input where it has one.
+
+    ``batch`` means the same for every model: the batch it is built for, where the model
+    leaves it free (zoo models, topology CSVs, PyTorch factories, an ONNX file's dynamic
+    batch); an ONNX file whose batch is fixed to another value is refused. None: the
+    model's own (``input_shape``'s N, the ONNX file's fixed batch, else 1)."""
     path = Path(spec.split(":")[0] if ".py:" in spec else spec)
     if path.suffix in (".csv", ".onnx", ".py") and not path.is_file():
         raise ModelError(f"{path}: no such file")
+    if batch is not None and input_shape and input_shape[0] != batch:
+        raise ModelError(f"{spec}: batch={batch} contradicts input_shape N={input_shape[0]}")
     if path.suffix == ".csv":
         from .topology import read_topology
 
-        return [layer.with_batch(batch) for layer in read_topology(path)]
+        return [layer.with_batch(batch or 1) for layer in read_topology(path)]
     if path.suffix == ".onnx":
         from .onnx_import import from_onnx
 
-        return from_onnx(path, input_shape=input_shape).with_batch(batch)
+        return from_onnx(path, input_shape=input_shape, batch=batch)
     if path.suffix == ".py":
-        from .torch_import import from_factory
+        from .torch_import import DEFAULT_INPUT_SHAPE, from_factory
 
-        return from_factory(spec, input_shape=input_shape).with_batch(batch)
+        shape = tuple(input_shape or DEFAULT_INPUT_SHAPE)
+        return from_factory(spec, input_shape=(batch or shape[0],) + shape[1:])
+    return _zoo_model(spec, batch or (input_shape[0] if input_shape else 1), input_shape, seed)
+
+
+def _zoo_model(name: str, batch: int, input_shape, seed: int) -> Graph:
+    """A zoo model; ``input_shape`` must be square (N, C, S, S): its side S is the size."""
     from . import zoo
 
-    size = input_shape[-1] if input_shape else None  # zoo inputs are square: N, C, S, S
-    return zoo.build(spec, batch=batch, seed=seed, size=size)
+    if name in zoo.MODELS and input_shape and len(input_shape) == 4 \
+            and input_shape[2] != input_shape[3]:
+        shown = ",".join(map(str, input_shape))
+        raise ModelError(f"{name}: input shape {shown} is {input_shape[2]}x{input_shape[3]}; "
+                         f"{name} takes square inputs only (N,C,S,S: H = W = S)")
+    size = input_shape[-1] if input_shape else None
+    return zoo.build(name, batch=batch, seed=seed, size=size)

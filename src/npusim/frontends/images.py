@@ -6,23 +6,33 @@ Named photos (no download, all bundled with an installed package):
 - ``china``, ``flower``: scikit-learn's ``load_sample_image`` (china.jpg, flower.jpg);
 - ``grace_hopper``: matplotlib's sample data (``matplotlib.cbook.get_sample_data``).
 
-Anything else is read as an image file with Pillow. ``load_image`` resizes (the
-shorter side to fit, then a centre crop, as ImageNet evaluation does) and
+Anything else is read as an image file with Pillow. Pixels are brought to the
+0..255 scale of an 8-bit photo by scaling, never clipping: 16-bit images
+(Pillow modes ``I;16``, ``I;16B``, and ``I`` holding 0..65535) by 255/65535,
+float images (mode ``F``, e.g. a float TIFF, values in [0, 1]) by 255; 16-bit
+RGB(A) PNGs Pillow itself reads as 8 bits per channel (their high byte).
+Images above Pillow's decompression-bomb limit are refused. ``load_image``
+resizes (the shorter side to fit, then a centre crop, as ImageNet evaluation
+does; an image enlarged more than ``UPSCALE_WARNING`` times warns) and
 normalises as a model expects, giving float32 C x H x W.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..errors import InputError
+from ..errors import InputError, NpusimWarning
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+LUMA = np.array([0.299, 0.587, 0.114])  # ITU-R 601-2, the weights of Pillow's "L"
+SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")  # Pillow's 16-bit grey modes
+UPSCALE_WARNING = 2.0  # an image enlarged more than this (per side) to cover the input warns
 
 
 def _skimage(name: str) -> Callable[[], np.ndarray]:
@@ -83,43 +93,93 @@ def _read_file(path: Path) -> np.ndarray:
         raise InputError(f"{path}: no such image file (nor a photo name: "
                          f"{', '.join(photo_names())})")
     try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+        with _open(path) as im:
+            return _pixels(im, path)
     except (UnidentifiedImageError, OSError) as e:
         raise InputError(f"{path}: not an image Pillow can read ({e.__class__.__name__}); "
                          "give a PNG, JPEG or other Pillow format") from None
 
 
+def _open(path: Path) -> Image.Image:
+    """Pillow's open, its decompression-bomb warning and error made one ``InputError``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            return Image.open(path)
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError):
+            raise InputError(f"{path}: more than {Image.MAX_IMAGE_PIXELS:,} pixels, the most "
+                             "npusim reads (Pillow's decompression-bomb limit, "
+                             "PIL.Image.MAX_IMAGE_PIXELS); downscale it first") from None
+
+
+def _pixels(im: Image.Image, path: Path) -> np.ndarray:
+    """H x W x 3 on the 0..255 scale: uint8 for 8-bit images, float32 for deeper ones
+    (scaled from their own range, see the module docstring)."""
+    if im.mode not in SIXTEEN_BIT + ("I", "F"):
+        return np.asarray(im.convert("RGB"))
+    values = np.asarray(im).astype(np.float32)  # exact for 16-bit values
+    lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    full = 1.0 if im.mode == "F" else 65535.0
+    if lo < 0 or hi > full or not np.isfinite(values).all():
+        kind = "float images" if im.mode == "F" else f"mode-{im.mode} images"
+        raise InputError(f"{path}: pixel values in [{lo:g}, {hi:g}]; npusim reads {kind} as "
+                         f"[0, {full:g}] and scales that to 0..255; rescale it into that range")
+    grey = values * np.float32(255.0 / full)
+    return np.repeat(grey[:, :, None], 3, axis=2)
+
+
 def read_rgb(name_or_path: str | Path) -> np.ndarray:
-    """The photo as uint8 H x W x 3 RGB, by photo name or file path."""
+    """The photo as H x W x 3 RGB on the 0..255 scale, by photo name or file path: uint8
+    for 8-bit images, float32 for 16-bit and float ones."""
     load = PHOTOS.get(str(name_or_path))
     return load() if load else _read_file(Path(name_or_path))
 
 
-def resize_crop(rgb: np.ndarray, size: tuple[int, int]) -> Image.Image:
-    """Scale so the image covers ``size`` (H, W) keeping its aspect, then crop the centre."""
+def _cover(height: int, width: int, size) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
+    """The (W, H) an image of ``height`` x ``width`` is scaled to so it covers ``size`` (H, W)
+    keeping its aspect, and the centre crop box (left, top, right, bottom) in it."""
     h, w = int(size[0]), int(size[1])
-    im = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
-    k = max(h / im.height, w / im.width)
-    sw, sh = max(w, round(im.width * k)), max(h, round(im.height * k))
-    im = im.resize((sw, sh), Image.Resampling.BILINEAR, reducing_gap=None)
+    k = max(h / height, w / width)
+    sw, sh = max(w, round(width * k)), max(h, round(height * k))
     left, top = (sw - w) // 2, (sh - h) // 2
-    return im.crop((left, top, left + w, top + h))
+    return (sw, sh), (left, top, left + w, top + h)
+
+
+def resize_crop(rgb: np.ndarray, size: tuple[int, int]) -> Image.Image:
+    """Scale so the (uint8) image covers ``size`` (H, W) keeping its aspect, then crop the
+    centre."""
+    im = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
+    scaled, box = _cover(im.height, im.width, size)
+    return im.resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)
+
+
+def _resize_crop_float(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``resize_crop`` of a float H x W x 3 image, channel by channel in float32 (Pillow's
+    mode F): H x W x 3 float32, nothing rounded to 8 bits."""
+    scaled, box = _cover(rgb.shape[0], rgb.shape[1], size)
+    planes = [Image.fromarray(np.ascontiguousarray(rgb[:, :, i], np.float32))  # mode F
+              .resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)
+              for i in range(rgb.shape[2])]
+    return np.stack([np.asarray(p, np.float32) for p in planes], axis=2)
 
 
 def to_array(rgb: np.ndarray, size: tuple[int, int], channels: int = 3,
              norm: str = "imagenet") -> np.ndarray:
-    """An H x W x 3 uint8 image resized, converted to ``channels`` and normalised: C x H x W."""
+    """An H x W x 3 image on the 0..255 scale (uint8, or float from ``read_rgb`` of a deep
+    image) resized, converted to ``channels`` and normalised: float32 C x H x W."""
     if channels not in (1, 3):
         raise InputError(f"channels={channels}: must be 1 (grey) or 3 (RGB)")
     if norm not in NORMS:
         raise InputError(f"norm={norm!r}: must be one of {', '.join(NORMS)}")
     if len(size) != 2 or min(size) < 1:
         raise InputError(f"size={size}: must be (H, W) with both >= 1 pixels")
-    im = resize_crop(rgb, size)
-    if channels == 1:
-        im = im.convert("L")
-    x = np.asarray(im, np.float32).reshape(size[0], size[1], channels).transpose(2, 0, 1)
+    if rgb.dtype == np.uint8:
+        im = resize_crop(rgb, size)
+        x = np.asarray(im.convert("L") if channels == 1 else im, np.float32)
+    else:
+        x = _resize_crop_float(rgb, size)
+        x = (x @ LUMA).astype(np.float32) if channels == 1 else x
+    x = x.reshape(size[0], size[1], channels).transpose(2, 0, 1)
     return np.ascontiguousarray(NORMS[norm](x), dtype=np.float32)
 
 
@@ -128,6 +188,17 @@ def load_image(name_or_path: str | Path, size: tuple[int, int] = (224, 224), cha
     """A real photo (a name in ``photo_names()`` or an image file) as float32 C x H x W.
 
     ``size`` is (H, W) in pixels; ``norm`` is 'imagenet' ((x/255 - mean)/std),
-    'mtcnn' ((x - 127.5)/128), 'unit' (x/255) or 'none' (0..255).
+    'mtcnn' ((x - 127.5)/128), 'unit' (x/255) or 'none' (0..255). An image enlarged more
+    than ``UPSCALE_WARNING`` times to cover ``size`` warns (``NpusimWarning``), naming its size.
     """
-    return to_array(read_rgb(name_or_path), size, channels, norm)
+    rgb = read_rgb(name_or_path)
+    _warn_if_upscaled(name_or_path, rgb.shape[:2], size)
+    return to_array(rgb, size, channels, norm)
+
+
+def _warn_if_upscaled(name, hw: tuple[int, int], size) -> None:
+    k = max(size[0] / hw[0], size[1] / hw[1]) if min(hw) else 0.0
+    if k > UPSCALE_WARNING:
+        warnings.warn(f"{name}: {hw[1]}x{hw[0]} pixels (W x H), upscaled {k:.3g}x to fill the "
+                      f"model's {size[1]}x{size[0]} input: most of its detail is interpolated",
+                      NpusimWarning, stacklevel=3)

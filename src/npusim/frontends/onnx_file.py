@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import ModelError
 
 SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
-
+FLOAT_TYPES = (1, 10, 11)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE: what an input can be
 
 
 def load(path: Path):
@@ -89,11 +89,22 @@ def graph_input(model, path: Path):
         outputs = [o.name for o in model.graph.output]
         raise ModelError(f"{path}: the graph has inputs {[i.name for i in inputs]} and outputs "
                          f"{outputs}; npusim networks have one of each")
-    tensor = inputs[0].type.tensor_type
-    if tensor.elem_type not in (1, 10, 11):  # FLOAT, FLOAT16, DOUBLE
-        raise ModelError(f"{path}: input {inputs[0].name!r} has element type {tensor.elem_type} "
-                         "(onnx.TensorProto); npusim feeds float tensors")
+    elem = inputs[0].type.tensor_type.elem_type
+    if elem not in FLOAT_TYPES:
+        raise ModelError(f"{path}: input {inputs[0].name!r} has element type "
+                         f"{element_type(elem)}; npusim feeds float tensors "
+                         f"({', '.join(map(element_type, FLOAT_TYPES))})")
     return inputs[0]
+
+
+def element_type(elem: int) -> str:
+    """The onnx.TensorProto name of an element type number: 7 -> 'INT64'."""
+    from onnx import TensorProto
+
+    try:
+        return TensorProto.DataType.Name(elem)
+    except ValueError:
+        return f"unknown element type {elem}"
 
 
 def static_dims(value_info) -> tuple | None:
@@ -105,26 +116,42 @@ def static_dims(value_info) -> tuple | None:
                  for d in t.shape.dim)
 
 
-def set_input_shape(value_info, input_shape, path: Path) -> tuple[int, ...]:
-    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it."""
+def set_input_shape(value_info, input_shape, path: Path, batch: int | None = None
+                    ) -> tuple[int, ...]:
+    """Fix the graph input's shape: the file's, or ``input_shape`` where it fits it. ``batch``
+    fixes a dynamic batch (first) dimension (default 1), and is refused where the file
+    fixes another."""
     dims = static_dims(value_info) or ()
     name = value_info.name
+    _check_batch(dims, batch, name, path)
     if input_shape is None:
-        if not dims or None in dims:
+        if not dims or None in dims[1:]:
             shown = "x".join("?" if d is None else str(d) for d in dims) or "unknown"
             raise ModelError(f"{path}: input {name!r} has a dynamic shape ({shown}); pass "
                              "input_shape (--input-shape N,C,H,W) to fix it")
-        return dims
-    shape = tuple(int(d) for d in input_shape)
-    if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
-            d is not None and d != s for d, s in zip(dims, shape, strict=False)):
-        raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
-                         f"{tuple('?' if d is None else d for d in dims)}")
+        shape = (dims[0] or batch or 1,) + dims[1:]  # a dynamic batch alone: batch, else 1
+    else:
+        shape = tuple(int(d) for d in input_shape)
+        if (dims and len(shape) != len(dims)) or min(shape, default=0) < 1 or any(
+                d is not None and d != s for d, s in zip(dims, shape, strict=False)):
+            raise ModelError(f"{path}: input_shape={shape} does not fit input {name!r} of shape "
+                             f"{tuple('?' if d is None else d for d in dims)}")
+        if batch is not None and shape[0] != batch:
+            raise ModelError(f"{path}: batch={batch} contradicts input_shape={shape}")
     t = value_info.type.tensor_type
     t.shape.ClearField("dim")
     for s in shape:
         t.shape.dim.add().dim_value = s
     return shape
+
+
+def _check_batch(dims: tuple, batch: int | None, name: str, path: Path) -> None:
+    """A batch the file fixes to another value cannot be changed: its graph may rely on it."""
+    if batch is not None and dims and dims[0] is not None and dims[0] != batch:
+        raise ModelError(f"{path}: input {name!r} has a fixed batch of {dims[0]}, so batch "
+                         f"(--batch) {batch} cannot be run; export the model with a dynamic "
+                         f"batch axis (torch.onnx.export(..., dynamic_axes={{{name!r}: "
+                         "{0: 'N'}}))")
 
 
 def infer(model, path: Path):

@@ -122,9 +122,17 @@ class _Node:
         """Constant input ``i`` as float32 (int8/float16/float32 initialisers), or None."""
         value = self.const(i)
         if value is not None and value.dtype.name not in WEIGHT_DTYPES:
-            raise _Refusal(f"input {self.proto.input[i]!r} has element type {value.dtype}; "
-                           f"weights must be one of {', '.join(WEIGHT_DTYPES)}")
+            raise _Refusal(f"input {self.proto.input[i]!r} has element type "
+                           f"{_element_name(value.dtype)}; weights must be one of "
+                           f"{', '.join(map(_element_name, WEIGHT_DTYPES))}")
         return None if value is None else value.astype(np.float32, copy=False)
+
+
+def _element_name(dtype) -> str:
+    """The onnx.TensorProto name of a numpy dtype: int64 -> 'INT64'."""
+    from onnx import helper
+
+    return onnx_file.element_type(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
 # ---- constants --------------------------------------------------------------------------
@@ -569,7 +577,7 @@ def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
         if i not in needed or not m.depends.intersection(proto.output):
             continue
         if proto.op_type not in _CONVERTERS or proto.domain not in ("", "ai.onnx"):
-            build.unsupported.append(f"{proto.op_type} (node {names[i]!r})")
+            build.unsupported.append((proto.op_type, names[i]))
             continue
         c = _Node(proto, names[i], m)
         try:
@@ -584,7 +592,7 @@ def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
             inputs = tuple(ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends)
             build.expected[names[i]] = c.out_shape
         except (_Refusal, LayerError) as e:
-            build.problems.append(f"node {names[i]!r} ({proto.op_type}): {e}")
+            build.problems.append((proto.op_type, names[i], str(e)))
             continue
         build.nodes.append(Node(names[i], result, inputs))
         ir_of[proto.output[0]] = names[i]
@@ -615,18 +623,21 @@ def _check_extra_outputs(proto, model, needed: set) -> None:
         raise _Refusal(f"its extra outputs {extra} are used; the IR computes output 0 only")
 
 
-def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None) -> Graph:
+def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
+              batch: int | None = None) -> Graph:
     """The ``Graph`` of an ONNX file, weights as float32, batch norm folded.
 
     ``input_shape`` (N x C x H x W) fixes a dynamic input shape and must agree with
-    every fixed dimension of the file's. Raises ``ModelError`` for a file that is
-    not ONNX or is truncated, a dynamic shape without ``input_shape``, and (one
-    message) every unsupported op type with its node name and the supported list.
+    every fixed dimension of the file's; ``batch`` fixes a dynamic batch dimension
+    (and is refused where the file fixes the batch to another value). Raises
+    ``ModelError`` for a file that is not ONNX or is truncated, a dynamic shape left
+    unfixed, and (one message) every unsupported op, grouped by op type with its node
+    names, and the supported list.
     """
     path = Path(path)
     model = onnx_file.load(path)
     value_info = onnx_file.graph_input(model, path)
-    shape = onnx_file.set_input_shape(value_info, input_shape, path)
+    shape = onnx_file.set_input_shape(value_info, input_shape, path, batch)
     m = _analyse(model, path, value_info.name)
     _fold_small_constants(model, m)
     skeleton = onnx_file.skeleton(model)

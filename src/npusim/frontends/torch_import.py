@@ -516,7 +516,7 @@ def _convert(gm, info: dict) -> Lowering:
             continue
         kind, conv = _kind_and_converter(gm, n)
         if conv is None:
-            build.unsupported.append(f"{kind} (node {n.name!r})")
+            build.unsupported.append((kind, n.name))
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
@@ -524,7 +524,7 @@ def _convert(gm, info: dict) -> Lowering:
         try:
             result = conv(_Call(n.name, shape), *args, **kwargs)
         except (_Refusal, TypeError, LayerError) as e:
-            build.problems.append(f"node {n.name!r} ({kind}): {e}")
+            build.problems.append((kind, n.name, str(e)))
             continue
         if isinstance(result, _Ref):  # a pass-through: readers read its input
             info[n] = result
@@ -542,21 +542,40 @@ def _refs(args, kwargs) -> list[_Ref]:
     return found
 
 
-def _output(gm, info: dict, name: str) -> _Ref:
+def _output(gm, info: dict, name: str) -> dict[str, str]:
+    """What forward returns, as label -> IR node in order: one tensor (labelled by its
+    node), a tuple or list (labels 'output0', 'output1'...) or a dict (its keys)."""
     (value,) = [n.args[0] for n in gm.graph.nodes if n.op == "output"]
     if isinstance(value, (tuple, list)) and len(value) == 1:
         value = value[0]
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, (tuple, list)):
+        items = [(f"output{i}", v) for i, v in enumerate(value)]
+    else:
+        ref = _output_ref(value, info, name, "forward returns")
+        return {ref.name: ref.name}
+    if not items:
+        raise ModelError(f"{name}: forward returns an empty {type(value).__name__}; npusim "
+                         "networks return tensors computed from the input")
+    return {label: _output_ref(v, info, name, f"output {label!r} of forward is").name
+            for label, v in items}
+
+
+def _output_ref(value, info: dict, name: str, what: str) -> _Ref:
+    """The ``_Ref`` of one returned value, which must be a tensor computed from the input."""
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
-    if not isinstance(ref, _Ref) or any(ref.pad):
-        what = "a constant or F.pad's output" if isinstance(value, torch.fx.Node) \
-            else type(value).__name__
-        raise ModelError(f"{name}: forward returns {what}; npusim networks return one tensor "
-                         "computed from the input")
+    if not isinstance(ref, _Ref) or any(ref.pad) or not ref.shape:
+        kind = "a constant, F.pad's output or a nested container" \
+            if isinstance(value, torch.fx.Node) else type(value).__name__
+        raise ModelError(f"{name}: {what} {kind}; npusim networks return tensors computed "
+                         "from the input (one, or a flat tuple, list or dict of them)")
     return ref
 
 
 def _example(example_input, name: str):
-    x = torch.as_tensor(np.asarray(example_input) if not isinstance(example_input, torch.Tensor)
+    x = torch.as_tensor(np.require(example_input, requirements="W")  # torch warns on read-only
+                        if not isinstance(example_input, torch.Tensor)
                         else example_input).to(torch.float32)
     if x.ndim < 2:
         raise ModelError(f"{name}: example input of shape {tuple(x.shape)}: must be N x C x ...")
@@ -567,15 +586,18 @@ def from_torch(module, example_input, *, name: str | None = None) -> Graph:
     """The ``Graph`` of a torch ``nn.Module`` traced with torch.fx on ``example_input``.
 
     Weights are copied (float32), batch norm is folded into the conv before it, and
-    the module is run in eval mode (its mode is restored afterwards). The graph's
-    input shape is ``example_input``'s (N x C x H x W). Raises ``ModelError`` naming
-    every unsupported call and parameter, with the list of supported ones.
+    the module is run in eval mode (afterwards every submodule's ``training`` flag is
+    as it was). The graph's input shape is ``example_input``'s (N x C x H x W). A
+    forward returning a tuple, list or dict of tensors gives a graph with several
+    outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or the dict's
+    keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
+    list of supported ones.
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
     name = name or type(module).__name__
     x = _example(example_input, name)
-    was_training = module.training
+    modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
         gm = _trace(module, name)
@@ -583,9 +605,10 @@ def from_torch(module, example_input, *, name: str | None = None) -> Graph:
         build = _convert(gm, info)
         if build.unsupported or build.problems:
             raise build.refusal(name, supported_ops())
-        return build.graph(tuple(x.shape), _output(gm, info, name).name, name, "PyTorch gives")
+        return build.graph(tuple(x.shape), _output(gm, info, name), name, "PyTorch gives")
     finally:
-        module.train(was_training)
+        for m, training in modes:  # each submodule as it was: eval() set them all
+            m.training = training
 
 
 # ---- file.py:factory --------------------------------------------------------------------

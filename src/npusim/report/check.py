@@ -10,7 +10,8 @@ The relative error of a node is ``max |npusim - torch| / max |torch|`` over its 
   of earlier layers does not count twice), element by element, against ``int8_bound``;
   the verdict is the worst ratio error / bound against 1.
 
-Both report the network output's error against float32 torch end to end (not judged).
+Both report each network output's error against float32 torch end to end (not judged;
+``output_error`` is the largest, ``output_errors`` each by its label).
 Needs the ``torch`` extra.
 """
 
@@ -35,7 +36,8 @@ COMPARED = {"float32": "every node against torch, end to end; score = relative e
 class CheckOutcome:
     """Worst relative error and its node; the verdict's ``score`` (the worst relative error
     in float32, the worst error / rounding bound in int8) at ``score_node``, against
-    ``limit``; and the network output's error against float32 torch end to end."""
+    ``limit``; and the network outputs' errors against float32 torch end to end (the
+    largest, and each by its label: several for a model returning a tuple or dict)."""
 
     dtype: str
     worst: float
@@ -45,6 +47,7 @@ class CheckOutcome:
     score_node: str
     limit: float
     output_error: float
+    output_errors: dict = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -55,7 +58,8 @@ class CheckOutcome:
         return {"compared": COMPARED[self.dtype], "worst_relative_error": self.worst,
                 "node": self.node, "nodes_compared": self.nodes, "score": self.score,
                 "score_node": self.score_node, "limit": self.limit,
-                "output_relative_error": self.output_error, "passed": self.passed}
+                "output_relative_error": self.output_error,
+                "output_relative_errors": self.output_errors, "passed": self.passed}
 
     def line(self) -> str:
         """The outcome as one line of text, ending in 'ok' or 'FAILED' (then the drift)."""
@@ -85,18 +89,20 @@ def check(graph: Graph, x: np.ndarray, result) -> CheckOutcome:
     from ..torch_ref import torch_outputs
 
     reference = torch_outputs(graph, x)
-    output_error = relative_error(result.output, reference[graph.output_name])
+    output_errors = {label: relative_error(result.outputs[out], reference[out])
+                     for label, out in graph.outputs.items()}
+    output_error = max(output_errors.values())
     if result.dtype == "float32":
         errors = [(relative_error(result.outputs[n.name], reference[n.name]), n.name)
                   for n in graph.nodes]
         worst, node = max(errors)
         return CheckOutcome("float32", worst, node, len(errors), worst, node,
-                            FLOAT32_TOLERANCE, output_error)
+                            FLOAT32_TOLERANCE, output_error, output_errors)
     rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
             for n in graph.conv_nodes]
     (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
     return CheckOutcome("int8", worst, node, len(rows), score, score_node, INT8_LIMIT,
-                        output_error)
+                        output_error, output_errors)
 
 
 def torch_conv(node: Node, op, x: np.ndarray) -> np.ndarray:
