@@ -12,15 +12,37 @@ from pathlib import Path
 from ..errors import ModelError
 from ..ir import ConvLayer, Graph
 
+# SCALE-Sim's public topology CSVs, shipped with npusim: ``Resnet18.csv`` and the like are
+# found here when no such file exists where the user runs npusim.
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "data" / "topologies"
+
+
+def shipped_topologies() -> list[str]:
+    """The file names of the SCALE-Sim topology CSVs that npusim ships, sorted."""
+    return sorted(p.name for p in TOPOLOGIES.glob("*.csv"))
+
+
+def model_path(spec: str) -> Path:
+    """The file a model ``spec`` names: the path as given, or for a bare ``NAME.csv`` that
+    does not exist, the shipped SCALE-Sim topology of that name. A zoo name comes back as is."""
+    path = Path(spec.split(":")[0] if ".py:" in spec else spec)
+    if path.suffix not in (".csv", ".onnx", ".py") or path.is_file():
+        return path
+    bare_csv = path.suffix == ".csv" and path.name == spec
+    if bare_csv and (TOPOLOGIES / spec).is_file():
+        return TOPOLOGIES / spec
+    hint = (f" (nor a SCALE-Sim topology shipped with npusim: {', '.join(shipped_topologies())})"
+            if bare_csv else "")
+    raise ModelError(f"{path}: no such file{hint}")
+
 
 def load_model(spec: str, *, batch: int = 1, input_shape: tuple[int, ...] | None = None,
                seed: int = 0) -> Graph | list[ConvLayer]:
-    """A network from a zoo name, ``file.csv`` (SCALE-Sim topology), ``file.onnx``, or
-    ``file.py:factory`` (a function returning a torch ``nn.Module``). ``input_shape`` sets an
-    imported model's input, or the side of a zoo model's square input where it has one."""
-    path = Path(spec.split(":")[0] if ".py:" in spec else spec)
-    if path.suffix in (".csv", ".onnx", ".py") and not path.is_file():
-        raise ModelError(f"{path}: no such file")
+    """A network from a zoo name, ``file.csv`` (SCALE-Sim topology, or the name of one npusim
+    ships), ``file.onnx``, or ``file.py:factory`` (a function returning a torch ``nn.Module``).
+    ``input_shape`` sets an imported model's input, or the side of a zoo model's square input
+    where it has one."""
+    path = model_path(spec)
     if path.suffix == ".csv":
         from .topology import read_topology
 
