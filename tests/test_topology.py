@@ -176,3 +176,40 @@ def test_unwritable_layers_are_refused_and_nothing_is_written(tmp_path, layer, m
     with pytest.raises(ModelError, match=match):
         write_topology([ConvLayer(1, 3, 8, 8, 4, 3, 3, name="ok"), layer], out)
     assert os.listdir(tmp_path) == []
+
+
+# --- SCALE-Sim's topologies shipped with npusim -------------------------------------------
+
+def test_shipped_topologies_are_scalesims_files():
+    """The package's copies are byte for byte the files of SCALE-Sim's repository (those kept
+    in tests/data/scalesim, and every one of ../shared/scalesim when it is beside the checkout)."""
+    from npusim.frontends import TOPOLOGIES, shipped_topologies
+
+    names = shipped_topologies()
+    assert len(names) >= 20 and "Resnet18.csv" in names and "mobilenet.csv" in names
+    for kept in DATA.glob("*.csv"):
+        if kept.name != "layout_resnet18.csv":
+            assert (TOPOLOGIES / kept.name).read_bytes() == kept.read_bytes(), kept.name
+    if SHARED.is_dir():
+        assert names == sorted(p.name for p in SHARED.glob("*.csv"))
+        for name in names:
+            assert (TOPOLOGIES / name).read_bytes() == (SHARED / name).read_bytes(), name
+
+
+def test_bare_topology_name_is_the_shipped_one_unless_the_file_exists(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shipped = load_model("Resnet18.csv")
+    assert shipped == read_topology(DATA / "Resnet18.csv") and len(shipped) == 21
+    (tmp_path / "Resnet18.csv").write_text(
+        "Layer name, H, W, R, S, C, K, Stride,\nConv1, 9, 9, 3, 3, 4, 8, 1,\n")
+    assert [layer.name for layer in load_model("Resnet18.csv")] == ["Conv1"]  # the user's file
+
+
+def test_missing_topology_names_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelError, match=r"^Resnet19\.csv: no such file \(nor a SCALE-Sim "
+                                         r"topology shipped with npusim: FasterRCNN\.csv, .*"
+                                         r"Resnet18\.csv, .*yolo_tiny_layer1\.csv\)$"):
+        load_model("Resnet19.csv")
+    with pytest.raises(ModelError, match=r"^sub/Resnet18\.csv: no such file$"):
+        load_model("sub/Resnet18.csv")  # a path is taken as given

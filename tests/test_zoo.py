@@ -120,17 +120,43 @@ def test_seeds_give_different_but_repeatable_weights():
 
 # --- MTCNN: real trained weights ---------------------------------------------------------
 
-def cascade_face(photo: str) -> tuple[int, int, int, int]:
-    """The face box (top, left, h, w) that scikit-image's LBP frontal-face cascade finds."""
+# The faces in scikit-image's two portraits, (top, left, height, width) pixels, drawn on the
+# photos and checked by eye (brows to chin, ear to ear). The crops use these boxes; the LBP
+# cascade only has to agree with them, as detectors of different releases move a box by a few
+# pixels (an older scikit-image found the astronaut at (66, 174, 96, 96), 0.25 and 0.26 find
+# (70, 175, 93, 93): IoU 0.92).
+FACES = {"astronaut": mtcnn_nets.ASTRONAUT_FACE, "grace_hopper": (125, 169, 196, 196)}
+MIN_IOU = 0.7
+
+
+def iou(a, b) -> float:
+    """Intersection over union of two (top, left, height, width) boxes."""
+    rows = min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])
+    cols = min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1])
+    inter = max(rows, 0) * max(cols, 0)
+    return inter / (a[2] * a[3] + b[2] * b[3] - inter)
+
+
+def test_iou_by_hand():
+    assert iou((0, 0, 10, 10), (0, 0, 10, 10)) == 1.0
+    assert iou((0, 0, 10, 10), (5, 0, 10, 10)) == pytest.approx(50 / 150)
+    assert iou((0, 0, 10, 10), (20, 20, 5, 5)) == 0.0
+    assert iou((70, 175, 93, 93), (66, 174, 96, 96)) == pytest.approx(92 * 93 / 9309)
+
+
+def face_box(photo: str) -> tuple[int, int, int, int]:
+    """The documented face box of ``photo``, once scikit-image's LBP frontal-face cascade has
+    found exactly one face there, overlapping it by IoU >= MIN_IOU."""
     import skimage.data
     from skimage.feature import Cascade
 
     found = Cascade(skimage.data.lbp_frontal_face_cascade_filename()).detect_multi_scale(
         img=images.read_rgb(photo), scale_factor=1.2, step_ratio=1, min_size=(60, 60),
         max_size=(400, 400))
-    assert len(found) == 1
-    f = found[0]
-    return f["r"], f["c"], f["height"], f["width"]
+    boxes = [(f["r"], f["c"], f["height"], f["width"]) for f in found]
+    assert len(boxes) == 1, boxes
+    assert iou(boxes[0], FACES[photo]) >= MIN_IOU, (boxes[0], FACES[photo])
+    return FACES[photo]
 
 
 def face_probability(net: str, photo: str, box) -> float:
@@ -143,9 +169,8 @@ BACKGROUND = [(0, 400, 100, 100), (400, 400, 100, 100), (250, 0, 100, 100), (300
 
 @pytest.mark.parametrize("net", ["rnet", "onet"])
 def test_mtcnn_finds_the_faces_and_rejects_background(net):
-    assert tuple(cascade_face("astronaut")) == mtcnn_nets.ASTRONAUT_FACE
     for photo in ("astronaut", "grace_hopper"):
-        assert face_probability(net, photo, cascade_face(photo)) > 0.99, photo
+        assert face_probability(net, photo, face_box(photo)) > 0.99, photo
     for box in BACKGROUND:
         assert face_probability(net, "astronaut", box) < 0.1, box
 
@@ -153,17 +178,17 @@ def test_mtcnn_finds_the_faces_and_rejects_background(net):
 @pytest.mark.parametrize("photo", ["astronaut", "grace_hopper"])
 def test_onet_landmarks_have_a_face_geometry(photo):
     """O-Net's 5 landmarks (x1..x5, y1..y5 as fractions of the crop: eyes, nose, mouth corners)
-    on the cascade's face crop: eyes apart and above the nose, the nose above the mouth."""
-    x = mtcnn_nets.face_crop(images.read_rgb(photo), cascade_face(photo), 48)
+    on the face crop: eyes apart and above the nose, the nose above the mouth."""
+    x = mtcnn_nets.face_crop(images.read_rgb(photo), face_box(photo), 48)
     out = npusim.simulate(zoo.build("mtcnn-onet"), x[None], ARCH).output[0]
     (eye_l, eye_r, nose, mouth_l, mouth_r), ys = out[6:11], out[11:16]
     assert 0.1 < eye_l < nose < eye_r < 0.9 and 0.1 < mouth_l < nose < mouth_r < 0.9
     assert max(ys[0], ys[1]) + 0.1 < ys[2] < min(ys[3], ys[4]) - 0.05
-    assert np.abs(out[2:6]).max() < 0.3  # the cascade's box needs only a small correction
+    assert np.abs(out[2:6]).max() < 0.3  # the box needs only a small correction
 
 
 def test_pnet_probability_map_peaks_on_the_face():
-    top, left, h, w = cascade_face("astronaut")
+    top, left, h, w = face_box("astronaut")
     out = npusim.simulate(zoo.build("mtcnn-pnet"), zoo.input_for("mtcnn-pnet"), ARCH).output
     assert out.shape == (1, 6, 43, 43)
     np.testing.assert_allclose(out[0, 0] + out[0, 1], 1.0, rtol=1e-6)

@@ -12,21 +12,43 @@ from pathlib import Path
 from ..errors import ModelError
 from ..ir import ConvLayer, Graph
 
+# SCALE-Sim's public topology CSVs, shipped with npusim: ``Resnet18.csv`` and the like are
+# found here when no such file exists where the user runs npusim.
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "data" / "topologies"
+
+
+def shipped_topologies() -> list[str]:
+    """The file names of the SCALE-Sim topology CSVs that npusim ships, sorted."""
+    return sorted(p.name for p in TOPOLOGIES.glob("*.csv"))
+
+
+def model_path(spec: str) -> Path:
+    """The file a model ``spec`` names: the path as given, or for a bare ``NAME.csv`` that
+    does not exist, the shipped SCALE-Sim topology of that name. A zoo name comes back as is."""
+    path = Path(spec.split(":")[0] if ".py:" in spec else spec)
+    if path.suffix not in (".csv", ".onnx", ".py") or path.is_file():
+        return path
+    bare_csv = path.suffix == ".csv" and path.name == spec
+    if bare_csv and (TOPOLOGIES / spec).is_file():
+        return TOPOLOGIES / spec
+    hint = (f" (nor a SCALE-Sim topology shipped with npusim: {', '.join(shipped_topologies())})"
+            if bare_csv else "")
+    raise ModelError(f"{path}: no such file{hint}")
+
 
 def load_model(spec: str, *, batch: int | None = None,
                input_shape: tuple[int, ...] | None = None,
                seed: int = 0) -> Graph | list[ConvLayer]:
-    """A network from a zoo name, ``file.csv`` (SCALE-Sim topology), ``file.onnx``, or
-    ``file.py:factory`` (a function returning a torch ``nn.Module``). ``input_shape`` sets an
-    imported model's input, or the side of a zoo model's square input where it has one.
+    """A network from a zoo name, ``file.csv`` (SCALE-Sim topology, or the name of one npusim
+    ships), ``file.onnx``, or ``file.py:factory`` (a function returning a torch ``nn.Module``).
+    ``input_shape`` sets an imported model's input, or the side of a zoo model's square input
+    where it has one.
 
     ``batch`` means the same for every model: the batch it is built for, where the model
     leaves it free (zoo models, topology CSVs, PyTorch factories, an ONNX file's dynamic
     batch); an ONNX file whose batch is fixed to another value is refused. None: the
     model's own (``input_shape``'s N, the ONNX file's fixed batch, else 1)."""
-    path = Path(spec.split(":")[0] if ".py:" in spec else spec)
-    if path.suffix in (".csv", ".onnx", ".py") and not path.is_file():
-        raise ModelError(f"{path}: no such file")
+    path = model_path(spec)
     if batch is not None and input_shape and input_shape[0] != batch:
         raise ModelError(f"{spec}: batch={batch} contradicts input_shape N={input_shape[0]}")
     if path.suffix == ".csv":
