@@ -294,10 +294,10 @@ class DilatedGrid(Machine):
         return layer_stats(layer, arch, count(layer, arch.params(NAME)))
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.dilated_grid.steps``)."""
-        from ..emulate.dilated_grid import steps
+        """The cycle emulator's estimated work on ``layer`` (``emulate.dilated_grid.work_estimate``)."""
+        from ..emulate.dilated_grid import work_estimate
 
-        return steps(layer, arch.params(self.name))
+        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""

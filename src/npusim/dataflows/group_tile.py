@@ -280,10 +280,10 @@ class GroupTile(Machine):
         return layer_stats(layer, arch, schedule(layer, p), narrow_reads(layer, control(layer, p)))
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.group_tile.steps``)."""
-        from ..emulate.group_tile import steps
+        """The cycle emulator's estimated work on ``layer`` (``emulate.group_tile.work_estimate``)."""
+        from ..emulate.group_tile import work_estimate
 
-        return steps(layer, arch.params(self.name))
+        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""

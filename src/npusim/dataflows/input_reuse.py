@@ -269,10 +269,10 @@ class InputReuse(Machine):
                            self.name)
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.input_reuse.steps``)."""
-        from ..emulate.input_reuse import steps
+        """The cycle emulator's estimated work on ``layer`` (``emulate.input_reuse.work_estimate``)."""
+        from ..emulate.input_reuse import work_estimate
 
-        return steps(layer, arch.params(self.name))
+        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate

@@ -271,10 +271,10 @@ class SparsePairs(Machine):
         return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.sparse_pairs.steps``)."""
-        from ..emulate.sparse_pairs import steps
+        """The cycle emulator's estimated work on ``layer`` (``emulate.sparse_pairs.work_estimate``)."""
+        from ..emulate.sparse_pairs import work_estimate
 
-        return steps(layer, arch.params(self.name))
+        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate

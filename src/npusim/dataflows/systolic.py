@@ -217,10 +217,10 @@ class Systolic(Machine):
         return self.stats(layer, arch)
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.systolic.steps``)."""
-        from ..emulate.systolic import steps
+        """The cycle emulator's estimated work on ``layer`` (``emulate.systolic.work_estimate``)."""
+        from ..emulate.systolic import work_estimate
 
-        return steps(layer, arch.params(self.name))
+        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``)."""

@@ -238,7 +238,7 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
                        **m.counts)
 
 
-def steps(layer: ConvLayer, p: Params) -> int:
+def work_estimate(layer: ConvLayer, p: Params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md): its clock
     cycles (the fast model's count, exact), each one grid load and one MAC step with its
     shifts: 64 steps (measured: 52-80 us a cycle)."""

@@ -188,7 +188,7 @@ def emulate(layer: ConvLayer, x, w, bias, p: Params):
     return run.output, run.schedule, run.reads
 
 
-def steps(layer: ConvLayer, p: Params) -> int:
+def work_estimate(layer: ConvLayer, p: Params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md): every
     step of ``subsets`` work units visits each tap (c, r, s), loading and firing one lane
     per unit and ticking once (an operation each); every output is then shifted out one

@@ -339,7 +339,7 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
                                extra=extra)
 
 
-def steps(layer: ConvLayer, params) -> int:
+def work_estimate(layer: ConvLayer, params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md), dense (an
     upper bound): for every region of the grid and every kernel, one weight cycle per tap
     and ``region_channels`` channels, planned by the dispatcher and then run by a

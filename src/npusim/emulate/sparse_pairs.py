@@ -199,7 +199,7 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
         weight_groups=len(m.plan.groups), units=m.plan.units)
 
 
-def steps(layer: ConvLayer, p: Params) -> int:
+def work_estimate(layer: ConvLayer, p: Params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md), dense (an
     upper bound): every pixel meets every kernel set of ``processors_per_group`` kernels
     once; that lasts one cycle per receptive-field position, in which every processor

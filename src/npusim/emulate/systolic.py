@@ -203,7 +203,7 @@ def _run_is(ifm, wm, bias, rows, cols):
     return out.T, cycles, np.array([x_words, w_words, o_words]), folds
 
 
-def steps(layer: ConvLayer, params) -> int:
+def work_estimate(layer: ConvLayer, params) -> int:
     """Estimated work of ``emulate_layer`` (emulator steps of about 1 us, docs/cli.md): its
     clock cycles (the fast model's count, exact), each a dozen array operations over the
     rows x cols PEs: 64 steps, plus one per 16 PEs (measured: 60-90 us a cycle on 2x2
