@@ -294,7 +294,7 @@ class DilatedGrid(Machine):
         return layer_stats(layer, arch, count(layer, arch.params(NAME)))
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.dilated_grid.work_estimate``)."""
+        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
         from ..emulate.dilated_grid import work_estimate
 
         return work_estimate(layer, arch.params(self.name))

@@ -280,7 +280,7 @@ class GroupTile(Machine):
         return layer_stats(layer, arch, schedule(layer, p), narrow_reads(layer, control(layer, p)))
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.group_tile.work_estimate``)."""
+        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
         from ..emulate.group_tile import work_estimate
 
         return work_estimate(layer, arch.params(self.name))

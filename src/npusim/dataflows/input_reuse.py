@@ -269,7 +269,7 @@ class InputReuse(Machine):
                            self.name)
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.input_reuse.work_estimate``)."""
+        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
         from ..emulate.input_reuse import work_estimate
 
         return work_estimate(layer, arch.params(self.name))

@@ -271,7 +271,7 @@ class SparsePairs(Machine):
         return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.sparse_pairs.work_estimate``)."""
+        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
         from ..emulate.sparse_pairs import work_estimate
 
         return work_estimate(layer, arch.params(self.name))

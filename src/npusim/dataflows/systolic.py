@@ -217,7 +217,7 @@ class Systolic(Machine):
         return self.stats(layer, arch)
 
     def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (``emulate.systolic.work_estimate``)."""
+        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
         from ..emulate.systolic import work_estimate
 
         return work_estimate(layer, arch.params(self.name))
