@@ -97,8 +97,12 @@ BAD = [
      r"npu\.toml: unknown section \[systolik\]; valid sections: \[memory\], \[vector\], "
      r"\[energy\], .*\[systolic\]"),
     ("unknown key in part", "[memory]\nsram_kb = 4\n",
-     r"npu\.toml: memory: unknown key\(s\) sram_kb; valid keys: dram_bytes_per_cycle, "
-     r"filter_sram_kb, ifmap_sram_kb, ofmap_sram_kb"),
+     r"npu\.toml: memory: unknown key\(s\) sram_kb; valid keys: double_buffered, "
+     r"dram_bytes_per_cycle, dram_latency_cycles, filter_sram_kb, ifmap_sram_kb, "
+     r"ofmap_sram_kb, sram_bytes_per_cycle"),
+    ("word for a bandwidth", '[memory]\ndram_bytes_per_cycle = "fast"\n',
+     r"npu\.toml: memory\.dram_bytes_per_cycle='fast': must be a number or \"unlimited\" "
+     r"\(bytes/cycle\)"),
     ("unknown key in dataflow section", "[systolic]\nrows = 4\nheight = 2\n",
      r"npu\.toml: systolic: unknown key\(s\) height; valid keys: cols, rows, stationary"),
     ("string for a number", 'clock_mhz = "fast"\n',
@@ -160,3 +164,12 @@ def test_a_binary_file_is_not_an_arch_file(tmp_path):
     with pytest.raises(ConfigError, match=r"arch\.toml: not a TOML text file \(UTF-8: invalid "
                                           r"start byte\)"):
         load_arch(path)
+
+
+def test_bandwidth_unlimited_and_memory_options(tmp_path):
+    text = ('[memory]\ndram_bytes_per_cycle = "unlimited"\ndram_latency_cycles = 40\n'
+            'sram_bytes_per_cycle = 64\ndouble_buffered = false\n')
+    m = load_arch(write(tmp_path, text)).memory
+    assert (m.dram_bytes_per_cycle, m.dram_latency_cycles) == ("unlimited", 40)
+    assert (m.sram_bytes_per_cycle, m.double_buffered) == (64.0, False)
+    assert Memory().sram_bytes_per_cycle == "unlimited" and Memory().double_buffered

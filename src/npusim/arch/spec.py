@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import ConfigError
 
@@ -27,14 +28,40 @@ def spec(default, unit: str, *, min=None, choices=None):
 
 TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
+Bandwidth = float | Literal["unlimited"]
+"""A rate in bytes/cycle, or the word "unlimited" (no limit: the stall-free machine)."""
+
+
+def _type_words(typ) -> str:
+    """How an error names a type: 'a number', 'a number or "unlimited"'."""
+    if typing.get_origin(typ) is Literal:
+        return " or ".join(f'"{a}"' for a in typing.get_args(typ))
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        return " or ".join(_type_words(t) for t in typing.get_args(typ))
+    return TYPE_WORDS.get(typ, getattr(typ, "__name__", str(typ)))
+
 
 def _check_type(value, typ, where: str, unit: str = ""):
+    """``value`` as type ``typ`` (an int is a float; a union takes its first fitting arm,
+    a ``Literal`` its listed words), or a ConfigError naming ``where``."""
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        for arm in typing.get_args(typ):
+            try:
+                return _check_type(value, arm, where, unit)
+            except ConfigError:
+                pass
+        unit = f" ({unit})" if unit else ""
+        raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
+    if typing.get_origin(typ) is Literal:
+        if value in typing.get_args(typ) and isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}")
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
     if not ok:
         unit = f" ({unit})" if unit else ""
-        raise ConfigError(f"{where}={value!r}: must be {TYPE_WORDS.get(typ, typ.__name__)}{unit}")
+        raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
     return value
 
 
@@ -62,7 +89,7 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
             continue
         value = _check_type(value, typ, key, f.metadata.get("unit", ""))
         rule_min, choices = f.metadata.get("min"), f.metadata.get("choices")
-        if rule_min is not None and value < rule_min:
+        if rule_min is not None and not isinstance(value, str) and value < rule_min:
             raise ConfigError(f"{key}={value!r}: must be >= {rule_min} ({f.metadata['unit']})")
         if choices is not None and value not in choices:
             raise ConfigError(f"{key}={value!r}: must be one of {', '.join(map(str, choices))}")
@@ -72,12 +99,19 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
 
 @dataclass(frozen=True)
 class Memory:
-    """On-chip SRAM sizes and the DRAM interface."""
+    """On-chip SRAM sizes and the DRAM interface, as ``npusim.memory`` times them.
+
+    ``dram_bytes_per_cycle = "unlimited"`` is the stall-free machine (SCALE-Sim's
+    ``CALC`` bandwidth mode); the SRAM ports are unlimited unless a rate is given.
+    """
 
     ifmap_sram_kb: int = spec(64, "KiB", min=1)
     filter_sram_kb: int = spec(64, "KiB", min=1)
     ofmap_sram_kb: int = spec(64, "KiB", min=1)
-    dram_bytes_per_cycle: float = spec(10.0, "bytes/cycle", min=1e-9)
+    dram_bytes_per_cycle: Bandwidth = spec(10.0, "bytes/cycle", min=1e-9)
+    dram_latency_cycles: int = spec(0, "cycles per DRAM transfer", min=0)
+    sram_bytes_per_cycle: Bandwidth = spec("unlimited", "bytes/cycle, all SRAM ports", min=1e-9)
+    double_buffered: bool = spec(True, "fetch of the next step overlaps this one")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
+from ..memory import used_input_pixels
 from ..stats import LayerStats, energy_pj
 from .base import Machine, element_bytes, register
 
@@ -122,19 +123,6 @@ def sram_words(layer: ConvLayer, m: Mapping) -> tuple[int, int, int]:
              "ws": (M * Kr * fb, Kr * F, M * F * fa),
              "is": (Kr * M, F * Kr * fb, M * F * fa)}[m.stationary]
     return tuple(layer.groups * w for w in words)  # type: ignore[return-value]
-
-
-def used_input_pixels(layer: ConvLayer) -> int:
-    """Input pixels (per image and channel) that some kernel window reads."""
-    rows = _used(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0], layer.P)
-    cols = _used(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1], layer.Q)
-    return rows * cols
-
-
-def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
-    """How many of ``size`` input positions a strided, dilated window touches."""
-    taps = {o * stride + t * dil - pad for o in range(out) for t in range(k)}
-    return sum(1 for x in taps if 0 <= x < size)
 
 
 def dram_bytes(layer: ConvLayer, arch, elem: int, m: Mapping) -> tuple[int, int, int]:
