@@ -44,8 +44,11 @@ def test_an_overflowing_operand_is_refetched_as_the_loop_order_says():
     cyclic = Steps(compute=[10] * 6, filter=[0, 1, 2, 0, 1, 2], filter_bytes=kib)
     assert traffic(cyclic, mem())["filter"].tolist() == [kib] * 6
     assert traffic(cyclic, mem((64, 128, 64)))["filter"].tolist() == [kib, kib, kib, 0, 0, 0]
-    runs = Steps(compute=[10] * 4, filter=[0, 0, 1, 1], filter_bytes=40 * 1024)
-    assert traffic(runs, mem())["filter"].tolist() == [40 * 1024, 0, 40 * 1024, 0]
+    runs = Steps(compute=[10] * 6, filter=[0, 0, 1, 1, 0, 0], filter_bytes=kib)
+    assert traffic(runs, mem())["filter"].tolist() == [kib, 0, kib, 0, kib, 0]
+    # a 40 KiB block cannot stay in 32 KiB: even consecutive uses stream it again
+    big = Steps(compute=[10] * 3, filter=[0, 0, 0], filter_bytes=40 * 1024)
+    assert traffic(big, mem())["filter"].tolist() == [40 * 1024] * 3
     # single buffered, the whole 64 KiB holds the 60 KiB
     single = mem(double_buffered=False)
     assert traffic(cyclic, single)["filter"].tolist() == [kib, kib, kib, 0, 0, 0]
@@ -75,6 +78,11 @@ def test_ofmap_spill_and_read_back():
     # consecutive accumulation never spills: 0, 0, 1, 1
     runs = Steps(compute=[100] * 4, ofmap=[0, 0, 1, 1], ofmap_bytes=out, psum_bytes=psum)
     assert traffic(runs, mem())["ofmap_out"].tolist() == [0, out, 0, out]
+    # partial sums larger than the buffer (40 KiB > 32) go out and back between steps
+    huge = Steps(compute=[100] * 3, ofmap=[0, 0, 0], ofmap_bytes=out, psum_bytes=40 * 1024)
+    t = traffic(huge, mem())
+    assert t["ofmap_out"].tolist() == [40 * 1024, 40 * 1024, out]
+    assert t["psum_in"].tolist() == [0, 40 * 1024, 40 * 1024]
     # a big enough ofmap SRAM (128 KiB, 64 usable) holds both: no spill
     big = traffic(steps, mem((64, 64, 128)))
     assert big["ofmap_out"].tolist() == [0, 0, out, out] and not big["psum_in"].any()

@@ -11,9 +11,11 @@ turns that into time on an ``arch.Memory``:
   at first use. Otherwise a block is fetched again each time a step uses it after a
   step that used another block (consecutive reuse is free): what LRU gives on the
   machines' cyclic loop orders, where a working set larger than the buffer thrashes.
+  A block larger than the buffer cannot stay: it streams through on every use.
 - **Outputs.** Each output block is written to DRAM once, after its last step. If the
   blocks open at once overflow the ofmap SRAM, a block left before its last step
-  spills its partial sums (``psum_bytes``, written) and reads them back on return.
+  spills its partial sums (``psum_bytes``, written) and reads them back on return;
+  a block whose partial sums alone overflow the buffer spills after every step.
 - **Overlap.** Double buffered, the fetch of step i+1 and the write-back of step i-1
   run during step i; step 0's fetch and the last write-back are exposed. A step
   lasts ``max(compute, SRAM bytes / SRAM bandwidth, DRAM bytes / DRAM bandwidth
@@ -38,8 +40,9 @@ UNLIMITED = "unlimited"
 BOUNDS = ("compute", "bus", "dram", "sram")
 _EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
 
-_ARRAYS = ("compute", "ifmap", "ifmap_bytes", "filter", "filter_bytes", "ofmap",
-           "ofmap_bytes", "psum_bytes", "sram_bytes")
+_ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
+           "filter_size", "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
+_IDS = ("ifmap", "filter", "ofmap")
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,8 +52,13 @@ class Steps:
     compute:        (n,) cycles step i keeps the datapath busy (stall-free)
     ifmap, filter:  (n,) id of the block of that operand step i reads (-1: none);
                     equal ids = the same data (reused if still resident)
-    ifmap_bytes, filter_bytes: (n,) DRAM bytes of that block as stored off-chip
-                    (the compressed size for a machine that streams compressed data)
+    ifmap_bytes, filter_bytes: (n,) DRAM bytes step i fetches for that block when it
+                    is not resident, as stored off-chip (the compressed size for a
+                    machine that streams compressed data)
+    ifmap_size, filter_size: (n,) optional: the whole block's bytes when a step reads
+                    only part of it (taps of one channel set read different pixels):
+                    held on chip and, when the operand fits, fetched once at first
+                    use; by default the same as ``*_bytes``
     ofmap:          (n,) id of the output block step i accumulates into (-1: none)
     ofmap_bytes:    (n,) bytes of that output block as written to DRAM (final outputs)
     psum_bytes:     (n,) bytes of that block's partial sums if spilled (accumulator
@@ -65,8 +73,10 @@ class Steps:
     compute: np.ndarray
     ifmap: np.ndarray | int = -1
     ifmap_bytes: np.ndarray | int = 0
+    ifmap_size: np.ndarray | int | None = None
     filter: np.ndarray | int = -1
     filter_bytes: np.ndarray | int = 0
+    filter_size: np.ndarray | int | None = None
     ofmap: np.ndarray | int = -1
     ofmap_bytes: np.ndarray | int = 0
     psum_bytes: np.ndarray | int = 0
@@ -80,12 +90,14 @@ class Steps:
             raise LayerError("Steps: a layer needs at least one step")
         for name in _ARRAYS:
             value = compute if name == "compute" else getattr(self, name)
+            if value is None:  # a block size not given: the bytes fetched
+                value = getattr(self, name.replace("_size", "_bytes"))
             arr = np.asarray(value, np.int64)
             if arr.ndim == 0:
                 arr = np.full(n, int(arr), np.int64)
             if arr.shape != (n,):
                 raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like compute")
-            if name != "ifmap" and name != "filter" and name != "ofmap" and (arr < 0).any():
+            if name not in _IDS and (arr < 0).any():
                 raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
             object.__setattr__(self, name, arr)
         if self.compute_bound not in ("compute", "bus"):
@@ -168,19 +180,22 @@ def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -
     return int(np.cumsum(diff).max())
 
 
-def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, capacity: float) -> np.ndarray:
-    """DRAM bytes of one input operand fetched before each step (see the module doc)."""
+def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
+                   capacity: float) -> np.ndarray:
+    """DRAM bytes of one input operand fetched before each step (see the module doc):
+    ``nbytes`` what a step fetches of a block not resident, ``size`` the whole block."""
     out = np.zeros(len(ids), np.int64)
     pos = np.flatnonzero(ids >= 0)
     if len(pos) == 0:
         return out
-    v, b = ids[pos], nbytes[pos]
+    v, b, whole = ids[pos], nbytes[pos], size[pos]
     _, first, last = _first_last(v)
-    if _max_live(first, last, b[first], len(v)) <= capacity:
-        out[pos[first]] = b[first]
+    if _max_live(first, last, whole[first], len(v)) <= capacity:
+        out[pos[first]] = whole[first]
     else:
         change = np.ones(len(v), bool)
         change[1:] = v[1:] != v[:-1]
+        change |= whole > capacity  # a block larger than its buffer streams every use
         out[pos[change]] = b[change]
     return out
 
@@ -198,12 +213,13 @@ def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float):
     occupancy = np.maximum(psum, out_bytes[pos])[first]
     if _max_live(first, last, occupancy, len(v)) > capacity:
         k = np.arange(len(v))
+        huge = occupancy[inverse] > capacity  # cannot stay even between consecutive steps
         leave = np.zeros(len(v), bool)
         leave[:-1] = v[:-1] != v[1:]
-        leave &= k != last[inverse]
+        leave = (leave | huge) & (k != last[inverse])
         enter = np.zeros(len(v), bool)
         enter[1:] = v[1:] != v[:-1]
-        enter &= k != first[inverse]
+        enter = (enter | huge) & (k != first[inverse])
         writes[pos[leave]] += psum[leave]
         reads[pos[enter]] += psum[enter]
     return reads, writes
@@ -217,8 +233,9 @@ def _capacity(kib: int, memory) -> float:
 def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
     """Per step, the DRAM bytes the residency rules move: ``ifmap`` and ``filter`` fetched
     before the step, ``psum_in`` read back before it, ``ofmap_out`` written after it."""
-    fi = _input_fetches(steps.ifmap, steps.ifmap_bytes, _capacity(memory.ifmap_sram_kb, memory))
-    ff = _input_fetches(steps.filter, steps.filter_bytes,
+    fi = _input_fetches(steps.ifmap, steps.ifmap_bytes, steps.ifmap_size,
+                        _capacity(memory.ifmap_sram_kb, memory))
+    ff = _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
                         _capacity(memory.filter_sram_kb, memory))
     pr, wo = _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes,
                             _capacity(memory.ofmap_sram_kb, memory))

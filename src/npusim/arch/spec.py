@@ -158,6 +158,13 @@ class Arch:
     def seconds(self, cycles: int) -> float:
         return cycles / (self.clock_mhz * 1e6)
 
+    def with_memory(self, **changes) -> Arch:
+        """This arch with some ``Memory`` fields changed, e.g.
+        ``with_memory(dram_bytes_per_cycle="unlimited")`` for the stall-free machine."""
+        where = f"{self.name}: memory"
+        table = {**dataclasses.asdict(self.memory), **changes}
+        return dataclasses.replace(self, memory=from_mapping(Memory, table, where))
+
 
 PARTS = {"memory": Memory, "vector": VectorUnit, "energy": Energy}
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import engine
 from ..arch.spec import spec
 from ..ir import ConvLayer
-from ..memory import used_input_pixels
-from ..stats import LayerStats, energy_pj
+from ..memory import Steps, used_input_pixels
+from ..stats import Counts, LayerStats, price
 from .base import Machine, element_bytes, register
 
 
@@ -125,66 +127,104 @@ def sram_words(layer: ConvLayer, m: Mapping) -> tuple[int, int, int]:
     return tuple(layer.groups * w for w in words)  # type: ignore[return-value]
 
 
-def dram_bytes(layer: ConvLayer, arch, elem: int, m: Mapping) -> tuple[int, int, int]:
-    """DRAM bytes per tensor: every used element once, and a streamed operand again for
-    every pass over it when what is reused across the passes does not fit the active half
-    of its double-buffered SRAM (the other half is being refilled); outputs leave once.
+def fold_steps(layer: ConvLayer, m: Mapping, elem: int, fold_compute=None) -> Steps:
+    """The layer as the array runs it, one step per fold in loop order (group, column
+    fold, row fold), for the memory model; ``fold_compute`` (one count per fold) replaces
+    the model's ``fold_cycles`` (the emulator passes its own). The last fold counts one
+    cycle less: SCALE-Sim's count is the index of the last busy cycle.
 
-    Column folds are the outer loop: the ifmap (OS, WS) or the filters (IS) are streamed
-    once per column fold; in OS one column fold's filters (Kr x cols) once per row fold.
-    In WS a row fold is a tile of kernel taps, so without the whole ifmap in SRAM its
-    reuse across taps is lost too (``ws_refetch_words``).
+    Blocks (equal ids = the same data):
+
+    - OS: ifmap = a row fold of output pixels (its share of the used input, the halo
+      shared with the previous fold kept), filters = a column fold's Kr x cols weights,
+      ofmap = the fold's own outputs.
+    - WS: filters = the fold's stationary tile; ifmap = the channels the row fold's
+      reduction terms cover (terms are tap-major, channel-fastest: taps of the same
+      channels read the same pixels), a fold fetching at most its streamed words;
+      ofmap = the
+      column fold's outputs, accumulated over its row folds.
+    - IS: ifmap = the fold's stationary tile (its share of the used input); filters =
+      the row fold's reduction terms of all filters; ofmap = the column fold's outputs.
+
+    Partial sums are 4 bytes (int32 or float32 accumulators). Bytes at the SRAM ports
+    per fold are the words ``sram_words`` sums, times ``elem``.
     """
-    ifmap = layer.N * layer.C * used_input_pixels(layer) * elem
-    filt = layer.K * layer.Cg * layer.R * layer.S * elem
-    ofmap = layer.N * layer.K * layer.P * layer.Q * elem
-    ifmap_half, filter_half = arch.memory.ifmap_sram_kb * 512, arch.memory.filter_sram_kb * 512
-    if m.stationary == "os" and ifmap > ifmap_half:
-        ifmap *= m.col_folds
-    if m.stationary == "ws" and ifmap > ifmap_half:
-        ifmap = m.col_folds * ws_refetch_words(layer, m) * elem
-    if m.stationary == "is" and filt > filter_half:
-        filt *= m.col_folds
-    if m.stationary == "os" and m.t * min(m.b, m.cols) * elem > filter_half:
-        filt *= m.row_folds
-    return ifmap, filt, ofmap
+    M, Kr, F = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S, layer.Kg
+    R, C, G = m.row_folds, m.col_folds, m.groups
+    g = np.repeat(np.arange(G), C * R)
+    c = np.tile(np.repeat(np.arange(C), R), G)
+    r = np.tile(np.arange(R), G * C)
+    a_in = np.minimum(m.rows, m.a - r * m.rows)   # rows of the fold that hold work
+    b_in = np.minimum(m.cols, m.b - c * m.cols)   # columns likewise
+    fold = np.arange(len(g))
+    ifmap_size = None
+    ifmap_group = layer.N * layer.Cg * used_input_pixels(layer) * elem
+    if m.stationary == "os":
+        ifmap, ifmap_b = g * R + r, _share(ifmap_group, r * m.rows, r * m.rows + a_in, M)
+        filt, filt_b = g * C + c, Kr * b_in * elem
+        ofmap, out_words = fold, a_in * b_in
+        words = (a_in * Kr, Kr * b_in, a_in * b_in)
+    elif m.stationary == "ws":
+        ifmap, ifmap_b, ifmap_size = _channel_blocks(layer, m, g, r, elem)
+        filt, filt_b = fold, a_in * b_in * elem
+        ofmap, out_words = g * C + c, M * b_in
+        words = (M * a_in, a_in * b_in, M * b_in)
+    else:
+        area = np.cumsum(a_in * b_in).reshape(G, C * R)
+        area -= area[:, :1] - (a_in * b_in)[:: C * R, None]  # cumulative within each group
+        area = area.ravel()
+        ifmap, ifmap_b = fold, _share(ifmap_group, area - a_in * b_in, area, Kr * M)
+        filt, filt_b = g * R + r, a_in * F * elem
+        ofmap, out_words = g * C + c, b_in * F
+        words = (a_in * b_in, F * a_in, F * b_in)
+    compute = np.full(len(g), m.fold_cycles, np.int64) if fold_compute is None \
+        else np.asarray(fold_compute, np.int64).copy()
+    compute[-1] -= 1
+    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_b, ifmap_size=ifmap_size,
+                 filter=filt,
+                 filter_bytes=filt_b, ofmap=ofmap, ofmap_bytes=out_words * elem,
+                 psum_bytes=out_words * 4, sram_bytes=sum(words) * elem)
 
 
-def ws_refetch_words(layer: ConvLayer, m: Mapping) -> int:
-    """ifmap words one WS column fold fetches when the ifmap does not stay in SRAM: each
-    row fold (``rows`` reduction terms, tap-major and channel-fastest) fetches its own
-    streamed words, at most the used pixels of the channels it covers."""
-    M, used = layer.N * layer.P * layer.Q, layer.N * used_input_pixels(layer)
-    words = 0
-    for start in range(0, m.a, m.rows):
-        terms = min(m.rows, m.a - start)
-        words += min(M * terms, min(terms, layer.Cg) * used)
-    return layer.groups * words
+def _share(total: int, start, stop, whole: int):
+    """Bytes of ``total`` that the span [start, stop) of ``whole`` units holds, rounded
+    so that consecutive spans add up to exactly ``total``."""
+    return (total * np.asarray(stop)) // whole - (total * np.asarray(start)) // whole
 
 
-def layer_stats(layer: ConvLayer, arch, m: Mapping, cycles: int, words) -> LayerStats:
-    """The LayerStats of ``layer`` run in ``cycles`` with ``words`` (ifmap, filter, ofmap)
-    SRAM accesses; shared by the fast model and the cycle emulator.
+def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, elem: int):
+    """WS ifmap blocks: (ids, bytes a fold fetches, block size) of the channel set each
+    row fold's reduction terms cover. The block is the used pixels of those channels
+    (the union over the taps that read them); a fold that must fetch it streams at
+    most its own words (M per term, fewer than the used pixels when the taps are sparse)."""
+    Cg, M = layer.Cg, layer.N * layer.P * layer.Q
+    start = r * m.rows
+    terms = np.minimum(m.rows, m.a - start)
+    lo, hi = start % Cg, (start + terms - 1) % Cg
+    whole = terms >= Cg
+    lo, hi = np.where(whole, 0, lo), np.where(whole, Cg - 1, hi)
+    ids = (g * Cg + lo) * Cg + hi
+    used = layer.N * used_input_pixels(layer)
+    size = np.minimum(terms, Cg) * used * elem
+    return ids, np.minimum(M * terms * elem, size), size
+
+
+def counts(layer: ConvLayer, arch, m: Mapping, compute_cycles: int, words) -> Counts:
+    """What the array counted: every MAC (a dense machine skips nothing), SRAM bytes per
+    operand from ``words`` (ifmap, filter, ofmap), mapped PE-cycles.
 
     Mapping efficiency is SCALE-Sim's mean over folds of mapped PEs / PEs: every fold
     lasts as long, so the mapped PE-cycles are the mapped PE-folds spread over the
-    counted cycles.
+    stall-free ``compute_cycles``.
     """
     p = arch.params("systolic")
     elem = element_bytes(layer.dtype)
-    pes = p.rows * p.cols
     sram = [w * elem for w in words]
-    dram = dram_bytes(layer, arch, elem, m)
-    return LayerStats(
-        name=layer.name, dataflow="systolic", shape=layer.describe(),
-        dense_macs=layer.macs, macs=layer.macs, cycles=cycles, pe_cycles=cycles * pes,
-        mapped_pe_cycles=m.mapped_pe_folds * cycles / m.folds,
-        sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2],
-        dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
-        energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram),
-                            dram_bytes=sum(dram), dtype=layer.dtype),
-        extra={"folds": m.folds},
-    )
+    return Counts("systolic", macs=layer.macs, dense_macs=layer.macs,
+                  multipliers=p.rows * p.cols,
+                  mapped_pe_cycles=m.mapped_pe_folds * compute_cycles / m.folds,
+                  sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1],
+                  sram_ofmap_bytes=sram[2], extra={"folds": m.folds})
 
 
 @register
@@ -210,9 +250,13 @@ class Systolic(Machine):
 
         m = gemm_mapping(layer, arch.params(self.name))
         run = emulate_layer(layer, x, w, bias, arch.params(self.name))
-        return run.output, layer_stats(layer, arch, m, run.busy_cycles - 1, run.words)
+        steps = fold_steps(layer, m, element_bytes(layer.dtype), run.fold_cycles)
+        return run.output, price(layer, counts(layer, arch, m, run.busy_cycles - 1, run.words),
+                                 steps, arch)
 
     def stats(self, layer: ConvLayer, arch) -> LayerStats:
-        """Costs of the layer: cycles, utilisation, SRAM/DRAM bytes, energy (pJ)."""
+        """Costs of the layer: cycles (through the memory model), utilisation, SRAM/DRAM
+        bytes, energy (pJ)."""
         m = gemm_mapping(layer, arch.params(self.name))
-        return layer_stats(layer, arch, m, m.cycles, sram_words(layer, m))
+        steps = fold_steps(layer, m, element_bytes(layer.dtype))
+        return price(layer, counts(layer, arch, m, m.cycles, sram_words(layer, m)), steps, arch)

@@ -41,6 +41,7 @@ class EmulatorRun:
     busy_cycles: int
     words: tuple[int, int, int]
     folds: int
+    fold_cycles: tuple[int, ...] = ()  # each fold's cycles, in the order run
 
 
 def os_fold(a: np.ndarray, b: np.ndarray, init: np.ndarray, rows: int, cols: int):
@@ -138,7 +139,7 @@ def emulate_layer(layer: ConvLayer, x, w, bias, params) -> EmulatorRun:
     G, F = layer.groups, layer.Kg
     b = np.zeros(layer.K, acc) if bias is None else np.asarray(bias).astype(acc)
     run = {"os": _run_os, "ws": _run_ws, "is": _run_is}[params.stationary]
-    outs, cycles, words, folds = [], 0, np.zeros(3, np.int64), 0
+    outs, cycles, words, folds = [], [], np.zeros(3, np.int64), 0
     for g in range(G):
         y, c, wd, nf = run(ifm[g], wm[g], b[g * F:(g + 1) * F], params.rows, params.cols)
         outs.append(y)
@@ -147,19 +148,19 @@ def emulate_layer(layer: ConvLayer, x, w, bias, params) -> EmulatorRun:
     out = out.reshape(G, layer.N, layer.P, layer.Q, F).transpose(1, 0, 4, 2, 3)
     out = out.reshape(layer.output_shape)
     out = check_int32(out, layer.name) if integer else out.astype(np.float32)
-    return EmulatorRun(out, cycles, tuple(int(v) for v in words), folds)
+    return EmulatorRun(out, sum(cycles), tuple(int(v) for v in words), folds, tuple(cycles))
 
 
 def _run_os(ifm, wm, bias, rows, cols):
     """OS: pixels on rows, filters on columns, the reduction streamed through."""
     M, F = ifm.shape[0], wm.shape[1]
     out = np.zeros((M, F), ifm.dtype)
-    cycles, words, folds = 0, np.zeros(3, np.int64), 0
+    cycles, words, folds = [], np.zeros(3, np.int64), 0
     for fs in _tiles(F, cols):
         for ms in _tiles(M, rows):
             init = np.broadcast_to(bias[fs], (ms.stop - ms.start, fs.stop - fs.start))
             out[ms, fs], c = os_fold(ifm[ms], wm[:, fs], init, rows, cols)
-            cycles, folds = cycles + c, folds + 1
+            cycles, folds = cycles + [c], folds + 1
             words += (ifm[ms].size, wm[:, fs].size, out[ms, fs].size)
     return out, cycles, words, folds
 
@@ -170,12 +171,12 @@ def _run_reduction_folds(stat_of, stream_of, bias_out, Kr, B, T, rows, cols, dty
     ``stat_of(ks, bs)`` is the stationary tile, ``stream_of(ks)`` the streamed rows,
     ``bias_out(bs)`` the T x len(bs) starting partial sums. Returns T x B."""
     out = np.zeros((T, B), dtype)
-    cycles, folds, psum_words, stat_words, stream_words = 0, 0, 0, 0, 0
+    cycles, folds, psum_words, stat_words, stream_words = [], 0, 0, 0, 0
     for bs in _tiles(B, cols):
         partial = bias_out(bs)
         for ks in _tiles(Kr, rows):
             partial, c = stationary_fold(stat_of(ks, bs), stream_of(ks), partial, rows, cols)
-            cycles, folds = cycles + c, folds + 1
+            cycles, folds = cycles + [c], folds + 1
             psum_words += partial.size
             stat_words += (ks.stop - ks.start) * (bs.stop - bs.start)
             stream_words += stream_of(ks).size
