@@ -51,11 +51,18 @@ def test_every_preset_loads_and_names_itself():
 
 @pytest.mark.parametrize("stationary", ["os", "ws", "is"])
 def test_systolic_presets_are_scalesim_default_config(stationary):
-    """SCALE-Sim's scale.cfg: 32 x 32 array, 64 KiB per SRAM, 10 words/cycle of bandwidth."""
+    """SCALE-Sim's scale.cfg: 32 x 32 array, 64 KiB per SRAM; DRAM one LPDDR4X-4266 x32
+    channel (17.064 GB/s at 1 GHz), as every preset."""
     arch = load_arch(f"systolic-32x32-{stationary}")
     p = arch.params("systolic")
     assert (p.rows, p.cols, p.stationary) == (32, 32, stationary)
-    assert arch.memory == Memory(64, 64, 64, 10.0)
+    assert arch.memory == Memory(64, 64, 64, 17.064)
+
+
+def test_every_preset_has_the_same_memory():
+    """Fair charging: every machine meets the same buffers and DRAM channel."""
+    memories = {load_arch(name).memory for name in presets()}
+    assert memories == {Memory(64, 64, 64, 4266 * 4 / 1000)}
 
 
 def test_default_arch_is_a_preset():
