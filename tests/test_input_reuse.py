@@ -327,3 +327,31 @@ def test_per_unit_cycles_add_up_and_sum_unit_by_unit_over_layers():
         a + b for a, b in zip(first, second, strict=True))
     csv_row = to_csv(res).splitlines()[1]
     assert " ".join(str(v) for v in convs[0].extra["opunit_busy_cycles_by_unit"]) in csv_row
+
+
+SWEEP = (0.5, 2.0, 10.0, 64.0, 1000.0)
+
+
+def bandwidth_sweep(preset: str):
+    """Every layer of two real pruned networks on a small photo (ResNet-18 at 0.3, AlexNet at
+    the deep-compression densities), at 0.5 to 1000 B/cycle: cycles never rise with the
+    bandwidth, never fall below max(compute cycles, DRAM bytes / bandwidth), and the
+    stall-free machine takes its compute cycles."""
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+
+    for name, size, density in (("resnet18", 32, 0.3), ("alexnet", 64, "deep-compression")):
+        graph, x = prune(zoo.build(name, size=size), density), zoo.input_for(name, size=size)
+        arch = load_arch(preset)
+        runs = [npusim.simulate(graph, x, arch.with_memory(dram_bytes_per_cycle=bw),
+                                mode="estimate").conv_layers for bw in (*SWEEP, "unlimited")]
+        for layer_runs in zip(*runs, strict=True):
+            *finite, free = layer_runs
+            assert free.cycles == free.compute_cycles == finite[0].compute_cycles
+            for bw, s in zip(SWEEP, finite, strict=True):
+                assert s.cycles >= max(s.compute_cycles, math.ceil(s.dram_bytes / bw))
+            assert [s.cycles for s in finite] == sorted((s.cycles for s in finite), reverse=True)
+
+
+def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
+    bandwidth_sweep("input-reuse-1024")

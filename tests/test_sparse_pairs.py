@@ -292,3 +292,9 @@ def test_emulator_equals_the_fast_model_when_weights_overflow_the_filter_sram():
     fast = DF.estimate(layer, x != 0, w != 0, arch)
     assert fast.dram_filter_bytes >= 6 * (9 + 72 * 4) and fast.stall_dram_filter_cycles > 0
     assert DF.emulate(layer, x, w, b, arch)[1] == fast
+
+
+def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
+    from test_input_reuse import bandwidth_sweep
+
+    bandwidth_sweep("sparse-pairs-32x32")
