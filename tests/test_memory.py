@@ -99,6 +99,19 @@ def test_double_buffering_overlaps_and_single_buffering_serialises():
     assert (single.cycles, single.stall_dram_filter_cycles) == (1200, 800)
 
 
+def test_per_operand_channels_take_the_slowest():
+    """Each step fetches 1000 B of ifmap and 2000 B of filters, 10 B/cycle: one shared
+    channel needs 300 cycles a step, one channel each 200 (the filters')."""
+    steps = Steps(compute=[100] * 3, ifmap=[0, 1, 2], ifmap_bytes=1000, filter=[0, 1, 2],
+                  filter_bytes=2000)
+    shared = time_layer(steps, mem())
+    apart = time_layer(steps, mem(dram_channels="per-operand"))
+    assert shared.cycles == 300 + 2 * 300 + 100
+    assert apart.cycles == 200 + 2 * 200 + 100
+    assert (apart.stall_dram_ifmap_cycles, apart.stall_dram_filter_cycles) == (0, 400)
+    assert apart.bound == "dram"
+
+
 def test_latency_counts_once_per_transfer():
     steps = Steps(compute=[100] * 4, filter=[0, 1, 2, 3], filter_bytes=2000)
     t = time_layer(steps, mem(dram_latency_cycles=7))

@@ -20,6 +20,9 @@ turns that into time on an ``arch.Memory``:
   run during step i; step 0's fetch and the last write-back are exposed. A step
   lasts ``max(compute, SRAM bytes / SRAM bandwidth, DRAM bytes / DRAM bandwidth
   + latency)``. Single buffered, fetch, compute and write-back follow each other.
+- **Channels.** The operands share one DRAM channel (their bytes add up), or, with
+  ``dram_channels = "per-operand"`` (SCALE-Sim's memory), each has its own channel of
+  the same bandwidth and the slowest sets the time.
 - **Unlimited** DRAM bandwidth is the stall-free machine: cycles == compute cycles.
 
 All per-step work is numpy over the step arrays (no Python loop per step).
@@ -247,15 +250,30 @@ def _phase_time(nbytes: np.ndarray, bw: float, latency: int) -> np.ndarray:
     return nbytes / bw + latency * (nbytes > 0)
 
 
-def _split(stall: np.ndarray, parts: list[np.ndarray]) -> list[float]:
-    """Share each phase's DRAM stall among the operands by their bytes in that phase."""
+def _transfer(parts: list[np.ndarray], memory) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles of each phase's transfers, per operand the share of each phase's time it
+    causes). One shared channel moves the operands' bytes one after another; with
+    ``dram_channels = "per-operand"`` each has its own channel of the same bandwidth and
+    the slowest sets the time."""
+    bw, lat = memory.dram_bytes_per_cycle, memory.dram_latency_cycles
+    if memory.dram_channels == "per-operand":
+        times = np.stack([_phase_time(p, bw, lat) for p in parts])
+        worst = times.argmax(axis=0)
+        return times.max(axis=0), np.stack([worst == k for k in range(len(parts))])
     whole = sum(parts)
     safe = np.where(whole > 0, whole, 1)
-    return [float((stall * p / safe).sum()) for p in parts]
+    return _phase_time(whole, bw, lat), np.stack([p / safe for p in parts])
 
 
-def _ceil(x: float) -> int:
-    return max(0, math.ceil(x - _EPS))
+def _integers(stalls: list[float]) -> list[int]:
+    """Whole stall cycles per cause: their total rounded up (a cycle begun is a cycle
+    spent), shared by largest remainder so the causes add up to it."""
+    total = max(0, math.ceil(sum(stalls) - _EPS))
+    out = [math.floor(x + _EPS) for x in stalls]
+    order = sorted(range(len(stalls)), key=lambda k: out[k] - stalls[k])
+    for k in order[:max(0, total - sum(out))]:
+        out[k] += 1
+    return out
 
 
 def time_layer(steps: Steps, memory) -> Timing:
@@ -270,10 +288,12 @@ def time_layer(steps: Steps, memory) -> Timing:
         stalls = [0.0, 0.0, 0.0, float(np.maximum(sram - compute, 0).sum())]
         busy_dram = 0.0
     else:
-        bw, lat = memory.dram_bytes_per_cycle, memory.dram_latency_cycles
-        stalls = (_overlapped if memory.double_buffered else _serial)(t, compute, sram, bw, lat)
-        busy_dram = sum(dram.values()) / bw
-    ints = [_ceil(s) for s in stalls]
+        bw = memory.dram_bytes_per_cycle
+        stalls = (_overlapped if memory.double_buffered else _serial)(t, compute, sram, memory)
+        per_channel = [dram["ifmap"], dram["filter"], dram["ofmap"]]
+        busy_dram = (max(per_channel) if memory.dram_channels == "per-operand"
+                     else sum(per_channel)) / bw
+    ints = _integers(stalls)
     busy = {steps.compute_bound: float(compute.sum()), "dram": busy_dram,
             "sram": float(sram.sum())}
     bound = max(busy, key=lambda k: (busy[k], k == steps.compute_bound))
@@ -281,7 +301,7 @@ def time_layer(steps: Steps, memory) -> Timing:
                   dram["ofmap"])
 
 
-def _overlapped(t, compute, sram, bw: float, lat: int) -> list[float]:
+def _overlapped(t, compute, sram, memory) -> list[float]:
     """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered: step i overlaps
     the fetch for step i+1 and the write-back of step i-1."""
     def nxt(a):
@@ -291,24 +311,26 @@ def _overlapped(t, compute, sram, bw: float, lat: int) -> list[float]:
         return np.insert(a[:-1], 0, 0)
 
     parts = [nxt(t["ifmap"]), nxt(t["filter"]), nxt(t["psum_in"]) + prv(t["ofmap_out"])]
-    mem = _phase_time(sum(parts), bw, lat)
+    mem, shares = _transfer(parts, memory)
     busy = np.maximum(compute, sram)
     dram_stall = np.where(mem > busy, mem - compute, 0.0)
     sram_stall = np.where(mem > busy, 0.0, busy - compute)
-    shares = _split(dram_stall, parts)
     first = [t["ifmap"][:1], t["filter"][:1], t["psum_in"][:1]]  # exposed prologue
-    pro = _split(_phase_time(sum(first), bw, lat), first)
-    epi = float(_phase_time(t["ofmap_out"][-1:], bw, lat).sum())
-    return [shares[0] + pro[0], shares[1] + pro[1], shares[2] + pro[2] + epi,
-            float(sram_stall.sum())]
+    pro, pro_shares = _transfer(first, memory)
+    epi, _ = _transfer([t["ofmap_out"][-1:]], memory)
+    out = [float((dram_stall * shares[k]).sum() + (pro * pro_shares[k]).sum())
+           for k in range(3)]
+    out[2] += float(epi.sum())
+    return out + [float(sram_stall.sum())]
 
 
-def _serial(t, compute, sram, bw: float, lat: int) -> list[float]:
+def _serial(t, compute, sram, memory) -> list[float]:
     """Stall cycles, single buffered: fetch, then compute, then write-back, each step."""
-    reads = [t["ifmap"], t["filter"], t["psum_in"]]
-    fetch = _split(_phase_time(sum(reads), bw, lat), reads)
-    write = float(_phase_time(t["ofmap_out"], bw, lat).sum())
-    return [fetch[0], fetch[1], fetch[2] + write, float(np.maximum(sram - compute, 0).sum())]
+    fetch, shares = _transfer([t["ifmap"], t["filter"], t["psum_in"]], memory)
+    write, _ = _transfer([t["ofmap_out"]], memory)
+    out = [float((fetch * shares[k]).sum()) for k in range(3)]
+    out[2] += float(write.sum())
+    return out + [float(np.maximum(sram - compute, 0).sum())]
 
 
 def used_input_pixels(layer) -> int:
@@ -341,6 +363,8 @@ def describe(memory) -> str:
     sram = memory.sram_bytes_per_cycle
     ports = "" if unlimited(sram) else f", SRAM ports {sram:g} B/cycle"
     buffering = "double-buffered" if memory.double_buffered else "single-buffered"
+    if not unlimited(bw) and memory.dram_channels == "per-operand":
+        dram += " per operand"
     return (f"SRAM ifmap {memory.ifmap_sram_kb} KiB, filter {memory.filter_sram_kb} KiB, "
             f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}")
 

@@ -112,6 +112,8 @@ class Memory:
     dram_latency_cycles: int = spec(0, "cycles per DRAM transfer", min=0)
     sram_bytes_per_cycle: Bandwidth = spec("unlimited", "bytes/cycle, all SRAM ports", min=1e-9)
     double_buffered: bool = spec(True, "fetch of the next step overlaps this one")
+    dram_channels: str = spec("shared", "one DRAM channel, or one per operand",
+                              choices=("shared", "per-operand"))
 
 
 @dataclass(frozen=True)
