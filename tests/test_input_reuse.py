@@ -232,6 +232,15 @@ def test_ofm_written_compressed_stores_only_touched_pixels():
     assert s.dram_ofmap_bytes == 4 * 2 + 15 * 4
 
 
+def assert_stalls(s, ifmap: float, filter: float, ofmap: float) -> None:
+    """The layer's stalls against the hand-computed cycles by cause: the total rounded up
+    once, each cause within a cycle of its exact share."""
+    assert s.stall_cycles == math.ceil(ifmap + filter + ofmap - 1e-9)
+    for got, want in ((s.stall_dram_ifmap_cycles, ifmap), (s.stall_dram_filter_cycles, filter),
+                      (s.stall_dram_ofmap_cycles, ofmap)):
+        assert abs(got - want) < 1
+
+
 def _refetch_case(units, filter_kb, bandwidth):
     """1x1 conv, 64 -> 8 channels on a 4x8 int8 map, dense: two 4x4 regions; 4 kernels
     per processing unit set -> 2 kernel sets of 4 x (8 B bitmap + 64 values) = 288 B."""
@@ -258,10 +267,9 @@ def test_weights_that_overflow_the_filter_sram_are_fetched_again_for_every_regio
     assert s.compute_cycles == 4 * 64
     assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 4 * 288, 288)
     step1, step2 = 1512 / 2 - 64, 360 / 2 - 64
-    assert s.stall_dram_ifmap_cycles == math.ceil(1152 / 2 + step1 * 1152 / 1512)
-    assert s.stall_dram_filter_cycles == math.ceil(
-        288 / 2 + (288 / 2 - 64) + step1 * 288 / 1512 + step2 * 288 / 360)
-    assert s.stall_dram_ofmap_cycles == math.ceil(step1 * 72 / 1512 + step2 * 72 / 360 + 72 / 2)
+    assert_stalls(s, ifmap=1152 / 2 + step1 * 1152 / 1512,
+                  filter=288 / 2 + (288 / 2 - 64) + step1 * 288 / 1512 + step2 * 288 / 360,
+                  ofmap=step1 * 72 / 1512 + step2 * 72 / 360 + 72 / 2)
     assert s.cycles == s.compute_cycles + s.stall_cycles and s.bound == "dram"
     # a 64 KiB filter SRAM holds both sets: each fetched once
     assert _refetch_case(1, 64, 2.0).dram_filter_bytes == 2 * 288

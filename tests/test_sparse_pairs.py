@@ -2,13 +2,13 @@
 cycle emulator, run against estimate, a worked cycle example, stats and config errors."""
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import conv_layers, rel_err, tensors
+from test_input_reuse import assert_stalls
 
 import npusim
 from npusim import reference
@@ -257,10 +257,9 @@ def test_features_that_overflow_the_ifmap_sram_are_read_again_by_every_wave(deal
     assert s.compute_cycles == 4 * 256
     assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (4224, 528, 64)
     step1, step2 = 1336 / 2 - 256, 1072 / 2 - 256
-    assert s.stall_dram_ifmap_cycles == math.ceil(
-        1056 / 2 + (1056 / 2 - 256) + step1 * 1056 / 1336 + step2 * 1056 / 1072)
-    assert s.stall_dram_filter_cycles == math.ceil(264 / 2 + step1 * 264 / 1336)
-    assert s.stall_dram_ofmap_cycles == math.ceil(step1 * 16 / 1336 + step2 * 16 / 1072 + 8)
+    assert_stalls(s, ifmap=1056 / 2 + (1056 / 2 - 256) + step1 * 1056 / 1336
+                  + step2 * 1056 / 1072, filter=264 / 2 + step1 * 264 / 1336,
+                  ofmap=step1 * 16 / 1336 + step2 * 16 / 1072 + 8)
     assert s.bound == "dram"
     # a 64 KiB ifmap SRAM holds the features across both waves
     assert _refetch_case(64, 2.0, dealing).dram_ifmap_bytes == 2112
