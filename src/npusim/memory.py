@@ -177,10 +177,9 @@ def _first_last(v: np.ndarray):
 
 def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -> int:
     """Most bytes held at once when each block stays from its first to its last use."""
-    diff = np.zeros(n + 1, np.int64)
-    np.add.at(diff, first, nbytes)
-    np.add.at(diff, last + 1, -nbytes)
-    return int(np.cumsum(diff).max())
+    w = nbytes.astype(np.float64)
+    diff = np.bincount(first, w, n + 1) - np.bincount(last + 1, w, n + 1)
+    return int(round(np.cumsum(diff).max()))
 
 
 def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
@@ -228,9 +227,13 @@ def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float):
     return reads, writes
 
 
-def _capacity(kib: int, memory) -> float:
-    """Bytes of a buffer usable for residency: all of it, half when double buffered."""
+def usable_bytes(kib: int, memory) -> float:
+    """Bytes of a ``kib`` KiB buffer of ``memory`` that can hold resident data: all of it,
+    half when double buffered (the other half is being refilled)."""
     return kib * 1024 / (2 if memory.double_buffered else 1)
+
+
+_capacity = usable_bytes  # the name machines used before it was public
 
 
 def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
@@ -304,11 +307,13 @@ def time_layer(steps: Steps, memory) -> Timing:
 def _overlapped(t, compute, sram, memory) -> list[float]:
     """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered: step i overlaps
     the fetch for step i+1 and the write-back of step i-1."""
+    zero = np.zeros(1, np.int64)
+
     def nxt(a):
-        return np.append(a[1:], 0)
+        return np.concatenate((a[1:], zero))
 
     def prv(a):
-        return np.insert(a[:-1], 0, 0)
+        return np.concatenate((zero, a[:-1]))
 
     parts = [nxt(t["ifmap"]), nxt(t["filter"]), nxt(t["psum_in"]) + prv(t["ofmap_out"])]
     mem, shares = _transfer(parts, memory)

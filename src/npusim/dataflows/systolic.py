@@ -151,12 +151,10 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int, fold_compute=None) -> St
     """
     M, Kr, F = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S, layer.Kg
     R, C, G = m.row_folds, m.col_folds, m.groups
-    g = np.repeat(np.arange(G), C * R)
-    c = np.tile(np.repeat(np.arange(C), R), G)
-    r = np.tile(np.arange(R), G * C)
+    fold = np.arange(G * C * R)
+    g, c, r = fold // (C * R), fold // R % C, fold % R
     a_in = np.minimum(m.rows, m.a - r * m.rows)   # rows of the fold that hold work
     b_in = np.minimum(m.cols, m.b - c * m.cols)   # columns likewise
-    fold = np.arange(len(g))
     ifmap_size = None
     ifmap_group = layer.N * layer.Cg * used_input_pixels(layer) * elem
     if m.stationary == "os":
