@@ -50,6 +50,7 @@ from ..stats import Counts, LayerStats, price
 from . import bitmap, grouping
 from .base import Machine, element_bytes, register
 from .grouping import DEALINGS, POLICIES
+from .input_reuse import share
 
 NAME = "sparse-pairs"
 
@@ -241,23 +242,14 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
                  filter_bytes=_wave_weight_bytes(layer, s, wg, groups, elem)[wave],
                  ofmap=np.arange(len(compute)),
                  ofmap_bytes=_output_bytes(s, wg, pixels, groups, elem)[keep],
-                 sram_bytes=_share(sram_total, compute))
-
-
-def _share(total: int, weights: np.ndarray) -> np.ndarray:
-    """``total`` cut into integers in proportion to ``weights`` (equal parts if all zero)."""
-    w = np.asarray(weights, np.int64)
-    if w.sum() == 0:
-        w = np.ones_like(w)
-    cum = np.cumsum(w)
-    return np.diff(total * cum // cum[-1], prepend=0)
+                 sram_bytes=share(sram_total, compute))
 
 
 def _ifmap_bytes(layer: ConvLayer, s: Schedule, pixels: np.ndarray, elem: int) -> np.ndarray:
     """Bytes of each chunk's features (chunks,): the stored input (values + bitmap) in
     proportion to the chunk's pixels over all slices (``pixels``: slices x chunks)."""
     stored = s.feature_nonzeros * elem + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0])
-    return _share(stored, pixels.sum(axis=0))
+    return share(stored, pixels.sum(axis=0))
 
 
 def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray, groups: int,
