@@ -32,6 +32,13 @@ so a layer is bound by the MACs (one tap a cycle) or by the wide memory's parame
 bandwidth, whichever is slower, and the drain of one step overlaps the next step.
 Padding taps broadcast a zero (a cycle, no narrow-memory read). The emulator
 (``npusim.emulate.group_tile``) runs the same machine cycle by cycle.
+
+Memory (``memory_steps``, priced by ``stats.price``): each machine step reads the weights
+of its partitions and output blocks from the wide memory (the filter SRAM; from DRAM
+when not resident), the input band of its output row (ifmap SRAM) and writes its
+outputs. When the layer's weights do not fit the filter buffer, the units are ordered
+chunk outer (``unit_order``): chunks of (partition, output block)s whose weights fit,
+every pixel of a chunk before the next, so each weight is fetched once.
 """
 
 from __future__ import annotations
