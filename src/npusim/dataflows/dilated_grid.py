@@ -30,6 +30,9 @@ Loop order (outer to inner)::
 
 with S_i the steps and L_i the load cycles of pass i. The grid's edges wrap around
 (a torus), so the serpentine never loses a pixel (see docs: zero-fill is wrong).
+Memory (``steps``, priced by ``stats.price``): one step per (image, output map, tile
+row), streaming that tile row's input band of the map's group, reading the map's
+coefficients and writing its outputs; every output map sweeps its group's input again.
 The cycle emulator ``npusim.emulate.dilated_grid`` is the living definition.
 """
 
