@@ -282,9 +282,16 @@ def tile_memory(layer: ConvLayer, ctl: Control, p: Params, order: np.ndarray) ->
     reads = np.where(units >= 0, taps, 0).sum(axis=1)
     blocks = np.where(units >= 0, units % per_pixel, -1)
     return {"compute": own, "ifmap": last_row, "ifmap_bytes": reads * elem, "ifmap_size": band,
-            "filter": np.unique(blocks, axis=0, return_inverse=True)[1].reshape(-1),
+            "filter": rows_as_ids(blocks),
             "filter_bytes": st.outputs * ctl.taps * elem, "ofmap_bytes": st.outputs * elem,
             "sram_bytes": reads * elem + st.words * ctl.taps * WORD_BYTES + st.outputs * elem}
+
+
+def rows_as_ids(rows: np.ndarray) -> np.ndarray:
+    """One id per distinct row of ``rows`` (n x m ids): the column itself when m = 1."""
+    if rows.shape[1] == 1:
+        return rows[:, 0]
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
 
 
 def combine(parts: list[dict], critical: int) -> memory.Steps:
@@ -296,8 +303,7 @@ def combine(parts: list[dict], critical: int) -> memory.Steps:
         return np.concatenate([q[key], np.full(n - len(q[key]), fill, np.int64)])
 
     def joint(key):
-        ids = np.stack([padded(q, key, -1) for q in parts], axis=1)
-        return np.unique(ids, axis=0, return_inverse=True)[1].reshape(-1)
+        return rows_as_ids(np.stack([padded(q, key, -1) for q in parts], axis=1))
 
     total = {k: sum(padded(q, k, 0) for q in parts)
              for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
