@@ -21,6 +21,11 @@ Setup (once):
     /work/scalesim-venv/bin/pip install scalesim==3.0.0 "numpy<2.4"
 Usage:
     python3 tools/scalesim_stalls.py [--venv DIR] [--data DIR] [--only NAME ...] [--calc]
+    /work/scalesim-venv/bin/python tools/scalesim_stalls.py --replay [--only NAME ...]
+`--replay` checks the stall model written up in the memory notes: it takes SCALE-Sim's own
+prefetch and demand matrices for each stalls.csv row and replays them through an independent
+implementation of the read buffers, the write buffer and the per-row stall rule, printing both
+results (it needs the scalesim package, hence the venv python).
 Cost: one run at a time under `nice -n 10 timeout 600`; the whole USER set took about
 40 minutes on a 2-core machine shared with other work (per-run wall seconds are in the CSV).
 """
@@ -93,12 +98,22 @@ def stall_free_cycles(layer: tuple, dataflow: str, rows: int, cols: int) -> int:
     pixels = math.ceil((h - fh + s) / s) * math.ceil((w - fw + s) / s)
     window = fh * fw * c
     if dataflow == "os":
-        folds, per_fold = math.ceil(pixels / rows) * math.ceil(n / cols), window + rows + cols - 2
+        folds = math.ceil(pixels / rows) * math.ceil(n / cols)
+        per_fold = window + rows + cols - 2
     elif dataflow == "ws":
-        folds, per_fold = math.ceil(window / rows) * math.ceil(n / cols), 2 * rows + cols + pixels - 2
+        folds = math.ceil(window / rows) * math.ceil(n / cols)
+        per_fold = 2 * rows + cols + pixels - 2
     else:
-        folds, per_fold = math.ceil(window / rows) * math.ceil(pixels / cols), 2 * rows + cols + n - 2
+        folds = math.ceil(window / rows) * math.ceil(pixels / cols)
+        per_fold = 2 * rows + cols + n - 2
     return folds * per_fold - 1
+
+
+def topology_text(layer: tuple) -> str:
+    """A SCALE-Sim topology CSV of one layer (its parser drops each row's last field)."""
+    header = "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, " \
+             "Channels, Num Filter, Strides,\n"
+    return header + ",".join(str(x) for x in layer) + ",\n"
 
 
 def read_base_cfg(data: Path) -> str:
@@ -146,7 +161,7 @@ def run_case(venv: Path, data: Path, layer: tuple, dataflow: str, bandwidth: int
     run = f"{layer[0]}_{dataflow}_{bandwidth or 'calc'}"
     cfg = variant_cfg(base, run, dataflow, bandwidth)
     rows, cols = cfg_value(cfg, "ArrayHeight"), cfg_value(cfg, "ArrayWidth")
-    row = dict(zip(COLUMNS[:8], [layer[0], *layer[1:]]))
+    row = dict(zip(COLUMNS[:8], layer, strict=True))
     row.update(dataflow=dataflow, array_rows=rows, array_cols=cols,
                ifmap_sram_kb=cfg_value(cfg, "IfmapSramSzkB"),
                filter_sram_kb=cfg_value(cfg, "FilterSramSzkB"),
@@ -156,9 +171,7 @@ def run_case(venv: Path, data: Path, layer: tuple, dataflow: str, bandwidth: int
     with tempfile.TemporaryDirectory(prefix="scalesim_stalls_") as tmp:
         tmp = Path(tmp)
         (tmp / "scale.cfg").write_text(cfg)
-        header = "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, " \
-                 "Channels, Num Filter, Strides,\n"
-        (tmp / "topo.csv").write_text(header + ",".join(str(x) for x in layer) + ",\n")
+        (tmp / "topo.csv").write_text(topology_text(layer))
         shutil.copy(data / "configs" / "layout_resnet18.csv", tmp / "layout.csv")
         cmd = ["nice", "-n", "10", "timeout", str(TIME_LIMIT_S), str(venv / "bin" / "python"),
                "-c", RUNNER, str(tmp / "scale.cfg"), str(tmp / "topo.csv"),
@@ -208,6 +221,152 @@ def cases(calc: bool, only: list[str]) -> list[tuple]:
     return [(lay, df, bw) for lay in layers for df in DATAFLOWS for bw in BANDWIDTHS]
 
 
+# ---- independent replay of SCALE-Sim's USER-mode stall model (see module docstring) ----
+
+SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(buffer words / 100) per set
+ACTIVE_FRACTION = 0.5  # single_layer_sim.run: half of each SRAM active, half prefetch/drain
+
+
+class ReplayReader:
+    """An ifmap or filter SRAM: a ring of address sets, an active window, chained prefetches."""
+
+    def __init__(self, fetch_order, buffer_words: int, bandwidth: int):
+        valid = [a for a in fetch_order.reshape(-1) if a != -1]
+        per_set = math.ceil(buffer_words / SETS_PER_BUFFER)
+        active = math.ceil(buffer_words * ACTIVE_FRACTION)
+        prefetch = buffer_words - active
+        self.sets = [set(valid[j:j + per_set]) for j in range(0, len(valid), per_set)]
+        if len(valid) % per_set == 0:
+            self.sets.append(set())  # SCALE-Sim always closes with the (here empty) open set
+        self.window = min(len(self.sets), math.ceil(active / per_set))
+        self.slide = min(len(self.sets) - self.window, math.ceil(prefetch / per_set))
+        self.lines = math.ceil(prefetch / bandwidth)  # DRAM lines per prefetch
+        self.start, self.ready, self.prefetches = 0, -1, 0
+
+    def hit(self, addr) -> bool:
+        """Whether addr is in one of the active window's sets."""
+        n = len(self.sets)
+        return any(addr in self.sets[(self.start + j) % n] for j in range(self.window))
+
+    def row(self, addrs, cycle: int) -> int:
+        """Stall of one demand row at `cycle` (may be negative, as in SCALE-Sim)."""
+        offset = 1
+        for addr in addrs:
+            if addr == -1:
+                continue
+            while not self.hit(addr):
+                self.start = (self.start + self.slide) % len(self.sets)
+                self.ready += self.lines + 1
+                self.prefetches += 1
+                late = self.ready - (cycle + offset)
+                offset += late + max(late, 0)  # SCALE-Sim adds a late prefetch twice
+        return offset - 1
+
+
+class ReplayWriter:
+    """The ofmap SRAM: lines of B words, drained half a buffer at a time at B words/cycle."""
+
+    def __init__(self, buffer_words: int, bandwidth: int):
+        self.active = math.ceil(buffer_words * ACTIVE_FRACTION)
+        self.drain_lines = math.ceil((buffer_words - self.active) / bandwidth)
+        self.bandwidth, self.free, self.drain_end = bandwidth, buffer_words, 0
+        self.pending, self.line = [], 0  # undrained full/partial lines (word counts), open line
+
+    def close_line(self) -> None:
+        """Move the open line, if any, to the undrained lines."""
+        if self.line:
+            self.pending.append(self.line)
+            self.line = 0
+
+    def drain(self, cycle: int) -> None:
+        """Start a drain at `cycle`; words are credited at once (inner partial lines as full)."""
+        self.close_line()
+        n = min(self.drain_lines, len(self.pending))
+        if n:
+            self.free += (n - 1) * self.bandwidth + self.pending[n - 1]
+        del self.pending[:n]
+        self.drain_end = cycle + n - 1
+
+    def row(self, addrs, cycle: int) -> int:
+        """Stall of one demand row at `cycle`."""
+        offset = 0
+        for addr in addrs:
+            if addr == -1:
+                continue
+            self.line += 1
+            self.free -= 1
+            if self.line == self.bandwidth:
+                self.close_line()
+            now = cycle + offset
+            if now < self.drain_end:
+                if self.free <= 0:
+                    offset += self.drain_end - now
+            elif self.free < self.active:
+                self.drain(now)
+        return offset
+
+
+def scalesim_matrices(data: Path, layer: tuple, dataflow: str, bandwidth: int, tmp: Path):
+    """SCALE-Sim's (ifmap prefetch, filter prefetch, ifmap/filter/ofmap demand) for one case."""
+    from scalesim.compute.operand_matrix import operand_matrix
+    from scalesim.compute.systolic_compute_is import systolic_compute_is
+    from scalesim.compute.systolic_compute_os import systolic_compute_os
+    from scalesim.compute.systolic_compute_ws import systolic_compute_ws
+    from scalesim.layout_utils import layouts
+    from scalesim.scale_config import scale_config
+    from scalesim.topology_utils import topologies
+
+    (tmp / "scale.cfg").write_text(variant_cfg(read_base_cfg(data), "replay", dataflow, bandwidth))
+    (tmp / "topo.csv").write_text(topology_text(layer))
+    config, topo, layout = scale_config(), topologies(), layouts()
+    config.read_conf_file(str(tmp / "scale.cfg"))
+    topo.load_arrays(topofile=str(tmp / "topo.csv"))
+    layout.load_arrays(layoutfile=str(data / "configs" / "layout_resnet18.csv"))
+    ops = operand_matrix()
+    ops.set_params(layer_id=0, config_obj=config, topoutil_obj=topo, layoututil_obj=layout)
+    compute = {"os": systolic_compute_os, "ws": systolic_compute_ws,
+               "is": systolic_compute_is}[dataflow]()
+    compute.set_params(config_obj=config, ifmap_op_mat=ops.get_ifmap_matrix()[1],
+                       filter_op_mat=ops.get_filter_matrix()[1],
+                       ofmap_op_mat=ops.get_ofmap_matrix()[1])
+    return (*compute.get_prefetch_matrices(), *compute.get_demand_matrices())
+
+
+def replay_case(data: Path, row: dict) -> tuple[int, int]:
+    """(total cycles, stall cycles) of one stalls.csv row by the independent replay."""
+    layer = next(lay for lay in LAYERS if lay[0] == row["layer"])
+    bandwidth = int(row["bandwidth_words_per_cycle"])
+    with tempfile.TemporaryDirectory(prefix="scalesim_replay_") as tmp:
+        ifmap_fetch, filter_fetch, ifmap, filt, ofmap = scalesim_matrices(
+            data, layer, row["dataflow"], bandwidth, Path(tmp))
+    kb = {k: int(row[k]) * 1024 // WORD_BYTES for k in ("ifmap_sram_kb", "filter_sram_kb",
+                                                          "ofmap_sram_kb")}
+    reader_i = ReplayReader(ifmap_fetch, kb["ifmap_sram_kb"], bandwidth)
+    reader_f = ReplayReader(filter_fetch, kb["filter_sram_kb"], bandwidth)
+    writer = ReplayWriter(kb["ofmap_sram_kb"], bandwidth)
+    stall = 0
+    for i in range(ifmap.shape[0]):
+        cycle = i + stall
+        stall += int(max(reader_i.row(ifmap[i], cycle), reader_f.row(filt[i], cycle),
+                         writer.row(ofmap[i], cycle)))
+    return ifmap.shape[0] - 1 + stall, stall
+
+
+def replay_all(data: Path, only: list[str]) -> int:
+    """Replay every finished stalls.csv row (or those of `only`); 1 if any differs."""
+    differ = 0
+    for row in csv.DictReader((OUT_DIR / "stalls.csv").open()):
+        if row["status"] != "ok" or (only and row["layer"] not in only):
+            continue
+        total, stall = replay_case(data, row)
+        same = (total, stall) == (int(row["total_cycles"]), int(row["stall_cycles"]))
+        differ |= not same
+        print(f"{row['layer']} {row['dataflow']} B={row['bandwidth_words_per_cycle']}: "
+              f"SCALE-Sim {row['total_cycles']}/{row['stall_cycles']} replay {total}/{stall} "
+              f"{'same' if same else 'DIFFERENT'}", flush=True)
+    return int(differ)
+
+
 def main() -> int:
     """Run every missing case, one at a time, appending each result as it finishes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -215,7 +374,10 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--only", nargs="*", default=[], help="layer names to run")
     parser.add_argument("--calc", action="store_true", help="CALC-mode check instead of USER")
+    parser.add_argument("--replay", action="store_true", help="check the stall model (venv)")
     args = parser.parse_args()
+    if args.replay:
+        return replay_all(args.data, args.only)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     out = OUT_DIR / ("calc_check.csv" if args.calc else "stalls.csv")
     done = done_keys(out)
