@@ -162,8 +162,8 @@ class Timing:
 
 
 def unlimited(value) -> bool:
-    """Whether a bandwidth setting is ``"unlimited"``."""
-    return isinstance(value, str)
+    """Whether a bandwidth setting is ``"unlimited"`` (the only word a bandwidth takes)."""
+    return value == UNLIMITED
 
 
 def _first_last(v: np.ndarray):
@@ -240,11 +240,11 @@ def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
     """Per step, the DRAM bytes the residency rules move: ``ifmap`` and ``filter`` fetched
     before the step, ``psum_in`` read back before it, ``ofmap_out`` written after it."""
     fi = _input_fetches(steps.ifmap, steps.ifmap_bytes, steps.ifmap_size,
-                        _capacity(memory.ifmap_sram_kb, memory))
+                        usable_bytes(memory.ifmap_sram_kb, memory))
     ff = _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
-                        _capacity(memory.filter_sram_kb, memory))
+                        usable_bytes(memory.filter_sram_kb, memory))
     pr, wo = _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes,
-                            _capacity(memory.ofmap_sram_kb, memory))
+                            usable_bytes(memory.ofmap_sram_kb, memory))
     return {"ifmap": fi, "filter": ff, "psum_in": pr, "ofmap_out": wo}
 
 
