@@ -213,27 +213,12 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     - ofmap: the step's outputs (pixels x the units' kernels), dense, written once.
     """
     elem, groups = element_bytes(layer.dtype), p.processor_groups
-    n_wg, _ = s.pixel_cycles.shape
     slices = len(s.bounds) - 1
-    u = np.arange(n_wg * slices)
+    u = np.arange(len(s.kernels) * slices)
     wg, lo, hi = u // slices, s.bounds[u % slices], s.bounds[u % slices + 1]
-    chunk = layer.Q
-    chunks = -(-int((hi - lo).max()) // chunk)
-    ends = np.minimum(lo[:, None] + chunk * np.arange(1, chunks + 1), hi[:, None])
-    cum = np.zeros((n_wg, s.pixel_cycles.shape[1] + 1), np.int64)
-    np.cumsum(s.pixel_cycles, axis=1, out=cum[:, 1:])
-    within = cum[wg[:, None], ends] - cum[wg, lo][:, None]  # units x chunks
-    waves = -(-len(u) // groups)
-    start = np.zeros(waves * groups, np.int64)
-    start[:len(u)] = within[:, -1]
-    start = (np.cumsum(start.reshape(waves, groups), axis=0) - start.reshape(waves, groups))
-    done = np.zeros((waves * groups, chunks), np.int64)
-    done[:len(u)] = start.ravel()[:len(u), None] + within
-    used = np.zeros((waves * groups, chunks), bool)
-    used[:len(u)] = ends > np.concatenate([lo[:, None], ends[:, :-1]], axis=1)
-    keep = used.reshape(waves, groups, chunks).any(axis=1).ravel()  # (wave, chunk) steps
-    edge = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
-    compute = np.diff(edge, prepend=0)
+    chunks = -(-int((hi - lo).max()) // layer.Q)
+    ends = np.minimum(lo[:, None] + layer.Q * np.arange(1, chunks + 1), hi[:, None])
+    compute, keep = _step_cycles(s, wg, lo, ends, groups)
     wave, part = np.divmod(np.flatnonzero(keep), chunks)
     pixels = np.diff(np.concatenate([lo[:, None], ends], axis=1), axis=1)  # units x chunks
     return Steps(compute=compute, ifmap=part,
@@ -243,6 +228,28 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
                  ofmap=np.arange(len(compute)),
                  ofmap_bytes=_output_bytes(s, wg, pixels, groups, elem)[keep],
                  sram_bytes=share(sram_total, compute))
+
+
+def _step_cycles(s: Schedule, wg, lo, ends, groups: int):
+    """(compute cycles of every kept (wave, chunk) step, which of waves x chunks are kept):
+    unit ``u`` (weight group ``wg[u]``, pixels from ``lo[u]``, chunk ends ``ends[u]``)
+    starts when its processor group's earlier units end; a step ends when the last of its
+    wave's units has done that chunk; a step that no unit has pixels for is dropped."""
+    n_units, chunks = ends.shape
+    cum = np.zeros((len(s.kernels), s.pixel_cycles.shape[1] + 1), np.int64)
+    np.cumsum(s.pixel_cycles, axis=1, out=cum[:, 1:])
+    within = cum[wg[:, None], ends] - cum[wg, lo][:, None]  # units x chunks
+    waves = -(-n_units // groups)
+    totals = np.zeros((waves, groups), np.int64)
+    totals.ravel()[:n_units] = within[:, -1]
+    start = (np.cumsum(totals, axis=0) - totals).ravel()[:n_units]
+    done = np.zeros((waves * groups, chunks), np.int64)
+    done[:n_units] = start[:, None] + within
+    used = np.zeros((waves * groups, chunks), bool)
+    used[:n_units] = ends > np.concatenate([lo[:, None], ends[:, :-1]], axis=1)
+    keep = used.reshape(waves, groups, chunks).any(axis=1).ravel()
+    edge = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
+    return np.diff(edge, prepend=0), keep
 
 
 def _ifmap_bytes(layer: ConvLayer, s: Schedule, pixels: np.ndarray, elem: int) -> np.ndarray:
