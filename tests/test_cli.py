@@ -88,7 +88,7 @@ def test_run_prints_layer_table_and_totals(capsys):
     lines = out.splitlines()
     photo = zoo.MODELS["resnet18"]().photo
     assert lines[0] == f"resnet18 on systolic-32x32-ws | float32 | mode run | input: {photo}"
-    assert lines[1] == "systolic rows=32 cols=32 stationary=ws"
+    assert lines[1] == "systolic rows=32 cols=32 stationary=ws stream_tile=0"
     graph = zoo.build("resnet18", size=32)
     names = [line.split("│")[0].strip() for line in lines if "│" in line]
     assert names[1:] == [n.name for n in graph.conv_nodes] + ["vector unit", "total"]

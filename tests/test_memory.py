@@ -126,6 +126,14 @@ def test_sram_port_bandwidth_bounds_a_hungry_machine():
     assert (t.cycles, t.stall_sram_cycles, t.bound) == (600, 400, "sram")
 
 
+def test_steps_without_dram_take_their_compute_or_their_sram_ports():
+    steps = Steps(compute=[10, 20], sram_bytes=[100, 1000])
+    free = time_layer(steps, mem())
+    assert (free.cycles, free.stall_cycles, free.bound, free.dram_bytes) == (30, 0, "compute", 0)
+    ported = time_layer(steps, mem(sram_bytes_per_cycle=20.0))  # 5 and 50 cycles of ports
+    assert (ported.cycles, ported.stall_sram_cycles, ported.bound) == (10 + 50, 30, "sram")
+
+
 def _random_steps(rng, n=40):
     return Steps(compute=rng.integers(1, 500, n), ifmap=rng.integers(-1, 6, n),
                  ifmap_bytes=rng.integers(0, 30_000, n), filter=rng.integers(-1, 9, n),

@@ -120,7 +120,7 @@ def test_json_holds_run_arch_every_field_and_totals():
         == ("9.9", "tiny", "run", "float32", "systolic")
     assert doc["input"] == "chelsea" and doc["batch"] == 1
     assert doc["arch"]["name"] == "systolic-32x32-ws"
-    assert doc["arch"]["params"] == {"rows": 32, "cols": 32, "stationary": "ws"}
+    assert doc["arch"]["params"] == {"rows": 32, "cols": 32, "stationary": "ws", "stream_tile": 0}
     assert doc["arch"]["memory"]["ifmap_sram_kb"] == 64
     assert doc["arch"]["energy"]["dram_byte_pj"] == ARCH.energy.dram_byte_pj
     assert [layer["name"] for layer in doc["layers"]] == ["conv_a", "relu_a", "pool_a", "conv_b"]

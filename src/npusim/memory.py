@@ -281,6 +281,8 @@ def _integers(stalls: list[float]) -> list[int]:
 
 def time_layer(steps: Steps, memory) -> Timing:
     """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc."""
+    if not (steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
+        return _on_chip(steps, memory)
     t = traffic(steps, memory)
     compute = steps.compute.astype(np.float64)
     dram = {"ifmap": int(t["ifmap"].sum()), "filter": int(t["filter"].sum()),
@@ -302,6 +304,19 @@ def time_layer(steps: Steps, memory) -> Timing:
     bound = max(busy, key=lambda k: (busy[k], k == steps.compute_bound))
     return Timing(int(steps.compute.sum()), *ints, bound, dram["ifmap"], dram["filter"],
                   dram["ofmap"])
+
+
+def _on_chip(steps: Steps, memory) -> Timing:
+    """The Timing of steps that touch no DRAM (a vector-unit op): compute, and the SRAM
+    ports if they are slower."""
+    compute = int(steps.compute.sum())
+    stall = 0
+    if not unlimited(memory.sram_bytes_per_cycle):
+        sram = steps.sram_bytes / memory.sram_bytes_per_cycle
+        stall = _integers([float(np.maximum(sram - steps.compute, 0).sum())])[0]
+    bound = "sram" if stall and steps.sram_bytes.sum() / memory.sram_bytes_per_cycle > compute \
+        else steps.compute_bound
+    return Timing(compute, 0, 0, 0, stall, bound, 0, 0, 0)
 
 
 def _overlapped(t, compute, sram, memory) -> list[float]:

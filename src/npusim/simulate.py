@@ -96,7 +96,7 @@ def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -
     counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
                     vector_ops=work)
     return price(Op(name, type(op).__name__, dtype), counts,
-                 Steps.single(cycles, 0, 0, 0, sram_bytes=moved), arch)
+                 Steps(compute=[cycles], sram_bytes=moved), arch)
 
 
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
