@@ -297,3 +297,21 @@ def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
     from test_input_reuse import bandwidth_sweep
 
     bandwidth_sweep("sparse-pairs-32x32")
+
+
+@pytest.mark.parametrize("dealing, waves", [("weight-groups", 3), ("pixel-slices", 6)])
+def test_weights_read_once_and_features_once_per_wave(dealing, waves):
+    """12 dense 3x3 kernels over 8 channels on 2 groups of 2 processors: 6 weight groups.
+    weight-groups: gcd(6, 2) = 2 -> one slice, 6 units, 3 waves; pixel-slices: 2 slices,
+    12 units, 6 waves. Each weight group runs in one wave, so the weights (per kernel a
+    72-bit vector in 9 B + 72 x 4 B) are read once, 12 x 297 B, though they overflow a 1 KiB
+    filter buffer; the features (288 values x 4 B + a 288-bit bitmap = 1188 B) do not fit
+    512 usable bytes and are read again by every wave."""
+    layer = ConvLayer(1, 8, 6, 6, 12, 3, 3, padding=1)
+    x, w = np.ones(layer.input_shape, np.float32), np.ones(layer.weight_shape, np.float32)
+    arch = arch_with(2, 2, "in-order", dealing).with_memory(ifmap_sram_kb=1, filter_sram_kb=1)
+    s = DF.estimate(layer, x != 0, w != 0, arch)
+    assert s.extra["work_units"] == 2 * waves
+    assert s.dram_filter_bytes == 12 * (9 + 72 * 4)
+    assert s.dram_ifmap_bytes == waves * (288 * 4 + 36)
+    assert s.dram_ofmap_bytes == 12 * 36 * 4
