@@ -17,6 +17,9 @@ each server (bus / output unit / chain owner) moves one partial OFM at a time,
 the region's place (overlap-add) and the output handler adds the bias.
 The dispatcher reads each region from the compressed stream (``compressed_ifm``);
 with stride, a job takes its region through every phase (``phases``).
+The emulator also records every job's end and weight cycles, the non-zero pixels of every
+region it decodes and the OFM pixels its accumulators touch: ``emulate`` prices that
+schedule through the memory model (``dataflows.input_reuse.steps``, ``stats.price``).
 """
 
 from __future__ import annotations

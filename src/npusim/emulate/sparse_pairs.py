@@ -11,6 +11,9 @@ slowest processor issues its last pair (one cycle if no processor has a pair);
 outputs are then written and the next step starts in the next cycle. Groups
 run in parallel; the layer ends when the last group ends.
 
+The clock records the cycles of every lockstep step (by weight group and pixel), which the
+memory model turns into time with stalls (``dataflows.sparse_pairs.steps``).
+
 Deliberately unlike the fast model (``dataflows.sparse_pairs.schedule``): no
 mask convolution, no array reductions; Python ints as bit vectors, a clock.
 """
