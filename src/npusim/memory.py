@@ -248,24 +248,19 @@ def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
     return {"ifmap": fi, "filter": ff, "psum_in": pr, "ofmap_out": wo}
 
 
-def _phase_time(nbytes: np.ndarray, bw: float, latency: int) -> np.ndarray:
-    """Cycles of DRAM transfers of ``nbytes`` each (latency once per non-empty transfer)."""
-    return nbytes / bw + latency * (nbytes > 0)
-
-
-def _transfer(parts: list[np.ndarray], memory) -> tuple[np.ndarray, np.ndarray]:
-    """(cycles of each phase's transfers, per operand the share of each phase's time it
-    causes). One shared channel moves the operands' bytes one after another; with
-    ``dram_channels = "per-operand"`` each has its own channel of the same bandwidth and
-    the slowest sets the time."""
+def _transfer(parts: np.ndarray, memory) -> tuple[np.ndarray, np.ndarray]:
+    """For ``parts`` (operands x phases, bytes): (cycles of each phase's transfers, the
+    share of each phase's time each operand causes). One shared channel moves the
+    operands' bytes one after another; with ``dram_channels = "per-operand"`` each has its
+    own channel of the same bandwidth and the slowest sets the time. The latency counts
+    once per non-empty transfer."""
     bw, lat = memory.dram_bytes_per_cycle, memory.dram_latency_cycles
     if memory.dram_channels == "per-operand":
-        times = np.stack([_phase_time(p, bw, lat) for p in parts])
+        times = parts / bw + lat * (parts > 0)
         worst = times.argmax(axis=0)
-        return times.max(axis=0), np.stack([worst == k for k in range(len(parts))])
-    whole = sum(parts)
-    safe = np.where(whole > 0, whole, 1)
-    return _phase_time(whole, bw, lat), np.stack([p / safe for p in parts])
+        return times.max(axis=0), worst == np.arange(len(parts))[:, None]
+    whole = parts.sum(axis=0)
+    return whole / bw + lat * (whole > 0), parts / np.where(whole > 0, whole, 1)
 
 
 def _integers(stalls: list[float]) -> list[int]:
@@ -321,34 +316,28 @@ def _on_chip(steps: Steps, memory) -> Timing:
 
 def _overlapped(t, compute, sram, memory) -> list[float]:
     """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered: step i overlaps
-    the fetch for step i+1 and the write-back of step i-1."""
-    zero = np.zeros(1, np.int64)
-
-    def nxt(a):
-        return np.concatenate((a[1:], zero))
-
-    def prv(a):
-        return np.concatenate((zero, a[:-1]))
-
-    parts = [nxt(t["ifmap"]), nxt(t["filter"]), nxt(t["psum_in"]) + prv(t["ofmap_out"])]
+    the fetch for step i+1 and the write-back of step i-1; the first fetch and the last
+    write-back are exposed."""
+    fetch = np.stack([t["ifmap"], t["filter"], t["psum_in"]])
+    parts = np.zeros(fetch.shape)
+    parts[:, :-1] = fetch[:, 1:]
+    parts[2, 1:] += t["ofmap_out"][:-1]
     mem, shares = _transfer(parts, memory)
     busy = np.maximum(compute, sram)
-    dram_stall = np.where(mem > busy, mem - compute, 0.0)
-    sram_stall = np.where(mem > busy, 0.0, busy - compute)
-    first = [t["ifmap"][:1], t["filter"][:1], t["psum_in"][:1]]  # exposed prologue
-    pro, pro_shares = _transfer(first, memory)
-    epi, _ = _transfer([t["ofmap_out"][-1:]], memory)
-    out = [float((dram_stall * shares[k]).sum() + (pro * pro_shares[k]).sum())
-           for k in range(3)]
+    waits = mem > busy
+    dram_stall = np.where(waits, mem - compute, 0.0)
+    pro, pro_shares = _transfer(fetch[:, :1], memory)
+    epi, _ = _transfer(t["ofmap_out"][None, -1:], memory)
+    out = [float(x) for x in (shares * dram_stall).sum(axis=1) + (pro_shares * pro).sum(axis=1)]
     out[2] += float(epi.sum())
-    return out + [float(sram_stall.sum())]
+    return out + [float(np.where(waits, 0.0, busy - compute).sum())]
 
 
 def _serial(t, compute, sram, memory) -> list[float]:
     """Stall cycles, single buffered: fetch, then compute, then write-back, each step."""
-    fetch, shares = _transfer([t["ifmap"], t["filter"], t["psum_in"]], memory)
-    write, _ = _transfer([t["ofmap_out"]], memory)
-    out = [float((fetch * shares[k]).sum()) for k in range(3)]
+    fetch, shares = _transfer(np.stack([t["ifmap"], t["filter"], t["psum_in"]]), memory)
+    write, _ = _transfer(t["ofmap_out"][None], memory)
+    out = [float(x) for x in (shares * fetch).sum(axis=1)]
     out[2] += float(write.sum())
     return out + [float(np.maximum(sram - compute, 0).sum())]
 
