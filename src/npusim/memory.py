@@ -169,6 +169,12 @@ def unlimited(value) -> bool:
 def _first_last(v: np.ndarray):
     """For the used positions' ids ``v``: inverse index into the unique ids, and each
     unique id's first and last position."""
+    if len(v) < 2 or (v[1:] >= v[:-1]).all():  # blocks in runs, in order: no sort needed
+        start = np.ones(len(v), bool)
+        start[1:] = v[1:] != v[:-1]
+        first = np.flatnonzero(start)
+        last = np.append(first[1:] - 1, len(v) - 1)
+        return np.cumsum(start) - 1, first, last
     uniq, first, inverse = np.unique(v, return_index=True, return_inverse=True)
     last = np.empty(len(uniq), np.int64)
     last[inverse] = np.arange(len(v))  # later positions overwrite earlier ones
