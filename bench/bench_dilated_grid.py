@@ -2,11 +2,13 @@
 12, 18) on a real photograph, on the dilated-grid machine against the zero-inserted filter
 (Eq. 4) and against a systolic array of the same 4 MACs, layer by layer.
 
-Columns (cycles): ``grid`` the dilated-grid machine (real taps only); ``grid-zero`` the
-same machine stepping the zero-inserted filter at R = 1; ``systolic`` a 2x2 WS array
-lowering the dilated taps by im2col (no zeros); ``sys-zero`` that array on the
-zero-inserted filter (the prior art's way, Patent Doc 1). Steps per pixel set of a 3x3
-filter at each rate close the run, then the Fig. 18 coefficient counts of the cascades.
+Columns (cycles stall-free / at the preset's DRAM bandwidth, and the share of the latter
+stalled): ``grid`` the dilated-grid machine (real taps only); ``grid-zero`` the same
+machine stepping the zero-inserted filter at R = 1; ``systolic`` a 2x2 WS array lowering
+the dilated taps by im2col (no zeros); ``sys-zero`` that array on the zero-inserted
+filter (the prior art's way, Patent Doc 1). All on the preset's one memory. Steps per
+pixel set of a 3x3 filter at each rate close the run, then the Fig. 18 coefficient
+counts of the cascades.
 Run: python bench/bench_dilated_grid.py [photo]
 """
 
@@ -25,25 +27,43 @@ from npusim.frontends import segnet
 PRESETS = ("dilated-grid-2x2", "dilated-grid-2x2-h3")
 
 
+def costs(layer, arch, dataflow: str):
+    """(stall-free cycles, cycles at the preset's DRAM bandwidth, stall cycles) of a layer."""
+    df = get(dataflow)
+    free = df.estimate(layer, None, None, arch.with_memory(dram_bytes_per_cycle="unlimited"))
+    at = df.estimate(layer, None, None, arch)
+    assert free.cycles == at.compute_cycles
+    return free.cycles, at.cycles, at.stall_cycles
+
+
 def layer_row(layer, arch) -> list:
-    p = arch.params("dilated-grid")
-    sysdf = get("systolic")
     zi = zero_inserted(layer)
-    return [layer.name, layer.describe(), layer.dilation[0], count(layer, p).cycles,
-            count(zi, p).cycles, sysdf.stats(layer, arch).cycles, sysdf.stats(zi, arch).cycles]
+    cells = [costs(lay, arch, df) for df in ("dilated-grid", "systolic") for lay in (layer, zi)]
+    return [layer.name, layer.describe(), layer.dilation[0], *cells]
+
+
+COLUMNS = ("grid", "grid-zero", "systolic", "sys-zero")
 
 
 def table(graph, arch, title: str = "") -> None:
-    head = ["layer", "shape", "R", "grid", "grid-zero", "systolic", "sys-zero"]
+    """Per layer, for each machine: stall-free cycles / cycles at the preset's bandwidth."""
     rows = [layer_row(graph.layers[n.name], arch) for n in graph.conv_nodes]
-    print(f"\n{title or graph.name} on {arch.name}: {arch.description}")
-    print(f"{head[0]:<12}{head[1]:<34}{head[2]:>3}" + "".join(f"{h:>15}" for h in head[3:]))
+    bw = arch.memory.dram_bytes_per_cycle
+    print(f"\n{title or graph.name} on {arch.name}: {arch.description}; cycles stall-free / "
+          f"at {bw:g} B/cycle (share stalled)")
+    print(f"{'layer':<12}{'shape':<34}{'R':>3}" + "".join(f"{h:>35}" for h in COLUMNS))
+
+    def cell(c):
+        return f"{c[0]:>14,}/{c[1]:>14,} {c[2] / c[1]:>4.1%}"
+
     for r in rows:
-        print(f"{r[0]:<12}{r[1]:<34}{r[2]:>3}" + "".join(f"{v:>15,}" for v in r[3:]))
-    sums = np.sum([r[3:] for r in rows], axis=0)
-    print(f"{'total':<49}" + "".join(f"{v:>15,}" for v in sums))
-    print(f"speed-up of grid: x{sums[1] / sums[0]:.2f} over grid-zero, x{sums[2] / sums[0]:.2f} "
-          f"over systolic, x{sums[3] / sums[0]:.2f} over sys-zero")
+        print(f"{r[0]:<12}{r[1]:<34}{r[2]:>3}" + "".join(f"{cell(c):>35}" for c in r[3:]))
+    sums = [tuple(int(v) for v in np.sum([r[3 + i] for r in rows], axis=0)) for i in range(4)]
+    print(f"{'total':<49}" + "".join(f"{cell(c):>35}" for c in sums))
+    for k, how in ((0, "stall-free"), (1, f"at {bw:g} B/cycle")):
+        g, gz, sy, sz = (c[k] for c in sums)
+        print(f"speed-up of grid {how}: x{gz / g:.2f} over grid-zero, x{sy / g:.2f} over "
+              f"systolic (systolic x{g / sy:.2f} over grid), x{sz / g:.2f} over sys-zero")
 
 
 def steps_per_set() -> None:

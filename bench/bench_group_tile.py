@@ -1,6 +1,9 @@
 """The group-tile machine (seed 003) on its own examples and on the EdgeTPU-V2-like network.
 
-Prints (int8, the tile's native width; costs are the dataflow's ``estimate``):
+Prints (int8, the tile's native width; costs are the dataflow's ``estimate``; cycles
+stall-free and at the preset's DRAM bandwidth, on the preset's one memory):
+0. the zoo networks (EdgeTPU-V2-like, MobileNetV2) on each tile against a weight-stationary
+   systolic array of the same MAC count on the same memory;
 1. the patent's utilisation examples: group size 64 on 64 MACs, depthwise, full conv;
 2. per block of ``blocks.build()``'s table at 224 x 224: cycles, utilisation and
    parameters of every Fig. 4 variant on the 32- and 64-MAC tiles (grouped variants at
@@ -21,14 +24,55 @@ from npusim import blocks, load_arch, tune
 from npusim.blocks import KINDS, BlockSpec, ConvPlan
 from npusim.dataflows import get
 from npusim.dataflows.group_tile import Params
+from npusim.dataflows.systolic import Params as SystolicParams
+from npusim.frontends import load_model
 from npusim.ir import ConvLayer
 from npusim.stats import total
 
 TILES = ("group-tile-32mac", "group-tile-64mac")
 
 
+SAME_MACS = {"group-tile-32mac": (4, 8), "group-tile-64mac": (8, 8)}  # systolic rows x cols
+
+
 def util(layer, arch):
     return get("group-tile").estimate(layer.with_dtype("int8"), None, None, load_arch(arch))
+
+
+def free(arch):
+    """The arch at unlimited DRAM bandwidth (stall-free)."""
+    return load_arch(arch).with_memory(dram_bytes_per_cycle="unlimited")
+
+
+def network_cost(graph, arch, dataflow: str):
+    """Summed conv LayerStats of ``graph`` (int8) on ``arch``, by ``dataflow``'s estimate."""
+    df = get(dataflow)
+    return total([df.estimate(graph.layers[n.name].with_dtype("int8"), None, None, arch)
+                  for n in graph.conv_nodes])
+
+
+def zoo_vs_systolic():
+    print("0. zoo networks, conv layers, int8, 224x224: cycles stall-free / at the preset's "
+          "bandwidth (share stalled); a WS systolic array of the same MACs on the same memory")
+    for model in ("edgetpu_v2_like", "mobilenet_v2"):
+        graph = load_model(model)
+        for name in TILES:
+            arch = load_arch(name)
+            rows, cols = SAME_MACS[name]
+            sys_arch = dataclasses.replace(arch, sections={
+                **arch.sections, "systolic": SystolicParams(rows, cols, "ws")})
+            tile = (network_cost(graph, free(name), "group-tile"),
+                    network_cost(graph, arch, "group-tile"))
+            base = (network_cost(graph, sys_arch.with_memory(dram_bytes_per_cycle="unlimited"),
+                                 "systolic"), network_cost(graph, sys_arch, "systolic"))
+            print(f"  {model:<16} {name}: tile {tile[0].cycles:>12,} / {tile[1].cycles:>12,} "
+                  f"({tile[1].stalled_share:.1%}); systolic {rows}x{cols} {base[0].cycles:>12,} /"
+                  f" {base[1].cycles:>12,} ({base[1].stalled_share:.1%}); tile over systolic "
+                  f"x{base[0].cycles / tile[0].cycles:.2f} stall-free, "
+                  f"x{base[1].cycles / tile[1].cycles:.2f} at "
+                  f"{arch.memory.dram_bytes_per_cycle:g} B/cycle (systolic over tile "
+                  f"x{tile[0].cycles / base[0].cycles:.2f}, "
+                  f"x{tile[1].cycles / base[1].cycles:.2f})")
 
 
 def patent_examples():
@@ -40,27 +84,32 @@ def patent_examples():
             ConvLayer(1, 64, 28, 28, 256, 3, 3, padding=1),
             ConvLayer(1, 3, 224, 224, 1000, 1, 1)]
     for arch in TILES:
-        print(f"  {arch}: group size 64 (g=2, zin 128) {util(g64, arch).utilisation:.1%}, "
-              f"depthwise {util(dw, arch).utilisation:.2%}, full conv "
-              + ", ".join(f"{lay.C}->{lay.K}: {util(lay, arch).utilisation:.1%}"
-                          for lay in full))
+        for label, a in (("stall-free", free(arch)), ("at preset bandwidth", arch)):
+            print(f"  {arch} {label}: group size 64 (g=2, zin 128) "
+                  f"{util(g64, a).utilisation:.1%}, depthwise {util(dw, a).utilisation:.2%}, "
+                  "full conv " + ", ".join(f"{lay.C}->{lay.K}: {util(lay, a).utilisation:.1%}"
+                                           for lay in full))
 
 
 def weight_bound():
     print("\n1b. weight bandwidth: 3x3, zin = zout = 256, 14x14 on 64 MACs, wide memory of 16, "
-          "8 or 4 words a cycle: cycles (k) / utilisation / weight-stall share")
-    base = load_arch("group-tile-64mac")
+          "8 or 4 words a cycle: cycles (k) / utilisation / weight-stall share, stall-free; "
+          "then cycles (k) / share stalled on DRAM at the preset's bandwidth")
     print("  " + "".join(f"{'g=' + str(g) + ' (size ' + str(256 // g) + ')':>26}"
                          for g in (1, 4, 8, 16, 256)))
     for words in (16, 8, 4):
-        arch = dataclasses.replace(base, sections={"group-tile": Params(
-            wide_words_per_cycle=words)})
-        cells = []
-        for g in (1, 4, 8, 16, 256):
-            st = util(ConvLayer(1, 256, 14, 14, 256, 3, 3, padding=1, groups=g), arch)
-            stall = st.extra["weight_stall_cycles"] / st.cycles
-            cells.append(f"{st.cycles / 1e3:.0f}/{st.utilisation:.0%}/{stall:.0%}")
-        print(f"  {words:>2} words " + "".join(f"{c:>26}" for c in cells)[8:])
+        for label, base in (("free", free("group-tile-64mac")),
+                            ("dram", load_arch("group-tile-64mac"))):
+            arch = dataclasses.replace(base, sections={"group-tile": Params(
+                wide_words_per_cycle=words)})
+            cells = []
+            for g in (1, 4, 8, 16, 256):
+                st = util(ConvLayer(1, 256, 14, 14, 256, 3, 3, padding=1, groups=g), arch)
+                stall = st.extra["weight_stall_cycles"] / st.cycles
+                cells.append(f"{st.cycles / 1e3:.0f}/{st.utilisation:.0%}/{stall:.0%}"
+                             if label == "free" else
+                             f"{st.cycles / 1e3:.0f}/{st.stalled_share:.0%}")
+            print(f"  {words:>2} w {label}" + "".join(f"{c:>26}" for c in cells)[9:])
 
 
 def per_block_table():
@@ -85,10 +134,12 @@ def per_block_table():
             print(f"  {i:>5} {spec.c_in:>4}->{spec.c_out:<4} {spec.stride} "
                   + "".join(f"{c:>24}" for c in cells))
             h = (-(-h[0] // spec.stride), -(-h[1] // spec.stride))
-        print("  all 20 blocks, every block as one kind:")
+        print("  all 20 blocks, every block as one kind (cycles stall-free, at the preset's "
+              "bandwidth, share stalled, utilisation over the latter):")
         for kind, rows in sums.items():
             st = total([r[0] for r in rows])
-            print(f"    {kind:<24} {st.cycles:>12,} cycles  {st.utilisation:>6.1%}  "
+            print(f"    {kind:<24} {st.compute_cycles:>12,} {st.cycles:>12,} cycles "
+                  f"{st.stalled_share:>6.1%} {st.utilisation:>6.1%}  "
                   f"{sum(r[1] for r in rows):>10,} params")
 
 
@@ -97,10 +148,14 @@ def network_tuning():
           "the MAC-filling g)")
     graph = blocks.build()
     for arch in TILES:
-        r = tune.tune_groups(graph, arch)
-        (c0, p0), (c1, p1) = r.totals("given"), r.totals("chosen")
-        print(f"  {arch}: as built {c0:,} cycles {p0:,} params; filling {c1:,} cycles "
-              f"{p1:,} params ({len(r.layers)} grouped layers)")
+        for label, a in (("stall-free", free(arch)), ("at preset bandwidth", arch)):
+            r = tune.tune_groups(graph, a)
+            (c0, p0), (c1, p1) = r.totals("given"), r.totals("chosen")
+            moved = sum(lc.candidate(lc.chosen).cycles > 1.01 * lc.candidate(lc.fastest).cycles
+                        for lc in r.layers)
+            print(f"  {arch} {label}: as built {c0:,} cycles {p0:,} params; filling {c1:,} "
+                  f"cycles {p1:,} params ({len(r.layers)} grouped layers; {moved} where "
+                  "another g has over 1% fewer cycles)")
 
 
 def network_front():
@@ -135,6 +190,7 @@ def digits_front():
 
 
 if __name__ == "__main__":
+    zoo_vs_systolic()
     patent_examples()
     weight_bound()
     per_block_table()

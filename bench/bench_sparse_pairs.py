@@ -6,8 +6,10 @@ weights, shipped by the mtcnn wheel) pruned to 0.3: conv-layer cycles of
 ``sparse-pairs-32x32`` (1024 multipliers) under each weight-grouping policy against
 the 32x32 weight-stationary ``systolic`` array (1024 multipliers) on the same
 layers; the ideal speed-up dense MACs / decided pairs and the fraction of it the
-machine reaches; which grouping policy wins how many layers. Then the estimate
-path's time on VGG-16 against PyTorch's inference time (target: under 2x).
+machine reaches; which grouping policy wins how many layers; all stall-free (DRAM
+bandwidth unlimited), then each machine at the preset's own bandwidth (10 B/cycle, the
+same 64 KiB buffers for both machines): cycles, the share stalled, the speed-up. Then
+the estimate path's time on VGG-16 against PyTorch's inference time (target: under 2x).
 
 Run: python bench/bench_sparse_pairs.py   (a few minutes on 2 cores; run it once)
 """
@@ -34,17 +36,20 @@ from common import best_time  # noqa: E402
 CASES = [("alexnet", "deep-compression"), ("vgg16", "deep-compression"), ("resnet18", 0.3),
          ("resnet18", 0.1), ("mobilenet_v2", None),
          ("mtcnn-onet", 0.3)]  # trained weights: kernel densities vary as in real pruned nets
-ARCH = npusim.load_arch("sparse-pairs-32x32")
+PRESET = npusim.load_arch("sparse-pairs-32x32")
+ARCH = PRESET.with_memory(dram_bytes_per_cycle="unlimited")  # stall-free
+BANDWIDTH = PRESET.memory.dram_bytes_per_cycle
 SP, SYS = get("sparse-pairs"), get("systolic")
 
 
-def arch_for(policy: str, dealing: str):
-    p = dataclasses.replace(ARCH.params("sparse-pairs"), grouping=policy, dealing=dealing)
-    return dataclasses.replace(ARCH, sections={**ARCH.sections, "sparse-pairs": p})
+def arch_for(policy: str, dealing: str, base=ARCH):
+    p = dataclasses.replace(base.params("sparse-pairs"), grouping=policy, dealing=dealing)
+    return dataclasses.replace(base, sections={**base.sections, "sparse-pairs": p})
 
 
 MACHINES = [(d, pol) for d in grouping.DEALINGS for pol in grouping.POLICIES]
 ARCHS = {m: arch_for(m[1], m[0]) for m in MACHINES}
+FINITE = {m: arch_for(m[1], m[0], PRESET) for m in MACHINES}  # at the preset's bandwidth
 DEFAULT = ("weight-groups", "similar-density")  # the preset's choice
 
 
@@ -64,11 +69,15 @@ def conv_inputs(graph, x):
 
 
 def layer_rows(graph, x) -> list[dict]:
-    """Per conv layer: systolic stats and sparse-pairs stats under each policy."""
+    """Per conv layer: systolic stats and sparse-pairs stats under each policy, stall-free
+    (keys ``systolic`` and the machines) and at the preset's bandwidth (``bw``, the same
+    keys)."""
     rows = []
     for layer, xm, wm in conv_inputs(graph, x):
         row = {"layer": layer, "systolic": SYS.estimate(layer, xm, wm, ARCH)}
         row.update({m: SP.estimate(layer, xm, wm, ARCHS[m]) for m in MACHINES})
+        row["bw"] = {"systolic": SYS.estimate(layer, xm, wm, PRESET)}
+        row["bw"].update({m: SP.estimate(layer, xm, wm, FINITE[m]) for m in MACHINES})
         rows.append(row)
     return rows
 
@@ -93,14 +102,18 @@ def summarise(label: str, rows) -> None:
     MACs / multipliers); ``ideal``: dense MACs / pairs; ``util`` (pairs / multiplier-cycles)
     = vs dense / ideal, the fraction of the ideal reached."""
     sys_total = total([r["systolic"] for r in rows])
+    sys_bw = total([r["bw"]["systolic"] for r in rows])
     print(f"\n{label}: {len(rows)} conv/fc layers, systolic-32x32-ws {sys_total.cycles:,} cycles "
-          f"(utilisation {sys_total.utilisation:.2f})")
+          f"stall-free (utilisation {sys_total.utilisation:.2f}), {sys_bw.cycles:,} at "
+          f"{BANDWIDTH:g} B/cycle (stalled {sys_bw.stalled_share:.2f})")
     print(f"  {'dealing':14s} {'policy':16s} {'cycles':>11s} {'speed-up':>8s} {'vs dense':>8s} "
           f"{'ideal':>6s} {'util':>5s} {'idle in':>7s} {'idle btw':>8s} {'grp imb':>7s} "
-          f"{'proc imb':>8s} {'bitmap/val':>10s} {'wins':>4s}")
+          f"{'proc imb':>8s} {'bitmap/val':>10s} {'wins':>4s} | {'at bw':>11s} {'stalled':>7s} "
+          f"{'speed-up':>8s}")
     won = wins(rows)
     for m in MACHINES:
         t = total([r[m] for r in rows])
+        b = total([r["bw"][m] for r in rows])
         bitmap_ratio = t.extra["bitmap_traffic_bytes"] / (t.sram_ifmap_bytes + t.sram_filter_bytes)
         idle_in, idle_between = (t.extra[k] / t.pe_cycles for k in
                                  ("idle_cycles_within_groups", "idle_cycles_between_groups"))
@@ -108,7 +121,8 @@ def summarise(label: str, rows) -> None:
         print(f"  {m[0]:14s} {m[1]:16s} {t.cycles:11,d} {sys_total.cycles / t.cycles:8.2f} "
               f"{vs_dense:8.2f} {t.dense_macs / t.macs:6.2f} {t.utilisation:5.2f} {idle_in:7.2f} "
               f"{idle_between:8.2f} {imbalance(t):7.2f} {imbalance(t, 'processor'):8.2f} "
-              f"{bitmap_ratio:10.3f} {won.get(m, 0):4d}")
+              f"{bitmap_ratio:10.3f} {won.get(m, 0):4d} | {b.cycles:11,d} "
+              f"{b.stalled_share:7.2f} {sys_bw.cycles / b.cycles:8.2f}")
     print("  all three policies tie on " + ", ".join(
         f"{won.get((d, 'tie'), 0)} layers ({d})" for d in grouping.DEALINGS))
     t = total([r[DEFAULT] for r in rows])
@@ -127,13 +141,17 @@ def subset(label: str, rows, keep) -> None:
     chosen = [r for r in rows if keep(r["layer"])]
     if 0 < len(chosen) < len(rows):
         s, t = (total([r[k] for r in chosen]) for k in ("systolic", DEFAULT))
+        s_bw, t_bw = (total([r["bw"][k] for r in chosen]) for k in ("systolic", DEFAULT))
         best = max(MACHINES, key=lambda m: -total([r[m] for r in chosen]).cycles)
         b = total([r[best] for r in chosen])
         dense = t.dense_macs / (t.pe_cycles / t.cycles)
         print(f"  {label}: speed-up {s.cycles / t.cycles:.2f} over systolic "
               f"(utilisation {s.utilisation:.2f}), {dense / t.cycles:.2f} over a fully used "
               f"dense array, ideal {t.dense_macs / t.macs:.2f}; best machine {best[0]} + "
-              f"{best[1]}: {s.cycles / b.cycles:.2f} / {dense / b.cycles:.2f}")
+              f"{best[1]}: {s.cycles / b.cycles:.2f} / {dense / b.cycles:.2f}; at "
+              f"{BANDWIDTH:g} B/cycle: speed-up {s_bw.cycles / t_bw.cycles:.2f} over systolic, "
+              f"{dense / t_bw.cycles:.2f} over the fully used dense array, stalled "
+              f"{t_bw.stalled_share:.2f}")
 
 
 def timing() -> None:
@@ -151,10 +169,10 @@ def timing() -> None:
 
     def costs() -> None:
         for layer, xm, wm in convs:
-            SP.estimate(layer, xm, wm, ARCH)
+            SP.estimate(layer, xm, wm, PRESET)
 
     t_est = best_time(costs, repeat=2)
-    t_sim = best_time(lambda: npusim.simulate(graph, x, ARCH, mode="estimate"), repeat=2)
+    t_sim = best_time(lambda: npusim.simulate(graph, x, PRESET, mode="estimate"), repeat=2)
     print(f"\nVGG-16 timing (torch threads {torch.get_num_threads()}): torch eager "
           f"{t_torch:.2f} s; "
           f"sparse-pairs estimate path (all conv/fc layers, from masks) {t_est:.2f} s = "

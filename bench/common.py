@@ -20,3 +20,14 @@ def report(label: str, ours: float, theirs: float, their_name: str, target: str)
     """One line: both times and the ratio, with the target it is measured against."""
     print(f"{label}: npusim {ours:.3f} s, {their_name} {theirs:.3f} s, "
           f"ratio {ours / theirs:.2f}x (target: {target})")
+
+
+def memory_line(*archs) -> str:
+    """What memory a comparison of ``archs`` ran on: 'same memory: ...' when every arch has
+    the same buffers and bandwidths, else 'UNEQUAL memory: ...' naming each (print it with
+    every comparison of machines)."""
+    from npusim.memory import describe, same_memory
+
+    if same_memory(archs):
+        return f"same memory: {describe(archs[0].memory)}"
+    return "UNEQUAL memory: " + "; ".join(f"{a.name}: {describe(a.memory)}" for a in archs)

@@ -51,11 +51,18 @@ def test_every_preset_loads_and_names_itself():
 
 @pytest.mark.parametrize("stationary", ["os", "ws", "is"])
 def test_systolic_presets_are_scalesim_default_config(stationary):
-    """SCALE-Sim's scale.cfg: 32 x 32 array, 64 KiB per SRAM, 10 words/cycle of bandwidth."""
+    """SCALE-Sim's scale.cfg: 32 x 32 array, 64 KiB per SRAM; DRAM one LPDDR4X-4266 x32
+    channel (17.064 GB/s at 1 GHz), as every preset."""
     arch = load_arch(f"systolic-32x32-{stationary}")
     p = arch.params("systolic")
     assert (p.rows, p.cols, p.stationary) == (32, 32, stationary)
-    assert arch.memory == Memory(64, 64, 64, 10.0)
+    assert arch.memory == Memory(64, 64, 64, 17.064)
+
+
+def test_every_preset_has_the_same_memory():
+    """Fair charging: every machine meets the same buffers and DRAM channel."""
+    memories = {load_arch(name).memory for name in presets()}
+    assert memories == {Memory(64, 64, 64, 4266 * 4 / 1000)}
 
 
 def test_default_arch_is_a_preset():
@@ -97,8 +104,12 @@ BAD = [
      r"npu\.toml: unknown section \[systolik\]; valid sections: \[memory\], \[vector\], "
      r"\[energy\], .*\[systolic\]"),
     ("unknown key in part", "[memory]\nsram_kb = 4\n",
-     r"npu\.toml: memory: unknown key\(s\) sram_kb; valid keys: dram_bytes_per_cycle, "
-     r"filter_sram_kb, ifmap_sram_kb, ofmap_sram_kb"),
+     r"npu\.toml: memory: unknown key\(s\) sram_kb; valid keys: double_buffered, "
+     r"dram_bytes_per_cycle, dram_channels, dram_latency_cycles, filter_sram_kb, ifmap_sram_kb, "
+     r"ofmap_sram_kb, sram_bytes_per_cycle"),
+    ("word for a bandwidth", '[memory]\ndram_bytes_per_cycle = "fast"\n',
+     r"npu\.toml: memory\.dram_bytes_per_cycle='fast': must be a number or \"unlimited\" "
+     r"\(bytes/cycle\)"),
     ("unknown key in dataflow section", "[systolic]\nrows = 4\nheight = 2\n",
      r"npu\.toml: systolic: unknown key\(s\) height; valid keys: cols, rows, stationary"),
     ("string for a number", 'clock_mhz = "fast"\n',
@@ -197,3 +208,12 @@ def test_a_binary_file_is_not_an_arch_file(tmp_path):
     with pytest.raises(ConfigError, match=r"arch\.toml: not a TOML text file \(UTF-8: invalid "
                                           r"start byte\)"):
         load_arch(path)
+
+
+def test_bandwidth_unlimited_and_memory_options(tmp_path):
+    text = ('[memory]\ndram_bytes_per_cycle = "unlimited"\ndram_latency_cycles = 40\n'
+            'sram_bytes_per_cycle = 64\ndouble_buffered = false\n')
+    m = load_arch(write(tmp_path, text)).memory
+    assert (m.dram_bytes_per_cycle, m.dram_latency_cycles) == ("unlimited", 40)
+    assert (m.sram_bytes_per_cycle, m.double_buffered) == (64.0, False)
+    assert Memory().sram_bytes_per_cycle == "unlimited" and Memory().double_buffered

@@ -140,3 +140,17 @@ def test_bad_group_size_and_channel_chain_raise():
                                                                     expand=8)], 5)
     with pytest.raises(LayerError, match=r"n\.block2\.c_in=9: the previous layer gives 8"):
         blocks.build_network("n", (1, 8, 4, 4), [BlockSpec("ibn", 8, 8), BlockSpec("ibn", 9, 8)])
+
+
+@pytest.mark.parametrize("preset", ["group-tile-32mac", "group-tile-64mac"])
+@pytest.mark.parametrize("model", ["edgetpu_v2_like", "mobilenet_v2"])
+def test_bandwidth_sweep_on_grouped_networks(model, preset):
+    """The classifier built from these blocks and MobileNetV2 (its IBN blocks), int8, on the
+    tiles: monotone in bandwidth and above the compute and DRAM floors, layer by layer."""
+    from test_segnet import check_bandwidth_sweep
+
+    from npusim.frontends import load_model
+
+    graph = load_model(model, input_shape=(1, 3, 64, 64))
+    layers = [graph.layers[n.name].with_dtype("int8") for n in graph.conv_nodes]
+    check_bandwidth_sweep(layers, npusim.load_arch(preset), "group-tile")

@@ -14,18 +14,29 @@ import npusim
 from npusim import reference
 from npusim.arch.spec import arch_from_toml_text
 from npusim.dataflows import get
-from npusim.dataflows.dilated_grid import Params, count, dilated_conv, expand_filter, zero_inserted
+from npusim.dataflows.dilated_grid import (
+    Params,
+    count,
+    dilated_conv,
+    expand_filter,
+    steps,
+    zero_inserted,
+)
 from npusim.emulate import dilated_grid as emu
 from npusim.errors import ConfigError
 from npusim.ir import ConvLayer
+from npusim.memory import dense_dram_bytes
 
 DF = get("dilated-grid")
 
 
-def arch_with(**params):
+def arch_with(bandwidth=10.0, memory=None, **params):
+    """The flat preset with its [dilated-grid] section replaced by ``params``, at DRAM
+    ``bandwidth`` (bytes/cycle or "unlimited") and the ``memory`` fields given."""
     arch = npusim.load_arch("dilated-grid-2x2")
-    return dataclasses.replace(arch, sections={**arch.sections,
-                                               "dilated-grid": Params(**params)})
+    mem = dataclasses.replace(arch.memory, dram_bytes_per_cycle=bandwidth, **(memory or {}))
+    return dataclasses.replace(arch, memory=mem, sections={**arch.sections,
+                                                           "dilated-grid": Params(**params)})
 
 
 @st.composite
@@ -80,12 +91,25 @@ def test_conv2d_entry_matches_torch_at_large_rates(rate):
 
 
 @settings(max_examples=40)
-@given(grid_layers(), machines(), st.integers(0, 2 ** 16))
-def test_emulator_equals_fast_model_outputs_and_counts(layer, p, seed):
+@given(grid_layers(), machines(), st.integers(0, 2 ** 16),
+       st.sampled_from(["unlimited", 0.2, 1.5, 30.0]), st.booleans())
+def test_emulator_equals_fast_model_outputs_and_counts(layer, p, seed, bandwidth, double):
+    """Counts, and the memory steps the emulator logged as it ran against the fast model's:
+    equal step by step, so equal cycles, stalls and DRAM bytes on 1 KiB buffers (inputs
+    overflow) at small and large bandwidths."""
     x, w, b = tensors(layer, seed)
-    out, counts = emu.emulate(layer, x, w, b, p)
+    out, counts, logged = emu.emulate(layer, x, w, b, p)
     assert counts == count(layer, p)
     assert rel_err(out, reference.conv2d(x, w, b, layer)) < 1e-5
+    fast = steps(layer, p)
+    for name in ("compute", "ifmap", "ifmap_bytes", "filter", "filter_bytes", "ofmap",
+                 "ofmap_bytes", "sram_bytes"):
+        np.testing.assert_array_equal(getattr(logged, name), getattr(fast, name), name)
+    arch = dataclasses.replace(arch_with(bandwidth, {"ifmap_sram_kb": 1, "filter_sram_kb": 1,
+                                                     "ofmap_sram_kb": 1,
+                                                     "double_buffered": double}),
+                               sections={"dilated-grid": p})
+    assert DF.emulate(layer, x, w, b, arch)[1] == DF.estimate(layer, None, None, arch)
 
 
 @settings(max_examples=15)
@@ -93,7 +117,7 @@ def test_emulator_equals_fast_model_outputs_and_counts(layer, p, seed):
 def test_emulator_int8_is_bit_identical_to_fast_path(layer, p, seed):
     layer = layer.with_dtype("int8")
     x, w, b = tensors(layer, seed, "int8")
-    out, counts = emu.emulate(layer, x, w, b, p)
+    out, counts, _ = emu.emulate(layer, x, w, b, p)
     np.testing.assert_array_equal(out, dilated_conv(layer, x, w, b))
     assert counts == count(layer, p)
 
@@ -177,8 +201,8 @@ def test_zero_fill_edges_lose_pixels_and_wrap_does_not(rate):
     layer = ConvLayer(1, 1, 10, 10, 1, 3, 3, dilation=rate)
     x, w, _ = tensors(layer, 3)
     ref = reference.conv2d(x, w, None, layer)
-    wrapped, _ = emu.emulate(layer, x, w, None, Params(), edge="wrap")
-    zeroed, _ = emu.emulate(layer, x, w, None, Params(), edge="zero")
+    wrapped, *_ = emu.emulate(layer, x, w, None, Params(), edge="wrap")
+    zeroed, *_ = emu.emulate(layer, x, w, None, Params(), edge="zero")
     assert rel_err(wrapped, ref) < 1e-5
     assert rel_err(zeroed, ref) > 0.1
 
@@ -203,7 +227,7 @@ def test_double_buffering_hides_loads_behind_steps():
 def test_stride_keeps_every_strided_output():
     layer = ConvLayer(1, 1, 9, 9, 1, 3, 3, stride=2, dilation=2)
     x, w, _ = tensors(layer, 5)
-    out, counts = emu.emulate(layer, x, w, None, Params())
+    out, counts, _ = emu.emulate(layer, x, w, None, Params())
     assert rel_err(out, reference.conv2d(x, w, None, layer)) < 1e-5
     assert counts.tiles == 3 * 3  # (P - 1) * 2 + 1 = 5 dense rows: 3 tiles of 2
 
@@ -242,3 +266,33 @@ def test_simulate_modes_agree_on_a_small_dilated_network():
             for m in ("run", "estimate", "emulate")}
     assert runs["run"].layers == runs["estimate"].layers == runs["emulate"].layers
     np.testing.assert_array_equal(runs["run"].output, runs["emulate"].output)
+
+
+def test_input_larger_than_its_buffer_is_streamed_again_for_each_output_map():
+    """3x3 on a 40 x 40 int8 map, 2 output maps, 2 x 2 MACs: each map streams the whole
+    input through the grid, 19 tile rows (bands of 4 input rows, then 2 new rows each:
+    4 + 18 x 2 = 40 rows of 40 pixels). In a 64 KiB buffer the 1,600 bytes stay for the
+    second map; in 1 KiB (512 bytes active, double buffered) they are fetched again."""
+    layer = ConvLayer(1, 1, 40, 40, 2, 3, 3, dtype="int8")
+    fits = DF.estimate(layer, None, None, arch_with(10.0))
+    over = DF.estimate(layer, None, None, arch_with(10.0, {"ifmap_sram_kb": 1}))
+    assert (fits.dram_ifmap_bytes, over.dram_ifmap_bytes) == (1600, 2 * 1600)
+    assert fits.dram_filter_bytes == over.dram_filter_bytes == 2 * 9
+    assert fits.dram_ofmap_bytes == over.dram_ofmap_bytes == 2 * 38 * 38
+    assert (fits.dram_ifmap_bytes, fits.dram_filter_bytes, fits.dram_ofmap_bytes) == \
+        dense_dram_bytes(layer, 1)
+    assert fits.compute_cycles == over.compute_cycles == count(layer, Params(shifter="flat",
+                                                                              levels=1)).cycles
+    slow = DF.estimate(layer, None, None, arch_with(0.01, {"ifmap_sram_kb": 1}))
+    assert slow.bound == "dram" and slow.cycles >= (3200 + 18 + 2888) / 0.01
+    x, w, _ = tensors(layer, 4, "int8")
+    assert DF.emulate(layer, x.astype(np.int8), w.astype(np.int8), None,
+                      arch_with(0.01, {"ifmap_sram_kb": 1}))[1] == slow
+
+
+def test_stall_free_cycles_are_the_grid_cycles():
+    layer = ConvLayer(1, 3, 30, 30, 4, 3, 3, dilation=4, padding=4)
+    for bandwidth in ("unlimited", 0.5, 1000.0):
+        s = DF.estimate(layer, None, None, arch_with(bandwidth))
+        assert s.compute_cycles == count(layer, Params()).cycles
+    assert DF.estimate(layer, None, None, arch_with("unlimited")).stall_cycles == 0

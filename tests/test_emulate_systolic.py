@@ -98,3 +98,48 @@ def test_simulate_mode_emulate_equals_run_on_a_small_net():
         run = npusim.simulate(graph, x, arch, mode="run", dtype=dtype)
         assert emu.layers == run.layers
         assert rel_err(emu.output, run.output) < 1e-5
+
+
+@settings(max_examples=60)
+@given(conv_layers(max_hw=6, max_c=4, max_k=4, max_rs=3), st.sampled_from(ARRAYS),
+       st.sampled_from(("ws", "is")), st.integers(1, 5), st.integers(0, 99))
+def test_stream_tiles_emulated_equal_reference_and_fast_model(layer, shape, stationary, tile,
+                                                              seed):
+    """WS/IS with the stream cut into tiles of ``tile`` vectors: same outputs, and the
+    emulator's fold cycles, SRAM words and memory traffic equal the fast model's."""
+    layer = layer.with_dtype("int8")
+    x, w, b = tensors(layer, seed, "int8")
+    arch = dataclasses.replace(load_arch("systolic-32x32-os"),
+                               sections={"systolic": Params(*shape, stationary, tile)})
+    out, stats = Systolic().emulate(layer, x, w, b, arch)
+    assert np.array_equal(out, reference.conv2d(x, w, b, layer))
+    assert stats == Systolic().stats(layer, arch)
+
+
+def test_stream_tiles_cycles_by_hand():
+    """WS on a 4x4 array, 1x1 conv C=4 K=4 on a 10x10 map (M = 100 pixels streamed):
+    untiled one fold of 2*4 + 4 + 100 - 2 = 110 cycles; tiles of 32: three folds of
+    2*4 + 4 + 32 - 2 = 42 and one of 2*4 + 4 + 4 - 2 = 14 (the stationary tile is
+    loaded again for each: 4 x 16 filter words)."""
+    layer = ConvLayer(1, 4, 10, 10, 4, 1, 1)
+    free = load_arch("systolic-32x32-ws").with_memory(dram_bytes_per_cycle="unlimited")
+    for tile, cycles, filter_words in ((0, 110, 16), (32, 3 * 42 + 14, 64)):
+        arch = dataclasses.replace(free, sections={"systolic": Params(4, 4, "ws", tile)})
+        s = Systolic().stats(layer.with_dtype("int8"), arch)
+        assert s.cycles == cycles - 1 and s.sram_filter_bytes == filter_words
+
+
+def test_stream_tiles_keep_partial_sums_on_chip():
+    """ResNet-18's Conv2 (64x56x56, 3x3, WS): untiled, a column fold's 54 x 54 x 32 4-byte
+    partial sums (373 KB) overflow the ofmap SRAM's 32 KiB active half and cross DRAM every
+    reduction fold; in tiles of 256 pixels (32 KiB) each output is written once."""
+    layer = ConvLayer(1, 64, 56, 56, 64, 3, 3, name="conv2").with_dtype("int8")
+    arch = load_arch("systolic-32x32-ws")
+    untiled = Systolic().stats(layer, arch)
+    tiled = Systolic().stats(layer, dataclasses.replace(
+        arch, sections={"systolic": Params(32, 32, "ws", 256)}))
+    outputs = 64 * 54 * 54
+    assert untiled.dram_ofmap_bytes > 10 * outputs
+    assert tiled.dram_ofmap_bytes == outputs
+    assert tiled.compute_cycles > untiled.compute_cycles  # more fills and drains
+    assert tiled.cycles < untiled.cycles

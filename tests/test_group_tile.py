@@ -14,16 +14,19 @@ from strategies import conv_layers, rel_err, tensors
 import npusim
 from npusim import reference
 from npusim.arch.spec import arch_from_toml_text
-from npusim.dataflows.group_tile import NAME, Params
-from npusim.emulate.group_tile import run_tiles
+from npusim.dataflows.group_tile import NAME, Params, schedule
+from npusim.emulate.group_tile import run_tiles, work_units
 from npusim.errors import ConfigError
 from npusim.ir import ConvLayer, GraphBuilder
+from npusim.memory import dense_dram_bytes
 
 
-def arch_with(**params) -> npusim.Arch:
-    """The 64-MAC preset with its [group-tile] section replaced by ``params``."""
+def arch_with(bandwidth="unlimited", memory=None, **params) -> npusim.Arch:
+    """The 64-MAC preset with its [group-tile] section replaced by ``params``, at DRAM
+    ``bandwidth`` (bytes/cycle; "unlimited" = stall-free) and the ``memory`` fields given."""
     base = npusim.load_arch("group-tile-64mac")
-    return dataclasses.replace(base, sections={NAME: Params(**params)})
+    mem = dataclasses.replace(base.memory, dram_bytes_per_cycle=bandwidth, **(memory or {}))
+    return dataclasses.replace(base, memory=mem, sections={NAME: Params(**params)})
 
 
 tile_params = st.builds(Params, macs=st.integers(1, 9), tiles=st.integers(1, 3),
@@ -33,11 +36,17 @@ tile_params = st.builds(Params, macs=st.integers(1, 9), tiles=st.integers(1, 3),
 
 @settings(max_examples=40)
 @given(conv_layers(max_hw=5, max_c=4, max_k=4, max_rs=3), tile_params, st.integers(0, 99),
-       st.sampled_from(["float32", "int8"]))
-def test_run_matches_reference_and_emulator(layer, params, seed, dtype):
+       st.sampled_from(["float32", "int8"]), st.sampled_from(["unlimited", 0.3, 2.0, 40.0]),
+       st.integers(1, 2), st.booleans())
+def test_run_matches_reference_and_emulator(layer, params, seed, dtype, bandwidth, kib,
+                                            double):
+    """Outputs and every stat, stalls and DRAM bytes included, on small buffers (1-2 KiB,
+    so parameters and inputs overflow) at small and large bandwidths."""
     layer = layer.with_dtype(dtype)
     x, w, b = tensors(layer, seed, dtype)
-    arch = arch_with(**dataclasses.asdict(params))
+    arch = arch_with(bandwidth, {"filter_sram_kb": kib, "ifmap_sram_kb": kib,
+                                 "ofmap_sram_kb": kib, "double_buffered": double},
+                     **dataclasses.asdict(params))
     df = npusim.dataflows.get(NAME)
     out, stats = df.run(layer, x, w, b, arch)
     ref = reference.conv2d(x, w, b, layer)
@@ -91,7 +100,8 @@ def test_group_size_64_on_64_macs_keeps_every_mac_busy():
     assert np.all(busy[:compute] == 64)  # every MAC, every compute cycle
     assert len(busy) == compute + 1  # then one cycle drains the last 64 sums
     stats = npusim.dataflows.get(NAME).estimate(layer, x != 0, w != 0,
-                                                 arch_with(macs=64, output_bus_values=64))
+                                                 arch_with("unlimited", macs=64,
+                                                           output_bus_values=64))
     assert stats.cycles == compute + 1
     assert stats.extra["broadcasts"] * 64 == stats.macs  # reuse factor 64
 
@@ -101,7 +111,8 @@ def test_depthwise_uses_one_mac_per_broadcast(macs):
     """Depthwise (group size 1): each input has one output to feed, so one MAC of the tile
     works per cycle: 1/32 = 3.1% (the patent's 'about 3%') and 1/64 = 1.6%."""
     layer = ConvLayer(1, 96, 8, 8, 96, 3, 3, padding=1, groups=96, dtype="int8")
-    stats = npusim.dataflows.get(NAME).estimate(layer, None, None, arch_with(macs=macs))
+    stats = npusim.dataflows.get(NAME).estimate(layer, None, None,
+                                                 arch_with("unlimited", macs=macs))
     units = 8 * 8 * 96
     assert stats.cycles == units * 9 + 1  # 9 taps a unit; the drain hides behind the next
     assert stats.utilisation == pytest.approx(1 / macs * units * 9 / (units * 9 + 1))
@@ -110,9 +121,10 @@ def test_depthwise_uses_one_mac_per_broadcast(macs):
 def test_per_mac_bus_mode_feeds_a_depthwise_layer_in_parallel():
     """Fig. 7B's second mode: the bus carries up to 64 inputs, one per MAC."""
     layer = ConvLayer(1, 64, 4, 4, 64, 3, 3, padding=1, groups=64, dtype="int8")
-    one = npusim.dataflows.get(NAME).estimate(layer, None, None, arch_with(bus_inputs=1))
+    one = npusim.dataflows.get(NAME).estimate(layer, None, None,
+                                               arch_with("unlimited", bus_inputs=1))
     wide = npusim.dataflows.get(NAME).estimate(
-        layer, None, None, arch_with(bus_inputs=64, output_bus_values=64))
+        layer, None, None, arch_with("unlimited", bus_inputs=64, output_bus_values=64))
     assert wide.cycles == 16 * 9 + 1  # 16 pixels, all 64 channels at once
     assert one.cycles == 64 * 16 * 9 + 1
     assert wide.extra["broadcasts"] == one.extra["broadcasts"] == 64 * 16 * 9
@@ -128,18 +140,20 @@ def test_cycles_are_the_slower_of_macs_and_weight_bandwidth():
     df = npusim.dataflows.get(NAME)
     taps, pixels = 16 * 9, 16
     for dtype, per_tap in (("int8", 1), ("float32", 4)):
-        st_ = df.estimate(base.with_dtype(dtype), None, None, arch_with(wide_words_per_cycle=16))
+        st_ = df.estimate(base.with_dtype(dtype), None, None, arch_with("unlimited",
+                                                                  wide_words_per_cycle=16))
         assert st_.cycles == pixels * taps * per_tap + math.ceil(64 / 16)
         assert st_.extra["weight_stall_cycles"] == pixels * taps * (per_tap - 1)
-    narrow = df.estimate(base.with_dtype("int8"), None, None, arch_with(wide_words_per_cycle=8))
+    narrow = df.estimate(base.with_dtype("int8"), None, None,
+                         arch_with("unlimited", wide_words_per_cycle=8))
     assert narrow.cycles == pixels * taps * 2 + 4  # 16 words a tap over an 8-word memory
 
 
 def test_tiles_split_the_loop_nest():
     layer = ConvLayer(2, 32, 6, 6, 32, 3, 3, padding=1, groups=1, dtype="int8")
     df = npusim.dataflows.get(NAME)
-    one = df.estimate(layer, None, None, arch_with(macs=32))
-    four = df.estimate(layer, None, None, arch_with(macs=32, tiles=4))
+    one = df.estimate(layer, None, None, arch_with("unlimited", macs=32))
+    four = df.estimate(layer, None, None, arch_with("unlimited", macs=32, tiles=4))
     assert one.cycles == 72 * 288 + 2 and four.cycles == 18 * 288 + 2
     assert four.macs == one.macs and four.pe_cycles == 4 * 32 * four.cycles
 
@@ -150,3 +164,64 @@ def test_arch_section_errors_name_the_key():
         arch_from_toml_text(text, "t.toml")
     with pytest.raises(ConfigError, match=r"unknown key\(s\) mac_cells; valid keys: bus_inputs"):
         arch_from_toml_text('[group-tile]\nmac_cells = 64\n', "t.toml")
+
+
+def test_parameter_fetch_that_is_not_hidden_stalls_by_hand():
+    """A 1x1 conv 16 -> 64 on two pixels, int8, 64 MACs, DRAM 4 bytes/cycle. Two steps of
+    16 taps (one a cycle); the second also waits 4 cycles for the first's 64 sums
+    (16 a cycle): compute 16 + 20. Weights 64 x 16 = 1024 bytes, input 2 x 16 = 32 bytes,
+    outputs 64 bytes a step. Double buffered:
+    - weights fit the filter buffer: fetched once before step 0, exposed: 1056 / 4 = 264
+      cycles (256 weights, 8 input); step 1's write-back of step 0 (16 cycles) hides
+      behind its 20; the last 64 bytes out: 16 cycles. 36 + 264 + 16 = 316;
+    - weights larger than the buffer's active half (1 KiB / 2): every step fetches them
+      again: step 0 (16 cycles) waits for step 1's 1024 bytes (256 cycles): 240 more."""
+    layer = ConvLayer(1, 16, 1, 2, 64, 1, 1, dtype="int8")
+    df = npusim.dataflows.get(NAME)
+    fits = df.estimate(layer, None, None, arch_with(4.0, output_bus_values=16))
+    assert (fits.compute_cycles, fits.stall_dram_filter_cycles, fits.stall_dram_ifmap_cycles,
+            fits.stall_dram_ofmap_cycles, fits.cycles) == (36, 256, 8, 16, 316)
+    assert (fits.dram_filter_bytes, fits.dram_ifmap_bytes, fits.dram_ofmap_bytes) == (1024, 32,
+                                                                                      128)
+    small = arch_with(4.0, {"filter_sram_kb": 1}, output_bus_values=16)
+    over = df.estimate(layer, None, None, small)
+    assert (over.stall_dram_filter_cycles, over.cycles, over.dram_filter_bytes) == (496, 556,
+                                                                                    2048)
+    assert over.bound == "dram"
+    x, w, _ = tensors(layer, 1, "int8")
+    assert df.emulate(layer, x, w, None, small)[1] == over
+    serial = df.estimate(layer, None, None,
+                         arch_with(4.0, {"double_buffered": False}, output_bus_values=16))
+    assert serial.cycles == 264 + 16 + 16 + 20 + 16  # fetch, compute, write-back, each step
+
+
+def test_weights_fetched_once_equal_the_dense_tensors():
+    """Where everything fits, DRAM traffic is each tensor once (the dense sizes)."""
+    layer = ConvLayer(2, 32, 9, 7, 64, 3, 3, stride=2, padding=1, groups=4, dtype="int8")
+    st_ = npusim.dataflows.get(NAME).estimate(layer, None, None, arch_with(10.0))
+    assert (st_.dram_ifmap_bytes, st_.dram_filter_bytes, st_.dram_ofmap_bytes) == \
+        dense_dram_bytes(layer, 1)
+    assert st_.cycles >= max(st_.compute_cycles, st_.dram_bytes / 10.0)
+
+
+def test_weights_larger_than_the_buffer_run_in_chunks_each_fetched_once():
+    """A 1x1 conv 64 -> 128 on a 4 x 4 map, int8, 64 MACs: two output blocks of 64 x 64 =
+    4 KiB. An 8 KiB filter buffer keeps 4 KiB (double buffered): not both blocks, so the
+    controller runs block 0 over every pixel, then block 1. Each is fetched once (8 KiB in
+    all; pixel-major order would fetch both for each of the 16 pixels: 128 KiB), and the
+    1 KiB input, kept in the ifmap buffer, is read once. Stall-free cycles are the same
+    32 steps of 64 taps as in pixel-major order."""
+    layer = ConvLayer(1, 64, 4, 4, 128, 1, 1, dtype="int8")
+    df = npusim.dataflows.get(NAME)
+    small = arch_with(17.064, {"filter_sram_kb": 8})
+    st_ = df.estimate(layer, None, None, small)
+    assert (st_.dram_filter_bytes, st_.dram_ifmap_bytes, st_.dram_ofmap_bytes) == (8192, 1024,
+                                                                                   2048)
+    assert st_.compute_cycles == schedule(layer, Params()).cycles == 32 * 64 + 4
+    x, w, _ = tensors(layer, 2, "int8")
+    out, emu = df.emulate(layer, x, w, None, small)
+    assert emu == st_
+    np.testing.assert_array_equal(out, reference.conv2d(x, w, None, layer))
+    order = [(u.p, u.q, u.k0) for u in work_units(layer, 64, 4096)]
+    assert order[:16] == [(p, q, 0) for p in range(4) for q in range(4)]
+    assert order[16] == (0, 0, 64)

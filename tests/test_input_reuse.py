@@ -24,11 +24,15 @@ DF = get("input-reuse")
 FIG2A_KERNEL = np.array([[-1, -3, 4], [7, -2, -1], [-5, 3, 1]], np.int8)
 
 
-def arch_with(**params):
-    """The 1024-multiplier preset with some ``[input-reuse]`` parameters changed."""
-    base = load_arch("input-reuse-1024")
+def arch_with(bandwidth=10.0, **params):
+    """The 1024-multiplier preset with some ``[input-reuse]`` parameters changed, at a DRAM
+    bandwidth (bytes/cycle, or "unlimited": the stall-free machine)."""
+    base = load_arch("input-reuse-1024").with_memory(dram_bytes_per_cycle=bandwidth)
     p = dataclasses.replace(base.params("input-reuse"), **params)
     return dataclasses.replace(base, sections={**base.sections, "input-reuse": p})
+
+
+FREE = "unlimited"
 
 
 def run(layer, x, w, b, arch):
@@ -83,7 +87,7 @@ def test_fig2b_one_pixel_ifm_of_9(emulate):
 def fig5_layer(weights):
     """Fig. 5: one 4x4 region, one 3x3 kernel, one unit and one PU (no transfer needed)."""
     layer = ConvLayer(1, 1, 4, 4, 1, 3, 3, dtype="int8")
-    arch = arch_with(operation_units=1, processing_units=1, interconnect="chain")
+    arch = arch_with(FREE, operation_units=1, processing_units=1, interconnect="chain")
     x = np.arange(1, 17, dtype=np.int8).reshape(1, 1, 4, 4)
     return layer, x, weights.reshape(1, 1, 3, 3).astype(np.int8), arch
 
@@ -132,8 +136,8 @@ def test_work_stealing_saves_time_on_uneven_kernels():
     x, w, _ = tensors(layer, 2)
     w[:3, :, :, :] = 0
     w[:3, 0, 1, 1] = 1.0  # three kernels with one weight, one dense kernel
-    _, on = run(layer, x, w, None, arch_with(work_stealing=True))
-    _, off = run(layer, x, w, None, arch_with(work_stealing=False))
+    _, on = run(layer, x, w, None, arch_with(FREE, work_stealing=True))
+    _, off = run(layer, x, w, None, arch_with(FREE, work_stealing=False))
     assert on.cycles < off.cycles
     assert on.extra["stealing_saved_cycles"] == off.cycles - on.cycles
 
@@ -204,8 +208,8 @@ def test_work_stealing_spreads_a_depthwise_kernel_over_the_idle_units():
     layer = ConvLayer(1, 8, 8, 8, 8, 3, 3, padding=1, groups=8)
     x, w, _ = tensors(layer, 4)
     one_unit = {"operation_units": 1, "interconnect": "chain"}  # no transfers: compute only
-    _, on = run(layer, x, w, None, arch_with(work_stealing=True, **one_unit))
-    _, off = run(layer, x, w, None, arch_with(work_stealing=False, **one_unit))
+    _, on = run(layer, x, w, None, arch_with(FREE, work_stealing=True, **one_unit))
+    _, off = run(layer, x, w, None, arch_with(FREE, work_stealing=False, **one_unit))
     assert off.cycles == 8 * 9 * 9  # 8 kernel sets of one kernel, 9 regions, 9 taps
     assert on.cycles == 8 * 9 * 3  # ceil(9 / 4) per region and kernel
 
@@ -228,17 +232,57 @@ def test_ofm_written_compressed_stores_only_touched_pixels():
     assert s.dram_ofmap_bytes == 4 * 2 + 15 * 4
 
 
-def test_weights_refetched_per_wave_when_the_filter_sram_is_too_small():
-    layer = ConvLayer(1, 64, 8, 8, 64, 3, 3, padding=1)
-    x, w, _ = tensors(layer, 5)
-    _, s = run(layer, x, w, None, load_arch("input-reuse-1024"))
-    # 147 KB of weights > 64 KiB filter SRAM; 10x10 padded = 3x3 regions, 16 units: one wave
-    assert s.dram_filter_bytes == s.extra["weight_bytes"] == 64 * math.ceil(576 / 8) + w.size * 4
-    big = ConvLayer(1, 64, 20, 20, 64, 3, 3, padding=1)
-    x, w, _ = tensors(big, 6)
-    _, s = run(big, x, w, None, load_arch("input-reuse-1024"))
-    # the padded 22x22 input is 6x6 = 36 regions: three waves of 16
-    assert s.dram_filter_bytes == 3 * s.extra["weight_bytes"]
+def assert_stalls(s, ifmap: float, filter: float, ofmap: float) -> None:
+    """The layer's stalls against the hand-computed cycles by cause: the total rounded up
+    once, each cause within a cycle of its exact share."""
+    assert s.stall_cycles == math.ceil(ifmap + filter + ofmap - 1e-9)
+    for got, want in ((s.stall_dram_ifmap_cycles, ifmap), (s.stall_dram_filter_cycles, filter),
+                      (s.stall_dram_ofmap_cycles, ofmap)):
+        assert abs(got - want) < 1
+
+
+def _refetch_case(units, filter_kb, bandwidth):
+    """1x1 conv, 64 -> 8 channels on a 4x8 int8 map, dense: two 4x4 regions; 4 kernels
+    per processing unit set -> 2 kernel sets of 4 x (8 B bitmap + 64 values) = 288 B."""
+    layer = ConvLayer(1, 64, 4, 8, 8, 1, 1, dtype="int8")
+    x = np.ones(layer.input_shape, np.int8)
+    w = np.ones(layer.weight_shape, np.int8)
+    arch = arch_with(bandwidth, operation_units=units, processing_units=4,
+                     interconnect="chain", work_stealing=False).with_memory(
+        filter_sram_kb=filter_kb)
+    return run(layer, x, w, None, arch)[1]
+
+
+def test_weights_that_overflow_the_filter_sram_are_fetched_again_for_every_region():
+    """One operation unit: jobs (region 0, set 0), (0, 1), (1, 0), (1, 1), 64 weight cycles
+    each, no transfers (chain, one unit): 4 steps of 64 cycles. Filter: blocks of 288 B
+    cycled per region; 576 B do not fit 512 usable bytes (1 KiB double buffered): 4
+    fetches. IFM stream: 64 x 2 blocks x 2 B bitmaps + 2048 values = 2304 B, 1152 per
+    region, fetched when the region starts. OFM: 8 x 2 blocks x 2 B + 256 values = 288 B,
+    72 B written after each step. At 2 B/cycle, each step hides the next step's fetch and
+    the last step's write-back if they take under 64 cycles, the excess stalls, shared
+    by bytes: prologue (1152 + 288) / 2; step 0: 288 B; step 1: 1152 + 288 + 72 B;
+    step 2: 288 + 72 B; step 3: 72 B (hidden); epilogue 72 B."""
+    s = _refetch_case(1, 1, 2.0)
+    assert s.compute_cycles == 4 * 64
+    assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 4 * 288, 288)
+    step1, step2 = 1512 / 2 - 64, 360 / 2 - 64
+    assert_stalls(s, ifmap=1152 / 2 + step1 * 1152 / 1512,
+                  filter=288 / 2 + (288 / 2 - 64) + step1 * 288 / 1512 + step2 * 288 / 360,
+                  ofmap=step1 * 72 / 1512 + step2 * 72 / 360 + 72 / 2)
+    assert s.cycles == s.compute_cycles + s.stall_cycles and s.bound == "dram"
+    # a 64 KiB filter SRAM holds both sets: each fetched once
+    assert _refetch_case(1, 64, 2.0).dram_filter_bytes == 2 * 288
+    # stall-free: the compute cycles alone, whatever the bytes
+    free = _refetch_case(1, 1, FREE)
+    assert (free.cycles, free.stall_cycles) == (4 * 64, 0)
+
+
+def test_all_weights_streamed_again_by_every_row_when_they_exceed_the_buffer():
+    """Two operation units: each row of jobs is one region against both kernel sets, so it
+    reads all 576 B of weights; more than the 512 usable bytes, they cannot stay."""
+    assert _refetch_case(2, 1, 2.0).dram_filter_bytes == 2 * 576
+    assert _refetch_case(2, 64, 2.0).dram_filter_bytes == 576
 
 
 @pytest.mark.slow
@@ -291,3 +335,31 @@ def test_per_unit_cycles_add_up_and_sum_unit_by_unit_over_layers():
         a + b for a, b in zip(first, second, strict=True))
     csv_row = to_csv(res).splitlines()[1]
     assert " ".join(str(v) for v in convs[0].extra["opunit_busy_cycles_by_unit"]) in csv_row
+
+
+SWEEP = (0.5, 2.0, 10.0, 64.0, 1000.0)
+
+
+def bandwidth_sweep(preset: str):
+    """Every layer of two real pruned networks on a small photo (ResNet-18 at 0.3, AlexNet at
+    the deep-compression densities), at 0.5 to 1000 B/cycle: cycles never rise with the
+    bandwidth, never fall below max(compute cycles, DRAM bytes / bandwidth), and the
+    stall-free machine takes its compute cycles."""
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+
+    for name, size, density in (("resnet18", 32, 0.3), ("alexnet", 64, "deep-compression")):
+        graph, x = prune(zoo.build(name, size=size), density), zoo.input_for(name, size=size)
+        arch = load_arch(preset)
+        runs = [npusim.simulate(graph, x, arch.with_memory(dram_bytes_per_cycle=bw),
+                                mode="estimate").conv_layers for bw in (*SWEEP, "unlimited")]
+        for layer_runs in zip(*runs, strict=True):
+            *finite, free = layer_runs
+            assert free.cycles == free.compute_cycles == finite[0].compute_cycles
+            for bw, s in zip(SWEEP, finite, strict=True):
+                assert s.cycles >= max(s.compute_cycles, math.ceil(s.dram_bytes / bw))
+            assert [s.cycles for s in finite] == sorted((s.cycles for s in finite), reverse=True)
+
+
+def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
+    bandwidth_sweep("input-reuse-1024")

@@ -25,6 +25,7 @@ def stats_fixture() -> list[LayerStats]:
     vector ops between them."""
     conv_a = LayerStats("conv_a", "systolic", "3x8x8->4x8x8 3x3", dense_macs=6912, macs=6912,
                         cycles=100, pe_cycles=102400, mapped_pe_cycles=51200,
+                        compute_cycles=90, stall_dram_filter_cycles=10, bound="dram",
                         sram_ifmap_bytes=1000, sram_filter_bytes=200, sram_ofmap_bytes=300,
                         dram_ifmap_bytes=768, dram_filter_bytes=432, dram_ofmap_bytes=1024,
                         energy_pj=2500.0, extra={"folds": 2})
@@ -67,31 +68,33 @@ def rows_of(text: str) -> dict[str, list[str]]:
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.split("│")]
-        if len(cells) == 9:
+        if len(cells) == 12:
             rows[cells[0]] = cells
     return rows
 
 
 def test_table_has_each_conv_one_vector_row_and_totals():
-    text = render(result_fixture(), "tiny on systolic")
+    text = render(result_fixture(), "tiny on systolic", width=160)
     assert text.splitlines()[0] == "tiny on systolic"
     rows = rows_of(text)
     assert list(rows) == ["layer", "conv_a", "conv_b", "vector unit", "total"]
-    assert rows["conv_a"][1:] == ["3x8x8->4x8x8 3x3", "6.91 k", "6.91 k", "100", "6.8",
-                                  "1.46 KiB", "2.17 KiB", "2.50 nJ"]
+    assert rows["conv_a"][1:] == ["3x8x8->4x8x8 3x3", "6.91 k", "6.91 k", "90", "10", "100",
+                                  "dram", "6.8", "1.46 KiB", "2.17 KiB", "2.50 nJ"]
     assert rows["conv_b"][3] == "144" and rows["conv_b"][2] == "288"
     # the two vector ops summed: 24 cycles, 768 element ops on 32 lanes = 100 %
-    assert rows["vector unit"][1:] == ["2 ops (768 elem.)", "-", "-", "24", "100.0",
-                                       "3.25 KiB", "0 B", "691 pJ"]
-    # totals: 174 cycles; utilisation 7056 MACs / 153600 MAC slots = 4.6 %
-    assert rows["total"][4:6] == ["174", "4.6"]
-    assert rows["total"][8] == "4.19 nJ"
+    assert rows["vector unit"][1:] == ["2 ops (768 elem.)", "-", "-", "24", "0", "24", "-",
+                                       "100.0", "3.25 KiB", "0 B", "691 pJ"]
+    # totals: 164 compute + 10 stall = 174 cycles; utilisation 7056 / 153600 MAC slots = 4.6 %
+    assert rows["total"][4:9] == ["164", "10", "174", "", "4.6"]
+    assert rows["total"][11] == "4.19 nJ"
 
 
 def test_totals_block_reads_cycles_time_utilisation_energy_traffic():
-    text = render(result_fixture())
+    text = render(result_fixture(), width=160)
     assert "cycles            174" in text
-    assert "time at 1000 MHz  174 ns" in text  # 174 cycles at 1 GHz
+    assert "of which          164 compute + 10 stalled (5.7 % of the time: filter 10)" in text
+    assert "time at 1000 MHz  174 ns (stalls included)" in text  # 174 cycles at 1 GHz
+    assert "memory            SRAM ifmap 64 KiB, filter 64 KiB, ofmap 64 KiB" in text
     assert "utilisation       4.6 %" in text
     assert "energy            4.19 nJ" in text
     # 768 + 432 + (1024 + 32) = 2256 bytes
@@ -102,7 +105,7 @@ def test_totals_block_reads_cycles_time_utilisation_energy_traffic():
 def test_table_of_a_network_without_vector_ops():
     layers = [s for s in stats_fixture() if s.dataflow != "vector"]
     result = SimResult(None, layers, ARCH, "estimate", "int8", "systolic", 0.0)
-    assert list(rows_of(render(result))) == ["layer", "conv_a", "conv_b", "total"]
+    assert list(rows_of(render(result, width=160))) == ["layer", "conv_a", "conv_b", "total"]
 
 
 # ---- JSON ---------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ def test_json_holds_run_arch_every_field_and_totals():
         == ("9.9", "tiny", "run", "float32", "systolic")
     assert doc["input"] == "chelsea" and doc["batch"] == 1
     assert doc["arch"]["name"] == "systolic-32x32-ws"
-    assert doc["arch"]["params"] == {"rows": 32, "cols": 32, "stationary": "ws"}
+    assert doc["arch"]["params"] == {"rows": 32, "cols": 32, "stationary": "ws", "stream_tile": 0}
     assert doc["arch"]["memory"]["ifmap_sram_kb"] == 64
     assert doc["arch"]["energy"]["dram_byte_pj"] == ARCH.energy.dram_byte_pj
     assert [layer["name"] for layer in doc["layers"]] == ["conv_a", "relu_a", "pool_a", "conv_b"]
@@ -137,6 +140,10 @@ def test_json_totals_are_the_sum_of_its_layers():
     assert totals["extra"] == {"folds": 3, "skipped": 144}
     assert totals["utilisation"] == pytest.approx(7056 / 153600)
     assert totals["time_s"] == pytest.approx(174 / 1e9)
+    assert totals["compute_time_s"] == pytest.approx(164 / 1e9)
+    assert totals["stall_cycles"] == 10 and totals["stalled_share"] == pytest.approx(10 / 174)
+    assert totals["memory"].startswith("SRAM ifmap 64 KiB")
+    assert doc["layers"][0]["bound"] == "dram" and doc["layers"][0]["compute_cycles"] == 90
 
 
 def test_json_of_a_real_run_carries_the_dataflows_cycle_count():
@@ -145,10 +152,11 @@ def test_json_of_a_real_run_carries_the_dataflows_cycle_count():
     rng = np.random.default_rng(1)
     g = npusim.GraphBuilder("one", (1, 8, 10, 10))
     g.relu(g.conv(g.input, rng.standard_normal((16, 8, 3, 3)), padding=1, name="c"))
-    result = npusim.simulate(g.build(), rng.standard_normal((1, 8, 10, 10)), ARCH)
+    free = ARCH.with_memory(dram_bytes_per_cycle="unlimited")
+    result = npusim.simulate(g.build(), rng.standard_normal((1, 8, 10, 10)), free)
     doc = json.loads(to_json(result, model="one", version=npusim.__version__))
     conv = doc["layers"][0]
-    assert conv["cycles"] == 3 * 1 * (2 * 32 + 32 + 100 - 2) - 1
+    assert conv["cycles"] == conv["compute_cycles"] == 3 * 1 * (2 * 32 + 32 + 100 - 2) - 1
     assert conv["macs"] == 16 * 100 * 72
     assert doc["layers"][1]["dataflow"] == "vector"
     assert doc["totals"]["cycles"] == conv["cycles"] + math.ceil(1600 / 32)
@@ -172,7 +180,10 @@ def test_csv_header_is_every_stats_field_then_the_extras():
     assert header[:3] == ["name", "dataflow", "shape"]
     for key in ("dense_macs", "macs", "cycles", "pe_cycles", "mapped_pe_cycles",
                 "sram_ifmap_bytes", "dram_ofmap_bytes", "vector_ops", "energy_pj",
-                "utilisation", "mapping_efficiency", "sram_bytes", "dram_bytes"):
+                "utilisation", "mapping_efficiency", "sram_bytes", "dram_bytes",
+                "compute_cycles", "stall_dram_ifmap_cycles", "stall_dram_filter_cycles",
+                "stall_dram_ofmap_cycles", "stall_sram_cycles", "bound", "stall_cycles",
+                "stalled_share"):
         assert key in header
     assert header[-2:] == ["folds", "skipped"]
 

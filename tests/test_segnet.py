@@ -97,3 +97,28 @@ def test_errors_name_the_layer_and_the_rule():
         segnet.build(size=30)
     with pytest.raises(ModelError, match="no conv or cascade named 'nope'"):
         segnet.cascade_coefficients(segnet.build(size=16, width=4), "nope")
+
+
+BANDWIDTHS = (0.5, 2.0, 17.064, 100.0, 1000.0)  # bytes/cycle, low to high
+
+
+def check_bandwidth_sweep(layers, arch, dataflow):
+    """Per layer: cycles fall (never rise) as the DRAM bandwidth grows, compute cycles stay,
+    and cycles are never below max(compute, DRAM bytes / bandwidth)."""
+    df = npusim.dataflows.get(dataflow)
+    for layer in layers:
+        runs = [df.estimate(layer, None, None, arch.with_memory(dram_bytes_per_cycle=bw))
+                for bw in BANDWIDTHS]
+        cycles = [s.cycles for s in runs]
+        assert cycles == sorted(cycles, reverse=True), layer.name
+        assert len({s.compute_cycles for s in runs}) == 1, layer.name
+        for s, bw in zip(runs, BANDWIDTHS, strict=True):
+            assert s.cycles >= max(s.compute_cycles, s.dram_bytes / bw) - 1e-6, (layer.name, bw)
+            assert s.cycles == s.compute_cycles + s.stall_cycles
+
+
+@pytest.mark.parametrize("preset", ["dilated-grid-2x2", "dilated-grid-2x2-h3"])
+def test_bandwidth_sweep_on_dilated_segnet(preset):
+    g = segnet.build(size=96)
+    check_bandwidth_sweep([g.layers[n.name] for n in g.conv_nodes], npusim.load_arch(preset),
+                          "dilated-grid")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import conv_layers, rel_err, tensors
+from test_input_reuse import assert_stalls
 
 import npusim
 from npusim import reference
@@ -23,13 +24,21 @@ DF = get("sparse-pairs")
 BASE = npusim.load_arch("sparse-pairs-32x32")
 
 
-def arch_with(groups=32, size=32, policy="similar-density", dealing="weight-groups"):
+FREE = "unlimited"
+
+
+def arch_with(groups=32, size=32, policy="similar-density", dealing="weight-groups",
+              bandwidth=10.0):
+    """The preset with another array, at a DRAM bandwidth (bytes/cycle, or "unlimited":
+    the stall-free machine, for the tests that pin compute cycles)."""
     p = Params(groups, size, policy, dealing)
-    return dataclasses.replace(BASE, sections={**BASE.sections, "sparse-pairs": p})
+    return dataclasses.replace(BASE.with_memory(dram_bytes_per_cycle=bandwidth),
+                               sections={**BASE.sections, "sparse-pairs": p})
 
 
-def arch_of(p: Params):
-    return arch_with(p.processor_groups, p.processors_per_group, p.grouping, p.dealing)
+def arch_of(p: Params, bandwidth=10.0):
+    return arch_with(p.processor_groups, p.processors_per_group, p.grouping, p.dealing,
+                     bandwidth)
 
 
 params = st.builds(Params, st.integers(1, 3), st.integers(1, 4), st.sampled_from(grouping.POLICIES),
@@ -97,7 +106,7 @@ def _worked_example():
 
 def test_worked_example_one_group_of_two_processors_in_lockstep():
     layer, x, w = _worked_example()
-    out, st_ = DF.run(layer, x, w, None, arch_with(1, 2, "in-order"))
+    out, st_ = DF.run(layer, x, w, None, arch_with(1, 2, "in-order", bandwidth=FREE))
     np.testing.assert_array_equal(out.ravel(), [6, 4, 5, 0])
     # steps last max(3, 1) + max(1, 1 empty cycle) = 4 cycles; 5 pairs on 2 x 4 slots
     assert (st_.cycles, st_.macs, st_.extra["idle_cycles_within_groups"]) == (4, 5, 3)
@@ -107,7 +116,7 @@ def test_worked_example_one_group_of_two_processors_in_lockstep():
 
 def test_worked_example_two_groups_of_one_processor_each():
     layer, x, w = _worked_example()
-    _, st_ = DF.run(layer, x, w, None, arch_with(2, 1, "in-order"))
+    _, st_ = DF.run(layer, x, w, None, arch_with(2, 1, "in-order", bandwidth=FREE))
     # group 0 runs k0: 3 + 1 cycles; group 1 runs k1: 1 + 1 (empty step) cycles
     assert st_.cycles == 4
     assert st_.extra["group_cycles_mean"] == 3.0
@@ -122,7 +131,7 @@ def test_dense_tensors_decide_every_pair_and_zero_weights_none():
     x, w, _ = tensors(layer, 1)
     dense = DF.estimate(layer, x != 0, w != 0, BASE)
     assert dense.macs == layer.macs
-    empty = DF.estimate(layer, x != 0, np.zeros_like(w, bool), BASE)
+    empty = DF.estimate(layer, x != 0, np.zeros_like(w, bool), arch_with(bandwidth=FREE))
     # 9 pixels, one weight group: sliced one pixel per processor group, one empty cycle each
     assert empty.macs == 0 and empty.cycles == 1
     assert empty.extra["work_units"] == layer.P * layer.Q
@@ -143,7 +152,7 @@ def _alternating_densities():
 def test_similar_density_wins_when_a_group_runs_several_weight_groups(groups, dealing):
     """Lockstep steps cost the densest member: sorted groups pay for the dense kernels once."""
     layer, xm, wm = _alternating_densities()
-    cycles = {pol: DF.estimate(layer, xm, wm, arch_with(groups, 2, pol, dealing)).cycles
+    cycles = {pol: DF.estimate(layer, xm, wm, arch_with(groups, 2, pol, dealing, FREE)).cycles
               for pol in grouping.POLICIES}
     assert cycles["similar-density"] < cycles["in-order"]
     assert cycles["similar-density"] < cycles["equal-work"]
@@ -154,7 +163,8 @@ def test_one_unit_per_group_is_bound_by_the_densest_kernel_whatever_the_grouping
     kernel in some unit, and that unit (all pixels, 9 x 16 pairs a step at most) ends last."""
     layer, xm, wm = _alternating_densities()
     xm = np.ones_like(xm)
-    cycles = {DF.estimate(layer, xm, wm, arch_with(4, 2, pol)).cycles for pol in grouping.POLICIES}
+    cycles = {DF.estimate(layer, xm, wm, arch_with(4, 2, pol, bandwidth=FREE)).cycles
+              for pol in grouping.POLICIES}
     pc = schedule(layer, xm, wm, Params(4, 2, "in-order")).processor_cycles
     assert cycles == {int(pc.max())}
 
@@ -180,7 +190,7 @@ def test_simulate_run_estimate_and_emulate_agree_on_a_network(dtype):
     if dtype == "int8":
         np.testing.assert_array_equal(res["run"].output, res["emulate"].output)
     net = total(res["run"].conv_layers)
-    assert net.extra["group_cycles_max"] == net.cycles
+    assert net.extra["group_cycles_max"] == net.compute_cycles
     by_group = [s.extra["group_cycles_by_unit"] for s in res["run"].conv_layers]
     assert net.extra["group_cycles_by_unit"] == tuple(map(sum, zip(*by_group, strict=True)))
     assert sum(net.extra["processor_cycles_by_unit"]) == net.macs
@@ -221,3 +231,87 @@ def test_conv2d_entry_point_fast_and_emulated_agree(dtype):
         np.testing.assert_array_equal(fast, emu)
     else:
         np.testing.assert_allclose(fast, emu, rtol=1e-5, atol=1e-5 * np.abs(fast).max())
+
+
+def _refetch_case(ifmap_kb, bandwidth, dealing="weight-groups"):
+    """1x1 conv, 64 -> 2 channels on a 2x4 float32 map, dense, on one processor group of one
+    processor: two weight groups of one kernel, each a wave of one unit over all 8 pixels;
+    a step is one output row (4 pixels, 64 pairs each: 256 cycles)."""
+    layer = ConvLayer(1, 64, 2, 4, 2, 1, 1)
+    x = np.ones(layer.input_shape, np.float32)
+    w = np.ones(layer.weight_shape, np.float32)
+    arch = arch_with(1, 1, "in-order", dealing, bandwidth).with_memory(ifmap_sram_kb=ifmap_kb)
+    return DF.run(layer, x, w, None, arch)[1]
+
+
+@pytest.mark.parametrize("dealing", grouping.DEALINGS)
+def test_features_that_overflow_the_ifmap_sram_are_read_again_by_every_wave(dealing):
+    """Features: 512 values x 4 B + a 64-bit bitmap = 2112 B, 1056 per output row; they do
+    not fit 512 usable bytes (1 KiB double buffered), so wave 1 reads them again: 4224 B.
+    Weights: 8 B bitmap + 256 B per kernel, loaded when its wave starts. Outputs: 4 pixels
+    x 4 B per step. At 2 B/cycle each 256-cycle step hides the next step's fetch and the
+    last step's write-back when they take less, the excess stalls, shared by bytes:
+    prologue 1056 + 264 B; step 0: 1056 B; step 1: 1056 + 264 + 16 B; step 2: 1056 + 16 B;
+    step 3: 16 B (hidden); epilogue 16 B."""
+    s = _refetch_case(1, 2.0, dealing)
+    assert s.compute_cycles == 4 * 256
+    assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (4224, 528, 64)
+    step1, step2 = 1336 / 2 - 256, 1072 / 2 - 256
+    assert_stalls(s, ifmap=1056 / 2 + (1056 / 2 - 256) + step1 * 1056 / 1336
+                  + step2 * 1056 / 1072, filter=264 / 2 + step1 * 264 / 1336,
+                  ofmap=step1 * 16 / 1336 + step2 * 16 / 1072 + 8)
+    assert s.bound == "dram"
+    # a 64 KiB ifmap SRAM holds the features across both waves
+    assert _refetch_case(64, 2.0, dealing).dram_ifmap_bytes == 2112
+    free = _refetch_case(1, FREE, dealing)
+    assert (free.cycles, free.stall_cycles) == (4 * 256, 0)
+
+
+@given(conv_layers(max_hw=6, max_c=4, max_k=5, max_rs=3), st.integers(0, 2**16),
+       st.sampled_from([1.0, 0.5]), params, st.sampled_from([0.25, 3.0, FREE]))
+def test_emulator_priced_through_the_memory_model_equals_the_fast_model(
+        layer, seed, density, p, bandwidth):
+    """Small buffers (1 KiB each) so that weights and features overflow at small bandwidth:
+    the emulator's own steps give the same cycles, stalls and DRAM bytes."""
+    x, w, b = tensors(layer, seed, density=density)
+    arch = arch_of(p, bandwidth).with_memory(ifmap_sram_kb=1, filter_sram_kb=1,
+                                             ofmap_sram_kb=1)
+    emu = DF.emulate(layer, x, w, b, arch)[1]
+    fast = DF.estimate(layer, x != 0, w != 0, arch)
+    assert (emu.cycles, emu.compute_cycles, emu.stall_cycles, emu.dram_bytes) == (
+        fast.cycles, fast.compute_cycles, fast.stall_cycles, fast.dram_bytes)
+    assert emu == fast
+
+
+def test_emulator_equals_the_fast_model_when_weights_overflow_the_filter_sram():
+    """6 kernels x 72 float32 weights (1728 B, dense) against 512 usable bytes, 0.5 B/cycle."""
+    layer = ConvLayer(1, 8, 5, 5, 6, 3, 3, padding=1)
+    x, w, b = tensors(layer, 3, density=1.0)
+    arch = arch_with(2, 2, "equal-work", "pixel-slices", 0.5).with_memory(filter_sram_kb=1)
+    fast = DF.estimate(layer, x != 0, w != 0, arch)
+    assert fast.dram_filter_bytes >= 6 * (9 + 72 * 4) and fast.stall_dram_filter_cycles > 0
+    assert DF.emulate(layer, x, w, b, arch)[1] == fast
+
+
+def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
+    from test_input_reuse import bandwidth_sweep
+
+    bandwidth_sweep("sparse-pairs-32x32")
+
+
+@pytest.mark.parametrize("dealing, waves", [("weight-groups", 3), ("pixel-slices", 6)])
+def test_weights_read_once_and_features_once_per_wave(dealing, waves):
+    """12 dense 3x3 kernels over 8 channels on 2 groups of 2 processors: 6 weight groups.
+    weight-groups: gcd(6, 2) = 2 -> one slice, 6 units, 3 waves; pixel-slices: 2 slices,
+    12 units, 6 waves. Each weight group runs in one wave, so the weights (per kernel a
+    72-bit vector in 9 B + 72 x 4 B) are read once, 12 x 297 B, though they overflow a 1 KiB
+    filter buffer; the features (288 values x 4 B + a 288-bit bitmap = 1188 B) do not fit
+    512 usable bytes and are read again by every wave."""
+    layer = ConvLayer(1, 8, 6, 6, 12, 3, 3, padding=1)
+    x, w = np.ones(layer.input_shape, np.float32), np.ones(layer.weight_shape, np.float32)
+    arch = arch_with(2, 2, "in-order", dealing).with_memory(ifmap_sram_kb=1, filter_sram_kb=1)
+    s = DF.estimate(layer, x != 0, w != 0, arch)
+    assert s.extra["work_units"] == 2 * waves
+    assert s.dram_filter_bytes == 12 * (9 + 72 * 4)
+    assert s.dram_ifmap_bytes == waves * (288 * 4 + 36)
+    assert s.dram_ofmap_bytes == 12 * 36 * 4

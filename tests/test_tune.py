@@ -14,6 +14,13 @@ from npusim.errors import NpusimError
 from npusim.ir import ConvLayer, GraphBuilder
 
 
+def stall_free(name: str):
+    """A preset at unlimited DRAM bandwidth: cycles are the tile's compute cycles."""
+    arch = load_arch(name)
+    return dataclasses.replace(arch, memory=dataclasses.replace(
+        arch.memory, dram_bytes_per_cycle="unlimited"))
+
+
 def grouped_graph():
     import numpy as np
 
@@ -24,7 +31,7 @@ def grouped_graph():
 
 
 def test_candidates_cover_every_g_with_the_tiles_costs():
-    result = tune.tune_groups(grouped_graph(), "group-tile-64mac")
+    result = tune.tune_groups(grouped_graph(), stall_free("group-tile-64mac"))
     dw, g4 = result.layers
     assert [c.groups for c in dw.candidates] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96]
     assert dw.groups == 96 and g4.groups == 4
@@ -35,6 +42,25 @@ def test_candidates_cover_every_g_with_the_tiles_costs():
     assert dw.candidate(2).cycles == 36 * 96 * 9 + 3  # 48 sums drain in 3 cycles at the end
     assert dw.candidate(2).params == 96 * 48 * 9
     assert dw.chosen == 2  # 48 outputs per group: the most of 64 MACs one lane can feed
+    assert dw.fastest == 6  # 16 outputs a group drain in 1 cycle at the end, not 3
+
+
+def test_stalls_add_to_every_candidate_and_leave_the_choice():
+    """At the preset's 10 bytes/cycle each candidate keeps its stall-free cycles as compute
+    and pays its DRAM traffic on top; the MAC-filling g (from the tile's description) is
+    unchanged; with the stalls the fewest cycles go to g = 24 (4 outputs a group: the
+    least weights to fetch before the first step), 6% fewer than the MAC-filling g = 2, and
+    a full conv (g = 1) pays for weight blocks larger than the buffer (55 KiB) each step."""
+    free = tune.tune_groups(grouped_graph(), stall_free("group-tile-64mac"))
+    finite = tune.tune_groups(grouped_graph(), "group-tile-64mac")
+    for a, b in zip(free.layers, finite.layers, strict=True):
+        assert a.chosen == b.chosen
+        for ca, cb in zip(a.candidates, b.candidates, strict=True):
+            assert cb.compute_cycles == ca.cycles == ca.compute_cycles <= cb.cycles
+    dw = finite.layers[0]
+    assert dw.fastest == 24 and dw.candidate(2).cycles < 1.07 * dw.candidate(24).cycles
+    assert dw.candidate(1).cycles > 2 * dw.candidate(1).compute_cycles
+    assert "fills the MACs: g 2, fewest cycles with stalls: g 24" in tune.render(finite)
 
 
 def test_filling_rule_matches_the_patent_example():
@@ -56,7 +82,7 @@ def test_filling_rule_follows_the_weight_bandwidth():
     assert tune.filling_groups(256, 256, narrow) == 8
     assert tune.broadcast_cycles(64, narrow) == 2 and tune.broadcast_cycles(32, narrow) == 1
     assert tune.filling_groups(256, 256, Params(macs=64), elem=4) == 16  # float32: 16 a cycle
-    arch = dataclasses.replace(load_arch("group-tile-64mac"), sections={"group-tile": narrow})
+    arch = dataclasses.replace(stall_free("group-tile-64mac"), sections={"group-tile": narrow})
     layer = ConvLayer(1, 256, 6, 6, 256, 3, 3, padding=1, dtype="int8")
     cycles = {g: tune.layer_cost(dataclasses.replace(layer, groups=g), arch).cycles
               for g in (4, 8, 16)}
@@ -66,17 +92,17 @@ def test_filling_rule_follows_the_weight_bandwidth():
 
 def test_report_text_and_bad_arch():
     text = tune.render(tune.tune_groups(grouped_graph(), "group-tile-32mac"))
-    assert "dw  96x6x6->96x6x6 3x3 dw  (g now 96, fills the MACs: g 3)" in text  # 32 MACs
+    assert "dw  96x6x6->96x6x6 3x3 dw  (g now 96, fills the MACs: g 3," in text  # 32 MACs
     assert "<- fills MACs" in text
     zoo = tune.tune_groups_report("mobilenet_v2", "group-tile-32mac", size=32)
-    assert "block1_dw  32x16x16->32x16x16 3x3 dw  (g now 32, fills the MACs: g 1)" in zoo
+    assert "block1_dw  32x16x16->32x16x16 3x3 dw  (g now 32, fills the MACs: g 1," in zoo
     with pytest.raises(NpusimError, match=r"arch 'systolic-32x32-ws': has no \[group-tile\] "
                                           r"section"):
         tune.tune_groups_report("mobilenet_v2", "systolic-32x32-ws")
 
 
 def test_block_cost_is_the_sum_of_its_layers():
-    arch = load_arch("group-tile-32mac")
+    arch = stall_free("group-tile-32mac")
     spec = BlockSpec("grouped-ibn", 16, 16, expand=2, groups=4)
     cycles, params = tune.block_cost(spec, (6, 6), arch, "int8")
     layers = [ConvLayer(1, 16, 6, 6, 32, 1, 1, bias=True, dtype="int8"),

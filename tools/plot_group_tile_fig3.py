@@ -1,6 +1,7 @@
 """Fig. 3 of seed 003 redrawn from npusim's own counts: parameters and MACs of a 3x3 conv
 with zin = zout = 256 on a 14 x 14 map against the number of groups g, and beside it the
-group-tile model's cycles and utilisation for the same layer on the 32- and 64-MAC tiles.
+group-tile model's cycles and utilisation for the same layer on the 32- and 64-MAC tiles,
+stall-free (solid) and at the presets' DRAM bandwidth (dashed).
 
 Run: python tools/plot_group_tile_fig3.py   (writes docs/img/group-tile-fig3.png)
 """
@@ -28,11 +29,15 @@ def main() -> None:
     left.loglog(gs, [c.macs(HW, HW) for c in convs], "s-", label=f"MACs ({HW}x{HW} map)")
     left.set(xlabel="groups g (1 = full, 256 = depthwise)", title="zin = 256, 3x3: cost vs g")
     for arch in ("group-tile-32mac", "group-tile-64mac"):
-        a = load_arch(arch)
-        stats = [tune.layer_cost(ConvLayer(1, ZIN, HW, HW, ZIN, 3, 3, padding=1, groups=g,
-                                           dtype="int8"), a) for g in gs]
-        mid.loglog(gs, [s.cycles for s in stats], "o-", label=arch)
-        right.semilogx(gs, [100 * s.utilisation for s in stats], "o-", label=arch)
+        preset = load_arch(arch)
+        bw = preset.memory.dram_bytes_per_cycle
+        for a, style, how in ((preset.with_memory(dram_bytes_per_cycle="unlimited"), "o-",
+                               "stall-free"), (preset, "x--", f"{bw:g} B/cycle")):
+            stats = [tune.layer_cost(ConvLayer(1, ZIN, HW, HW, ZIN, 3, 3, padding=1, groups=g,
+                                               dtype="int8"), a) for g in gs]
+            mid.loglog(gs, [s.cycles for s in stats], style, label=f"{arch}, {how}")
+            right.semilogx(gs, [100 * s.utilisation for s in stats], style,
+                           label=f"{arch}, {how}")
     mid.set(xlabel="groups g", ylabel="cycles", title="group-tile model: latency vs g")
     right.set(xlabel="groups g", ylabel="MAC utilisation (%)",
               title="group-tile model: utilisation vs g")

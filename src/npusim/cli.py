@@ -69,6 +69,20 @@ def _density(text: str) -> float | str:
     return value
 
 
+def _bandwidth(text: str) -> float | str:
+    """An argparse type: DRAM bytes/cycle > 0, or 'unlimited'."""
+    if text == "unlimited":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: must be DRAM bytes per cycle > 0, or 'unlimited'")
+    return value
+
+
 def _shape(text: str) -> tuple[int, ...]:
     parts = text.split(",")
     try:
@@ -119,6 +133,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--arch", metavar="NAME|FILE", help="arch preset (npusim archs) or TOML "
                      "file; default: the built-in default preset")
     run.add_argument("--dataflow", metavar="NAME", help="dataflow to run (default: the arch's)")
+    run.add_argument("--bandwidth", type=_bandwidth, metavar="B|unlimited",
+                     help="DRAM bytes/cycle instead of the arch's (unlimited: stall-free)")
     run.add_argument("--mode", choices=MODES, default="run",
                      help="run: the dataflow's own arithmetic; estimate: dense engine + costs "
                           "from masks; emulate: cycle emulator (small inputs)")
@@ -199,10 +215,10 @@ def one_line(message: str) -> str:
 # ---- npusim models / archs ------------------------------------------------------------------
 
 def _stdout(stderr: bool = False) -> Console:
-    """Console on stdout (or stderr); 132 columns when it is a file or pipe (rich would
+    """Console on stdout (or stderr); 160 columns when it is a file or pipe (rich would
     assume 80)."""
     console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(stderr=stderr, width=132)
+    return console if console.is_terminal else Console(stderr=stderr, width=160)
 
 
 def cmd_models(args) -> int:
@@ -217,14 +233,22 @@ def cmd_models(args) -> int:
 
 
 def cmd_archs(args) -> int:
-    """List the arch presets: name, default dataflow, clock, description."""
+    """List the arch presets: name, default dataflow, clock, description, and the memory
+    (printed once if every preset has the same)."""
     from .arch import load_arch, presets
+    from .memory import describe, same_memory
 
-    table = Table("arch", "dataflow", "clock", "description", box=None, header_style="bold")
-    for name in presets():
-        arch = load_arch(name)
-        table.add_row(name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description)
-    _stdout().print(table)
+    archs = [load_arch(name) for name in presets()]
+    same = same_memory(archs)
+    table = Table("arch", "dataflow", "clock", "description", *([] if same else ["memory"]),
+                  box=None, header_style="bold")
+    for arch in archs:
+        table.add_row(arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
+                      *([] if same else [describe(arch.memory)]))
+    console = _stdout()
+    console.print(table)
+    if same and archs:
+        console.print(f"memory of every preset: {describe(archs[0].memory)}")
     return EXIT_OK
 
 
@@ -269,6 +293,8 @@ def cmd_run(args) -> int:
 
     _check_flags(args)
     arch = load_arch(args.arch)
+    if args.bandwidth is not None:
+        arch = arch.with_memory(dram_bytes_per_cycle=args.bandwidth)
     dataflow = get_dataflow(args.dataflow or arch.dataflow).name
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)

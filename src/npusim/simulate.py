@@ -9,7 +9,9 @@ Three modes, one result type:
 
 Non-conv ops run in numpy on the vector unit: ``ceil(vector_ops / lanes)`` cycles,
 where ``vector_ops`` is the op's element work (``ops.Op.vector_ops``), and each
-input and output element is one SRAM access.
+input and output element is one SRAM access; their operands stay on chip (no DRAM
+traffic). Every layer, conv or not, is priced by ``stats.price`` (time through the
+memory model, energy through the energy table).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from .arch import Arch, load_arch
 from .dataflows import get as get_dataflow
 from .errors import InputError, NpusimError
 from .ir import DTYPES, ConvLayer, Graph, _padding4, _pair
+from .memory import Steps
 from .parallel import cores
-from .stats import LayerStats, energy_pj, total
+from .stats import Counts, LayerStats, Op, price, total
 
 MODES = ("run", "estimate", "emulate")
 # Emulator steps (about 1 us each on a 2-core x86 machine, docs/cli.md) one layer may take in
@@ -106,15 +109,17 @@ def check_emulate_size(layers: list[ConvLayer], df, arch: Arch, limit: int | Non
 
 
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
+    """A non-conv op on the vector unit: its element work on ``lanes`` lanes, each input
+    and output element one SRAM access (counted as ofmap-buffer bytes), no DRAM."""
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
     elements = sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))
     moved = elements * elem if work else 0
     cycles = math.ceil(work / arch.vector.lanes)
-    return LayerStats(name=name, dataflow="vector", shape=type(op).__name__, cycles=cycles,
-                      vector_ops=work, sram_ofmap_bytes=moved,
-                      energy_pj=energy_pj(arch, macs=0, sram_bytes=moved, dram_bytes=0,
-                                          dtype=dtype, vector_ops=work))
+    counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
+                    vector_ops=work)
+    return price(Op(name, type(op).__name__, dtype), counts,
+                 Steps(compute=[cycles], sram_bytes=moved), arch)
 
 
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,

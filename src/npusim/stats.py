@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
+from .memory import Steps, time_layer
+
 TENSORS = ("ifmap", "filter", "ofmap")
 
 
@@ -21,6 +23,12 @@ class LayerStats:
     """Costs of one layer (or, summed, of a network).
 
     Units: MACs and cycles are counts; bytes are bytes; energy is pJ.
+    ``cycles`` = ``compute_cycles`` (the datapath busy, stall-free) + the stall cycles
+    by cause (waiting on DRAM for the ifmap, the filters, the ofmap write-back, or on
+    the SRAM ports); ``bound`` names the resource busiest over the layer: ``compute``,
+    ``bus`` (the interconnect sets the compute time), ``dram`` or ``sram`` ("" in a
+    sum of layers with different bounds). Without ``compute_cycles`` it is
+    ``cycles`` minus the stalls.
     ``pe_cycles`` = multipliers x cycles (the work the machine could have done).
     ``mapped_pe_cycles`` = multiplier-cycles of PEs that had work mapped to them.
     """
@@ -41,7 +49,28 @@ class LayerStats:
     dram_ofmap_bytes: int = 0
     vector_ops: int = 0
     energy_pj: float = 0.0
+    compute_cycles: int | None = None
+    stall_dram_ifmap_cycles: int = 0
+    stall_dram_filter_cycles: int = 0
+    stall_dram_ofmap_cycles: int = 0
+    stall_sram_cycles: int = 0
+    bound: str = ""
     extra: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.compute_cycles is None:
+            object.__setattr__(self, "compute_cycles", self.cycles - self.stall_cycles)
+
+    @property
+    def stall_cycles(self) -> int:
+        """Cycles the datapath waits on memory (DRAM or SRAM ports)."""
+        return (self.stall_dram_ifmap_cycles + self.stall_dram_filter_cycles
+                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles)
+
+    @property
+    def stalled_share(self) -> float:
+        """Stall cycles / cycles, 0..1."""
+        return self.stall_cycles / self.cycles if self.cycles else 0.0
 
     @property
     def utilisation(self) -> float:
@@ -80,7 +109,8 @@ class LayerStats:
         """Flat dict for JSON/CSV: every field, the derived ratios and totals, extras inlined."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         out.update(utilisation=self.utilisation, mapping_efficiency=self.mapping_efficiency,
-                   sram_bytes=self.sram_bytes, dram_bytes=self.dram_bytes)
+                   sram_bytes=self.sram_bytes, dram_bytes=self.dram_bytes,
+                   stall_cycles=self.stall_cycles, stalled_share=self.stalled_share)
         out.update({k: v for k, v in self.extra.items()})
         return out
 
@@ -115,3 +145,68 @@ def energy_pj(arch, *, macs: int, sram_bytes: int, dram_bytes: int, dtype: str,
     mac = e.mac_int8_pj if dtype == "int8" else e.mac_fp32_pj
     return (macs * mac + sram_bytes * e.sram_byte_pj + dram_bytes * e.dram_byte_pj
             + vector_ops * e.vector_op_pj)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a machine counted for one layer, before pricing (``price``).
+
+    macs: products performed (useful multiplies); dense_macs: the layer's dense MACs;
+    multipliers: the machine's multipliers (``pe_cycles`` = multipliers x cycles);
+    mapped_pe_cycles: multiplier-cycles with work mapped, over the stall-free compute
+    cycles (``price`` stretches it over the stalls, so mapping efficiency is a property
+    of the mapping and utilisation falls with the stalls); sram_*_bytes: bytes at each
+    buffer's ports; vector_ops: vector-unit element ops; extra: the machine's own
+    additive counters (see ``LayerStats``).
+    """
+
+    dataflow: str
+    macs: int
+    dense_macs: int
+    multipliers: int
+    mapped_pe_cycles: float = 0
+    sram_ifmap_bytes: int = 0
+    sram_filter_bytes: int = 0
+    sram_ofmap_bytes: int = 0
+    vector_ops: int = 0
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Op:
+    """What ``price`` needs of a layer that is no ``ConvLayer`` (a vector-unit op)."""
+
+    name: str
+    shape: str
+    dtype: str
+
+    def describe(self) -> str:
+        return self.shape
+
+
+def price(layer, counts: Counts, steps: Steps, arch) -> LayerStats:
+    """The ``LayerStats`` of what a machine counted: time through the memory model
+    (``memory.time_layer`` on ``arch.memory``), energy through ``energy_pj``.
+
+    ``layer`` (a ``ConvLayer``, or an ``Op``) supplies the name, the shape text
+    (``describe()``) and the dtype. Units: cycles, bytes, pJ.
+    """
+    t = time_layer(steps, arch.memory)
+    cycles = t.cycles
+    stretch = cycles / t.compute_cycles if t.compute_cycles else 1.0
+    sram = counts.sram_ifmap_bytes + counts.sram_filter_bytes + counts.sram_ofmap_bytes
+    return LayerStats(
+        name=layer.name, dataflow=counts.dataflow, shape=layer.describe(),
+        dense_macs=counts.dense_macs, macs=counts.macs, cycles=cycles,
+        pe_cycles=counts.multipliers * cycles,
+        mapped_pe_cycles=counts.mapped_pe_cycles * stretch,
+        sram_ifmap_bytes=counts.sram_ifmap_bytes, sram_filter_bytes=counts.sram_filter_bytes,
+        sram_ofmap_bytes=counts.sram_ofmap_bytes, dram_ifmap_bytes=t.dram_ifmap_bytes,
+        dram_filter_bytes=t.dram_filter_bytes, dram_ofmap_bytes=t.dram_ofmap_bytes,
+        vector_ops=counts.vector_ops,
+        energy_pj=energy_pj(arch, macs=counts.macs, sram_bytes=sram, dram_bytes=t.dram_bytes,
+                            dtype=layer.dtype, vector_ops=counts.vector_ops),
+        compute_cycles=t.compute_cycles, stall_dram_ifmap_cycles=t.stall_dram_ifmap_cycles,
+        stall_dram_filter_cycles=t.stall_dram_filter_cycles,
+        stall_dram_ofmap_cycles=t.stall_dram_ofmap_cycles,
+        stall_sram_cycles=t.stall_sram_cycles, bound=t.bound, extra=dict(counts.extra))

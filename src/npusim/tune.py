@@ -33,6 +33,7 @@ from .dataflows.base import element_bytes
 from .dataflows.group_tile import NAME, WORD_BYTES, Params
 from .errors import NpusimError
 from .ir import ConvLayer, Graph
+from .memory import describe
 from .stats import LayerStats, total
 
 
@@ -75,7 +76,9 @@ def filling_groups(c_in: int, c_out: int, p: Params, elem: int = 1) -> int:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One g for one layer: group size (outputs per group), partition S = C/g, costs."""
+    """One g for one layer: group size (outputs per group), partition S = C/g, costs:
+    ``cycles`` at the arch's DRAM bandwidth (stalls included), ``compute_cycles``
+    stall-free, utilisation over ``cycles``."""
 
     groups: int
     group_size: int
@@ -83,6 +86,7 @@ class Candidate:
     cycles: int
     params: int
     utilisation: float
+    compute_cycles: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,12 @@ class LayerChoice:
     def candidate(self, groups: int) -> Candidate:
         return next(c for c in self.candidates if c.groups == groups)
 
+    @property
+    def fastest(self) -> int:
+        """The g of fewest cycles with the stalls, the largest group size among equals:
+        the MAC-filling g unless DRAM traffic, not the tile, sets the layer's time."""
+        return min(self.candidates, key=lambda c: (c.cycles, c.groups)).groups
+
 
 @dataclass(frozen=True)
 class TuneResult:
@@ -107,6 +117,7 @@ class TuneResult:
     arch: str
     macs: int
     layers: tuple[LayerChoice, ...]
+    memory: str = ""
 
     def totals(self, which: str) -> tuple[int, int]:
         """(cycles, parameters) over the grouped layers with g ``'given'`` or ``'chosen'``."""
@@ -121,7 +132,7 @@ def _candidates(layer: ConvLayer, arch: Arch) -> tuple[Candidate, ...]:
         trial = dataclasses.replace(layer, groups=g)
         st = layer_cost(trial, arch)
         out.append(Candidate(g, layer.K // g, layer.C // g, st.cycles, layer_params(trial),
-                             st.utilisation))
+                             st.utilisation, st.compute_cycles))
     return tuple(out)
 
 
@@ -139,22 +150,23 @@ def tune_groups(graph: Graph, arch: Arch | str, dtype: str = "int8") -> TuneResu
                                    filling_groups(layer.C, layer.K, p,
                                                   element_bytes(dtype)),
                                    _candidates(layer, arch)))
-    return TuneResult(arch.name, p.macs, tuple(choices))
+    return TuneResult(arch.name, p.macs, tuple(choices), describe(arch.memory))
 
 
 def render(result: TuneResult) -> str:
     """The tune result as text: one block per layer, one line per candidate g."""
-    lines = [f"group sizes for {result.arch} ({result.macs} MACs per tile); "
-             "group size = outputs per group = reuse of each broadcast input"]
+    lines = [f"group sizes for {result.arch} ({result.macs} MACs per tile, {result.memory}); "
+             "group size = outputs per group = reuse of each broadcast input; cycles at the "
+             "DRAM bandwidth, stall-free beside them"]
     for lc in result.layers:
         lines.append(f"\n{lc.name}  {lc.shape}  (g now {lc.groups}, fills the MACs: "
-                     f"g {lc.chosen})")
-        lines.append(f"  {'g':>5} {'size':>5} {'S=C/g':>6} {'cycles':>12} {'params':>10} "
-                     f"{'util':>7}")
+                     f"g {lc.chosen}, fewest cycles with stalls: g {lc.fastest})")
+        lines.append(f"  {'g':>5} {'size':>5} {'S=C/g':>6} {'cycles':>12} {'stall-free':>12} "
+                     f"{'params':>10} {'util':>7}")
         for c in lc.candidates:
             mark = " <- fills MACs" if c.groups == lc.chosen else ""
             lines.append(f"  {c.groups:>5} {c.group_size:>5} {c.partition:>6} {c.cycles:>12,} "
-                         f"{c.params:>10,} {c.utilisation:>6.1%}{mark}")
+                         f"{c.compute_cycles:>12,} {c.params:>10,} {c.utilisation:>6.1%}{mark}")
     given, chosen = result.totals("given"), result.totals("chosen")
     lines.append(f"\ngrouped layers as given: {given[0]:,} cycles, {given[1]:,} parameters; "
                  f"at the MAC-filling g: {chosen[0]:,} cycles, {chosen[1]:,} parameters")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import ConfigError
 
@@ -31,6 +32,7 @@ MAX_LEVELS = 20         # shifter levels: a reach of 2**20 - 1 pixels spans MAX_
 MAX_CLOCK_MHZ = 1e6     # 1 THz
 MAX_BYTES_PER_CYCLE = 2.0**20  # DRAM: 1 MiB per cycle, 1 PB/s at 1 GHz
 MAX_PJ = 1e6            # energy of one action: 1 uJ
+MAX_LATENCY = 2**30     # DRAM latency, cycles: about a second at 1 GHz
 INT64_MAX = 2**63 - 1
 
 
@@ -43,15 +45,41 @@ def spec(default, unit: str, *, min=None, max=None, choices=None):
 
 TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
+Bandwidth = float | Literal["unlimited"]
+"""A rate in bytes/cycle, or the word "unlimited" (no limit: the stall-free machine)."""
+
+
+def _type_words(typ) -> str:
+    """How an error names a type: 'a number', 'a number or "unlimited"'."""
+    if typing.get_origin(typ) is Literal:
+        return " or ".join(f'"{a}"' for a in typing.get_args(typ))
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        return " or ".join(_type_words(t) for t in typing.get_args(typ))
+    return TYPE_WORDS.get(typ, getattr(typ, "__name__", str(typ)))
+
 
 def _check_type(value, typ, where: str, unit: str = ""):
+    """``value`` as type ``typ`` (an int is a float; a union takes its first fitting arm,
+    a ``Literal`` its listed words), or a ConfigError naming ``where``."""
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        for arm in typing.get_args(typ):
+            try:
+                return _check_type(value, arm, where, unit)
+            except ConfigError:
+                pass
+        unit = f" ({unit})" if unit else ""
+        raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
+    if typing.get_origin(typ) is Literal:
+        if value in typing.get_args(typ) and isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}")
     given = value
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value) if abs(value) <= INT64_MAX else math.inf  # float(10**400) raises
     ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
     if not ok:
         unit = f" ({unit})" if unit else ""
-        raise ConfigError(f"{where}={value!r}: must be {TYPE_WORDS.get(typ, typ.__name__)}{unit}")
+        raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
     if typ is float and not math.isfinite(value):
         raise ConfigError(f"{where}={given!r}: must be a finite number ({unit})")
     return value
@@ -61,6 +89,8 @@ def _check_rule(value, f: dataclasses.Field, key: str) -> None:
     """The field's ``min`` / ``max`` / ``choices`` rule; the message names key, value, rule."""
     meta = f.metadata
     low, high, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if isinstance(value, str):  # a word ("unlimited") has no numeric bound
+        low = high = None
     if low is not None and value < low:
         raise ConfigError(f"{key}={value!r}: must be >= {low} ({meta['unit']})")
     if high is not None and value > high:
@@ -109,12 +139,22 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
 
 @dataclass(frozen=True)
 class Memory:
-    """On-chip SRAM sizes and the DRAM interface."""
+    """On-chip SRAM sizes and the DRAM interface, as ``npusim.memory`` times them.
+
+    ``dram_bytes_per_cycle = "unlimited"`` is the stall-free machine (SCALE-Sim's
+    ``CALC`` bandwidth mode); the SRAM ports are unlimited unless a rate is given.
+    """
 
     ifmap_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
     filter_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
     ofmap_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
-    dram_bytes_per_cycle: float = spec(10.0, "bytes/cycle", min=1e-9, max=MAX_BYTES_PER_CYCLE)
+    dram_bytes_per_cycle: Bandwidth = spec(10.0, "bytes/cycle", min=1e-9, max=MAX_BYTES_PER_CYCLE)
+    dram_latency_cycles: int = spec(0, "cycles per DRAM transfer", min=0, max=MAX_LATENCY)
+    sram_bytes_per_cycle: Bandwidth = spec("unlimited", "bytes/cycle, all SRAM ports", min=1e-9,
+                                           max=MAX_BYTES_PER_CYCLE)
+    double_buffered: bool = spec(True, "fetch of the next step overlaps this one")
+    dram_channels: str = spec("shared", "one DRAM channel, or one per operand",
+                              choices=("shared", "per-operand"))
 
 
 @dataclass(frozen=True)
@@ -160,6 +200,13 @@ class Arch:
 
     def seconds(self, cycles: int) -> float:
         return cycles / (self.clock_mhz * 1e6)
+
+    def with_memory(self, **changes) -> Arch:
+        """This arch with some ``Memory`` fields changed, e.g.
+        ``with_memory(dram_bytes_per_cycle="unlimited")`` for the stall-free machine."""
+        where = f"{self.name}: memory"
+        table = {**dataclasses.asdict(self.memory), **changes}
+        return dataclasses.replace(self, memory=from_mapping(Memory, table, where))
 
 
 PARTS = {"memory": Memory, "vector": VectorUnit, "energy": Energy}

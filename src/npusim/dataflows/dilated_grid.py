@@ -30,6 +30,9 @@ Loop order (outer to inner)::
 
 with S_i the steps and L_i the load cycles of pass i. The grid's edges wrap around
 (a torus), so the serpentine never loses a pixel (see docs: zero-fill is wrong).
+Memory (``steps``, priced by ``stats.price``): one step per (image, output map, tile
+row), streaming that tile row's input band of the map's group, reading the map's
+coefficients and writing its outputs; every output map sweeps its group's input again.
 The cycle emulator ``npusim.emulate.dilated_grid`` is the living definition.
 """
 
@@ -40,15 +43,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import engine
+from .. import engine, stats
 from ..arch.spec import MAX_LEVELS, MAX_SIDE, spec
 from ..errors import ConfigError
 from ..ir import ConvLayer
+from ..memory import Steps
 from ..reference import pad_input, tap_window
-from ..stats import LayerStats, energy_pj
 from . import shift_grid
 from .base import Machine, element_bytes, register
-from .systolic import used_input_pixels
 
 NAME = "dilated-grid"
 
@@ -106,6 +108,9 @@ class Axis:
     dense: int                            # stride-1 output positions covered
     set_len: tuple[int, ...]              # pixel-set length per run (pixels)
     real: int                             # real input pixels loaded, summed over tiles, runs
+    per_tile: tuple[int, ...]             # real pixels loaded per tile, summed over runs
+    first: tuple[int, ...]                # real input positions first loaded by each tile
+    outputs: tuple[int, ...]              # strided outputs each tile keeps
 
 
 def axis(size: int, pad: int, taps: int, rate: int, stride: int, out: int, tile: int,
@@ -116,9 +121,17 @@ def axis(size: int, pad: int, taps: int, rate: int, stride: int, out: int, tile:
     tiles = math.ceil(dense / tile)
     set_len = tuple(rate * (t - 1) + tile for _, t in chunks)
     starts = np.arange(tiles)[:, None] * tile + np.array([rate * a for a, _ in chunks])
-    lo = np.maximum(starts, pad)
-    hi = np.minimum(starts + np.array(set_len), pad + size)
-    return Axis(tuple(chunks), tiles, dense, set_len, int(np.maximum(hi - lo, 0).sum()))
+    ends = starts + np.array(set_len)
+    loaded = np.maximum(np.minimum(ends, pad + size) - np.maximum(starts, pad), 0).sum(axis=1)
+    pos = np.arange(size) + pad
+    touched = ((pos >= starts[..., None]) & (pos < ends[..., None])).any(axis=1)
+    seen = np.cumsum(touched, axis=0) > 0
+    first = seen.sum(axis=1) - np.concatenate([[0], seen[:-1].sum(axis=1)])
+    lanes = np.arange(tiles)[:, None] * tile + np.arange(tile)
+    kept = ((lanes % stride == 0) & (lanes // stride < out)).sum(axis=1)
+    return Axis(tuple(chunks), tiles, dense, set_len, int(loaded.sum()),
+                tuple(int(v) for v in loaded), tuple(int(v) for v in first),
+                tuple(int(v) for v in kept))
 
 
 def plan(layer: ConvLayer, p: Params) -> tuple[Axis, Axis]:
@@ -237,26 +250,74 @@ def _extra(layer: ConvLayer, c: Counts, p: Params) -> dict:
             "zero_inserted_steps": zero_steps, "skipped_zero_taps": zero_steps - c.steps}
 
 
-def layer_stats(layer: ConvLayer, arch, c: Counts) -> LayerStats:
-    """LayerStats of ``layer`` from its counts. SRAM: every real pixel written into the grid
-    and every coefficient into the coefficient storage is one read; each output written
-    once. DRAM: every used input pixel, weight and output once. Bytes, cycles, pJ."""
+def step_cycles(ps: list[Pass], repeats: int, n_steps: int, double_buffer: bool) -> np.ndarray:
+    """Cycles of each of ``n_steps`` steps that run ``ps`` ``repeats`` times each, from the
+    cycle the step's first pass starts stepping to the cycle the next step's does (the
+    first step from cycle 0, the last to the layer's end): their sum is
+    ``buffered_cycles(ps, repeats * n_steps, double_buffer)`` (cycles)."""
+    first, last = ps[0].load, ps[-1].steps
+    if double_buffer:
+        nxt = [q.load for q in ps[1:]] + [first]
+        period = sum(max(q.steps, n) for q, n in zip(ps, nxt, strict=True))
+        tail = last - max(last, first)
+    else:
+        period, tail = sum(q.load + q.steps for q in ps), -first
+    out = np.full(n_steps, repeats * period, np.int64)
+    out[0] += first
+    out[-1] += tail
+    return out
+
+
+def step_index(layer: ConvLayer, tile_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(image, output map, tile row) of every step in loop order: n, k, tile row."""
+    n, k, ty = np.indices((layer.N, layer.K, tile_rows)).reshape(3, -1)
+    return n, k, ty
+
+
+def block_ids(layer: ConvLayer, tile_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Block ids of every step: the ifmap band (image, group, tile row) the step streams,
+    the filter of its output map, and its own output rows."""
+    n, k, ty = step_index(layer, tile_rows)
+    return ((n * layer.groups + k // layer.Kg) * tile_rows + ty, k, np.arange(len(n)))
+
+
+def steps(layer: ConvLayer, p: Params) -> Steps:
+    """The layer as the memory model sees it: one step per (image, output map, tile row),
+    in loop order. A step streams its tile row's input band of the map's group (the rows
+    no earlier tile row loaded, every used column; DRAM bytes of the band), reads the
+    map's coefficients, and writes its outputs; its cycles are those of its passes
+    (``step_cycles``); SRAM bytes are the pixels, coefficients and outputs it moves."""
+    rows, cols = plan(layer, p)
+    ps, elem, cg = passes(rows, cols, p), element_bytes(layer.dtype), layer.Cg
+    _, _, ty = step_index(layer, rows.tiles)
+    ifmap, filt, ofmap = block_ids(layer, rows.tiles)
+    used_cols = int(np.sum(np.array(cols.first)))
+    outputs = np.array(rows.outputs)[ty] * layer.Q
+    loaded = np.array(rows.per_tile)[ty] * cols.real * cg
+    coefs = cols.tiles * cg * layer.R * layer.S
+    return Steps(
+        compute=step_cycles(ps, cols.tiles * cg, len(ty), p.double_buffer),
+        ifmap=ifmap, ifmap_bytes=np.array(rows.first)[ty] * used_cols * cg * elem,
+        filter=filt, filter_bytes=cg * layer.R * layer.S * elem,
+        ofmap=ofmap, ofmap_bytes=outputs * elem,
+        sram_bytes=(loaded + coefs + outputs) * elem)
+
+
+def layer_stats(layer: ConvLayer, arch, c: Counts, st: Steps) -> stats.LayerStats:
+    """LayerStats of ``layer`` from its counts and steps, priced by ``stats.price``. SRAM:
+    every real pixel written into the grid and every coefficient into the coefficient
+    storage is one read; each output written once. DRAM and stalls: the memory model on
+    ``st``. Bytes, cycles, pJ."""
     p = arch.params(NAME)
     elem = element_bytes(layer.dtype)
     rows, cols = plan(layer, p)
     mapped = layer.N * layer.K * layer.Cg * layer.R * layer.S * rows.dense * cols.dense
-    sram = (c.ifmap_reads * elem, c.coef_reads * elem,
-            layer.N * layer.K * layer.P * layer.Q * elem)
-    dram = (layer.N * layer.C * used_input_pixels(layer) * elem,
-            layer.K * layer.Cg * layer.R * layer.S * elem, sram[2])
-    return LayerStats(
-        name=layer.name, dataflow=NAME, shape=layer.describe(), dense_macs=layer.macs,
-        macs=layer.macs, cycles=c.cycles, pe_cycles=c.cycles * p.macs, mapped_pe_cycles=mapped,
-        sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2],
-        dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
-        energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram), dram_bytes=sum(dram),
-                            dtype=layer.dtype),
-        extra=_extra(layer, c, p))
+    counts = stats.Counts(
+        NAME, macs=layer.macs, dense_macs=layer.macs, multipliers=p.macs,
+        mapped_pe_cycles=mapped, sram_ifmap_bytes=c.ifmap_reads * elem,
+        sram_filter_bytes=c.coef_reads * elem,
+        sram_ofmap_bytes=layer.N * layer.K * layer.P * layer.Q * elem, extra=_extra(layer, c, p))
+    return stats.price(layer, counts, st, arch)
 
 
 def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -291,7 +352,8 @@ class DilatedGrid(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
-        return layer_stats(layer, arch, count(layer, arch.params(NAME)))
+        p = arch.params(NAME)
+        return layer_stats(layer, arch, count(layer, p), steps(layer, p))
 
     def emulate_steps(self, layer, arch) -> int:
         """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
@@ -303,5 +365,5 @@ class DilatedGrid(Machine):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""
         from ..emulate.dilated_grid import emulate
 
-        out, counts = emulate(layer, x, w, bias, arch.params(NAME))
-        return out, layer_stats(layer, arch, counts)
+        out, counts, st = emulate(layer, x, w, bias, arch.params(NAME))
+        return out, layer_stats(layer, arch, counts, st)

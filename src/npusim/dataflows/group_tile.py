@@ -32,24 +32,30 @@ so a layer is bound by the MACs (one tap a cycle) or by the wide memory's parame
 bandwidth, whichever is slower, and the drain of one step overlaps the next step.
 Padding taps broadcast a zero (a cycle, no narrow-memory read). The emulator
 (``npusim.emulate.group_tile``) runs the same machine cycle by cycle.
+
+Memory (``memory_steps``, priced by ``stats.price``): each machine step reads the weights
+of its partitions and output blocks from the wide memory (the filter SRAM; from DRAM
+when not resident), the input band of its output row (ifmap SRAM) and writes its
+outputs. When the layer's weights do not fit the filter buffer, the units are ordered
+chunk outer (``unit_order``): chunks of (partition, output block)s whose weights fit,
+every pixel of a chunk before the next, so each weight is fetched once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
-from .. import engine
+from .. import engine, memory, stats
 from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..parallel import in_parallel
 from ..reference import pad_input
-from ..stats import LayerStats, energy_pj
 from .base import Machine, element_bytes, register
-from .systolic import used_input_pixels
 
 NAME = "group-tile"
 WORD_BYTES = 4  # the wide memory's word: 32 bits
@@ -109,10 +115,37 @@ def control(layer: ConvLayer, p: Params) -> Control:
                    taps=layer.Cg * layer.R * layer.S, pixels=layer.N * layer.P * layer.Q)
 
 
-def unit_widths(ctl: Control, lo: int, hi: int) -> np.ndarray:
-    """Outputs (MACs used) of work units ``lo..hi-1``: full blocks, a partial last one."""
-    last = (np.arange(lo, hi) % ctl.k_blocks) == ctl.k_blocks - 1
+def unit_widths(ctl: Control, units: np.ndarray) -> np.ndarray:
+    """Outputs (MACs used) of work units ``units``: full blocks, a partial last one."""
+    last = (units % ctl.k_blocks) == ctl.k_blocks - 1
     return np.where(last, ctl.last_block, ctl.subset).astype(np.int64)
+
+
+def chunk_starts(block_bytes: np.ndarray, capacity: float) -> list[int]:
+    """First block of each chunk, and the end: consecutive blocks (partitions x output
+    blocks) as many as fit ``capacity`` bytes; a block larger than it alone."""
+    starts, held = [0], 0
+    for i, b in enumerate(block_bytes.tolist()):
+        if held and held + b > capacity:
+            starts.append(i)
+            held = 0
+        held += b
+    return [*starts, len(block_bytes)]
+
+
+def unit_order(ctl: Control, elem: int, capacity: float = math.inf) -> np.ndarray:
+    """Work units (pixel x blocks per pixel + block) in the controller's order. Pixels
+    outer, every partition and output block inner (Fig. 7B: the lanes feed different
+    partitions) while the layer's weights fit the filter buffer's ``capacity`` bytes;
+    otherwise the blocks are cut into chunks that fit, chunk outer: each chunk's weights
+    stay while every pixel runs, instead of every pixel fetching every weight."""
+    per_pixel = ctl.groups * ctl.k_blocks
+    weights = unit_widths(ctl, np.arange(per_pixel)) * ctl.taps * elem
+    if weights.sum() <= capacity:
+        return np.arange(ctl.units)
+    starts, pix = chunk_starts(weights, capacity), np.arange(ctl.pixels)[:, None]
+    return np.concatenate([(pix * per_pixel + np.arange(a, b)).ravel()
+                           for a, b in zip(starts[:-1], starts[1:], strict=True)])
 
 
 def tile_ranges(units: int, tiles: int) -> list[tuple[int, int]]:
@@ -121,7 +154,7 @@ def tile_ranges(units: int, tiles: int) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class Steps:
+class TileSteps:
     """Per step of one tile: outputs held (MACs used), wide-memory words per tap, units."""
 
     outputs: np.ndarray
@@ -129,14 +162,14 @@ class Steps:
     units: np.ndarray
 
 
-def tile_steps(ctl: Control, lo: int, hi: int, elem: int) -> Steps:
-    """Group a tile's units ``lo..hi-1`` into steps of ``ctl.subsets`` units. The compiler
-    lays each step's weights for a tap side by side, so a tap reads them packed in words."""
-    m = unit_widths(ctl, lo, hi)
+def tile_steps(ctl: Control, units: np.ndarray, elem: int) -> TileSteps:
+    """Group a tile's ``units`` into steps of ``ctl.subsets`` units. The compiler lays each
+    step's weights for a tap side by side, so a tap reads them packed in words."""
+    m = unit_widths(ctl, units)
     pad = (-len(m)) % ctl.subsets
     m = np.concatenate([m, np.zeros(pad, np.int64)]).reshape(-1, ctl.subsets)
     outputs = m.sum(axis=1)
-    return Steps(outputs, -(-(outputs * elem) // WORD_BYTES), np.count_nonzero(m, axis=1))
+    return TileSteps(outputs, -(-(outputs * elem) // WORD_BYTES), np.count_nonzero(m, axis=1))
 
 
 def step_timeline(compute: np.ndarray, drain: np.ndarray) -> tuple[int, int]:
@@ -166,12 +199,14 @@ class Schedule:
         return max(self.tile_cycles)
 
 
-def schedule(layer: ConvLayer, p: Params) -> Schedule:
-    """The fast model: every count of the machine from the layer's shape, by array ops."""
+def schedule(layer: ConvLayer, p: Params, capacity: float = math.inf) -> Schedule:
+    """The fast model: every count of the machine from the layer's shape, by array ops;
+    ``capacity``: bytes of weights the filter buffer keeps (``unit_order``)."""
     ctl, elem = control(layer, p), element_bytes(layer.dtype)
+    order = unit_order(ctl, elem, capacity)
     cycles, mapped, casts, words, wstall, dstall = [], 0, 0, 0, 0, 0
     for lo, hi in tile_ranges(ctl.units, p.tiles):
-        st = tile_steps(ctl, lo, hi, elem)
+        st = tile_steps(ctl, order[lo:hi], elem)
         per_tap = np.maximum(1, -(-st.words // p.wide_words_per_cycle))
         compute = ctl.taps * per_tap
         tc, ds = step_timeline(compute, -(-st.outputs // p.output_bus_values))
@@ -186,41 +221,144 @@ def schedule(layer: ConvLayer, p: Params) -> Schedule:
 
 def valid_taps(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> np.ndarray:
     """Per output position along one axis: kernel taps that land inside the input."""
+    return windows(size, pad, k, dil, stride, out).sum(axis=1)
+
+
+def windows(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> np.ndarray:
+    """(out, size) bool: which input positions each output position's taps read."""
     pos = np.arange(out)[:, None] * stride + np.arange(k)[None, :] * dil - pad
-    return ((pos >= 0) & (pos < size)).sum(axis=1)
+    hit = np.zeros((out, size), np.int64)
+    o, t = np.nonzero((pos >= 0) & (pos < size))
+    np.add.at(hit, (o, pos[o, t]), 1)
+    return hit
 
 
 def narrow_reads(layer: ConvLayer, ctl: Control) -> int:
     """Activations read from narrow memory: every non-padding tap of every work unit."""
-    rows = valid_taps(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0],
-                      layer.P)
-    cols = valid_taps(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1],
-                      layer.Q)
+    rows, cols = axis_taps(layer)
     return int(rows.sum() * cols.sum()) * layer.N * layer.C * ctl.k_blocks
 
 
-def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int) -> LayerStats:
-    """LayerStats of a schedule with ``reads`` narrow-memory activation reads. SRAM: those
-    reads, the wide-memory words, one output per pixel and kernel. DRAM: the used input,
-    the weights and the output once each. Cycles, bytes, pJ."""
+def axis_taps(layer: ConvLayer) -> tuple[np.ndarray, np.ndarray]:
+    """Non-padding kernel taps per output row and per output column."""
+    return (valid_taps(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0],
+                       layer.P),
+            valid_taps(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1],
+                       layer.Q))
+
+
+def band_rows(layer: ConvLayer, rows: np.ndarray) -> np.ndarray:
+    """(N x P,) input rows each output row's band brings for a tile that runs the global
+    output rows (image x P + row) ``rows``: the rows of its window that no earlier row
+    of the same image, from the tile's first row there, had read."""
+    win = windows(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0],
+                  layer.P) > 0
+    out = np.zeros(layer.N * layer.P, np.int64)
+    for n in np.unique(rows // layer.P).tolist():
+        s = int(rows[rows // layer.P == n].min()) - n * layer.P
+        seen = (np.cumsum(win[s:], axis=0) > 0).sum(axis=1)
+        out[n * layer.P + s:(n + 1) * layer.P] = np.diff(seen, prepend=0)
+    return out
+
+
+def tile_memory(layer: ConvLayer, ctl: Control, p: Params, order: np.ndarray) -> dict:
+    """One tile's steps as the memory model sees them (see ``memory_steps``): the tile
+    runs the work units ``order``."""
+    elem = element_bytes(layer.dtype)
+    st = tile_steps(ctl, order, elem)
+    per_tap = np.maximum(1, -(-st.words // p.wide_words_per_cycle))
+    compute, drain = ctl.taps * per_tap, -(-st.outputs // p.output_bus_values)
+    own = np.concatenate([compute[:1], np.maximum(compute[1:], drain[:-1])])
+    own[-1] += drain[-1]
+    units = np.concatenate([order, np.full((-len(order)) % ctl.subsets, -1)]).reshape(
+        -1, ctl.subsets)
+    count = (units >= 0).sum(axis=1)
+    per_pixel = ctl.groups * ctl.k_blocks
+    last_row = units[np.arange(len(units)), count - 1] // per_pixel // layer.Q
+    cols = int((windows(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1],
+                        layer.Q).sum(axis=0) > 0).sum())
+    band = band_rows(layer, order // per_pixel // layer.Q)[last_row] * cols * layer.C * elem
+    rows_t, cols_t = axis_taps(layer)
+    pix = np.where(units >= 0, units // per_pixel, 0)
+    taps = rows_t[pix // layer.Q % layer.P] * cols_t[pix % layer.Q] * layer.Cg
+    reads = np.where(units >= 0, taps, 0).sum(axis=1)
+    blocks = np.where(units >= 0, units % per_pixel, -1)
+    return {"compute": own, "ifmap": last_row, "ifmap_bytes": reads * elem, "ifmap_size": band,
+            "filter": rows_as_ids(blocks),
+            "filter_bytes": st.outputs * ctl.taps * elem, "ofmap_bytes": st.outputs * elem,
+            "sram_bytes": reads * elem + st.words * ctl.taps * WORD_BYTES + st.outputs * elem}
+
+
+def rows_as_ids(rows: np.ndarray) -> np.ndarray:
+    """One id per distinct row of ``rows`` (n x m ids): the column itself when m = 1."""
+    if rows.shape[1] == 1:
+        return rows[:, 0]
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def combine(parts: list[dict], critical: int) -> memory.Steps:
+    """The tiles' steps side by side: step i is every tile's i-th step, as long as the
+    critical (last to finish) tile's; bytes add, block ids are the tuple of the tiles'."""
+    n = max(len(q["compute"]) for q in parts)
+
+    def padded(q, key, fill):
+        return np.concatenate([q[key], np.full(n - len(q[key]), fill, np.int64)])
+
+    def joint(key):
+        return rows_as_ids(np.stack([padded(q, key, -1) for q in parts], axis=1))
+
+    total = {k: sum(padded(q, k, 0) for q in parts)
+             for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
+    return memory.Steps(compute=padded(parts[critical], "compute", 0), ifmap=joint("ifmap"),
+                        filter=joint("filter"), ofmap=np.arange(n), **total)
+
+
+def memory_steps(layer: ConvLayer, p: Params, capacity: float = math.inf) -> memory.Steps:
+    """The fast model's steps for the memory model, in the controller's order
+    (``unit_order``): step i runs the i-th group of ``subsets`` work units on every tile.
+    Its cycles are its taps plus its wait on the output bus (the last step adds the final
+    drain): they sum to the tile's cycles. Blocks: the step's weights (its partitions and
+    output blocks: one id per combination; DRAM bytes = the weights, every tap); the input
+    band of its last unit's output row (size: the input rows no earlier row of the tile
+    read, every used column, all channels; a step that finds it gone fetches its own
+    taps' activations); its outputs, written once."""
+    ctl = control(layer, p)
+    order = unit_order(ctl, element_bytes(layer.dtype), capacity)
+    parts = [tile_memory(layer, ctl, p, order[lo:hi])
+             for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo]
+    return combine(parts, int(np.argmax([q["compute"].sum() for q in parts])))
+
+
+def band_fetches(st: memory.Steps, mem) -> memory.Steps:
+    """What a step fetches of an input band that is not on chip: the whole band, unless the
+    band is larger than the ifmap buffer's active half: then only the step's own taps."""
+    whole = st.ifmap_size <= memory._capacity(mem.ifmap_sram_kb, mem)
+    return dataclasses.replace(st, ifmap_bytes=np.where(whole, st.ifmap_size, st.ifmap_bytes))
+
+
+def filter_capacity(arch) -> float:
+    """Bytes of weights the filter buffer keeps (its active half when double buffered)."""
+    return memory._capacity(arch.memory.filter_sram_kb, arch.memory)
+
+
+def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
+                st: memory.Steps) -> stats.LayerStats:
+    """LayerStats of a schedule with ``reads`` narrow-memory activation reads and memory
+    steps ``st``, priced by ``stats.price``. SRAM: those reads, the wide-memory words,
+    one output per pixel and kernel. DRAM and stalls: the memory model (the parameter
+    fetch from DRAM into the wide memory overlaps the steps when double buffered). Cycles,
+    bytes, pJ; ``bus_slots`` counts the lanes over the stall-free cycles."""
     p = arch.params(NAME)
     elem = element_bytes(layer.dtype)
-    macs_total = p.macs * p.tiles
-    sram = (reads * elem, s.weight_words * WORD_BYTES, layer.N * layer.K * layer.P * layer.Q * elem)
-    weights = layer.K * layer.Cg * layer.R * layer.S * elem
-    dram = (layer.N * layer.C * used_input_pixels(layer) * elem, weights, sram[2])
-    return LayerStats(
-        name=layer.name, dataflow=NAME, shape=layer.describe(), dense_macs=layer.macs,
-        macs=layer.macs, cycles=s.cycles, pe_cycles=s.cycles * macs_total,
-        mapped_pe_cycles=s.mapped_mac_cycles, sram_ifmap_bytes=sram[0],
-        sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2], dram_ifmap_bytes=dram[0],
-        dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
-        energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram), dram_bytes=sum(dram),
-                            dtype=layer.dtype),
+    counts = stats.Counts(
+        NAME, macs=layer.macs, dense_macs=layer.macs, multipliers=p.macs * p.tiles,
+        mapped_pe_cycles=s.mapped_mac_cycles, sram_ifmap_bytes=reads * elem,
+        sram_filter_bytes=s.weight_words * WORD_BYTES,
+        sram_ofmap_bytes=layer.N * layer.K * layer.P * layer.Q * elem,
         extra={"broadcasts": s.broadcasts, "bus_slots": s.cycles * p.bus_inputs * p.tiles,
                "weight_words": s.weight_words, "weight_stall_cycles": s.weight_stall_cycles,
-               "drain_stall_cycles": s.drain_stall_cycles,
-               "param_load_cycles": math.ceil(weights / arch.memory.dram_bytes_per_cycle)})
+               "drain_stall_cycles": s.drain_stall_cycles})
+    return stats.price(layer, counts, band_fetches(st, arch.memory), arch)
 
 
 def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -276,8 +414,9 @@ class GroupTile(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
-        p = arch.params(NAME)
-        return layer_stats(layer, arch, schedule(layer, p), narrow_reads(layer, control(layer, p)))
+        p, cap = arch.params(NAME), filter_capacity(arch)
+        return layer_stats(layer, arch, schedule(layer, p, cap),
+                           narrow_reads(layer, control(layer, p)), memory_steps(layer, p, cap))
 
     def emulate_steps(self, layer, arch) -> int:
         """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
@@ -289,5 +428,6 @@ class GroupTile(Machine):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
         from ..emulate.group_tile import emulate
 
-        out, sched, reads = emulate(layer, x, w, bias, arch.params(NAME))
-        return out, layer_stats(layer, arch, sched, reads)
+        out, sched, reads, st = emulate(layer, x, w, bias, arch.params(NAME),
+                                        filter_capacity(arch))
+        return out, layer_stats(layer, arch, sched, reads, st)

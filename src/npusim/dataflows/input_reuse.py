@@ -22,7 +22,10 @@ stride phase -> channel group of ``l`` -> non-zero tap (one cycle each).
 
 Cycles: ``max(max_u sum_{jobs on u} job_cycles, last transfer finish)`` with
 ``job_cycles = max_p c_p`` (``ceil(sum_p c_p / P)`` with work stealing) and ``c_p``
-the non-skipped (channel group, tap) pairs of kernel p on the region.
+the non-skipped (channel group, tap) pairs of kernel p on the region: the stall-free
+compute cycles. The memory model (``steps``: one step per row of ``U`` jobs, with the
+regions, kernel sets and outputs each row reads and writes) adds the DRAM and SRAM
+stalls; ``stats.price`` makes the ``LayerStats``.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ import numpy as np
 from .. import engine
 from ..arch.spec import MAX_DIM, MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
+from ..memory import Steps
 from ..reference import pad_input
-from ..stats import LayerStats, energy_pj
+from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
 from .base import Machine, element_bytes, register
 from .operation_units import Schedule, queue, schedule
@@ -146,27 +150,138 @@ def weight_bytes(layer: ConvLayer, nonzeros: int, elem: int) -> int:
     return layer.K * math.ceil(layer.Cg * layer.R * layer.S / 8) + nonzeros * elem
 
 
-def memory_bytes(layer, x_mask, w_mask, p: Params, work: Work, arch) -> dict:
-    """SRAM and DRAM bytes per tensor (see docs/input-reuse.md, 'What it counts')."""
+def sram_bytes(layer: ConvLayer, p: Params, work: Work) -> dict:
+    """Bytes at the on-chip buffer ports (see docs/input-reuse.md, 'What it counts')."""
     elem = element_bytes(layer.dtype)
     region = (p.region_rows, p.region_cols)
     sets = math.ceil(layer.Kg / p.processing_units)
-    wbytes = weight_bytes(layer, work.weight_nonzeros, elem)
-    waves = math.ceil(work.regions / p.operation_units)
-    fits = wbytes <= arch.memory.filter_sram_kb * 1024
-    pofm_pixels = int(work.transfers.pixels.sum())
     return dict(
         sram_ifmap_bytes=sets * (work.sram_ifmap_bitmaps * compressed_ifm.bitmap_bytes(region)
                                  + work.sram_ifmap_words * elem),
         sram_filter_bytes=int(work.slot_cycles.sum()) * p.region_channels * elem,
-        sram_ofmap_bytes=2 * ACC_BYTES * pofm_pixels,
-        dram_ifmap_bytes=compressed_ifm.stream_bytes(layer.input_shape, work.input_nonzeros,
-                                                     region, elem),
-        dram_filter_bytes=wbytes * (1 if fits else waves),
-        dram_ofmap_bytes=compressed_ifm.stream_bytes(layer.output_shape,
-                                                     ofm_pixels(layer, x_mask, w_mask),
-                                                     region, elem),
+        sram_ofmap_bytes=2 * ACC_BYTES * int(work.transfers.pixels.sum()),
     )
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """What the memory model needs of a layer's jobs, counted by the fast model or by the
+    emulator: every job's end (cycles, global order) and weight cycles (its PUs' sum),
+    the layer's stall-free cycles and whether the last transfer ends after the last job,
+    the input's non-zeros (the stream as stored holds them all), those of every region
+    (over its channels and stride phases, in job order), every kernel's non-zero
+    weights, the OFM pixels the compressor stores and the bytes at the SRAM ports."""
+
+    end: np.ndarray
+    busy: np.ndarray
+    cycles: int
+    bus_bound: bool
+    input_nonzeros: int
+    region_nonzeros: np.ndarray
+    kernel_nonzeros: np.ndarray
+    ofm_pixels: int
+    sram_total: int
+
+
+def share(total: int, weights: np.ndarray) -> np.ndarray:
+    """``total`` cut into integers in proportion to ``weights`` (equal parts if they are all
+    zero), summing to ``total`` exactly."""
+    w = np.asarray(weights, np.int64)
+    if w.sum() == 0:
+        w = np.ones_like(w)
+    cum = np.cumsum(w)
+    return np.diff(total * cum // cum[-1], prepend=0)
+
+
+def kernel_set_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray, pus: int) -> np.ndarray:
+    """Compressed bytes (``weight_bytes`` per kernel) of every kernel set, in the order of a
+    region's jobs: conv group, then sets of ``pus`` kernels (G * sets,)."""
+    elem = element_bytes(layer.dtype)
+    per_kernel = math.ceil(layer.Cg * layer.R * layer.S / 8) + kernel_nonzeros * elem
+    sets = math.ceil(layer.Kg / pus)
+    grid = np.zeros((layer.groups, sets * pus), np.int64)
+    grid[:, :layer.Kg] = per_kernel.reshape(layer.groups, layer.Kg)
+    return grid.reshape(-1, pus).sum(axis=1)
+
+
+def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
+    """The layer as the memory model sees it: one step per row of ``U`` jobs in global order
+    (the jobs the operation units run side by side), lasting from the last end of the
+    rows before to its own last end (the last step also carries the transfers' tail).
+
+    Blocks, in the loop order image -> region -> conv group -> kernel set:
+    - ifmap: the regions a row starts, their share of the compressed stream (by their
+      non-zeros); a row inside one region reuses it (streamed again if it exceeds the
+      ifmap buffer);
+    - filter: the kernel sets the row runs; if a region has no more sets than units every
+      row runs all of them (one block, streamed again when it exceeds the filter buffer),
+      else each row a window of ``U`` sets: cycled once per region, so weights that do
+      not fit are fetched again for every region;
+    - ofmap: the outputs of the row's jobs, its share of the compressed OFM, written
+      once (the overlap-add of neighbouring regions' halos happens in the output units'
+      buffers); its partial sums are the row's partial OFMs (4-byte accumulators).
+    """
+    units = p.operation_units
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    n_jobs = len(jobs.end)
+    rows = -(-n_jobs // units)
+    first = np.arange(rows, dtype=np.int64) * units
+    last = np.minimum(first + units, n_jobs) - 1
+    ends = np.zeros(rows * units, np.int64)
+    ends[:n_jobs] = jobs.end
+    edge = np.maximum.accumulate(ends.reshape(rows, units).max(axis=1))
+    compute = np.diff(edge, prepend=0)
+    compute[-1] += jobs.cycles - edge[-1]
+    busy = np.zeros(rows * units, np.int64)
+    busy[:n_jobs] = jobs.busy
+    ifmap, ifmap_bytes = _ifmap_blocks(layer, p, jobs, first, last, per_region)
+    filt, filt_bytes = _filter_blocks(layer, p, jobs, first, last, per_region)
+    pofm = max(np.prod(part.pofm_shape((p.region_rows, p.region_cols)))
+               for part in plan(layer, p.kernel_part_rows).parts)
+    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
+                 filter_bytes=filt_bytes, ofmap=np.arange(rows),
+                 ofmap_bytes=_ofmap_bytes(layer, p, jobs, rows),
+                 psum_bytes=p.operation_units * p.processing_units * int(pofm) * ACC_BYTES,
+                 sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
+                 compute_bound="bus" if jobs.bus_bound else "compute")
+
+
+def _ifmap_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
+    """(id, DRAM bytes) of each row's ifmap block: the regions the row starts, their share
+    of the compressed stream, or the region it continues."""
+    elem, region = element_bytes(layer.dtype), (p.region_rows, p.region_cols)
+    stream = compressed_ifm.stream_bytes(layer.input_shape, jobs.input_nonzeros, region, elem)
+    regions = len(jobs.region_nonzeros)
+    bitmaps = stream - jobs.input_nonzeros * elem
+    region_bytes = share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
+    cum = np.concatenate([[0], np.cumsum(region_bytes)])
+    lo, hi = -(-first // per_region), last // per_region
+    starts = lo <= hi
+    return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], region_bytes[hi])
+
+
+def _ofmap_bytes(layer, p: Params, jobs: Jobs, rows: int) -> np.ndarray:
+    """Each row's share of the compressed OFM, by its jobs (one region against one kernel
+    set each): the row's partial OFMs, once accumulated, are its block of the output."""
+    out = compressed_ifm.stream_bytes(layer.output_shape, jobs.ofm_pixels,
+                                      (p.region_rows, p.region_cols), element_bytes(layer.dtype))
+    per_row = np.full(rows, p.operation_units, np.int64)
+    per_row[-1] = len(jobs.end) - (rows - 1) * p.operation_units
+    return share(out, per_row)
+
+
+def _filter_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
+    """(id, DRAM bytes) of each row's filter block: all kernel sets, or a window of them."""
+    sets = kernel_set_bytes(layer, np.asarray(jobs.kernel_nonzeros, np.int64),
+                            p.processing_units)
+    whole = int(sets.sum())
+    rows = len(first)
+    if per_region <= p.operation_units:
+        return np.zeros(rows, np.int64), np.full(rows, whole, np.int64)
+    start = first % per_region
+    count = last - first + 1
+    cum = np.concatenate([[0], np.cumsum(np.tile(sets, 2))])
+    return start, cum[start + count] - cum[start]
 
 
 def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
@@ -189,6 +304,8 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "ifm_zero_pixels": x_mask.size - work.input_nonzeros,
         "products": work.products,
         "ifm_bytes_dense": x_mask.size * elem,
+        "ifm_stream_bytes": compressed_ifm.stream_bytes(
+            layer.input_shape, work.input_nonzeros, (p.region_rows, p.region_cols), elem),
         "weight_bytes": weight_bytes(layer, work.weight_nonzeros, elem),
         "transfers": sch.transfers,
         "transfer_cycles": sch.transfer_cycles,
@@ -222,22 +339,28 @@ def timing(work: Work, p: Params) -> tuple[Schedule, int]:
                          stealing=False).cycles - sch.cycles
 
 
+def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> Counts:
+    """What the machine counted for the layer, before pricing."""
+    return Counts(name, macs=work.useful_products, dense_macs=layer.macs,
+                  multipliers=p.multipliers,
+                  mapped_pe_cycles=int(work.slot_cycles.sum()) * p.region_rows * p.region_cols
+                  * p.region_channels, **sram_bytes(layer, p, work), extra=extra)
+
+
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                 name: str) -> LayerStats:
     """Every cost of the layer from the non-zero masks of its input and weights."""
     p = arch.params(name)
     work = region_work(layer, x_mask, w_mask, p.geometry)
     sch, saved = timing(work, p)
-    mem = memory_bytes(layer, x_mask, w_mask, p, work, arch)
-    region_pixels = p.region_rows * p.region_cols * p.region_channels
-    return LayerStats(
-        name=layer.name, dataflow=name, shape=layer.describe(), dense_macs=layer.macs,
-        macs=work.useful_products, cycles=sch.cycles,
-        pe_cycles=sch.cycles * p.multipliers, mapped_pe_cycles=sch.pu_busy * region_pixels,
-        energy_pj=energy_pj(arch, macs=work.products, dtype=layer.dtype,
-                            sram_bytes=sum(v for k, v in mem.items() if k.startswith("sram")),
-                            dram_bytes=sum(v for k, v in mem.items() if k.startswith("dram"))),
-        extra=extra_counts(layer, x_mask, w_mask, p, work, sch, saved), **mem)
+    c = counts(layer, p, work, extra_counts(layer, x_mask, w_mask, p, work, sch, saved), name)
+    jobs = Jobs(end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
+                bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
+                input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
+                kernel_nonzeros=np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
+                ofm_pixels=ofm_pixels(layer, x_mask, w_mask),
+                sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes)
+    return price(layer, c, steps(layer, p, jobs), arch)
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:

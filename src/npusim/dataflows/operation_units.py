@@ -45,7 +45,8 @@ class Transfers:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Timing of one layer on the units (all counts in cycles unless named otherwise)."""
+    """Timing of one layer on the units (all counts in cycles unless named otherwise):
+    ``job_end`` is every job's end (J,), ``transfer_end`` the last transfer's finish."""
 
     cycles: int
     unit_busy: np.ndarray
@@ -54,6 +55,8 @@ class Schedule:
     transfer_cycles: int
     contention: int
     hops: int
+    job_end: np.ndarray
+    transfer_end: int
 
 
 @dataclass(frozen=True)
@@ -196,4 +199,4 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool) -
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
                     pu_busy=int(slot_cycles.sum()), transfers=q.transfers,
                     transfer_cycles=q.transfer_cycles, contention=wait + q.inner_wait,
-                    hops=q.hops)
+                    hops=q.hops, job_end=ends, transfer_end=last)

@@ -41,7 +41,8 @@ class Geometry:
 
 @dataclass
 class Work:
-    """Jobs, transfers and skip counts of one layer."""
+    """Jobs, transfers and skip counts of one layer; ``region_nonzeros``: non-zero input
+    pixels of every region over its channels and stride phases (N * T,), in job order."""
 
     slot_cycles: np.ndarray
     transfers: Transfers
@@ -55,6 +56,7 @@ class Work:
     sram_ifmap_bitmaps: int
     regions: int
     pofm_peak: tuple[int, int]
+    region_nonzeros: np.ndarray
 
 
 def tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
@@ -269,4 +271,5 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 weight_nonzeros=int(per_tap.sum()),
                 sram_ifmap_words=int(sum(c.sum() for c in counts)),
                 sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
-                pofm_peak=max(shapes, key=lambda s: s[0] * s[1]))
+                pofm_peak=max(shapes, key=lambda s: s[0] * s[1]),
+                region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1))

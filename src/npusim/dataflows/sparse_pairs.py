@@ -27,7 +27,10 @@ dealing, ``weight-groups`` or ``pixel-slices`` (see ``grouping``).
 The fast model gets pairs(x, k) for all pixels and kernels as one convolution of
 the 0/1 masks (``npusim.bitconv``: AND and popcount of packed words); the emulator
 (``npusim.emulate.sparse_pairs``) runs the datapath cycle by cycle. Both fill the same
-``Schedule``; one function turns it into stats.
+``Schedule``; one function turns it into stats: the counts, and the layer as ``Steps``
+(waves of units, one output row of each unit's slice a step, with the features, weight
+groups and outputs each step moves) priced through the memory model (``stats.price``),
+which adds the DRAM and SRAM stalls to these stall-free cycles.
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ from numba import njit
 from .. import bitconv, engine
 from ..arch.spec import MAX_SIDE, spec
 from ..ir import ConvLayer
+from ..memory import Steps
 from ..parallel import in_parallel
 from ..reference import pad_input
-from ..stats import LayerStats, energy_pj
+from ..stats import Counts, LayerStats, price
 from . import bitmap, grouping
 from .base import Machine, element_bytes, register
 from .grouping import DEALINGS, POLICIES
+from .input_reuse import share
 
 NAME = "sparse-pairs"
 
@@ -73,7 +78,10 @@ class Schedule:
     (``processor_cycles``, G x size: cycles it multiplied); ``step_capacity`` is
     processor-cycles inside lockstep steps, ``mapped_capacity`` those of
     processors holding a kernel; ``skipped`` = (weight-only zero, feature-only
-    zero, both zero) multiplies; bitmap traffic in bits.
+    zero, both zero) multiplies; bitmap traffic in bits. For the memory model:
+    ``pixel_cycles`` (weight groups x pixels) the cycles of every lockstep step,
+    ``kernels`` (weight groups x size) and ``bounds`` (slices + 1) the plan,
+    ``kernel_nonzeros`` (K,) every kernel's non-zero weights.
     """
 
     pairs: int
@@ -87,6 +95,10 @@ class Schedule:
     weight_nonzeros: int
     weight_groups: int
     units: int
+    pixel_cycles: np.ndarray
+    kernels: np.ndarray
+    bounds: np.ndarray
+    kernel_nonzeros: np.ndarray
 
     @property
     def cycles(self) -> int:
@@ -115,15 +127,16 @@ def _traffic_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
     return bits
 
 
-def _units(per: np.ndarray, pl: grouping.Plan) -> tuple[np.ndarray, np.ndarray]:
-    """Cycles of every work unit (units,) and multiply cycles of its processors (units x size):
-    a step lasts as long as its busiest processor, at least one cycle."""
+def _units(per: np.ndarray, pl: grouping.Plan):
+    """Cycles of every work unit (units,), multiply cycles of its processors (units x size)
+    and of every lockstep step (weight groups x pixels): a step lasts as long as its
+    busiest processor, at least one cycle."""
     slots = per[pl.groups]  # weight groups x size x pixels
     steps = np.maximum(slots.max(axis=1), 1)
     starts = pl.bounds[:-1]
     cycles = np.add.reduceat(steps, starts, axis=1, dtype=np.int64).ravel()
     busy = np.add.reduceat(slots, starts, axis=2, dtype=np.int64)
-    return cycles, busy.transpose(0, 2, 1).reshape(pl.units, -1)
+    return cycles, busy.transpose(0, 2, 1).reshape(pl.units, -1), steps.astype(np.int64)
 
 
 def _per_group(pl: grouping.Plan, values: np.ndarray) -> np.ndarray:
@@ -140,7 +153,7 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
     per, field_ones = _kernel_pixels(layer, x_mask, w_words)
     size = p.processors_per_group
     pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping, p.dealing)
-    unit_cycles, unit_busy = _units(per, pl)
+    unit_cycles, unit_busy, step_cycles = _units(per, pl)
     occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
     pairs = int(per.sum(dtype=np.int64))
     return Schedule(
@@ -150,7 +163,8 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
         mapped_capacity=int((unit_cycles * occupied).sum()),
         bitmap_traffic_bits=_traffic_bits(layer, pl),
         feature_nonzeros=int(np.count_nonzero(x_mask)), weight_nonzeros=int(nnz.sum()),
-        weight_groups=len(pl.groups), units=pl.units)
+        weight_groups=len(pl.groups), units=pl.units, pixel_cycles=step_cycles,
+        kernels=pl.groups, bounds=pl.bounds, kernel_nonzeros=np.asarray(nnz, np.int64))
 
 
 def _extra(layer: ConvLayer, s: Schedule, pes: int, elem: int) -> dict:
@@ -174,29 +188,108 @@ def _extra(layer: ConvLayer, s: Schedule, pes: int, elem: int) -> dict:
     }
 
 
-def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
-    """LayerStats of a schedule. SRAM: one feature and one weight value read per pair
-    (claim 5), one output written per pixel and kernel. DRAM: compressed values and
-    bitmaps of features and weights in once, dense outputs out once. Bytes, cycles, pJ."""
-    p = arch.params(NAME)
+def counts(layer: ConvLayer, p: Params, s: Schedule) -> Counts:
+    """What the machine counted. SRAM: one feature and one weight value read per pair
+    (claim 5), one output written per pixel and kernel, the bit vectors moved. Bytes."""
     elem = element_bytes(layer.dtype)
-    pes = p.processors
-    fbits, wbits = bitmap.storage_bits(layer)
+    extra = _extra(layer, s, p.processors, elem)
     ofmap = layer.N * layer.K * layer.P * layer.Q * elem
-    dram = (s.feature_nonzeros * elem + bitmap.bitmap_bytes(fbits),
-            s.weight_nonzeros * elem + bitmap.bitmap_bytes(wbits), ofmap)
-    extra = _extra(layer, s, pes, elem)
-    sram_total = 2 * s.pairs * elem + ofmap + extra["bitmap_traffic_bytes"]
-    return LayerStats(
-        name=layer.name, dataflow=NAME, shape=layer.describe(), dense_macs=layer.macs,
-        macs=s.pairs, cycles=s.cycles, pe_cycles=s.cycles * pes,
-        mapped_pe_cycles=s.mapped_capacity,
-        sram_ifmap_bytes=s.pairs * elem, sram_filter_bytes=s.pairs * elem,
-        sram_ofmap_bytes=ofmap, dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1],
-        dram_ofmap_bytes=dram[2],
-        energy_pj=energy_pj(arch, macs=s.pairs, sram_bytes=sram_total, dram_bytes=sum(dram),
-                            dtype=layer.dtype),
-        extra=extra)
+    return Counts(NAME, macs=s.pairs, dense_macs=layer.macs, multipliers=p.processors,
+                  mapped_pe_cycles=s.mapped_capacity, sram_ifmap_bytes=s.pairs * elem,
+                  sram_filter_bytes=s.pairs * elem,
+                  sram_ofmap_bytes=ofmap + extra["bitmap_traffic_bytes"], extra=extra)
+
+
+def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
+    """The layer as the memory model sees it. A wave is the ``processor_groups`` work units
+    run side by side (unit ``u`` in wave ``u // processor_groups``); a step is one output
+    row's worth (``Q`` pixels) of every unit's slice in the wave, lasting from the last
+    end of the steps before to its own last end.
+
+    - ifmap: the compressed features (values + bitmap) that chunk of pixels of every
+      slice reads, in proportion to its pixels: cycled once per wave, so an input that
+      does not fit the ifmap SRAM is read again by every wave;
+    - filter: the wave's weight groups (bit vectors + non-zero weights), read when the
+      wave starts (each processor holds its kernel for the unit);
+    - ofmap: the step's outputs (pixels x the units' kernels), dense, written once.
+    """
+    elem, groups = element_bytes(layer.dtype), p.processor_groups
+    slices = len(s.bounds) - 1
+    u = np.arange(len(s.kernels) * slices)
+    wg, lo, hi = u // slices, s.bounds[u % slices], s.bounds[u % slices + 1]
+    chunks = -(-int((hi - lo).max()) // layer.Q)
+    ends = np.minimum(lo[:, None] + layer.Q * np.arange(1, chunks + 1), hi[:, None])
+    compute, keep = _step_cycles(s, wg, lo, ends, groups)
+    wave, part = np.divmod(np.flatnonzero(keep), chunks)
+    pixels = np.diff(np.concatenate([lo[:, None], ends], axis=1), axis=1)  # units x chunks
+    return Steps(compute=compute, ifmap=part,
+                 ifmap_bytes=_ifmap_bytes(layer, s, pixels[:slices], elem)[part],
+                 filter=np.where(part == 0, wave, -1),
+                 filter_bytes=_wave_weight_bytes(layer, s, wg, groups, elem)[wave],
+                 ofmap=np.arange(len(compute)),
+                 ofmap_bytes=_output_bytes(s, wg, pixels, groups, elem)[keep],
+                 sram_bytes=share(sram_total, compute))
+
+
+def _step_cycles(s: Schedule, wg, lo, ends, groups: int):
+    """(compute cycles of every kept (wave, chunk) step, which of waves x chunks are kept):
+    unit ``u`` (weight group ``wg[u]``, pixels from ``lo[u]``, chunk ends ``ends[u]``)
+    starts when its processor group's earlier units end; a step ends when the last of its
+    wave's units has done that chunk; a step that no unit has pixels for is dropped."""
+    n_units, chunks = ends.shape
+    cum = np.zeros((len(s.kernels), s.pixel_cycles.shape[1] + 1), np.int64)
+    np.cumsum(s.pixel_cycles, axis=1, out=cum[:, 1:])
+    within = cum[wg[:, None], ends] - cum[wg, lo][:, None]  # units x chunks
+    waves = -(-n_units // groups)
+    totals = np.zeros((waves, groups), np.int64)
+    totals.ravel()[:n_units] = within[:, -1]
+    start = (np.cumsum(totals, axis=0) - totals).ravel()[:n_units]
+    done = np.zeros((waves * groups, chunks), np.int64)
+    done[:n_units] = start[:, None] + within
+    used = np.zeros((waves * groups, chunks), bool)
+    used[:n_units] = ends > np.concatenate([lo[:, None], ends[:, :-1]], axis=1)
+    keep = used.reshape(waves, groups, chunks).any(axis=1).ravel()
+    edge = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
+    return np.diff(edge, prepend=0), keep
+
+
+def _ifmap_bytes(layer: ConvLayer, s: Schedule, pixels: np.ndarray, elem: int) -> np.ndarray:
+    """Bytes of each chunk's features (chunks,): the stored input (values + bitmap) in
+    proportion to the chunk's pixels over all slices (``pixels``: slices x chunks)."""
+    stored = s.feature_nonzeros * elem + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0])
+    return share(stored, pixels.sum(axis=0))
+
+
+def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray, groups: int,
+                       elem: int) -> np.ndarray:
+    """Bytes of the weight groups each wave loads (waves,): per kernel its bit vector and
+    its non-zero weights."""
+    per_kernel = bitmap.bitmap_bytes(layer.Cg * layer.R * layer.S) + s.kernel_nonzeros * elem
+    held = np.where(s.kernels != grouping.EMPTY, per_kernel[np.maximum(s.kernels, 0)], 0)
+    wave = np.arange(len(wg)) // groups
+    pairs = np.unique(wave * len(s.kernels) + wg)
+    return np.bincount(pairs // len(s.kernels), held.sum(axis=1)[pairs % len(s.kernels)],
+                       minlength=wave[-1] + 1).astype(np.int64)
+
+
+def _output_bytes(s: Schedule, wg: np.ndarray, pixels: np.ndarray, groups: int,
+                  elem: int) -> np.ndarray:
+    """Bytes of the outputs of every (wave, chunk) step, dense: each unit's chunk pixels
+    times the kernels its weight group holds (waves * chunks,)."""
+    kernels = np.count_nonzero(s.kernels != grouping.EMPTY, axis=1)[wg]
+    waves = -(-len(wg) // groups)
+    out = np.zeros((waves * groups, pixels.shape[1]), np.int64)
+    out[:len(wg)] = pixels * kernels[:, None] * elem
+    return out.reshape(waves, groups, -1).sum(axis=1).ravel()
+
+
+def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
+    """LayerStats of a schedule (the fast model's or the emulator's): its counts priced
+    through the memory model."""
+    p = arch.params(NAME)
+    c = counts(layer, p, s)
+    sram = c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes
+    return price(layer, c, steps(layer, p, s, sram), arch)
 
 
 def imbalance(stats: LayerStats, level: str = "group") -> float:

@@ -26,10 +26,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import engine
 from ..arch.spec import MAX_SIDE, spec
 from ..ir import ConvLayer
-from ..stats import LayerStats, energy_pj
+from ..memory import Steps, used_input_pixels
+from ..stats import Counts, LayerStats, price
 from .base import Machine, element_bytes, register
 
 
@@ -40,11 +43,14 @@ class Params:
     rows: int = spec(32, "PEs", min=1, max=MAX_SIDE)
     cols: int = spec(32, "PEs", min=1, max=MAX_SIDE)
     stationary: str = spec("ws", "operand held in the PEs", choices=("os", "ws", "is"))
+    stream_tile: int = spec(0, "streamed vectors per fold in WS/IS (0: all, as SCALE-Sim)",
+                            min=0)
 
 
 @dataclass(frozen=True)
 class Mapping:
-    """A layer's GEMM as laid on the array: spatial dims (a on rows, b on cols), streamed dim t."""
+    """A layer's GEMM as laid on the array: spatial dims (a on rows, b on cols), streamed dim t,
+    streamed ``tile`` vectors per fold (``t``: all of them, SCALE-Sim's loop order)."""
 
     a: int
     b: int
@@ -53,6 +59,23 @@ class Mapping:
     rows: int
     cols: int
     stationary: str
+    tile: int = 0
+
+    @property
+    def stream_tile(self) -> int:
+        """Streamed vectors per fold (all of them unless the array tiles the stream)."""
+        return self.tile if 0 < self.tile < self.t else self.t
+
+    @property
+    def stream_tiles(self) -> int:
+        return math.ceil(self.t / self.stream_tile)
+
+    @property
+    def tile_cycles(self) -> list[int]:
+        """Cycles of a fold over each stream tile, in order (cycles)."""
+        full, last = self.stream_tiles - 1, self.t - (self.stream_tiles - 1) * self.stream_tile
+        return [fold_cycles(self.stationary, self.rows, self.cols, self.stream_tile)] * full \
+            + [fold_cycles(self.stationary, self.rows, self.cols, last)]
 
     @property
     def row_folds(self) -> int:
@@ -64,18 +87,18 @@ class Mapping:
 
     @property
     def folds(self) -> int:
-        """Array-sized tiles, all groups."""
-        return self.groups * self.row_folds * self.col_folds
+        """Array-sized tiles, all groups (times the stream tiles)."""
+        return self.groups * self.row_folds * self.col_folds * self.stream_tiles
 
     @property
     def fold_cycles(self) -> int:
-        """Cycles of one fold: fill, stream, drain (cycles)."""
-        return fold_cycles(self.stationary, self.rows, self.cols, self.t)
+        """Cycles of one fold over a whole stream tile: fill, stream, drain (cycles)."""
+        return fold_cycles(self.stationary, self.rows, self.cols, self.stream_tile)
 
     @property
     def busy_cycles(self) -> int:
         """Cycles the array is busy with the layer (cycles)."""
-        return self.folds * self.fold_cycles
+        return self.groups * self.row_folds * self.col_folds * sum(self.tile_cycles)
 
     @property
     def cycles(self) -> int:
@@ -84,8 +107,13 @@ class Mapping:
 
     @property
     def mapped_pe_folds(self) -> int:
-        """Sum over folds of the PEs that hold work (a * b per group)."""
-        return self.groups * self.a * self.b
+        """Sum over folds of the PEs that hold work (a * b per group and stream tile)."""
+        return self.groups * self.a * self.b * self.stream_tiles
+
+    @property
+    def mapped_pe_busy_cycles(self) -> int:
+        """Sum over folds of the PEs that hold work times the fold's cycles."""
+        return self.groups * self.a * self.b * sum(self.tile_cycles)
 
 
 def fold_cycles(stationary: str, rows: int, cols: int, streamed: int) -> int:
@@ -105,98 +133,128 @@ def gemm_mapping(layer: ConvLayer, p: Params) -> Mapping:
     """Lay the layer's per-group GEMM (M pixels, Kr reduction, F filters) onto the array."""
     M, Kr, F = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S, layer.Kg
     a, b, t = {"os": (M, F, Kr), "ws": (Kr, F, M), "is": (Kr, M, F)}[p.stationary]
-    return Mapping(a, b, t, layer.groups, p.rows, p.cols, p.stationary)
+    tile = 0 if p.stationary == "os" else p.stream_tile
+    return Mapping(a, b, t, layer.groups, p.rows, p.cols, p.stationary, tile)
 
 
 def sram_words(layer: ConvLayer, m: Mapping) -> tuple[int, int, int]:
     """Words read from the ifmap and filter SRAMs and written to the ofmap SRAM.
 
-    The stationary operand is read once; a streamed operand once per fold of the
-    other spatial dim; outputs are written once per reduction fold (partial sums)
-    unless the reduction stays in the PEs (OS). These are SCALE-Sim's counts, except
-    that its OS ofmap count adds rows + cols per fold (see docs/systolic.md).
+    The stationary operand is read once (once per stream tile when the array tiles the
+    stream); a streamed operand once per fold of the other spatial dim; outputs are
+    written once per reduction fold (partial sums) unless the reduction stays in the PEs
+    (OS). These are SCALE-Sim's counts, except that its OS ofmap count adds rows + cols
+    per fold (see docs/systolic.md).
     """
     M, Kr, F = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S, layer.Kg
-    fa, fb = m.row_folds, m.col_folds
+    fa, fb, nt = m.row_folds, m.col_folds, m.stream_tiles
     words = {"os": (M * Kr * fb, F * Kr * fa, M * F),
-             "ws": (M * Kr * fb, Kr * F, M * F * fa),
-             "is": (Kr * M, F * Kr * fb, M * F * fa)}[m.stationary]
+             "ws": (M * Kr * fb, Kr * F * nt, M * F * fa),
+             "is": (Kr * M * nt, F * Kr * fb, M * F * fa)}[m.stationary]
     return tuple(layer.groups * w for w in words)  # type: ignore[return-value]
 
 
-def used_input_pixels(layer: ConvLayer) -> int:
-    """Input pixels (per image and channel) that some kernel window reads."""
-    rows = _used(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0], layer.P)
-    cols = _used(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1], layer.Q)
-    return rows * cols
+def fold_steps(layer: ConvLayer, m: Mapping, elem: int, fold_compute=None) -> Steps:
+    """The layer as the array runs it, one step per fold in loop order (group, column
+    fold, stream tile, row fold; one stream tile unless ``stream_tile`` is set), for the
+    memory model; ``fold_compute`` (one count per fold) replaces the model's fold cycles
+    (the emulator passes its own). The last fold counts one cycle less: SCALE-Sim's
+    count is the index of the last busy cycle.
 
+    Blocks (equal ids = the same data):
 
-def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
-    """How many of ``size`` input positions a strided, dilated window touches."""
-    taps = {o * stride + t * dil - pad for o in range(out) for t in range(k)}
-    return sum(1 for x in taps if 0 <= x < size)
+    - OS: ifmap = a row fold of output pixels (its share of the used input, the halo
+      shared with the previous fold kept), filters = a column fold's Kr x cols weights,
+      ofmap = the fold's own outputs.
+    - WS: filters = the fold's stationary tile (loaded again for every stream tile);
+      ifmap = the channels the row fold's reduction terms cover (terms are tap-major,
+      channel-fastest: taps of the same channels read the same pixels), the stream
+      tile's share of them, a fold fetching at most its streamed words; ofmap = the
+      column fold's outputs of the stream tile, accumulated over its row folds.
+    - IS: ifmap = the fold's stationary tile (its share of the used input, loaded again
+      for every stream tile); filters = the row fold's reduction terms of the stream
+      tile's filters; ofmap = the column fold's outputs of those filters.
 
-
-def dram_bytes(layer: ConvLayer, arch, elem: int, m: Mapping) -> tuple[int, int, int]:
-    """DRAM bytes per tensor: every used element once, and a streamed operand again for
-    every pass over it when what is reused across the passes does not fit the active half
-    of its double-buffered SRAM (the other half is being refilled); outputs leave once.
-
-    Column folds are the outer loop: the ifmap (OS, WS) or the filters (IS) are streamed
-    once per column fold; in OS one column fold's filters (Kr x cols) once per row fold.
-    In WS a row fold is a tile of kernel taps, so without the whole ifmap in SRAM its
-    reuse across taps is lost too (``ws_refetch_words``).
+    Partial sums are 4 bytes (int32 or float32 accumulators). Bytes at the SRAM ports
+    per fold are the words ``sram_words`` sums, times ``elem``.
     """
-    ifmap = layer.N * layer.C * used_input_pixels(layer) * elem
-    filt = layer.K * layer.Cg * layer.R * layer.S * elem
-    ofmap = layer.N * layer.K * layer.P * layer.Q * elem
-    ifmap_half, filter_half = arch.memory.ifmap_sram_kb * 512, arch.memory.filter_sram_kb * 512
-    if m.stationary == "os" and ifmap > ifmap_half:
-        ifmap *= m.col_folds
-    if m.stationary == "ws" and ifmap > ifmap_half:
-        ifmap = m.col_folds * ws_refetch_words(layer, m) * elem
-    if m.stationary == "is" and filt > filter_half:
-        filt *= m.col_folds
-    if m.stationary == "os" and m.t * min(m.b, m.cols) * elem > filter_half:
-        filt *= m.row_folds
-    return ifmap, filt, ofmap
+    M, Kr = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S
+    R, C, G, NT = m.row_folds, m.col_folds, m.groups, m.stream_tiles
+    fold = np.arange(G * C * NT * R)
+    g, c, tt, r = fold // (C * NT * R), fold // (NT * R) % C, fold // R % NT, fold % R
+    a_in = np.minimum(m.rows, m.a - r * m.rows)   # rows of the fold that hold work
+    b_in = np.minimum(m.cols, m.b - c * m.cols)   # columns likewise
+    t0 = tt * m.stream_tile
+    t_in = np.minimum(m.stream_tile, m.t - t0)    # streamed vectors of the fold
+    ifmap_size = None
+    ifmap_group = layer.N * layer.Cg * used_input_pixels(layer) * elem
+    if m.stationary == "os":
+        ifmap, ifmap_b = g * R + r, _share(ifmap_group, r * m.rows, r * m.rows + a_in, M)
+        filt, filt_b = g * C + c, Kr * b_in * elem
+        ofmap, out_words = fold, a_in * b_in
+        words = (a_in * Kr, Kr * b_in, a_in * b_in)
+    elif m.stationary == "ws":
+        ifmap, ifmap_b, ifmap_size = _channel_blocks(layer, m, g, r, t0, t_in, elem)
+        filt, filt_b = (g * C + c) * R + r, a_in * b_in * elem
+        ofmap, out_words = (g * C + c) * NT + tt, t_in * b_in
+        words = (t_in * a_in, a_in * b_in, t_in * b_in)
+    else:
+        stop = c * m.cols * m.a + b_in * np.minimum((r + 1) * m.rows, m.a)  # within a group
+        ifmap = (g * C + c) * R + r
+        ifmap_b = _share(ifmap_group, stop - a_in * b_in, stop, Kr * M)
+        filt, filt_b = (g * R + r) * NT + tt, a_in * t_in * elem
+        ofmap, out_words = (g * C + c) * NT + tt, b_in * t_in
+        words = (a_in * b_in, t_in * a_in, t_in * b_in)
+    if fold_compute is None:
+        compute = np.asarray(m.tile_cycles, np.int64)[tt]
+    else:
+        compute = np.asarray(fold_compute, np.int64).copy()
+    compute[-1] -= 1
+    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_b, ifmap_size=ifmap_size,
+                 filter=filt, filter_bytes=filt_b, ofmap=ofmap, ofmap_bytes=out_words * elem,
+                 psum_bytes=out_words * 4, sram_bytes=sum(words) * elem)
 
 
-def ws_refetch_words(layer: ConvLayer, m: Mapping) -> int:
-    """ifmap words one WS column fold fetches when the ifmap does not stay in SRAM: each
-    row fold (``rows`` reduction terms, tap-major and channel-fastest) fetches its own
-    streamed words, at most the used pixels of the channels it covers."""
-    M, used = layer.N * layer.P * layer.Q, layer.N * used_input_pixels(layer)
-    words = 0
-    for start in range(0, m.a, m.rows):
-        terms = min(m.rows, m.a - start)
-        words += min(M * terms, min(terms, layer.Cg) * used)
-    return layer.groups * words
+def _share(total, start, stop, whole: int):
+    """Bytes of ``total`` that the span [start, stop) of ``whole`` units holds, rounded
+    so that consecutive spans add up to exactly ``total``."""
+    return (total * np.asarray(stop)) // whole - (total * np.asarray(start)) // whole
 
 
-def layer_stats(layer: ConvLayer, arch, m: Mapping, cycles: int, words) -> LayerStats:
-    """The LayerStats of ``layer`` run in ``cycles`` with ``words`` (ifmap, filter, ofmap)
-    SRAM accesses; shared by the fast model and the cycle emulator.
+def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
+    """WS ifmap blocks: (ids, bytes a fold fetches, block size) of the channel set each
+    row fold's reduction terms cover, for the fold's stream tile (pixels ``t0`` on,
+    ``t_in`` of them). The block is the tile's share of the used pixels of those channels
+    (the union over the taps that read them); a fold that must fetch it streams at most
+    its own words (``t_in`` per term, fewer than the used pixels when the taps are sparse)."""
+    Cg, M = layer.Cg, layer.N * layer.P * layer.Q
+    start = r * m.rows
+    terms = np.minimum(m.rows, m.a - start)
+    lo, hi = start % Cg, (start + terms - 1) % Cg
+    whole = terms >= Cg
+    lo, hi = np.where(whole, 0, lo), np.where(whole, Cg - 1, hi)
+    ids = ((g * Cg + lo) * Cg + hi) * m.stream_tiles + t0 // m.stream_tile
+    used = layer.N * used_input_pixels(layer)
+    size = _share(np.minimum(terms, Cg) * used * elem, t0, t0 + t_in, M)
+    return ids, np.minimum(t_in * terms * elem, size), size
 
-    Mapping efficiency is SCALE-Sim's mean over folds of mapped PEs / PEs: every fold
-    lasts as long, so the mapped PE-cycles are the mapped PE-folds spread over the
-    counted cycles.
+
+def counts(layer: ConvLayer, arch, m: Mapping, compute_cycles: int, words) -> Counts:
+    """What the array counted: every MAC (a dense machine skips nothing), SRAM bytes per
+    operand from ``words`` (ifmap, filter, ofmap), mapped PE-cycles.
+
+    Mapping efficiency is SCALE-Sim's mean over folds of mapped PEs / PEs: each fold's
+    mapped PEs times its cycles, scaled to the stall-free ``compute_cycles`` (without
+    stream tiles every fold lasts as long: the mapped PE-folds spread over the cycles).
     """
     p = arch.params("systolic")
     elem = element_bytes(layer.dtype)
-    pes = p.rows * p.cols
     sram = [w * elem for w in words]
-    dram = dram_bytes(layer, arch, elem, m)
-    return LayerStats(
-        name=layer.name, dataflow="systolic", shape=layer.describe(),
-        dense_macs=layer.macs, macs=layer.macs, cycles=cycles, pe_cycles=cycles * pes,
-        mapped_pe_cycles=m.mapped_pe_folds * cycles / m.folds,
-        sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1], sram_ofmap_bytes=sram[2],
-        dram_ifmap_bytes=dram[0], dram_filter_bytes=dram[1], dram_ofmap_bytes=dram[2],
-        energy_pj=energy_pj(arch, macs=layer.macs, sram_bytes=sum(sram),
-                            dram_bytes=sum(dram), dtype=layer.dtype),
-        extra={"folds": m.folds},
-    )
+    return Counts("systolic", macs=layer.macs, dense_macs=layer.macs,
+                  multipliers=p.rows * p.cols,
+                  mapped_pe_cycles=m.mapped_pe_busy_cycles * compute_cycles / m.busy_cycles,
+                  sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1],
+                  sram_ofmap_bytes=sram[2], extra={"folds": m.folds})
 
 
 @register
@@ -228,9 +286,13 @@ class Systolic(Machine):
 
         m = gemm_mapping(layer, arch.params(self.name))
         run = emulate_layer(layer, x, w, bias, arch.params(self.name))
-        return run.output, layer_stats(layer, arch, m, run.busy_cycles - 1, run.words)
+        steps = fold_steps(layer, m, element_bytes(layer.dtype), run.fold_cycles)
+        return run.output, price(layer, counts(layer, arch, m, run.busy_cycles - 1, run.words),
+                                 steps, arch)
 
     def stats(self, layer: ConvLayer, arch) -> LayerStats:
-        """Costs of the layer: cycles, utilisation, SRAM/DRAM bytes, energy (pJ)."""
+        """Costs of the layer: cycles (through the memory model), utilisation, SRAM/DRAM
+        bytes, energy (pJ)."""
         m = gemm_mapping(layer, arch.params(self.name))
-        return layer_stats(layer, arch, m, m.cycles, sram_words(layer, m))
+        steps = fold_steps(layer, m, element_bytes(layer.dtype))
+        return price(layer, counts(layer, arch, m, m.cycles, sram_words(layer, m)), steps, arch)

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..dataflows import shift_grid
-from ..dataflows.dilated_grid import Counts, Params
+from ..dataflows.base import element_bytes
+from ..dataflows.dilated_grid import Counts, Params, block_ids, plan
 from ..errors import ConfigError
 from ..ir import ConvLayer
+from ..memory import Steps
 from ..quant import check_int32
 
 EDGES = ("wrap", "zero")
@@ -87,8 +89,6 @@ class Job:
 
 def jobs(layer: ConvLayer, p: Params) -> list[Job]:
     """Every pass of the layer in machine order: n, k, tile, input map, row run, col run."""
-    from ..dataflows.dilated_grid import plan
-
     rows, cols = plan(layer, p)
     (dh, dw) = layer.dilation
     runs = [(a, th, b, tw) for a, th in rows.chunks for b, tw in cols.chunks]
@@ -102,6 +102,22 @@ def jobs(layer: ConvLayer, p: Params) -> list[Job]:
                            (dh * (th - 1) + p.mac_rows, dw * (tw - 1) + p.mac_cols),
                            c == 0 and i == 0, c == layer.Cg - 1 and i == len(runs) - 1))
     return out
+
+
+class Log:
+    """What each memory step (image, output map, tile row) moved, as the machine ran:
+    real pixels and coefficients read from SRAM, outputs written, the cycle its first
+    pass started stepping, and which input pixels and coefficients were read first."""
+
+    def __init__(self, n_steps: int):
+        self.pixels, self.coefs, self.outputs = (np.zeros(n_steps, np.int64) for _ in range(3))
+        self.starts: list[int] = []
+        self.seen: set = set()           # (n, input map, y, x) read so far
+        self.first: dict = {}            # (n, input map, tile row) -> pixels first read there
+        self.kernel: set = set()         # (k, c, r, s) coefficients read so far
+
+    def tile_rows(self, layer: ConvLayer) -> int:
+        return len(self.pixels) // (layer.N * layer.K)
 
 
 @dataclass
@@ -138,6 +154,11 @@ class Machine:
         self.out = np.zeros(self.layer.output_shape, self.acc_type)
         self.shifter = Shifter(self.p, self.edge)
         self.acc = np.zeros((self.p.mac_rows, self.p.mac_cols), self.acc_type)
+        self.log = Log(self.layer.N * self.layer.K * plan(self.layer, self.p)[0].tiles)
+
+    def step_of(self, job: Job) -> int:
+        """The memory step a pass belongs to: (image, output map, tile row), in order."""
+        return (job.n * self.layer.K + job.k) * self.log.tile_rows(self.layer) + job.tile[0]
 
     def start_load(self, job: Job) -> Loading:
         """A fresh shadow grid for ``job``; its coefficients arrive over their own port."""
@@ -145,6 +166,8 @@ class Machine:
         coefs = np.zeros((self.p.coef_rows, self.p.coef_cols), self.acc_type)
         coefs[:th, :tw] = self.w[job.k, job.c, a:a + th, b:b + tw]
         self.counts["coef_reads"] += th * tw
+        self.log.coefs[self.step_of(job)] += th * tw
+        self.log.kernel.update((job.k, job.c, a + r, b + s) for r in range(th) for s in range(tw))
         pixels = np.zeros((self.p.grid_rows, self.p.grid_cols), self.acc_type)
         order = [(r, c) for r in range(job.size[0]) for c in range(job.size[1])]
         return Loading(job, pixels, coefs, order)
@@ -160,9 +183,19 @@ class Machine:
             if 0 <= y < self.layer.H and 0 <= x < self.layer.W:
                 ld.pixels[r, c] = self.x[ld.job.n, ld.job.c_in, y, x]
                 self.counts["ifmap_reads"] += 1
+                self.note_read(ld.job, y, x)
             self.counts["pixels_loaded"] += 1
             ld.written += 1
         self.counts["load_cycles"] += 1
+
+
+    def note_read(self, job: Job, y: int, x: int) -> None:
+        """Log one real pixel read by ``job``'s pass, and whether it is read for the first time."""
+        self.log.pixels[self.step_of(job)] += 1
+        if (job.n, job.c_in, y, x) not in self.log.seen:
+            self.log.seen.add((job.n, job.c_in, y, x))
+            key = (job.n, job.c_in, job.tile[0])
+            self.log.first[key] = self.log.first.get(key, 0) + 1
 
 
 @dataclass
@@ -208,12 +241,35 @@ def write_tile(m: Machine, job: Job) -> None:
             y, x = ty * m.p.mac_rows + i, tx * m.p.mac_cols + j
             if y % sh == 0 and x % sw == 0 and y // sh < m.layer.P and x // sw < m.layer.Q:
                 m.out[job.n, job.k, y // sh, x // sw] = m.acc[i, j]
+                m.log.outputs[m.step_of(job)] += 1
     m.counts["tiles"] += 1
 
 
+def logged_steps(m: Machine, cycles: int) -> Steps:
+    """The memory steps as the machine ran them: each from the cycle its first pass began
+    stepping (the first from 0) to the next one's; an input band's DRAM bytes are the
+    pixels of the band's group first read in that tile row; a map's filter, the distinct
+    coefficients of that map read."""
+    L, log, elem = m.layer, m.log, element_bytes(m.layer.dtype)
+    tile_rows = log.tile_rows(L)
+    bounds = np.array([0, *log.starts[1:], cycles])
+    ifmap, filt, ofmap = block_ids(L, tile_rows)
+    band = np.zeros(L.N * L.groups * tile_rows, np.int64)
+    for (n, c_in, ty), v in log.first.items():
+        band[(n * L.groups + c_in // L.Cg) * tile_rows + ty] += v
+    kernel = np.zeros(L.K, np.int64)
+    for k, *_ in log.kernel:
+        kernel[k] += 1
+    return Steps(compute=np.diff(bounds), ifmap=ifmap, ifmap_bytes=band[ifmap] * elem,
+                 filter=filt, filter_bytes=kernel[filt] * elem, ofmap=ofmap,
+                 ofmap_bytes=log.outputs * elem,
+                 sram_bytes=(log.pixels + log.coefs + log.outputs) * elem)
+
+
 def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
-            edge: str = "wrap") -> tuple[np.ndarray, Counts]:
-    """Run ``layer`` cycle by cycle: (outputs, counts). float32 in/out, int8 in, int32 out."""
+            edge: str = "wrap") -> tuple[np.ndarray, Counts, Steps]:
+    """Run ``layer`` cycle by cycle: (outputs, counts, the memory steps as run). float32
+    in/out, int8 in, int32 out."""
     if edge not in EDGES:
         raise ConfigError(f"edge={edge!r}: must be one of {', '.join(EDGES)}")
     integer = np.issubdtype(x.dtype, np.integer)
@@ -233,9 +289,12 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
             active = None
         if active is None and shadow is not None and shadow.done:
             active, shadow = begin(m, shadow), None
+            job = active.ld.job
+            if job.first and job.tile[1] == 0:  # a new (image, map, tile row) starts
+                m.log.starts.append(cycles)
     out = check_int32(m.out, layer.name) if integer else m.out
     return out, Counts(cycles=cycles, pixel_sets=len(queue), pixel_shift_ops=m.shifter.ops,
-                       **m.counts)
+                       **m.counts), logged_steps(m, cycles)
 
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:

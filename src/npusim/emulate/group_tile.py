@@ -19,6 +19,7 @@ counts what happens, and so checks them.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ import numpy as np
 from ..dataflows.base import element_bytes
 from ..dataflows.group_tile import WORD_BYTES, Params, Schedule
 from ..ir import ConvLayer
+from ..memory import Steps
 from ..quant import check_int32
 
 
@@ -54,20 +56,30 @@ class Counts:
     weight_stalls: int = 0
     drain_stalls: int = 0
     busy: list[int] = field(default_factory=list)
+    log: list[dict] = field(default_factory=list)  # per step: clock at its end, what it moved
 
 
-def work_units(layer: ConvLayer, macs: int) -> list[Unit]:
-    """Every (pixel, partition, output block) of the layer, in the controller's order."""
-    units = []
+def work_units(layer: ConvLayer, macs: int, capacity: float = math.inf) -> list[Unit]:
+    """Every (pixel, partition, output block) of the layer, in the controller's order:
+    pixel outer, (partition, output block) inner, as long as the layer's weights fit
+    ``capacity`` bytes of filter buffer; else the (partition, block)s are dealt into
+    chunks that fit (a larger one alone), chunk outer, pixel, block of the chunk."""
     size = min(layer.Kg, macs)
-    for n in range(layer.N):
-        for p in range(layer.P):
-            for q in range(layer.Q):
-                for g in range(layer.groups):
-                    for k0 in range(0, layer.Kg, size):
-                        units.append(Unit(n, p, q, g, g * layer.Kg + k0,
-                                          min(size, layer.Kg - k0)))
-    return units
+    blocks = [(g, g * layer.Kg + k0, min(size, layer.Kg - k0))
+              for g in range(layer.groups) for k0 in range(0, layer.Kg, size)]
+    taps = layer.Cg * layer.R * layer.S * element_bytes(layer.dtype)
+    chunks, held = [[]], 0
+    for b in blocks:
+        if chunks[-1] and held + b[2] * taps > capacity:
+            chunks.append([])
+            held = 0
+        chunks[-1].append(b)
+        held += b[2] * taps
+    if sum(b[2] for b in blocks) * taps <= capacity:
+        chunks = [blocks]
+    pixels = [(n, p, q) for n in range(layer.N) for p in range(layer.P) for q in range(layer.Q)]
+    return [Unit(n, p, q, g, k0, width) for chunk in chunks for n, p, q in pixels
+            for g, k0, width in chunk]
 
 
 class Tile:
@@ -141,33 +153,119 @@ class Tile:
         while queue:
             step = [queue.popleft() for _ in range(min(subsets, len(queue)))]
             base = [j * subset for j in range(len(step))]
+            before = (self.c.reads, self.c.words)
             for c in range(L.Cg):
                 for r in range(L.R):
                     for s in range(L.S):
                         self.load_weights(step, base, c, r, s)
                         self.fire(step, base, c, r, s)
             self.hand_off(step, base)
+            self.c.log.append({"end": self.c.cycles, "units": step,
+                               "reads": self.c.reads - before[0],
+                               "words": self.c.words - before[1]})
         while self.shift:
             self.tick()
             self.c.drain_stalls += 1
+        if self.c.log:
+            self.c.log[-1]["end"] = self.c.cycles
         return self.c
+
+
+def window(layer: ConvLayer, p: int) -> set[int]:
+    """Input rows output row ``p``'s taps read."""
+    ys = (p * layer.stride[0] + r * layer.dilation[0] - layer.padding[0] for r in range(layer.R))
+    return {y for y in ys if 0 <= y < layer.H}
+
+
+def used_columns(layer: ConvLayer) -> int:
+    """Input columns some output column's taps read."""
+    xs = {q * layer.stride[1] + s * layer.dilation[1] - layer.padding[2]
+          for q in range(layer.Q) for s in range(layer.S)}
+    return sum(1 for x in xs if 0 <= x < layer.W)
+
+
+def bands(layer: ConvLayer, units: list[Unit]) -> dict:
+    """Input rows each output row (n, p) of a tile brings on chip: its window's rows that
+    no row of the same image from the tile's first there up to p - 1 had read."""
+    first: dict = {}
+    for u in units:
+        first[u.n] = min(first.get(u.n, u.p), u.p)
+    out = {}
+    for n, lo in first.items():
+        seen: set = set()
+        for p in range(lo, layer.P):
+            out[(n, p)] = len(window(layer, p) - seen)
+            seen |= window(layer, p)
+    return out
+
+
+def tile_log(layer: ConvLayer, c: Counts) -> dict:
+    """One tile's steps as it ran them: cycles from the end of the last step to the end of
+    this one; the weights it loaded (block: which partitions and output blocks); the input
+    band of its last unit's output row (whole rows: every used column, all channels) and
+    the activations its taps read; its outputs."""
+    elem, out = element_bytes(layer.dtype), {k: [] for k in (
+        "compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes", "ofmap_bytes",
+        "sram_bytes")}
+    band = bands(layer, [u for step in c.log for u in step["units"]])
+    row_bytes = used_columns(layer) * layer.C * elem
+    blocks: dict = {}
+    prev = 0
+    for step in c.log:
+        units = step["units"]
+        width = sum(u.width for u in units)
+        out["compute"].append(step["end"] - prev)
+        out["ifmap"].append(units[-1].n * layer.P + units[-1].p)
+        out["ifmap_size"].append(band[(units[-1].n, units[-1].p)] * row_bytes)
+        out["ifmap_bytes"].append(step["reads"] * elem)
+        out["filter"].append(blocks.setdefault(tuple((u.group, u.k0) for u in units), len(blocks)))
+        out["filter_bytes"].append(width * layer.Cg * layer.R * layer.S * elem)
+        out["ofmap_bytes"].append(width * elem)
+        out["sram_bytes"].append((step["reads"] + width) * elem + step["words"] * WORD_BYTES)
+        prev = step["end"]
+    return {k: np.array(v, np.int64) for k, v in out.items()}
+
+
+def logged_steps(layer: ConvLayer, counts: list[Counts]) -> Steps:
+    """The tiles' steps side by side (step i = every tile's i-th), timed by the tile that
+    finished last; bytes add; a block is the tuple of the tiles' blocks."""
+    logs = [tile_log(layer, c) for c in counts if c.log]
+    n = max(len(q["compute"]) for q in logs)
+    critical = max(range(len(logs)), key=lambda t: logs[t]["compute"].sum())
+
+    def padded(q, key, fill):
+        return list(q[key]) + [fill] * (n - len(q[key]))
+
+    def joint(key):
+        keys = list(zip(*(padded(q, key, -1) for q in logs), strict=True))
+        ids: dict = {}
+        return [ids.setdefault(k, len(ids)) for k in keys]
+
+    total = {k: np.sum([padded(q, k, 0) for q in logs], axis=0)
+             for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
+    return Steps(compute=padded(logs[critical], "compute", 0), ifmap=joint("ifmap"),
+                 filter=joint("filter"), ofmap=np.arange(n), **total)
 
 
 @dataclass
 class EmulatorRun:
-    """Outputs, the schedule counts, narrow-memory reads, and MACs busy per cycle per tile."""
+    """Outputs, the schedule counts, narrow-memory reads, MACs busy per cycle per tile, and
+    the memory steps as run."""
 
     output: np.ndarray
     schedule: Schedule
     reads: int
     busy: list[np.ndarray]
+    steps: Steps
 
 
-def run_tiles(layer: ConvLayer, x, w, bias, p: Params) -> EmulatorRun:
-    """Split the work units across ``p.tiles`` tiles and run each to the end."""
+def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
+              filter_capacity: float = math.inf) -> EmulatorRun:
+    """Split the work units across ``p.tiles`` tiles and run each to the end;
+    ``filter_capacity``: bytes of weights the filter buffer keeps (``work_units``)."""
     integer = np.issubdtype(np.asarray(x).dtype, np.integer)
     out = np.zeros(layer.output_shape, np.int64 if integer else np.float32)
-    units = work_units(layer, p.macs)
+    units = work_units(layer, p.macs, filter_capacity)
     subset = min(layer.Kg, p.macs)
     subsets = min(p.bus_inputs, p.macs // subset)
     counts = []
@@ -179,13 +277,14 @@ def run_tiles(layer: ConvLayer, x, w, bias, p: Params) -> EmulatorRun:
                      sum(c.weight_stalls for c in counts), sum(c.drain_stalls for c in counts))
     output = check_int32(out, layer.name) if integer else out
     return EmulatorRun(output, sched, sum(c.reads for c in counts),
-                       [np.array(c.busy) for c in counts])
+                       [np.array(c.busy) for c in counts], logged_steps(layer, counts))
 
 
-def emulate(layer: ConvLayer, x, w, bias, p: Params):
-    """(outputs, Schedule, narrow-memory reads) of the layer on the emulated tiles."""
-    run = run_tiles(layer, x, w, bias, p)
-    return run.output, run.schedule, run.reads
+def emulate(layer: ConvLayer, x, w, bias, p: Params, filter_capacity: float = math.inf):
+    """(outputs, Schedule, narrow-memory reads, memory steps) of the layer on the emulated
+    tiles."""
+    run = run_tiles(layer, x, w, bias, p, filter_capacity)
+    return run.output, run.schedule, run.reads, run.steps
 
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:

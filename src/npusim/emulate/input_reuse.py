@@ -17,13 +17,16 @@ each server (bus / output unit / chain owner) moves one partial OFM at a time,
 the region's place (overlap-add) and the output handler adds the bias.
 The dispatcher reads each region from the compressed stream (``compressed_ifm``);
 with stride, a job takes its region through every phase (``phases``).
+The emulator also records every job's end and weight cycles, the non-zero pixels of every
+region it decodes and the OFM pixels its accumulators touch: ``emulate`` prices that
+schedule through the memory model (``dataflows.input_reuse.steps``, ``stats.price``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,6 +87,7 @@ class Job:
     queues: list[deque]
     regions: list[np.ndarray]  # per phase: Cg x rh x rw, decoded from the stream
     pofms: dict = field(default_factory=dict)  # (slot, part) -> accumulators
+    touched: dict = field(default_factory=dict)  # (slot, part) -> cells some product reached
     start: int = 0
 
 
@@ -100,6 +104,9 @@ class Counters:
     hops: int = 0
     last_job_end: int = 0
     last_transfer_end: int = 0
+    job_end: dict = field(default_factory=dict)  # job sequence -> cycle it ended
+    job_busy: dict = field(default_factory=dict)  # job sequence -> its weight cycles
+    region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region
 
 
 @dataclass
@@ -110,6 +117,7 @@ class Result:
     cycles: int
     counters: Counters
     inventory: dict
+    ofm_pixels: int = 0
 
 
 class Machine:
@@ -129,9 +137,12 @@ class Machine:
                         for ph in self.plan.phases]
         self.grid = [math.ceil(e / r) for e, r in zip(self.plan.extent, self.region, strict=True)]
         self.ofm = np.zeros(layer.output_shape, self.acc)
+        self.touched = np.zeros(layer.output_shape, bool)
         self.counters = Counters(np.zeros(params.operation_units, np.int64),
                                  np.zeros((params.operation_units, params.processing_units),
-                                          np.int64))
+                                          np.int64),
+                                 region_nonzeros=np.zeros(layer.N * math.prod(self.grid),
+                                                          np.int64))
 
     # -- the dispatcher: regions from the compressed stream, weight cycles per PU --------------
 
@@ -174,6 +185,8 @@ class Machine:
         L, P = self.layer, self.p.processing_units
         for g in range(L.groups):
             regions = [self.read_region(n, i, g, ti, tj) for i in range(len(self.streams))]
+            here = (n * self.grid[0] + ti) * self.grid[1] + tj
+            self.counters.region_nonzeros[here] += sum(np.count_nonzero(r) for r in regions)
             for k0 in range(0, L.Kg, P):
                 kernels = [g * L.Kg + k for k in range(k0, min(k0 + P, L.Kg))]
                 queues = [self.weight_cycles(k, regions) for k in kernels]
@@ -191,9 +204,12 @@ class Machine:
         weights = self.w[k, c0:c0 + path.depth, part.r[tap], part.s[tap]]
         region = job.regions[phase][c0:c0 + path.depth]
         products = (region * weights[:, None, None]).sum(axis=0)
+        hit = ((region != 0) & (weights != 0)[:, None, None]).any(axis=0)
         acc = job.pofms.setdefault((slot, pi), np.zeros(path.pofm, self.acc))
+        seen = job.touched.setdefault((slot, pi), np.zeros(path.pofm, bool))
         cells, pixels = path.wiring[tap]
         acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
+        seen.reshape(-1)[cells] |= hit.reshape(-1)[pixels]
 
     def unit_cycle(self, job: Job) -> None:
         """All processing units of one operation unit for one cycle (with work stealing)."""
@@ -240,8 +256,10 @@ class Machine:
         r0, c0 = max(top, 0), max(left, 0)
         r1, c1 = min(top + pofm.shape[0], P), min(left + pofm.shape[1], Q)
         if r1 > r0 and c1 > c0:
-            self.ofm[job.n, job.kernels[slot], r0:r1, c0:c1] += \
-                pofm[r0 - top:r1 - top, c0 - left:c1 - left]
+            window = (job.n, job.kernels[slot], slice(r0, r1), slice(c0, c1))
+            crop = (slice(r0 - top, r1 - top), slice(c0 - left, c1 - left))
+            self.ofm[window] += pofm[crop]
+            self.touched[window] |= job.touched[slot, pi][crop]
 
     def serve(self, now: int, pending: list, busy: dict) -> None:
         """Each free server starts the earliest-ready waiting transfer (non-preemptive)."""
@@ -270,8 +288,10 @@ class Machine:
             job = queue.popleft()
             job.start = now
             self.counters.pu_dealt[unit] += [len(q) for q in job.queues]
+            self.counters.job_busy[job.seq] = sum(len(q) for q in job.queues)
             if any(job.queues):
                 return job
+            self.counters.job_end[job.seq] = now
             self.hand_off(job, unit, now, pending)
         return None
 
@@ -292,6 +312,7 @@ class Machine:
                 if not any(job.queues):
                     self.hand_off(job, u, now + 1, pending)
                     self.counters.last_job_end = now + 1
+                    self.counters.job_end[job.seq] = now + 1
                     current[u] = self.start_next(queues[u], u, now + 1, pending)
             now += 1
         return max(self.counters.last_job_end, self.counters.last_transfer_end)
@@ -319,15 +340,32 @@ def emulate_layer(layer: ConvLayer, x, w, bias, params) -> Result:
     """Run one layer on the emulated device: outputs, cycles, counters, inventory."""
     m = Machine(layer, x, w, params)
     cycles = m.run()
-    return Result(m.output(bias), cycles, m.counters, m.inventory())
+    touched = m.touched.size if layer.bias else int(np.count_nonzero(m.touched))
+    return Result(m.output(bias), cycles, m.counters, m.inventory(), touched)
+
+
+def jobs(layer: ConvLayer, x, w, res: Result, sram_total: int):
+    """What the memory model needs of the jobs, all counted by the emulator itself."""
+    from ..dataflows.input_reuse import Jobs
+
+    c = res.counters
+    order = sorted(c.job_end)
+    return Jobs(end=np.array([c.job_end[j] for j in order], np.int64),
+                busy=np.array([c.job_busy[j] for j in order], np.int64), cycles=res.cycles,
+                bus_bound=c.last_transfer_end > c.last_job_end,
+                input_nonzeros=int(np.count_nonzero(x)), region_nonzeros=c.region_nonzeros,
+                kernel_nonzeros=np.count_nonzero(w.reshape(layer.K, -1), axis=1),
+                ofm_pixels=res.ofm_pixels, sram_total=sram_total)
 
 
 def emulate(layer: ConvLayer, x, w, bias, params, arch):
-    """(outputs, LayerStats): the fast model's stats with the emulator's own counts in."""
-    from ..dataflows.input_reuse import layer_stats
+    """(outputs, LayerStats): the emulator's own schedule priced through the memory model,
+    with the fast model's product and SRAM counts and the emulator's own unit counts."""
+    from ..dataflows.input_reuse import steps
+    from ..stats import Counts, price
 
     res = emulate_layer(layer, x, w, bias, params)
-    st = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    st = _fast_stats(layer, x, w, arch)
     c = res.counters
     extra = dict(st.extra, opunit_busy_cycles=int(c.unit_busy.sum()),
                  opunit_busy_cycles_by_unit=tuple(int(b) for b in c.unit_busy),
@@ -335,8 +373,21 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
                  opunit_busy_max_cycles=int(c.unit_busy.max()), pu_busy_cycles=c.pu_busy,
                  transfers=c.transfers, transfer_cycles=c.transfer_cycles,
                  contention_cycles=c.contention, chain_hops=c.hops)
-    return res.output, replace(st, cycles=res.cycles, pe_cycles=res.cycles * params.multipliers,
-                               extra=extra)
+    region = params.region_rows * params.region_cols * params.region_channels
+    counts = Counts(st.dataflow, macs=st.macs, dense_macs=st.dense_macs,
+                    multipliers=params.multipliers, mapped_pe_cycles=c.pu_busy * region,
+                    sram_ifmap_bytes=st.sram_ifmap_bytes, sram_filter_bytes=st.sram_filter_bytes,
+                    sram_ofmap_bytes=st.sram_ofmap_bytes, extra=extra)
+    return res.output, price(layer, counts, steps(layer, params,
+                                                  jobs(layer, x, w, res, st.sram_bytes)), arch)
+
+
+def _fast_stats(layer: ConvLayer, x, w, arch):
+    """The fast model's stats: its product, byte and skip counts, which the emulator does
+    not recount."""
+    from ..dataflows.input_reuse import layer_stats
+
+    return layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
 
 
 def work_estimate(layer: ConvLayer, params) -> int:

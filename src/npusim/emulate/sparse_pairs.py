@@ -11,6 +11,9 @@ slowest processor issues its last pair (one cycle if no processor has a pair);
 outputs are then written and the next step starts in the next cycle. Groups
 run in parallel; the layer ends when the last group ends.
 
+The clock records the cycles of every lockstep step (by weight group and pixel), which the
+memory model turns into time with stalls (``dataflows.sparse_pairs.steps``).
+
 Deliberately unlike the fast model (``dataflows.sparse_pairs.schedule``): no
 mask convolution, no array reductions; Python ints as bit vectors, a clock.
 """
@@ -66,6 +69,7 @@ class Machine:
         self.plan = grouping.plan(nnz, self.npix, p.processor_groups,
                                   p.processors_per_group, p.grouping, p.dealing)
         self.out = np.zeros((layer.N, layer.K, layer.P, layer.Q), object)
+        self.step_cycles = np.zeros((len(self.plan.groups), self.npix), np.int64)
         self.skipped = [0, 0, 0]
         self.traffic = 0
         self.step_capacity = self.mapped_capacity = 0
@@ -115,7 +119,9 @@ class Group:
     def load_unit(self) -> None:
         """Next unit: one kernel per processor (weight vectors counted as traffic)."""
         m = self.m
-        kernels, lo, hi = m.plan.unit(self.units.pop(0))
+        unit = self.units.pop(0)
+        self.weight_group = unit // m.plan.slices
+        kernels, lo, hi = m.plan.unit(unit)
         self.procs = [None if k == grouping.EMPTY else Processor(int(k), *m.kernels[k])
                       for k in kernels]
         self.pixels = list(range(lo, hi))
@@ -158,6 +164,7 @@ class Group:
             m.out[n, pr.kernel, p, q] = pr.acc
             self.busy[j] += pr.busy
             pr.busy = 0
+        m.step_cycles[self.weight_group, self.pix] = self.step_cycles
         m.step_capacity += self.step_cycles * len(self.procs)
         m.mapped_capacity += self.step_cycles * len(held)
         self.stepping = False
@@ -196,7 +203,9 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
         feature_nonzeros=sum(bitmap.compress(x[n, c])[0].bit_count()
                              for n in range(layer.N) for c in range(layer.C)),
         weight_nonzeros=sum(bits.bit_count() for bits, _ in m.kernels),
-        weight_groups=len(m.plan.groups), units=m.plan.units)
+        weight_groups=len(m.plan.groups), units=m.plan.units, pixel_cycles=m.step_cycles,
+        kernels=m.plan.groups, bounds=m.plan.bounds,
+        kernel_nonzeros=np.array([bits.bit_count() for bits, _ in m.kernels], np.int64))
 
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:

@@ -41,6 +41,7 @@ class EmulatorRun:
     busy_cycles: int
     words: tuple[int, int, int]
     folds: int
+    fold_cycles: tuple[int, ...] = ()  # each fold's cycles, in the order run
 
 
 def os_fold(a: np.ndarray, b: np.ndarray, init: np.ndarray, rows: int, cols: int):
@@ -138,68 +139,73 @@ def emulate_layer(layer: ConvLayer, x, w, bias, params) -> EmulatorRun:
     G, F = layer.groups, layer.Kg
     b = np.zeros(layer.K, acc) if bias is None else np.asarray(bias).astype(acc)
     run = {"os": _run_os, "ws": _run_ws, "is": _run_is}[params.stationary]
-    outs, cycles, words, folds = [], 0, np.zeros(3, np.int64), 0
+    tiled = {} if params.stationary == "os" else {"tile": params.stream_tile}
+    outs, cycles, words, folds = [], [], np.zeros(3, np.int64), 0
     for g in range(G):
-        y, c, wd, nf = run(ifm[g], wm[g], b[g * F:(g + 1) * F], params.rows, params.cols)
+        y, c, wd, nf = run(ifm[g], wm[g], b[g * F:(g + 1) * F], params.rows, params.cols,
+                           **tiled)
         outs.append(y)
         cycles, words, folds = cycles + c, words + wd, folds + nf
     out = np.stack(outs)  # G x M x F
     out = out.reshape(G, layer.N, layer.P, layer.Q, F).transpose(1, 0, 4, 2, 3)
     out = out.reshape(layer.output_shape)
     out = check_int32(out, layer.name) if integer else out.astype(np.float32)
-    return EmulatorRun(out, cycles, tuple(int(v) for v in words), folds)
+    return EmulatorRun(out, sum(cycles), tuple(int(v) for v in words), folds, tuple(cycles))
 
 
 def _run_os(ifm, wm, bias, rows, cols):
     """OS: pixels on rows, filters on columns, the reduction streamed through."""
     M, F = ifm.shape[0], wm.shape[1]
     out = np.zeros((M, F), ifm.dtype)
-    cycles, words, folds = 0, np.zeros(3, np.int64), 0
+    cycles, words, folds = [], np.zeros(3, np.int64), 0
     for fs in _tiles(F, cols):
         for ms in _tiles(M, rows):
             init = np.broadcast_to(bias[fs], (ms.stop - ms.start, fs.stop - fs.start))
             out[ms, fs], c = os_fold(ifm[ms], wm[:, fs], init, rows, cols)
-            cycles, folds = cycles + c, folds + 1
+            cycles, folds = cycles + [c], folds + 1
             words += (ifm[ms].size, wm[:, fs].size, out[ms, fs].size)
     return out, cycles, words, folds
 
 
-def _run_reduction_folds(stat_of, stream_of, bias_out, Kr, B, T, rows, cols, dtype):
-    """WS/IS: column folds over B, row (reduction) folds over Kr; partial sums of
-    each reduction fold go to the ofmap buffer and come back in at the top of the next.
-    ``stat_of(ks, bs)`` is the stationary tile, ``stream_of(ks)`` the streamed rows,
-    ``bias_out(bs)`` the T x len(bs) starting partial sums. Returns T x B."""
+def _run_reduction_folds(stat_of, stream_of, bias_out, Kr, B, T, rows, cols, dtype, tile):
+    """WS/IS: column folds over B, stream tiles of ``tile`` vectors over T (0: all of
+    them), row (reduction) folds over Kr; partial sums of each reduction fold go to the
+    ofmap buffer and come back in at the top of the next. ``stat_of(ks, bs)`` is the
+    stationary tile, ``stream_of(ks)`` the streamed rows, ``bias_out(bs)`` the T x len(bs)
+    starting partial sums. Returns T x B."""
     out = np.zeros((T, B), dtype)
-    cycles, folds, psum_words, stat_words, stream_words = 0, 0, 0, 0, 0
+    cycles, folds, psum_words, stat_words, stream_words = [], 0, 0, 0, 0
     for bs in _tiles(B, cols):
-        partial = bias_out(bs)
-        for ks in _tiles(Kr, rows):
-            partial, c = stationary_fold(stat_of(ks, bs), stream_of(ks), partial, rows, cols)
-            cycles, folds = cycles + c, folds + 1
-            psum_words += partial.size
-            stat_words += (ks.stop - ks.start) * (bs.stop - bs.start)
-            stream_words += stream_of(ks).size
-        out[:, bs] = partial
+        for ts in _tiles(T, tile if 0 < tile < T else T):
+            partial = bias_out(bs)[ts]
+            for ks in _tiles(Kr, rows):
+                stream = stream_of(ks)[:, ts]
+                partial, c = stationary_fold(stat_of(ks, bs), stream, partial, rows, cols)
+                cycles, folds = cycles + [c], folds + 1
+                psum_words += partial.size
+                stat_words += (ks.stop - ks.start) * (bs.stop - bs.start)
+                stream_words += stream.size
+            out[ts, bs] = partial
     return out, cycles, (stat_words, stream_words, psum_words), folds
 
 
-def _run_ws(ifm, wm, bias, rows, cols):
+def _run_ws(ifm, wm, bias, rows, cols, tile=0):
     """WS: reduction on rows, filters on columns, pixels streamed (T = M)."""
     M, Kr, F = ifm.shape[0], ifm.shape[1], wm.shape[1]
     out, cycles, (w_words, x_words, o_words), folds = _run_reduction_folds(
         lambda ks, bs: wm[ks, bs], lambda ks: ifm[:, ks].T,
         lambda bs: np.broadcast_to(bias[bs], (M, bs.stop - bs.start)).copy(),
-        Kr, F, M, rows, cols, ifm.dtype)
+        Kr, F, M, rows, cols, ifm.dtype, tile)
     return out, cycles, np.array([x_words, w_words, o_words]), folds
 
 
-def _run_is(ifm, wm, bias, rows, cols):
+def _run_is(ifm, wm, bias, rows, cols, tile=0):
     """IS: reduction on rows, pixels on columns, filters streamed (T = F)."""
     M, Kr, F = ifm.shape[0], ifm.shape[1], wm.shape[1]
     out, cycles, (x_words, w_words, o_words), folds = _run_reduction_folds(
         lambda ks, bs: ifm[bs, ks].T, lambda ks: wm[ks, :],
         lambda bs: np.broadcast_to(bias[:, None], (F, bs.stop - bs.start)).copy(),
-        Kr, M, F, rows, cols, ifm.dtype)
+        Kr, M, F, rows, cols, ifm.dtype, tile)
     return out.T, cycles, np.array([x_words, w_words, o_words]), folds
 
 

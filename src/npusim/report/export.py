@@ -12,6 +12,7 @@ import io
 import json
 from typing import Any
 
+from ..memory import describe
 from ..stats import LayerStats
 
 SCHEMA_VERSION = 1
@@ -33,9 +34,12 @@ def arch_record(arch, dataflow: str) -> dict[str, Any]:
 
 
 def totals_record(result) -> dict[str, Any]:
-    """Network totals (the sum of every layer) plus the time at the arch clock (s)."""
+    """Network totals (the sum of every layer) plus the time at the arch clock (s, stalls
+    included), the stall-free time (s) and the memory the cycles were timed on (text)."""
     record = layer_record(result.total)
     record["time_s"] = result.arch.seconds(result.total.cycles)
+    record["compute_time_s"] = result.arch.seconds(result.total.compute_cycles)
+    record["memory"] = describe(result.arch.memory)
     return record
 
 

@@ -1,7 +1,9 @@
 """Terminal report: a per-layer table and the network totals, as rich renderables.
 
-One row per conv layer (the dataflow's work); every non-conv op is summed into a
-single "vector unit" row. Numbers are scaled for reading (k, M, G; KiB, MiB;
+One row per conv layer (the dataflow's work): its compute cycles (stall-free), the
+cycles it stalls on memory, their sum, and what bounds it (compute, bus, dram, sram);
+every non-conv op is summed into a single "vector unit" row. The totals state the
+memory the cycles were timed on. Numbers are scaled for reading (k, M, G; KiB, MiB;
 pJ to J); the JSON and CSV reports keep the exact counts.
 """
 
@@ -14,6 +16,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ..memory import describe
 from ..stats import TENSORS, LayerStats, total
 
 VECTOR_ROW = "vector unit"
@@ -64,13 +67,15 @@ def vector_row(stats: list[LayerStats]) -> LayerStats | None:
 
 
 COLUMNS = (("layer", "left"), ("shape", "left"), ("dense MACs", "right"), ("MACs", "right"),
-           ("cycles", "right"), ("util %", "right"), ("SRAM", "right"), ("DRAM", "right"),
-           ("energy", "right"))
+           ("compute", "right"), ("stall", "right"), ("cycles", "right"), ("bound", "left"),
+           ("util %", "right"), ("SRAM", "right"), ("DRAM", "right"), ("energy", "right"))
 
 
 def _cells(s: LayerStats, util: str) -> list[str]:
-    return [s.name, s.shape, fmt_count(s.dense_macs), fmt_count(s.macs), f"{s.cycles:,}", util,
-            fmt_bytes(s.sram_bytes), fmt_bytes(s.dram_bytes), fmt_energy(s.energy_pj)]
+    """One row: compute cycles (stall-free), stall cycles, cycles (both), what bounds it."""
+    return [s.name, s.shape, fmt_count(s.dense_macs), fmt_count(s.macs),
+            f"{s.compute_cycles:,}", f"{s.stall_cycles:,}", f"{s.cycles:,}", s.bound or "-",
+            util, fmt_bytes(s.sram_bytes), fmt_bytes(s.dram_bytes), fmt_energy(s.energy_pj)]
 
 
 def layer_rows(result) -> list[tuple[list[str], str]]:
@@ -82,17 +87,24 @@ def layer_rows(result) -> list[tuple[list[str], str]]:
         cells = _cells(vec, fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-")
         ops = sum(s.dataflow == "vector" for s in result.layers)
         cells[1:4] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
+        cells[7] = vec.bound or "-"
         rows.append((cells, "dim"))
     tot = result.total
-    rows.append((_cells(tot.renamed("total"), fmt_percent(tot.utilisation)), "bold"))
+    cells = _cells(tot.renamed("total"), fmt_percent(tot.utilisation))
+    cells[7] = ""  # a network has no single bound
+    rows.append((cells, "bold"))
     return rows
 
 
-def _table(rows, compact: bool, shape: bool) -> Table:
-    """The layer table; ``compact``: no rules, one space between columns."""
+OPTIONAL = ("shape", "compute", "stall", "bound")  # dropped first, in this order, if too wide
+
+
+def _table(rows, compact: bool, drop: tuple[str, ...]) -> Table:
+    """The layer table without the columns ``drop``; ``compact``: no rules, one space
+    between columns."""
     table = Table(box=box.SIMPLE_HEAD if compact else box.MINIMAL_HEAVY_HEAD,
                   padding=(0, 0 if compact else 1), show_edge=not compact)
-    keep = [i for i, (name, _) in enumerate(COLUMNS) if shape or name != "shape"]
+    keep = [i for i, (name, _) in enumerate(COLUMNS) if name not in drop]
     for i in keep:
         name, justify = COLUMNS[i]
         number = justify == "right"
@@ -110,11 +122,13 @@ def layer_table(result, width: int | None = None) -> Table:
     """Per-layer table of a ``SimResult``: conv layers, the vector-unit row, the total row.
 
     Numbers are never cut: if the table is wider than ``width`` columns it drops its
-    rules, then its shape column (the JSON and CSV reports keep everything)."""
+    rules, then its shape column, then the compute, stall and bound columns (the cycles
+    column keeps the total; the JSON and CSV reports keep everything)."""
     rows = layer_rows(result)
     measure = Console(width=10_000)
-    for compact, shape in ((False, True), (True, True), (True, False)):
-        table = _table(rows, compact, shape)
+    tries = [(False, ()), (True, ())] + [(True, OPTIONAL[:n]) for n in (1, len(OPTIONAL))]
+    for compact, drop in tries:
+        table = _table(rows, compact, drop)
         if width is None or measure.measure(table).maximum <= width:
             break
     return table
@@ -126,15 +140,40 @@ def _by_tensor(stats: LayerStats, memory: str) -> str:
     return f"{fmt_bytes(getattr(stats, f'{memory}_bytes'))} ({', '.join(parts)})"
 
 
+def stall_text(stats: LayerStats) -> str:
+    """'1,000 compute + 234 stalled (19.0 % of the time: DRAM ifmap 200, filter 34)'."""
+    causes = [(k, getattr(stats, f"stall_{f}_cycles"))
+              for k, f in (("DRAM ifmap", "dram_ifmap"), ("filter", "dram_filter"),
+                           ("ofmap", "dram_ofmap"), ("SRAM ports", "sram"))]
+    parts = ", ".join(f"{k} {v:,}" for k, v in causes if v)
+    text = (f"{stats.compute_cycles:,} compute + {stats.stall_cycles:,} stalled "
+            f"({fmt_percent(stats.stalled_share)} % of the time")
+    return text + (f": {parts})" if parts else ")")
+
+
+def bound_text(stats: list[LayerStats]) -> str:
+    """How many layers each resource bounds: 'compute 12, dram 9'."""
+    counts: dict[str, int] = {}
+    for s in stats:
+        if s.bound:
+            counts[s.bound] = counts.get(s.bound, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
+
+
 def totals_table(result) -> Table:
-    """The network totals: cycles, time at the arch clock, utilisation, energy, traffic."""
+    """The network totals: cycles (compute and stalls), time at the arch clock (stalls
+    included), the memory, utilisation, energy, traffic."""
     tot, arch = result.total, result.arch
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     rows = [
         ("cycles", f"{tot.cycles:,}"),
-        (f"time at {arch.clock_mhz:g} MHz", fmt_seconds(arch.seconds(tot.cycles))),
+        ("of which", stall_text(tot)),
+        ("layers bound by", bound_text(result.conv_layers)),
+        (f"time at {arch.clock_mhz:g} MHz",
+         f"{fmt_seconds(arch.seconds(tot.cycles))} (stalls included)"),
+        ("memory", describe(arch.memory)),
         ("utilisation", f"{fmt_percent(tot.utilisation)} % of the multipliers' cycles "
                         "in conv layers"),
         ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),

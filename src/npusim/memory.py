@@ -1,0 +1,393 @@
+"""The one memory model every machine meets: on-chip buffers, DRAM and SRAM bandwidth.
+
+A machine describes a layer as the work its loop order implies (``Steps``): the
+passes, tiles or folds it runs in order, each with the cycles it keeps its datapath
+busy and the blocks of each operand it reads or accumulates into. ``time_layer``
+turns that into time on an ``arch.Memory``:
+
+- **Residency.** An input operand (ifmap, filter) whose blocks, each held from its
+  first use to its last, never need more than its SRAM (half of it when double
+  buffered: the other half is being refilled) is fetched from DRAM once per block,
+  at first use. Otherwise a block is fetched again each time a step uses it after a
+  step that used another block (consecutive reuse is free): what LRU gives on the
+  machines' cyclic loop orders, where a working set larger than the buffer thrashes.
+  A block larger than the buffer cannot stay: it streams through on every use.
+- **Outputs.** Each output block is written to DRAM once, after its last step. If the
+  blocks open at once overflow the ofmap SRAM, a block left before its last step
+  spills its partial sums (``psum_bytes``, written) and reads them back on return;
+  a block whose partial sums alone overflow the buffer spills after every step.
+- **Overlap.** Double buffered, the fetch of step i+1 and the write-back of step i-1
+  run during step i; step 0's fetch and the last write-back are exposed. A step
+  lasts ``max(compute, SRAM bytes / SRAM bandwidth, DRAM bytes / DRAM bandwidth
+  + latency)``. Single buffered, fetch, compute and write-back follow each other.
+- **Channels.** The operands share one DRAM channel (their bytes add up), or, with
+  ``dram_channels = "per-operand"`` (SCALE-Sim's memory), each has its own channel of
+  the same bandwidth and the slowest sets the time.
+- **Unlimited** DRAM bandwidth is the stall-free machine: cycles == compute cycles.
+
+All per-step work is numpy over the step arrays (no Python loop per step).
+Units: cycles, bytes, bytes/cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .errors import LayerError
+
+OPERANDS = ("ifmap", "filter", "ofmap")
+UNLIMITED = "unlimited"
+BOUNDS = ("compute", "bus", "dram", "sram")
+_EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
+
+_ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
+           "filter_size", "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
+_IDS = ("ifmap", "filter", "ofmap")
+
+
+@dataclass(frozen=True, eq=False)
+class Steps:
+    """A layer as the machine's loop order runs it: n steps (passes/tiles/folds), in order.
+
+    compute:        (n,) cycles step i keeps the datapath busy (stall-free)
+    ifmap, filter:  (n,) id of the block of that operand step i reads (-1: none);
+                    equal ids = the same data (reused if still resident)
+    ifmap_bytes, filter_bytes: (n,) DRAM bytes step i fetches for that block when it
+                    is not resident, as stored off-chip (the compressed size for a
+                    machine that streams compressed data)
+    ifmap_size, filter_size: (n,) optional: the whole block's bytes when a step reads
+                    only part of it (taps of one channel set read different pixels):
+                    held on chip and, when the operand fits, fetched once at first
+                    use; by default the same as ``*_bytes``
+    ofmap:          (n,) id of the output block step i accumulates into (-1: none)
+    ofmap_bytes:    (n,) bytes of that output block as written to DRAM (final outputs)
+    psum_bytes:     (n,) bytes of that block's partial sums if spilled (accumulator
+                    width); 0 means the same as ``ofmap_bytes``
+    sram_bytes:     (n,) bytes step i moves across the on-chip buffer ports
+    compute_bound:  "compute", or "bus" when the machine's compute time is set by its
+                    interconnect rather than its multipliers
+
+    Scalars broadcast to n; every array is stored as int64.
+    """
+
+    compute: np.ndarray
+    ifmap: np.ndarray | int = -1
+    ifmap_bytes: np.ndarray | int = 0
+    ifmap_size: np.ndarray | int | None = None
+    filter: np.ndarray | int = -1
+    filter_bytes: np.ndarray | int = 0
+    filter_size: np.ndarray | int | None = None
+    ofmap: np.ndarray | int = -1
+    ofmap_bytes: np.ndarray | int = 0
+    psum_bytes: np.ndarray | int = 0
+    sram_bytes: np.ndarray | int = 0
+    compute_bound: str = "compute"
+
+    def __post_init__(self):
+        compute = np.atleast_1d(np.asarray(self.compute, np.int64))
+        n = len(compute)
+        if n == 0:
+            raise LayerError("Steps: a layer needs at least one step")
+        for name in _ARRAYS:
+            value = compute if name == "compute" else getattr(self, name)
+            if value is None:  # a block size not given: the bytes fetched
+                value = getattr(self, name.replace("_size", "_bytes"))
+            arr = np.asarray(value, np.int64)
+            if arr.ndim == 0:
+                arr = np.full(n, int(arr), np.int64)
+            if arr.shape != (n,):
+                raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like compute")
+            if name not in _IDS and (arr < 0).any():
+                raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
+            object.__setattr__(self, name, arr)
+        if self.compute_bound not in ("compute", "bus"):
+            raise LayerError(f"Steps.compute_bound={self.compute_bound!r}: must be compute or bus")
+
+    def __len__(self) -> int:
+        return len(self.compute)
+
+    @classmethod
+    def single(cls, compute: int, ifmap_bytes: int, filter_bytes: int, ofmap_bytes: int,
+               sram_bytes: int = 0, compute_bound: str = "compute") -> Steps:
+        """One pass: each operand one block, read before it, outputs written after it."""
+        return cls(compute=[compute], ifmap=0, ifmap_bytes=ifmap_bytes, filter=0,
+                   filter_bytes=filter_bytes, ofmap=0, ofmap_bytes=ofmap_bytes,
+                   sram_bytes=sram_bytes, compute_bound=compute_bound)
+
+    @classmethod
+    def concat(cls, parts: list[Steps]) -> Steps:
+        """Steps run one after another (e.g. the groups of a grouped conv). Block ids are
+        kept as given: parts that read the same data must use the same ids."""
+        if not parts:
+            raise LayerError("Steps.concat: no parts")
+        arrays = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAYS}
+        bounds = {p.compute_bound for p in parts}
+        return cls(**arrays, compute_bound="bus" if "bus" in bounds else "compute")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A layer's time on a memory: compute, stalls by cause, total, bound, DRAM traffic.
+
+    Cycles are integers; ``cycles = compute_cycles + the four stall counts``.
+    DRAM bytes are what the residency rules move: ifmap and filter reads, ofmap
+    writes plus any partial sums spilled and read back.
+    """
+
+    compute_cycles: int
+    stall_dram_ifmap_cycles: int
+    stall_dram_filter_cycles: int
+    stall_dram_ofmap_cycles: int
+    stall_sram_cycles: int
+    bound: str
+    dram_ifmap_bytes: int
+    dram_filter_bytes: int
+    dram_ofmap_bytes: int
+
+    @property
+    def stall_cycles(self) -> int:
+        return (self.stall_dram_ifmap_cycles + self.stall_dram_filter_cycles
+                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles)
+
+    @property
+    def cycles(self) -> int:
+        return self.compute_cycles + self.stall_cycles
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_ifmap_bytes + self.dram_filter_bytes + self.dram_ofmap_bytes
+
+
+def unlimited(value) -> bool:
+    """Whether a bandwidth setting is ``"unlimited"`` (the only word a bandwidth takes)."""
+    return value == UNLIMITED
+
+
+def _first_last(v: np.ndarray):
+    """For the used positions' ids ``v``: inverse index into the unique ids, and each
+    unique id's first and last position."""
+    if len(v) < 2 or (v[1:] >= v[:-1]).all():  # blocks in runs, in order: no sort needed
+        start = np.ones(len(v), bool)
+        start[1:] = v[1:] != v[:-1]
+        first = np.flatnonzero(start)
+        last = np.append(first[1:] - 1, len(v) - 1)
+        return np.cumsum(start) - 1, first, last
+    uniq, first, inverse = np.unique(v, return_index=True, return_inverse=True)
+    last = np.empty(len(uniq), np.int64)
+    last[inverse] = np.arange(len(v))  # later positions overwrite earlier ones
+    return inverse, first, last
+
+
+def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -> int:
+    """Most bytes held at once when each block stays from its first to its last use."""
+    w = nbytes.astype(np.float64)
+    diff = np.bincount(first, w, n + 1) - np.bincount(last + 1, w, n + 1)
+    return int(round(np.cumsum(diff).max()))
+
+
+def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
+                   capacity: float) -> np.ndarray:
+    """DRAM bytes of one input operand fetched before each step (see the module doc):
+    ``nbytes`` what a step fetches of a block not resident, ``size`` the whole block."""
+    out = np.zeros(len(ids), np.int64)
+    pos = np.flatnonzero(ids >= 0)
+    if len(pos) == 0:
+        return out
+    v, b, whole = ids[pos], nbytes[pos], size[pos]
+    _, first, last = _first_last(v)
+    if _max_live(first, last, whole[first], len(v)) <= capacity:
+        out[pos[first]] = whole[first]
+    else:
+        change = np.ones(len(v), bool)
+        change[1:] = v[1:] != v[:-1]
+        change |= whole > capacity  # a block larger than its buffer streams every use
+        out[pos[change]] = b[change]
+    return out
+
+
+def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float):
+    """(partial-sum bytes read back before each step, bytes written after each step)."""
+    reads, writes = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+    pos = np.flatnonzero(ids >= 0)
+    if len(pos) == 0:
+        return reads, writes
+    v = ids[pos]
+    psum = np.where(psum_bytes[pos] > 0, psum_bytes[pos], out_bytes[pos])
+    inverse, first, last = _first_last(v)
+    writes[pos[last]] = out_bytes[pos[last]]
+    occupancy = np.maximum(psum, out_bytes[pos])[first]
+    if _max_live(first, last, occupancy, len(v)) > capacity:
+        k = np.arange(len(v))
+        huge = occupancy[inverse] > capacity  # cannot stay even between consecutive steps
+        leave = np.zeros(len(v), bool)
+        leave[:-1] = v[:-1] != v[1:]
+        leave = (leave | huge) & (k != last[inverse])
+        enter = np.zeros(len(v), bool)
+        enter[1:] = v[1:] != v[:-1]
+        enter = (enter | huge) & (k != first[inverse])
+        writes[pos[leave]] += psum[leave]
+        reads[pos[enter]] += psum[enter]
+    return reads, writes
+
+
+def usable_bytes(kib: int, memory) -> float:
+    """Bytes of a ``kib`` KiB buffer of ``memory`` that can hold resident data: all of it,
+    half when double buffered (the other half is being refilled)."""
+    return kib * 1024 / (2 if memory.double_buffered else 1)
+
+
+_capacity = usable_bytes  # the name machines used before it was public
+
+
+def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
+    """Per step, the DRAM bytes the residency rules move: ``ifmap`` and ``filter`` fetched
+    before the step, ``psum_in`` read back before it, ``ofmap_out`` written after it."""
+    fi = _input_fetches(steps.ifmap, steps.ifmap_bytes, steps.ifmap_size,
+                        usable_bytes(memory.ifmap_sram_kb, memory))
+    ff = _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
+                        usable_bytes(memory.filter_sram_kb, memory))
+    pr, wo = _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes,
+                            usable_bytes(memory.ofmap_sram_kb, memory))
+    return {"ifmap": fi, "filter": ff, "psum_in": pr, "ofmap_out": wo}
+
+
+def _transfer(parts: np.ndarray, memory) -> tuple[np.ndarray, np.ndarray]:
+    """For ``parts`` (operands x phases, bytes): (cycles of each phase's transfers, the
+    share of each phase's time each operand causes). One shared channel moves the
+    operands' bytes one after another; with ``dram_channels = "per-operand"`` each has its
+    own channel of the same bandwidth and the slowest sets the time. The latency counts
+    once per non-empty transfer."""
+    bw, lat = memory.dram_bytes_per_cycle, memory.dram_latency_cycles
+    if memory.dram_channels == "per-operand":
+        times = parts / bw + lat * (parts > 0)
+        worst = times.argmax(axis=0)
+        return times.max(axis=0), worst == np.arange(len(parts))[:, None]
+    whole = parts.sum(axis=0)
+    return whole / bw + lat * (whole > 0), parts / np.where(whole > 0, whole, 1)
+
+
+def _integers(stalls: list[float]) -> list[int]:
+    """Whole stall cycles per cause: their total rounded up (a cycle begun is a cycle
+    spent), shared by largest remainder so the causes add up to it."""
+    total = max(0, math.ceil(sum(stalls) - _EPS))
+    out = [math.floor(x + _EPS) for x in stalls]
+    order = sorted(range(len(stalls)), key=lambda k: out[k] - stalls[k])
+    for k in order[:max(0, total - sum(out))]:
+        out[k] += 1
+    return out
+
+
+def time_layer(steps: Steps, memory) -> Timing:
+    """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc."""
+    if not (steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
+        return _on_chip(steps, memory)
+    t = traffic(steps, memory)
+    compute = steps.compute.astype(np.float64)
+    dram = {"ifmap": int(t["ifmap"].sum()), "filter": int(t["filter"].sum()),
+            "ofmap": int(t["psum_in"].sum() + t["ofmap_out"].sum())}
+    sram = (np.zeros(len(steps)) if unlimited(memory.sram_bytes_per_cycle)
+            else steps.sram_bytes / memory.sram_bytes_per_cycle)
+    if unlimited(memory.dram_bytes_per_cycle):
+        stalls = [0.0, 0.0, 0.0, float(np.maximum(sram - compute, 0).sum())]
+        busy_dram = 0.0
+    else:
+        bw = memory.dram_bytes_per_cycle
+        stalls = (_overlapped if memory.double_buffered else _serial)(t, compute, sram, memory)
+        per_channel = [dram["ifmap"], dram["filter"], dram["ofmap"]]
+        busy_dram = (max(per_channel) if memory.dram_channels == "per-operand"
+                     else sum(per_channel)) / bw
+    ints = _integers(stalls)
+    busy = {steps.compute_bound: float(compute.sum()), "dram": busy_dram,
+            "sram": float(sram.sum())}
+    bound = max(busy, key=lambda k: (busy[k], k == steps.compute_bound))
+    return Timing(int(steps.compute.sum()), *ints, bound, dram["ifmap"], dram["filter"],
+                  dram["ofmap"])
+
+
+def _on_chip(steps: Steps, memory) -> Timing:
+    """The Timing of steps that touch no DRAM (a vector-unit op): compute, and the SRAM
+    ports if they are slower."""
+    compute = int(steps.compute.sum())
+    stall = 0
+    if not unlimited(memory.sram_bytes_per_cycle):
+        sram = steps.sram_bytes / memory.sram_bytes_per_cycle
+        stall = _integers([float(np.maximum(sram - steps.compute, 0).sum())])[0]
+    bound = "sram" if stall and steps.sram_bytes.sum() / memory.sram_bytes_per_cycle > compute \
+        else steps.compute_bound
+    return Timing(compute, 0, 0, 0, stall, bound, 0, 0, 0)
+
+
+def _overlapped(t, compute, sram, memory) -> list[float]:
+    """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered: step i overlaps
+    the fetch for step i+1 and the write-back of step i-1; the first fetch and the last
+    write-back are exposed."""
+    fetch = np.stack([t["ifmap"], t["filter"], t["psum_in"]])
+    parts = np.zeros(fetch.shape)
+    parts[:, :-1] = fetch[:, 1:]
+    parts[2, 1:] += t["ofmap_out"][:-1]
+    mem, shares = _transfer(parts, memory)
+    busy = np.maximum(compute, sram)
+    waits = mem > busy
+    dram_stall = np.where(waits, mem - compute, 0.0)
+    pro, pro_shares = _transfer(fetch[:, :1], memory)
+    epi, _ = _transfer(t["ofmap_out"][None, -1:], memory)
+    out = [float(x) for x in (shares * dram_stall).sum(axis=1) + (pro_shares * pro).sum(axis=1)]
+    out[2] += float(epi.sum())
+    return out + [float(np.where(waits, 0.0, busy - compute).sum())]
+
+
+def _serial(t, compute, sram, memory) -> list[float]:
+    """Stall cycles, single buffered: fetch, then compute, then write-back, each step."""
+    fetch, shares = _transfer(np.stack([t["ifmap"], t["filter"], t["psum_in"]]), memory)
+    write, _ = _transfer(t["ofmap_out"][None], memory)
+    out = [float(x) for x in (shares * fetch).sum(axis=1)]
+    out[2] += float(write.sum())
+    return out + [float(np.maximum(sram - compute, 0).sum())]
+
+
+def used_input_pixels(layer) -> int:
+    """Input pixels (per image and channel) that some kernel window of ``layer`` reads."""
+    rows = _used(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0], layer.P)
+    cols = _used(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1], layer.Q)
+    return rows * cols
+
+
+def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
+    """How many of ``size`` input positions a strided, dilated window touches."""
+    taps = {o * stride + t * dil - pad for o in range(out) for t in range(k)}
+    return sum(1 for x in taps if 0 <= x < size)
+
+
+def dense_dram_bytes(layer, elem: int) -> tuple[int, int, int]:
+    """Bytes of each dense tensor as stored in DRAM (``elem`` bytes an element): the
+    input elements some window reads, every weight, every output."""
+    return (layer.N * layer.C * used_input_pixels(layer) * elem,
+            layer.K * layer.Cg * layer.R * layer.S * elem,
+            layer.N * layer.K * layer.P * layer.Q * elem)
+
+
+def describe(memory) -> str:
+    """One line stating a memory: buffers, DRAM bandwidth and latency, SRAM ports."""
+    bw = memory.dram_bytes_per_cycle
+    dram = "unlimited DRAM bandwidth (stall-free)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
+    if not unlimited(bw) and memory.dram_latency_cycles:
+        dram += f", {memory.dram_latency_cycles} cycles latency"
+    sram = memory.sram_bytes_per_cycle
+    ports = "" if unlimited(sram) else f", SRAM ports {sram:g} B/cycle"
+    buffering = "double-buffered" if memory.double_buffered else "single-buffered"
+    if not unlimited(bw) and memory.dram_channels == "per-operand":
+        dram += " per operand"
+    return (f"SRAM ifmap {memory.ifmap_sram_kb} KiB, filter {memory.filter_sram_kb} KiB, "
+            f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}")
+
+
+def same_memory(archs) -> bool:
+    """Whether every arch in ``archs`` has the same memory (buffers and bandwidths)."""
+    mems = [a.memory for a in archs]
+    return all(m == mems[0] for m in mems)
+
+
+TIMING_FIELDS = tuple(f.name for f in fields(Timing))

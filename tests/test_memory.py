@@ -1,0 +1,206 @@
+"""The memory model against hand-computed cases: residency, refetch in loop order, ofmap
+spill, double-buffer overlap, bandwidth sweeps and the stall-free limit; and ``price``."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from npusim import load_arch
+from npusim.arch import Memory
+from npusim.errors import LayerError
+from npusim.ir import ConvLayer
+from npusim.memory import Steps, dense_dram_bytes, time_layer, traffic
+from npusim.stats import Counts, LayerStats, Op, price, total
+
+
+def mem(kib=(64, 64, 64), bw=10.0, **kw) -> Memory:
+    return Memory(*kib, bw, **kw)
+
+
+def test_a_layer_that_fits_is_fetched_once_and_overlaps():
+    """Two steps of 200 cycles, one ifmap block (1000 B) and one filter block per step
+    (500 B each), one output block of 200 B, at 10 B/cycle, double buffered:
+    prologue = (1000 + 500) / 10 = 150; step 0 overlaps the fetch of filter block 1
+    (50 < 200, hidden); step 1 overlaps nothing; epilogue = 200 / 10 = 20. DRAM is busy
+    220 cycles of 570, the datapath 400: compute-bound."""
+    steps = Steps(compute=[200, 200], ifmap=0, ifmap_bytes=1000, filter=[0, 1],
+                  filter_bytes=500, ofmap=0, ofmap_bytes=200)
+    t = time_layer(steps, mem())
+    assert (t.compute_cycles, t.stall_dram_ifmap_cycles, t.stall_dram_filter_cycles,
+            t.stall_dram_ofmap_cycles, t.stall_sram_cycles) == (400, 100, 50, 20, 0)
+    assert t.cycles == 570
+    assert (t.dram_ifmap_bytes, t.dram_filter_bytes, t.dram_ofmap_bytes) == (1000, 1000, 200)
+    assert t.bound == "compute"
+
+
+def test_an_overflowing_operand_is_refetched_as_the_loop_order_says():
+    """Filters: 3 blocks of 20 KiB cycled twice (outer loop of 2 over an inner loop of 3).
+    32 KiB usable (64 KiB double buffered) < 60 KiB live: each use after another block
+    fetches again: 6 fetches. With 128 KiB (64 usable) they stay: 3 fetches. Consecutive
+    reuse (0, 0, 1, 1) is free either way."""
+    kib = 20 * 1024
+    cyclic = Steps(compute=[10] * 6, filter=[0, 1, 2, 0, 1, 2], filter_bytes=kib)
+    assert traffic(cyclic, mem())["filter"].tolist() == [kib] * 6
+    assert traffic(cyclic, mem((64, 128, 64)))["filter"].tolist() == [kib, kib, kib, 0, 0, 0]
+    runs = Steps(compute=[10] * 6, filter=[0, 0, 1, 1, 0, 0], filter_bytes=kib)
+    assert traffic(runs, mem())["filter"].tolist() == [kib, 0, kib, 0, kib, 0]
+    # a 40 KiB block cannot stay in 32 KiB: even consecutive uses stream it again
+    big = Steps(compute=[10] * 3, filter=[0, 0, 0], filter_bytes=40 * 1024)
+    assert traffic(big, mem())["filter"].tolist() == [40 * 1024] * 3
+    # single buffered, the whole 64 KiB holds the 60 KiB
+    single = mem(double_buffered=False)
+    assert traffic(cyclic, single)["filter"].tolist() == [kib, kib, kib, 0, 0, 0]
+
+
+def test_blocks_held_only_over_their_lifetime():
+    """Two groups each reusing its own 20 KiB blocks: at most 40 KiB live at once, which
+    fits 64 KiB single buffered although all blocks together are 80 KiB."""
+    kib = 20 * 1024
+    steps = Steps(compute=[1] * 8, ifmap=[0, 1, 0, 1, 2, 3, 2, 3], ifmap_bytes=kib)
+    fetched = traffic(steps, mem(double_buffered=False))["ifmap"]
+    assert fetched.tolist() == [kib, kib, 0, 0, kib, kib, 0, 0]
+
+
+def test_ofmap_spill_and_read_back():
+    """Outputs accumulated in an interleaved order (blocks 0, 1, 0, 1) of 24 KiB partial
+    sums each: 48 KiB open at once > 32 KiB usable. Step 0 leaves block 0 before its last
+    step: spills 24 KiB; step 2 reads it back; same for block 1. The final outputs
+    (8 KiB each, int8) are written once after each block's last step."""
+    psum, out = 24 * 1024, 8 * 1024
+    steps = Steps(compute=[100] * 4, ofmap=[0, 1, 0, 1], ofmap_bytes=out, psum_bytes=psum)
+    t = traffic(steps, mem())
+    assert t["ofmap_out"].tolist() == [psum, psum, out, out]
+    assert t["psum_in"].tolist() == [0, 0, psum, psum]
+    timing = time_layer(steps, mem(bw="unlimited"))
+    assert timing.dram_ofmap_bytes == 4 * psum + 2 * out
+    # consecutive accumulation never spills: 0, 0, 1, 1
+    runs = Steps(compute=[100] * 4, ofmap=[0, 0, 1, 1], ofmap_bytes=out, psum_bytes=psum)
+    assert traffic(runs, mem())["ofmap_out"].tolist() == [0, out, 0, out]
+    # partial sums larger than the buffer (40 KiB > 32) go out and back between steps
+    huge = Steps(compute=[100] * 3, ofmap=[0, 0, 0], ofmap_bytes=out, psum_bytes=40 * 1024)
+    t = traffic(huge, mem())
+    assert t["ofmap_out"].tolist() == [40 * 1024, 40 * 1024, out]
+    assert t["psum_in"].tolist() == [0, 40 * 1024, 40 * 1024]
+    # a big enough ofmap SRAM (128 KiB, 64 usable) holds both: no spill
+    big = traffic(steps, mem((64, 64, 128)))
+    assert big["ofmap_out"].tolist() == [0, 0, out, out] and not big["psum_in"].any()
+
+
+def test_double_buffering_overlaps_and_single_buffering_serialises():
+    """Four steps of 100 cycles, each a new 2000 B filter block, 10 B/cycle: 200 cycles
+    of fetch per step. Double: 200 exposed + 3 x max(100, 200) + 100 = 900.
+    Single: 4 x (200 + 100) = 1200."""
+    steps = Steps(compute=[100] * 4, filter=[0, 1, 2, 3], filter_bytes=2000)
+    double = time_layer(steps, mem())
+    single = time_layer(steps, mem(double_buffered=False))
+    assert (double.cycles, double.stall_dram_filter_cycles, double.bound) == (900, 500, "dram")
+    assert (single.cycles, single.stall_dram_filter_cycles) == (1200, 800)
+
+
+def test_per_operand_channels_take_the_slowest():
+    """Each step fetches 1000 B of ifmap and 2000 B of filters, 10 B/cycle: one shared
+    channel needs 300 cycles a step, one channel each 200 (the filters')."""
+    steps = Steps(compute=[100] * 3, ifmap=[0, 1, 2], ifmap_bytes=1000, filter=[0, 1, 2],
+                  filter_bytes=2000)
+    shared = time_layer(steps, mem())
+    apart = time_layer(steps, mem(dram_channels="per-operand"))
+    assert shared.cycles == 300 + 2 * 300 + 100
+    assert apart.cycles == 200 + 2 * 200 + 100
+    assert (apart.stall_dram_ifmap_cycles, apart.stall_dram_filter_cycles) == (0, 400)
+    assert apart.bound == "dram"
+
+
+def test_latency_counts_once_per_transfer():
+    steps = Steps(compute=[100] * 4, filter=[0, 1, 2, 3], filter_bytes=2000)
+    t = time_layer(steps, mem(dram_latency_cycles=7))
+    assert t.cycles == 207 + 3 * 207 + 100
+
+
+def test_sram_port_bandwidth_bounds_a_hungry_machine():
+    """A step that moves 3000 SRAM bytes in 100 compute cycles through 10 B/cycle ports
+    lasts 300 cycles: 200 SRAM stall cycles each."""
+    steps = Steps(compute=[100, 100], sram_bytes=3000)
+    t = time_layer(steps, mem(bw="unlimited", sram_bytes_per_cycle=10.0))
+    assert (t.cycles, t.stall_sram_cycles, t.bound) == (600, 400, "sram")
+
+
+def test_steps_without_dram_take_their_compute_or_their_sram_ports():
+    steps = Steps(compute=[10, 20], sram_bytes=[100, 1000])
+    free = time_layer(steps, mem())
+    assert (free.cycles, free.stall_cycles, free.bound, free.dram_bytes) == (30, 0, "compute", 0)
+    ported = time_layer(steps, mem(sram_bytes_per_cycle=20.0))  # 5 and 50 cycles of ports
+    assert (ported.cycles, ported.stall_sram_cycles, ported.bound) == (10 + 50, 30, "sram")
+
+
+def _random_steps(rng, n=40):
+    return Steps(compute=rng.integers(1, 500, n), ifmap=rng.integers(-1, 6, n),
+                 ifmap_bytes=rng.integers(0, 30_000, n), filter=rng.integers(-1, 9, n),
+                 filter_bytes=rng.integers(0, 30_000, n), ofmap=rng.integers(-1, 4, n),
+                 ofmap_bytes=rng.integers(0, 9000, n), psum_bytes=rng.integers(0, 40_000, n),
+                 sram_bytes=rng.integers(0, 5000, n))
+
+
+@pytest.mark.parametrize("double", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_bandwidth_sweep_is_monotone_and_above_the_floors(seed, double):
+    """0.5 to 1000 B/cycle: cycles never rise with bandwidth and are never below
+    max(compute cycles, DRAM bytes / bandwidth); unlimited == compute."""
+    steps = _random_steps(np.random.default_rng(seed))
+    last = math.inf
+    for bw in (0.5, 1, 2, 4, 10, 17, 25.6, 64, 256, 1000):
+        t = time_layer(steps, mem(bw=bw, double_buffered=double))
+        assert t.cycles <= last
+        assert t.cycles >= max(t.compute_cycles, math.ceil(t.dram_bytes / bw))
+        last = t.cycles
+    free = time_layer(steps, mem(bw="unlimited", double_buffered=double))
+    assert free.cycles == free.compute_cycles == int(steps.compute.sum()) <= last
+    assert free.stall_cycles == 0 and free.bound == "compute"
+
+
+def test_steps_reject_bad_arrays():
+    with pytest.raises(LayerError, match=r"Steps\.filter_bytes: shape \(3,\), must be \(2,\)"):
+        Steps(compute=[1, 2], filter_bytes=[1, 2, 3])
+    with pytest.raises(LayerError, match="negative"):
+        Steps(compute=[1, -2])
+    with pytest.raises(LayerError, match="at least one step"):
+        Steps(compute=[])
+
+
+def test_dense_dram_bytes_counts_the_used_input():
+    """3x3 stride 2 on 8x8, no padding: rows/cols 0..6 read (7x7), the 8th never."""
+    layer = ConvLayer(1, 2, 8, 8, 4, 3, 3, 2, 0)
+    assert dense_dram_bytes(layer, 4) == (2 * 49 * 4, 4 * 2 * 9 * 4, 4 * 3 * 3 * 4)
+
+
+def test_price_fills_layer_stats_from_the_timing():
+    """price: cycles and stalls from the memory model, pe_cycles = multipliers x cycles,
+    mapped PE-cycles stretched over the stalls, energy from the DRAM bytes it moved."""
+    arch = dataclasses.replace(load_arch("systolic-32x32-ws"), memory=mem(bw=10.0))
+    layer = ConvLayer(1, 2, 8, 8, 4, 3, 3, 1, 1, name="c1")
+    steps = Steps(compute=[100] * 4, filter=[0, 1, 2, 3], filter_bytes=2000)
+    counts = Counts("systolic", macs=1000, dense_macs=1200, multipliers=16,
+                    mapped_pe_cycles=800, sram_filter_bytes=50, extra={"folds": 4})
+    s = price(layer, counts, steps, arch)
+    assert (s.cycles, s.compute_cycles, s.stall_cycles, s.bound) == (900, 400, 500, "dram")
+    assert s.pe_cycles == 16 * 900 and s.mapped_pe_cycles == pytest.approx(800 * 900 / 400)
+    assert s.mapping_efficiency == pytest.approx(800 / (16 * 400))
+    assert s.dram_filter_bytes == 8000 and s.extra == {"folds": 4}
+    e = arch.energy
+    assert s.energy_pj == pytest.approx(1000 * e.mac_fp32_pj + 50 * e.sram_byte_pj
+                                        + 8000 * e.dram_byte_pj)
+    assert s.stalled_share == pytest.approx(500 / 900)
+    vec = price(Op("relu", "Relu", "int8"), Counts("vector", 0, 0, 0, vector_ops=64),
+                Steps(compute=[2]), arch)
+    assert (vec.name, vec.shape, vec.cycles, vec.vector_ops) == ("relu", "Relu", 2, 64)
+
+
+def test_old_style_layer_stats_keep_working_and_sum():
+    a = LayerStats("a", "x", cycles=10)
+    b = LayerStats("b", "x", cycles=30, compute_cycles=20, stall_dram_filter_cycles=10,
+                   bound="dram")
+    assert (a.compute_cycles, a.stall_cycles) == (10, 0)
+    t = total([a, b])
+    assert (t.cycles, t.compute_cycles, t.stall_cycles, t.bound) == (40, 30, 10, "")
+    assert t.as_dict()["stalled_share"] == pytest.approx(0.25)
