@@ -37,8 +37,8 @@ def test_dilated_grid_estimate_is_the_emulators_own_clock():
     arch = load_arch("dilated-grid-2x2")
     layer = ConvLayer(1, 2, 9, 9, 2, 3, 3, padding=2, dilation=2, name="d")
     x = np.ones(layer.input_shape, np.float32)
-    _, counts = dilated_grid.emulate(layer, x, np.ones(layer.weight_shape, np.float32), None,
-                                     arch.params("dilated-grid"))
+    _, counts, _ = dilated_grid.emulate(layer, x, np.ones(layer.weight_shape, np.float32),
+                                        None, arch.params("dilated-grid"))
     assert get("dilated-grid").emulate_steps(layer, arch) == 64 * counts.cycles
 
 

@@ -62,11 +62,14 @@ def _check_type(value, typ, where: str, unit: str = ""):
     """``value`` as type ``typ`` (an int is a float; a union takes its first fitting arm,
     a ``Literal`` its listed words), or a ConfigError naming ``where``."""
     if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        errors = []
         for arm in typing.get_args(typ):
             try:
                 return _check_type(value, arm, where, unit)
-            except ConfigError:
-                pass
+            except ConfigError as e:
+                errors.append(e)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise errors[0]  # a number the numeric arm refused: say why (not finite, ...)
         unit = f" ({unit})" if unit else ""
         raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
     if typing.get_origin(typ) is Literal:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine
-from ..arch.spec import MAX_SIDE, spec
+from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
 from ..stats import Counts, LayerStats, price
@@ -44,7 +44,7 @@ class Params:
     cols: int = spec(32, "PEs", min=1, max=MAX_SIDE)
     stationary: str = spec("ws", "operand held in the PEs", choices=("os", "ws", "is"))
     stream_tile: int = spec(0, "streamed vectors per fold in WS/IS (0: all, as SCALE-Sim)",
-                            min=0)
+                            min=0, max=MAX_UNITS)
 
 
 @dataclass(frozen=True)
