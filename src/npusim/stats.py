@@ -23,6 +23,8 @@ class LayerStats:
     """Costs of one layer (or, summed, of a network).
 
     Units: MACs and cycles are counts; bytes are bytes; energy is pJ.
+    ``macs`` = useful multiply-accumulates; ``products`` = every multiply performed
+    (>= ``macs``; the energy of the multipliers is charged on it).
     ``cycles`` = ``compute_cycles`` (the datapath busy, stall-free) + the stall cycles
     by cause (waiting on DRAM for the ifmap, the filters, the ofmap write-back, or on
     the SRAM ports); ``bound`` names the resource busiest over the layer: ``compute``,
@@ -38,6 +40,7 @@ class LayerStats:
     shape: str = ""
     dense_macs: int = 0
     macs: int = 0
+    products: int = 0
     cycles: int = 0
     pe_cycles: int = 0
     mapped_pe_cycles: int = 0
@@ -151,7 +154,10 @@ def energy_pj(arch, *, macs: int, sram_bytes: int, dram_bytes: int, dtype: str,
 class Counts:
     """What a machine counted for one layer, before pricing (``price``).
 
-    macs: products performed (useful multiplies); dense_macs: the layer's dense MACs;
+    macs: useful multiplies (both operands non-zero where the machine skips zeros, every
+    multiply of the layer where it does not); products: every multiply the datapath performs,
+    when that is more than ``macs`` (input-reuse's products that land outside the output map);
+    None = ``macs``; energy charges ``products``; dense_macs: the layer's dense MACs;
     multipliers: the machine's multipliers (``pe_cycles`` = multipliers x cycles);
     mapped_pe_cycles: multiplier-cycles with work mapped, over the stall-free compute
     cycles (``price`` stretches it over the stalls, so mapping efficiency is a property
@@ -170,6 +176,7 @@ class Counts:
     sram_ofmap_bytes: int = 0
     vector_ops: int = 0
     extra: Mapping[str, float] = field(default_factory=dict)
+    products: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,16 +202,17 @@ def price(layer, counts: Counts, steps: Steps, arch) -> LayerStats:
     cycles = t.cycles
     stretch = cycles / t.compute_cycles if t.compute_cycles else 1.0
     sram = counts.sram_ifmap_bytes + counts.sram_filter_bytes + counts.sram_ofmap_bytes
+    products = counts.macs if counts.products is None else counts.products
     return LayerStats(
         name=layer.name, dataflow=counts.dataflow, shape=layer.describe(),
-        dense_macs=counts.dense_macs, macs=counts.macs, cycles=cycles,
+        dense_macs=counts.dense_macs, macs=counts.macs, products=products, cycles=cycles,
         pe_cycles=counts.multipliers * cycles,
         mapped_pe_cycles=counts.mapped_pe_cycles * stretch,
         sram_ifmap_bytes=counts.sram_ifmap_bytes, sram_filter_bytes=counts.sram_filter_bytes,
         sram_ofmap_bytes=counts.sram_ofmap_bytes, dram_ifmap_bytes=t.dram_ifmap_bytes,
         dram_filter_bytes=t.dram_filter_bytes, dram_ofmap_bytes=t.dram_ofmap_bytes,
         vector_ops=counts.vector_ops,
-        energy_pj=energy_pj(arch, macs=counts.macs, sram_bytes=sram, dram_bytes=t.dram_bytes,
+        energy_pj=energy_pj(arch, macs=products, sram_bytes=sram, dram_bytes=t.dram_bytes,
                             dtype=layer.dtype, vector_ops=counts.vector_ops),
         compute_cycles=t.compute_cycles, stall_dram_ifmap_cycles=t.stall_dram_ifmap_cycles,
         stall_dram_filter_cycles=t.stall_dram_filter_cycles,

@@ -341,7 +341,7 @@ def timing(work: Work, p: Params) -> tuple[Schedule, int]:
 
 def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> Counts:
     """What the machine counted for the layer, before pricing."""
-    return Counts(name, macs=work.useful_products, dense_macs=layer.macs,
+    return Counts(name, macs=work.useful_products, products=work.products, dense_macs=layer.macs,
                   multipliers=p.multipliers,
                   mapped_pe_cycles=int(work.slot_cycles.sum()) * p.region_rows * p.region_cols
                   * p.region_channels, **sram_bytes(layer, p, work), extra=extra)

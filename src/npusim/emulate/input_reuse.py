@@ -374,7 +374,7 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
                  transfers=c.transfers, transfer_cycles=c.transfer_cycles,
                  contention_cycles=c.contention, chain_hops=c.hops)
     region = params.region_rows * params.region_cols * params.region_channels
-    counts = Counts(st.dataflow, macs=st.macs, dense_macs=st.dense_macs,
+    counts = Counts(st.dataflow, macs=st.macs, products=st.products, dense_macs=st.dense_macs,
                     multipliers=params.multipliers, mapped_pe_cycles=c.pu_busy * region,
                     sram_ifmap_bytes=st.sram_ifmap_bytes, sram_filter_bytes=st.sram_filter_bytes,
                     sram_ofmap_bytes=st.sram_ofmap_bytes, extra=extra)
