@@ -18,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+from common import memory_line  # noqa: E402  (bench/ is the script's folder)
 
 import npusim
 from npusim.dataflows import get
@@ -106,6 +107,8 @@ def cascades(c1: int = 32, c2: int = 32) -> None:
 
 def main() -> None:
     photo = sys.argv[1] if len(sys.argv) > 1 else "astronaut"
+    # the grid and the systolic array of each table run on one arch: one memory
+    print(memory_line(*(npusim.load_arch(name) for name in PRESETS)))
     graph, x = segnet.build(), segnet.input_for(photo)
     start = time.perf_counter()
     run = npusim.simulate(graph, x, PRESETS[1])

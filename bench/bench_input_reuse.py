@@ -42,7 +42,7 @@ from npusim.stats import total
 from npusim.torch_ref import to_torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import best_time, report  # noqa: E402
+from common import best_time, memory_line, report  # noqa: E402
 
 IR = "input-reuse-1024"
 SYSTOLIC = ("systolic-32x32-os", "systolic-32x32-ws", "systolic-32x32-is")
@@ -157,6 +157,7 @@ def speed_vs_torch() -> None:
 
 
 def main() -> None:
+    print(memory_line(load_arch(IR), *(load_arch(a) for a in SYSTOLIC)))
     summary = {f"{n} {d}": network_case(n, d) for n, d in CASES}
     print("\nsummary: speed-up over systolic stall-free (stealing on / off), ideal; "
           "the same for the conv layers alone (no fully connected); then at the presets' "

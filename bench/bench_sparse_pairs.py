@@ -31,7 +31,7 @@ from npusim.frontends.prune import prune
 from npusim.stats import total
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import best_time  # noqa: E402
+from common import best_time, memory_line  # noqa: E402
 
 CASES = [("alexnet", "deep-compression"), ("vgg16", "deep-compression"), ("resnet18", 0.3),
          ("resnet18", 0.1), ("mobilenet_v2", None),
@@ -184,6 +184,7 @@ def main() -> None:
     p: Params = ARCH.params("sparse-pairs")
     print(f"sparse-pairs-32x32: {p.processor_groups} groups x {p.processors_per_group} "
           f"processors = {p.processors} multipliers; baseline systolic 32x32 ws = 1024")
+    print(memory_line(PRESET, npusim.load_arch("systolic-32x32-ws")))
     for name, density in CASES:
         graph, x = network(name, density)
         dens = [float(np.count_nonzero(n.op.weight)) / n.op.weight.size
