@@ -26,7 +26,7 @@ Usage:
 prefetch and demand matrices for each stalls.csv row and replays them through an independent
 implementation of the read buffers, the write buffer and the per-row stall rule, printing both
 results (it needs the scalesim package, hence the venv python).
-Cost: one run at a time under `nice -n 10 timeout 600`; the 96 USER runs took 57 minutes of
+Cost: one run at a time under `nice -n 10 timeout 600`; the 96 USER runs took 58 minutes of
 wall time on a 2-core machine shared with other work (1 s to 274 s each; per-run wall seconds are
 in the CSV), the CALC check 11 s. `--replay` costs about as much again.
 """
