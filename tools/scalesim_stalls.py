@@ -26,8 +26,9 @@ Usage:
 prefetch and demand matrices for each stalls.csv row and replays them through an independent
 implementation of the read buffers, the write buffer and the per-row stall rule, printing both
 results (it needs the scalesim package, hence the venv python).
-Cost: one run at a time under `nice -n 10 timeout 600`; the whole USER set took about
-40 minutes on a 2-core machine shared with other work (per-run wall seconds are in the CSV).
+Cost: one run at a time under `nice -n 10 timeout 600`; the 96 USER runs took 58 minutes of
+wall time on a 2-core machine shared with other work (1 s to 274 s each; per-run wall seconds are
+in the CSV), the CALC check 11 s. `--replay` costs about as much again.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ LAYERS = [
     ("r18_conv4_1a", 28, 28, 3, 3, 128, 256, 2),
     ("r18_conv3_1a", 56, 56, 3, 3, 64, 128, 2),
     ("r18_conv2_1a", 56, 56, 3, 3, 64, 64, 1),
+    ("r18_conv1", 224, 224, 7, 7, 3, 64, 2),
 ]
 DATAFLOWS = ("os", "ws", "is")
 BANDWIDTHS = (8, 64)  # words (= bytes) per cycle
