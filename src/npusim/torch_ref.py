@@ -152,6 +152,38 @@ def _reshape(op: ops.Reshape):
     return lambda x: x.reshape((x.shape[0],) + shape)
 
 
+_TORCH_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                 "max": torch.maximum, "min": torch.minimum} if torch is not None else {}
+
+
+def _elementwise(op: ops.Elementwise):
+    """torch's broadcasting arithmetic, the constant (if any) on its side."""
+    fn = _TORCH_BINARY[op.kind]
+    if op.const is None:
+        return fn
+    c = _tensor(op.const)
+    return (lambda x: fn(c, x)) if op.const_first else (lambda x: fn(x, c))
+
+
+def _reduce(op: ops.Reduce):
+    dims = tuple(op.axes) if not isinstance(op.axes, int) else (op.axes,)
+    if op.kind == "max":
+        return lambda x: torch.amax(x, dim=dims, keepdim=op.keepdims)
+    return lambda x: torch.mean(x, dim=dims, keepdim=op.keepdims)
+
+
+def _slice(op: ops.Slice):
+    def fn(x):
+        axis = op.axis % x.ndim
+        return x[(slice(None),) * axis + (slice(op.start, op.stop, op.step),)]
+    return fn
+
+
+def _layer_norm(op: ops.LayerNorm):
+    weight, bias = _tensor(op.weight), _tensor(op.bias)
+    return lambda x: F.layer_norm(x, tuple(weight.shape), weight, bias, op.eps)
+
+
 def _sum(*xs):
     out = xs[0]
     for x in xs[1:]:
@@ -186,6 +218,21 @@ def _function(op, out_shape):
         ops.Softmax: lambda: (lambda x: F.softmax(x, dim=op.axis)),
         ops.Upsample: lambda: _upsample(op, out_shape),
         ops.Identity: lambda: (lambda x: x),
+        ops.Sigmoid: lambda: torch.sigmoid,
+        ops.HardSigmoid: lambda: (lambda x: torch.clamp(x * op.alpha + op.beta, 0, 1)),
+        ops.HardSwish: lambda: F.hardswish,
+        ops.Silu: lambda: F.silu,
+        ops.Tanh: lambda: torch.tanh,
+        ops.Erf: lambda: torch.erf,
+        ops.Gelu: lambda: (lambda x: F.gelu(x, approximate=op.approximate)),
+        ops.Clip: lambda: (lambda x: torch.clamp(x, op.lo, op.hi)),
+        ops.Elementwise: lambda: _elementwise(op),
+        ops.Reduce: lambda: _reduce(op),
+        ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
+        ops.Slice: lambda: _slice(op),
+        ops.LayerNorm: lambda: _layer_norm(op),
+        ops.GroupNorm: lambda: (lambda x: F.group_norm(x, op.groups, _tensor(op.weight),
+                                                       _tensor(op.bias), op.eps)),
     }
     make = table.get(type(op))
     if make is None:

@@ -5,11 +5,94 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph, Node, fold_batchnorm
 
 SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
+
+
+class Refusal(Exception):
+    """A supported op called with parameters the IR cannot express (the text says which)."""
+
+
+# ---- framework-neutral rules: each importer translates its arguments into these ---------
+
+
+def clip(lo: float | None, hi: float | None) -> ops.Op:
+    """A clamp to [lo, hi] (None: unbounded): ReLU for [0, inf), ReLU6 for [0, 6], else Clip."""
+    if lo == 0 and hi is None:
+        return ops.Relu()
+    if lo == 0 and hi == 6:
+        return ops.Relu6()
+    return ops.Clip(lo, hi)
+
+
+def per_channel(value, x_shape, what: str) -> np.ndarray | None:
+    """A constant that broadcasts over ``x_shape`` as one value per channel (axis 1), flat
+    (C,) float32; None if it is not of that form (so it needs a general Elementwise)."""
+    value = np.asarray(value, np.float32)
+    channels = x_shape[1] if len(x_shape) > 1 else 1
+    dims = (1,) * (len(x_shape) - value.ndim) + value.shape
+    if len(x_shape) < 2 or len(dims) != len(x_shape) \
+            or any(d != 1 for i, d in enumerate(dims) if i != 1) or dims[1] not in (1, channels):
+        return None
+    return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
+
+
+def with_constant(kind: str, x_shape, const, const_first: bool = False) -> ops.Op:
+    """``x <kind> const`` (``const <kind> x`` when ``const_first``): a per-channel affine
+    (``BatchNorm``, foldable into the conv before it) for x + c, x - c, x * c, c * x, c + x and
+    x / c with a scalar or per-channel c; else an ``Elementwise`` holding the constant."""
+    c = np.asarray(const, np.float32)
+    flat = per_channel(c, x_shape, "constant")
+    ones = None if flat is None else np.ones_like(flat)
+    if flat is not None and (kind in ("add", "mul") or kind in ("sub", "div") and not const_first):
+        if kind == "add":
+            return ops.BatchNorm(ones, flat)
+        if kind == "sub":
+            return ops.BatchNorm(ones, -flat)
+        scale = flat if kind == "mul" else (1 / flat.astype(np.float64)).astype(np.float32)
+        return ops.BatchNorm(scale, np.zeros_like(flat))
+    return ops.Elementwise(kind, c, const_first)
+
+
+def binary(kind: str, shapes) -> ops.Op:
+    """Two computed tensors: ``Add`` for a same-shape sum, else a broadcasting Elementwise."""
+    if kind == "add" and shapes[0] == shapes[1]:
+        return ops.Add()
+    return ops.Elementwise(kind)
+
+
+def reshape(x_shape, out_shape) -> ops.Op:
+    """A reshape to ``out_shape`` (from the source framework): Flatten for N x F, else Reshape."""
+    if len(out_shape) < 1 or out_shape[0] != x_shape[0]:
+        raise Refusal(f"reshapes {x_shape} to {out_shape}: the IR keeps the batch axis first")
+    if len(out_shape) == 2:
+        return ops.Flatten()
+    return ops.Reshape(tuple(out_shape[1:]))
+
+
+def concat(axis: int, ndim: int) -> ops.Op:
+    return ops.Concat(axis % ndim)
+
+
+def reduce(kind: str, axes, keepdims: bool, x_shape) -> ops.Op:
+    """Mean or max over ``axes`` (None: all axes but the batch)."""
+    axes = tuple(range(1, len(x_shape))) if axes is None else axes
+    return ops.Reduce(kind, ops._axes(axes, len(x_shape), "reduce", "Reduce"), bool(keepdims))
+
+
+def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
+    """One Slice per part of ``sizes`` along ``axis`` (Split, torch.split, chunk)."""
+    axis %= len(x_shape)
+    if sum(sizes) != x_shape[axis]:
+        raise Refusal(f"splits axis {axis} of {x_shape} into {list(sizes)}: the parts must sum "
+                      f"to {x_shape[axis]}")
+    starts = np.cumsum([0, *sizes])
+    return [ops.Slice(axis, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
 
 
 @dataclass
@@ -21,6 +104,29 @@ class Lowering:
     expected: dict = field(default_factory=dict)
     unsupported: list = field(default_factory=list)
     problems: list = field(default_factory=list)
+
+    def add(self, name: str, op: ops.Op, inputs: tuple[str, ...], shape=None) -> str:
+        """Append node ``name``; ``shape`` (if given) is the source's, checked later."""
+        self.nodes.append(Node(name, op, tuple(inputs)))
+        if shape is not None:
+            self.expected[name] = tuple(shape)
+        return name
+
+    def linear(self, name: str, x: str, x_shape, weight, bias) -> tuple[ops.Op, tuple[str, ...]]:
+        """A linear layer (weight (out, in)) over the last axis of ``x``: on N x F the
+        1x1-conv FC; on N x H x W x F (channels last, as after a permute) the conv between
+        two Transposes, the last of which is returned (op, inputs) for node ``name``."""
+        w = np.asarray(weight, np.float32)
+        conv = ops.Conv(np.ascontiguousarray(w)[:, :, None, None],
+                        None if bias is None else np.asarray(bias, np.float32).reshape(-1))
+        if len(x_shape) == 2:
+            return conv, (x,)
+        if len(x_shape) != 4:
+            raise Refusal(f"input shape {tuple(x_shape)}: a linear layer takes N x features or "
+                          "N x H x W x features")
+        first = self.add(f"{name}_to_nchw", ops.Transpose((0, 3, 1, 2)), (x,))
+        mid = self.add(f"{name}_conv", conv, (first,))
+        return ops.Transpose((0, 2, 3, 1)), (mid,)
 
     def refusal(self, where: str, supported: list[str]) -> ModelError:
         """One line grouping what was refused by op type, with counts and the first
