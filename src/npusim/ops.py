@@ -489,6 +489,14 @@ class Tanh(Op):
 
 
 @dataclass(frozen=True)
+class Sqrt(Op):
+    """Square root (ONNX ``Sqrt``, in a decomposed layer norm): one op."""
+
+    def __call__(self, x):
+        return np.sqrt(x)
+
+
+@dataclass(frozen=True)
 class Erf(Op):
     """The error function (ONNX ``Erf``): one transcendental."""
 
@@ -547,12 +555,13 @@ class Clip(Op):
 # ---- elementwise arithmetic with broadcasting -------------------------------------------
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-           "max": np.maximum, "min": np.minimum}
+           "max": np.maximum, "min": np.minimum, "pow": np.power}
 
 
 @dataclass(frozen=True, eq=False)
 class Elementwise(Op):
-    """``a <kind> b`` with NumPy broadcasting, ``kind`` one of add, sub, mul, div, max, min.
+    """``a <kind> b`` with NumPy broadcasting, ``kind`` one of add, sub, mul, div, max, min,
+    pow.
 
     Two inputs, or one and the constant ``const`` (``const <kind> x`` when ``const_first``,
     else ``x <kind> const``). A squeeze-excitation scale is ``mul`` of an N x C x H x W map by
@@ -737,7 +746,8 @@ OPS: dict[str, type] = {
     "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool, "add": Add,
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
-    "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "gelu": Gelu, "clip": Clip,
+    "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
+    "clip": Clip,
     "elementwise": Elementwise, "reduce": Reduce, "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm,
 }

@@ -153,7 +153,8 @@ def _reshape(op: ops.Reshape):
 
 
 _TORCH_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-                 "max": torch.maximum, "min": torch.minimum} if torch is not None else {}
+                 "max": torch.maximum, "min": torch.minimum, "pow": torch.pow} \
+    if torch is not None else {}
 
 
 def _elementwise(op: ops.Elementwise):
@@ -224,6 +225,7 @@ def _function(op, out_shape):
         ops.Silu: lambda: F.silu,
         ops.Tanh: lambda: torch.tanh,
         ops.Erf: lambda: torch.erf,
+        ops.Sqrt: lambda: torch.sqrt,
         ops.Gelu: lambda: (lambda x: F.gelu(x, approximate=op.approximate)),
         ops.Clip: lambda: (lambda x: torch.clamp(x, op.lo, op.hi)),
         ops.Elementwise: lambda: _elementwise(op),

@@ -42,6 +42,15 @@ def per_channel(value, x_shape, what: str) -> np.ndarray | None:
     return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
 
 
+def channel_values(value, x_shape, what: str) -> np.ndarray:
+    """``per_channel``, refusing (naming ``what``) a constant not of that form."""
+    flat = per_channel(value, x_shape, what)
+    if flat is None:
+        raise Refusal(f"{what} of shape {np.shape(value)} on an input of shape "
+                      f"{tuple(x_shape)}: only a scalar or one value per channel is supported")
+    return flat
+
+
 def with_constant(kind: str, x_shape, const, const_first: bool = False) -> ops.Op:
     """``x <kind> const`` (``const <kind> x`` when ``const_first``): a per-channel affine
     (``BatchNorm``, foldable into the conv before it) for x + c, x - c, x * c, c * x, c + x and
