@@ -6,7 +6,8 @@ NPU's vector unit. Each op has
 - ``out_shape(in_shapes, name)``: the shape rule, raising ``LayerError`` naming the node;
 - ``__call__(*arrays)``: float32 numpy arithmetic (NCHW);
 - ``vector_ops(in_shapes, out_shape)``: element operations the vector unit performs,
-  which ``simulate`` turns into cycles (one op per lane per cycle).
+  which ``simulate`` turns into cycles (one op per lane per cycle); docs/ops.md states
+  each op's rule.
 """
 
 from __future__ import annotations

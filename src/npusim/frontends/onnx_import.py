@@ -13,7 +13,7 @@ Which nodes become IR ops:
 
 - a node on the data path (reached backwards from the graph output through the
   inputs each op reads as data: input 0 of ``Conv``, ``Reshape``, ``Resize``...,
-  every input of ``Add`` and ``Concat``) and computed from the graph input;
+  every input of ``Add``, ``Mul``... and ``Concat``) and computed from the graph input;
 - nodes off the data path (shape arithmetic) are skipped; constant inputs
   (weights, Clip bounds, Resize scales) are initialisers or are computed from
   them (``Constant``, ``DequantizeLinear`` of int8 weights, a weight's
