@@ -185,6 +185,11 @@ def _layer_norm(op: ops.LayerNorm):
     return lambda x: F.layer_norm(x, tuple(weight.shape), weight, bias, op.eps)
 
 
+def _group_norm(op: ops.GroupNorm):
+    weight, bias = _tensor(op.weight), _tensor(op.bias)
+    return lambda x: F.group_norm(x, op.groups, weight, bias, op.eps)
+
+
 def _sum(*xs):
     out = xs[0]
     for x in xs[1:]:
@@ -233,8 +238,7 @@ def _function(op, out_shape):
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
         ops.Slice: lambda: _slice(op),
         ops.LayerNorm: lambda: _layer_norm(op),
-        ops.GroupNorm: lambda: (lambda x: F.group_norm(x, op.groups, _tensor(op.weight),
-                                                       _tensor(op.bias), op.eps)),
+        ops.GroupNorm: lambda: _group_norm(op),
     }
     make = table.get(type(op))
     if make is None:
