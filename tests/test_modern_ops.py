@@ -169,6 +169,19 @@ def test_layer_and_group_norm_equal_torch_float64():
     assert ops.LayerNorm(w, b).vector_ops([X.shape], X.shape) == 6 * X.size
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_pad_equals_torch(mode):
+    op = ops.Pad((1, 2, 3, 0), mode, 0.5)
+    kwargs = {"value": 0.5} if mode == "constant" else {}
+    want = F.pad(torch.from_numpy(X), (3, 0, 1, 2), mode=mode, **kwargs).numpy()
+    assert op.out_shape([X.shape], "p") == want.shape
+    assert np.array_equal(op(X), want)
+    assert op.vector_ops([X.shape], want.shape) == want.size
+    with pytest.raises(ops.LayerError, match=r"p: reflect padding \(5, 0, 0, 0\) must be "
+                                             r"smaller than the map 5x6"):
+        ops.Pad((5, 0, 0, 0), "reflect").out_shape([X.shape], "p")
+
+
 def test_vector_cycles_are_ops_over_lanes():
     """A hardswish on 1 x 24 x 7 x 7: 5 ops per element, ceil(5880 / lanes) cycles."""
     graph = from_torch(nn.Hardswish(), torch.zeros(1, 24, 7, 7))
@@ -217,6 +230,10 @@ FUNCTIONS = {
     "layer_norm": lambda y: F.layer_norm(y, (10,)),
     "layer_norm_hw": nn.LayerNorm((8, 10)), "group_norm": nn.GroupNorm(4, 8),
     "linear_last_axis": nn.Linear(10, 5),
+    "pad_reflect": lambda y: F.pad(y, (1, 2, 3, 0), mode="reflect"),
+    "pad_replicate": nn.ReplicationPad2d((2, 0, 1, 1)),
+    "conv_reflect": nn.Conv2d(8, 4, 3, padding=(1, 2), padding_mode="reflect"),
+    "conv_replicate": nn.Conv2d(8, 4, 3, padding=1, padding_mode="replicate"),
 }
 
 

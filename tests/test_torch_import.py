@@ -204,8 +204,9 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
 def refusal_cases():
     x4 = photo((1, 3, 9, 9))
     return [
-        (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")), x4,
-         r"nn.Conv2d x1 \(node '_0': padding_mode='reflect': only 'zeros'"),
+        (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular")), x4,
+         r"nn.Conv2d x1 \(node '_0': padding_mode='circular' with padding=\(1, 1\): the "
+         "modes are "),
         (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
                                            "the batch axis first"),
@@ -218,7 +219,7 @@ def refusal_cases():
                                            r"\(1, 3, 9, 9\) with \(slice\(None, None, None\), "
                                            r"None\)"),
         (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
-        (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect")), x4, r"mode='reflect'"),
+        (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="circular")), x4, r"mode='circular'"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,
          r"mode='bicubic': the IR resamples 'nearest' or 'bilinear'"),
         (Lambda(lambda x: torch.softmax(x, 0)), x4, r"softmax over the batch axis"),

@@ -58,6 +58,9 @@ def every_op_graph():
                 start=1, stop=5, step=2, name="slice")
     q = g.sqrt(g.elementwise(g.elementwise(q, kind="pow", const=np.float32(2), name="square"),
                              kind="add", const=np.float32(1), name="plus1"), name="sqrt")
+    q = g.pad(g.pad(q, padding=(1, 0, 1, 0), mode="reflect", name="pad_reflect"),
+              padding=(0, 2, 1, 1), mode="replicate", name="pad_replicate")
+    q = g.pad(q, padding=(1, 1, 0, 0), value=-2.0, name="pad_constant")
     g.reduce(q, kind="max", axes=(1,), keepdims=False, name="max_c")
     u = g.upsample(s, 1.5, mode="bilinear", align_corners=False, name="up_bilinear")
     v = g.upsample(s, size=(5, 7), mode="bilinear", align_corners=True, name="up_aligned")

@@ -681,6 +681,42 @@ class Slice(Op):
         return np.ascontiguousarray(x[index])
 
 
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+@dataclass(frozen=True)
+class Pad(Op):
+    """H, W padded by ``padding`` (top, bottom, left, right) pixels: ``constant`` (``value``),
+    ``reflect`` (mirrored, the edge not repeated) or ``replicate`` (the edge repeated). The
+    padding a conv or pool absorbs never becomes this op. A data move: one op per output
+    element."""
+
+    padding: tuple = (0, 0, 0, 0)
+    mode: str = "constant"
+    value: float = 0.0
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Pad")
+        shape = in_shapes[0]
+        t, b, l, r = self.padding
+        if self.mode not in _PAD_MODES or len(shape) < 3 or min(self.padding) < 0:
+            raise LayerError(f"{name}: Pad {self.padding} mode {self.mode!r} of shape {shape}: "
+                             f"non-negative padding of the last two axes, mode one of "
+                             f"{', '.join(_PAD_MODES)}")
+        if self.mode == "reflect" and (max(t, b) >= shape[-2] or max(l, r) >= shape[-1]):
+            raise LayerError(f"{name}: reflect padding {self.padding} must be smaller than the "
+                             f"map {shape[-2]}x{shape[-1]}")
+        return shape[:-2] + (shape[-2] + t + b, shape[-1] + l + r)
+
+    def __call__(self, x):
+        t, b, l, r = self.padding
+        widths = ((0, 0),) * (x.ndim - 2) + ((t, b), (l, r))
+        mode = _PAD_MODES[self.mode]
+        if mode == "constant":
+            return np.pad(x, widths, constant_values=np.float32(self.value))
+        return np.pad(x, widths, mode=mode)
+
+
 # ---- normalisation ----------------------------------------------------------------------
 
 
@@ -750,5 +786,5 @@ OPS: dict[str, type] = {
     "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
     "clip": Clip,
     "elementwise": Elementwise, "reduce": Reduce, "transpose": Transpose, "slice": Slice,
-    "layernorm": LayerNorm, "groupnorm": GroupNorm,
+    "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,
 }

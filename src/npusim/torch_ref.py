@@ -185,6 +185,13 @@ def _layer_norm(op: ops.LayerNorm):
     return lambda x: F.layer_norm(x, tuple(weight.shape), weight, bias, op.eps)
 
 
+def _pad(op: ops.Pad):
+    t, b, l, r = op.padding
+    if op.mode == "constant":
+        return lambda x: F.pad(x, (l, r, t, b), value=op.value)
+    return lambda x: F.pad(x, (l, r, t, b), mode=op.mode)
+
+
 def _group_norm(op: ops.GroupNorm):
     weight, bias = _tensor(op.weight), _tensor(op.bias)
     return lambda x: F.group_norm(x, op.groups, weight, bias, op.eps)
@@ -239,6 +246,7 @@ def _function(op, out_shape):
         ops.Slice: lambda: _slice(op),
         ops.LayerNorm: lambda: _layer_norm(op),
         ops.GroupNorm: lambda: _group_norm(op),
+        ops.Pad: lambda: _pad(op),
     }
     make = table.get(type(op))
     if make is None:

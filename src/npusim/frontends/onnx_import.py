@@ -425,9 +425,15 @@ def _pad(c: _Node) -> _Pad:
             raise _Refusal("Pad with axes: give pads for all 4 axes")
     pads = [int(p) for p in pads]
     mode = c.attr("mode", "constant")
-    if mode != "constant" or len(pads) != 8 or min(pads) < 0 or any(pads[i] for i in (0, 1, 4, 5)):
-        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, non-negative padding of H "
-                       "and W of a 4-D tensor is supported")
+    if mode not in ("constant", "reflect", "edge") or len(pads) != 8 or min(pads) < 0 \
+            or any(pads[i] for i in (0, 1, 4, 5)):
+        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect or edge, "
+                       "non-negative padding of H and W of a 4-D tensor is supported")
+    if mode != "constant":  # a padding no conv absorbs: its own op
+        if c.proto.input[0] in c.model.pending:
+            raise _Refusal(f"{mode} padding of a Pad output")
+        return ops.Pad((pads[2], pads[6], pads[3], pads[7]),
+                       "replicate" if mode == "edge" else "reflect")
     before = c.model.pending.get(c.proto.input[0])
     if before is not None and before[1] != fill:
         raise _Refusal(f"pads with {fill} what is already padded with {before[1]}")

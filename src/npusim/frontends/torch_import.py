@@ -147,9 +147,14 @@ def _conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
 
 
 def _conv_module(c, m, x):
-    if m.padding_mode != "zeros":
-        raise _Refusal(f"padding_mode={m.padding_mode!r}: only 'zeros' is supported")
-    return _conv2d(c, x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
+    if m.padding_mode == "zeros":
+        return _conv2d(c, x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
+    if m.padding_mode not in ("reflect", "replicate") or isinstance(m.padding, str):
+        raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: the modes "
+                       "are 'zeros', 'reflect' and 'replicate' with integer padding")
+    (ph, pw), x = _pair(m.padding, "padding", c.name), _data(x, 4)
+    padded = c.build.add(f"{c.name}_pad", ops.Pad((ph, ph, pw, pw), m.padding_mode), (x.name,))
+    return _conv2d(c, x, m.weight, m.bias, m.stride, 0, m.dilation, m.groups), (padded,)
 
 
 def _linear(c, input, weight, bias=None):
@@ -372,9 +377,13 @@ def _pad(c, input, pad, mode="constant", value=None):
     x = input if isinstance(input, _Ref) else _data(input)
     fill = 0.0 if value is None else float(value)
     pad = [int(p) for p in pad]
-    if mode != "constant" or min(pad) < 0 or any(pad[4:]) or len(pad) % 2:
-        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, non-negative padding of "
-                       "H and W is supported")
+    if min(pad) < 0 or any(pad[4:]) or len(pad) % 2 or mode not in ("constant", "reflect",
+                                                                     "replicate"):
+        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect or replicate, "
+                       "non-negative padding of H and W is supported")
+    if mode != "constant":  # a padding no conv absorbs: its own op
+        left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
+        return ops.Pad((top, bottom, left, right), mode), (_data(x).name,)
     if any(x.pad) and x.fill != fill:
         raise _Refusal(f"pads with {fill} what is already padded with {x.fill}")
     left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
@@ -453,6 +462,8 @@ _MODULES = {
     nn.Identity: lambda c, m, x: _data(x),
     nn.ConstantPad2d: lambda c, m, x: _pad(c, x, m.padding, "constant", m.value),
     nn.ZeroPad2d: lambda c, m, x: _pad(c, x, m.padding, "constant", 0.0),
+    nn.ReflectionPad2d: lambda c, m, x: _pad(c, x, m.padding, "reflect"),
+    nn.ReplicationPad2d: lambda c, m, x: _pad(c, x, m.padding, "replicate"),
     **{cls: lambda c, m, x: _interpolate(c, x, m.size, m.scale_factor, m.mode, m.align_corners,
                                          m.recompute_scale_factor)
        for cls in (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)},
