@@ -252,11 +252,8 @@ def test_op_through_from_torch_equals_torch(name, photo_8x10):
     assert check(graph, photo_8x10, result).worst < 1e-5
 
 
-ONNX_EXPORTABLE = [n for n in FUNCTIONS if n != "group_norm"]  # exported as InstanceNorm
-
-
 @pytest.mark.parametrize("opset", [13, 17])
-@pytest.mark.parametrize("name", ONNX_EXPORTABLE)
+@pytest.mark.parametrize("name", FUNCTIONS)
 def test_op_through_onnx_equals_onnxruntime(name, opset, photo_8x10, tmp_path):
     torch.manual_seed(0)
     path = export(OnConv(FUNCTIONS[name]).eval(), photo_8x10, tmp_path / "m.onnx", opset)

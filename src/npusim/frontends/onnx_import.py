@@ -372,6 +372,13 @@ def _slice(c: _Node):
     return cuts[-1], (c.model.ir_of.get(name, name),)
 
 
+def _instance_norm(c: _Node) -> ops.Op:
+    """InstanceNormalization (torch's export of GroupNorm, between two Reshapes): each
+    channel over the remaining axes, a GroupNorm of one channel per group."""
+    channels = c.in_shape(0)[1]
+    return ops.GroupNorm(channels, c.weight(1), c.weight(2), float(c.attr("epsilon", 1e-5)))
+
+
 def _layer_norm(c: _Node) -> ops.Op:
     x = c.in_shape(0)
     axis = c.attr("axis", -1) % len(x)
@@ -557,6 +564,7 @@ _CONVERTERS = {
     "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "Transpose": (_transpose, 1),
     "Split": (_split, 1), "Flatten": (_reshape, 1), "Reshape": (_reshape, 1),
     "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
+    "InstanceNormalization": (_instance_norm, 1),
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
     "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
