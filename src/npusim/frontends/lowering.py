@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node, fold_batchnorm
+from ..ir import Graph, Node, _padding4, fold_batchnorm
 
 SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
 
@@ -28,6 +28,13 @@ def clip(lo: float | None, hi: float | None) -> ops.Op:
     if lo == 0 and hi == 6:
         return ops.Relu6()
     return ops.Clip(lo, hi)
+
+
+def add_padding(padding, extra) -> tuple[int, int, int, int]:
+    """Own padding (int, (h, w) or (top, bottom, left, right)) plus the padding of an absorbed
+    Pad / F.pad: (top, bottom, left, right) in pixels."""
+    return tuple(a + b for a, b in zip(_padding4(padding, "padding"), _padding4(extra, "pad"),
+                                       strict=True))  # type: ignore[return-value]
 
 
 def per_channel(value, x_shape, what: str) -> np.ndarray | None:

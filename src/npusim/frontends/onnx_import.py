@@ -47,6 +47,7 @@ from . import lowering as rules
 from . import onnx_file
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
+from .lowering import add_padding as _plus
 from .onnx_file import SMALL_CONSTANT
 
 WEIGHT_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
@@ -203,10 +204,6 @@ def _pads(c: _Node, kernel, strides, dilations) -> tuple[int, int, int, int]:
         small, big = total // 2, total - total // 2
         out += [small, big] if auto == "SAME_UPPER" else [big, small]
     return tuple(out)  # type: ignore[return-value]
-
-
-def _plus(a, b) -> tuple[int, int, int, int]:
-    return tuple(x + y for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
 
 
 def _pair_attr(c: _Node, key: str, default=(1, 1)) -> tuple[int, int]:

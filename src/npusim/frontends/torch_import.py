@@ -35,11 +35,12 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, _padding4, _pair
+from ..ir import Graph, _pair
 from ..simulate import same_padding
 from . import lowering as rules
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
+from .lowering import add_padding as _plus
 
 try:
     import torch
@@ -109,12 +110,6 @@ def _unpad(x, fill: float) -> tuple[_Ref, tuple[int, int, int, int]]:
         pad = (0, 0, 0, 0)
     _data(x, 4)
     return x, pad
-
-
-def _plus(padding, extra) -> tuple[int, int, int, int]:
-    """Own padding (int, (h, w) or 4-tuple) plus absorbed F.pad padding: (top, bottom, left,
-    right) in pixels."""
-    return tuple(a + b for a, b in zip(_padding4(padding, "padding"), extra, strict=True))
 
 
 def _array(value, what: str) -> np.ndarray:
