@@ -344,3 +344,18 @@ def test_cli_check_on_a_block_factory(tmp_path, capsys):
     assert outcome["passed"] and outcome["worst_relative_error"] < 1e-4
     assert from_factory(f"{BLOCKS_FILE}:convnext_block", (1, 3, 32, 32)).output_shape == \
         (1, 16, 8, 8)
+
+
+def test_transposes_that_undo_each_other_are_dropped(photo_8x10):
+    """ConvNeXt's second linear layer goes back to channels-last and the block permutes
+    straight to channels-first: neither data move is made."""
+    net = blocks().convnext_block()
+    x = photo(SHAPE)
+    kinds = [type(n.op).__name__ for n in from_torch(net, x).nodes]
+    assert kinds == ["Conv", "Conv", "Transpose", "LayerNorm", "Transpose", "Conv", "Transpose",
+                     "Gelu", "Transpose", "Conv", "Add"]
+    net = OnConv(lambda y: torch.tanh(F.relu(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+                                      .permute(0, 2, 3, 1))).eval()
+    graph = from_torch(net, photo_8x10)
+    assert [type(n.op).__name__ for n in graph.nodes] == ["Conv", "Transpose", "Relu", "Tanh"]
+    assert rel_err(simulate(graph, photo_8x10).output, torch64(net, photo_8x10)) < 1e-5

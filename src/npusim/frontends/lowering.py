@@ -169,7 +169,8 @@ class Lowering:
             nodes = nodes + [Node("output", ops.Identity(), ("input",))]
             outputs = {("output" if k == "input" else k): ("output" if v == "input" else v)
                        for k, v in outputs.items()}
-        nodes = fuse_gelu(nodes, set(outputs.values()))
+        nodes = cancel_transposes(fuse_gelu(nodes, set(outputs.values())),
+                                  set(outputs.values()))
         try:
             graph = Graph(nodes, input_shape, name or where, outputs=outputs)
         except LayerError as e:
@@ -234,6 +235,27 @@ def fuse_gelu(nodes: list, outputs: set) -> list:
         drop.update(p.name for p in parts)
         replace[last.name] = Node(last.name, ops.Gelu(), (x,))
     return [replace.get(n.name, n) for n in nodes if n.name not in drop]
+
+
+def cancel_transposes(nodes: list, outputs: set) -> list:
+    """Drop each pair of Transposes that undo each other (a linear layer's way back to
+    channels-last followed by the network's own permute to channels-first): the second's
+    readers read the first's input. The first must be read by the second alone."""
+    by = {n.name: n for n in nodes}
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    renamed: dict[str, str] = {}
+    for n in nodes:
+        first = by.get(n.inputs[0]) if n.inputs else None
+        if (isinstance(n.op, ops.Transpose) and first is not None and n.name not in outputs
+                and isinstance(first.op, ops.Transpose) and readers[first.name] == 1
+                and first.name not in renamed and first.name not in outputs
+                and tuple(first.op.perm[p] for p in n.op.perm) == tuple(range(len(n.op.perm)))):
+            renamed[first.name] = renamed[n.name] = first.inputs[0]
+    return [Node(n.name, n.op, tuple(renamed.get(i, i) for i in n.inputs))
+            for n in nodes if n.name not in renamed]
 
 
 def _grouped(items: list[tuple[str, str]], sep: str) -> str:
