@@ -287,8 +287,7 @@ def _mean(c, input, dim=None, keepdim=False, *, dtype=None):
     x = _data(input)
     if dtype is not None:
         raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
-    return rules.reduce("mean", dim, keepdim, x.shape) if dim is not None or keepdim \
-        else rules.reduce("mean", range(len(x.shape)), False, x.shape)
+    return rules.reduce("mean", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
 
 
 def _amax(c, input, dim=(), keepdim=False):
