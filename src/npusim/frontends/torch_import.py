@@ -388,6 +388,9 @@ def _getitem(c, input, index):
     """A part of chunk / split; ``x[...]`` of start:stop:step slices (and one ``...``): a
     Slice per axis it cuts (chained), a pass-through if it keeps the whole tensor."""
     if isinstance(input, _Parts):
+        if not isinstance(index, int):
+            raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
+                           "by an integer index")
         return input.slices[index], (input.source.name,)
     x = _data(input)
     cuts = [(axis, p) for axis, p in enumerate(_index_slices(index, x.shape))
