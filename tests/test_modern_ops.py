@@ -292,6 +292,7 @@ BLOCKS = {  # factory -> op types the imported graph must hold (the block's own 
     "shufflenet_unit": {"Slice", "Concat", "Reshape", "Transpose"},
     "mnasnet_head": {"Reduce"},
     "convnext_block": {"Transpose", "LayerNorm", "Gelu", "Add"},
+    "deconv_decoder": {"ZeroInsert", "Conv"},
 }
 
 
@@ -362,3 +363,27 @@ def test_transposes_that_undo_each_other_are_dropped(photo_8x10):
     graph = from_torch(net, photo_8x10)
     assert [type(n.op).__name__ for n in graph.nodes] == ["Conv", "Transpose", "Relu", "Tanh"]
     assert rel_err(simulate(graph, photo_8x10).output, torch64(net, photo_8x10)) < 1e-5
+
+
+CONV_TRANSPOSES = [dict(stride=2, padding=1, output_padding=1), dict(stride=(2, 3), padding=(0, 1)),
+                   dict(stride=1, padding=2, groups=2), dict(stride=3, padding=1, groups=4,
+                                                             output_padding=(1, 2))]
+
+
+@pytest.mark.parametrize("arch", ["systolic-32x32-ws", "systolic-32x32-os", "group-tile-32mac",
+                                  "input-reuse-1024", "sparse-pairs-32x32"])
+@pytest.mark.parametrize("kwargs", CONV_TRANSPOSES, ids=str)
+def test_conv_transpose_is_the_conv_of_the_zero_inserted_input(kwargs, arch, tmp_path):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1),
+                        nn.ConvTranspose2d(8, 4, 3 if "groups" not in kwargs else 5,
+                                           **kwargs)).eval()
+    x = photo((1, 3, 5, 6))
+    graph = from_torch(net, x)
+    zeros = [n for n in graph.nodes if isinstance(n.op, ops.ZeroInsert)]
+    assert len(zeros) == (kwargs["stride"] != 1)
+    result = simulate(graph, x, arch, keep_outputs=True)
+    assert rel_err(result.output, torch64(net, x)) < 1e-5
+    assert check(graph, x, result).passed
+    path = export(net, x, tmp_path / "t.onnx")
+    assert rel_err(simulate(from_onnx(path), x, arch).output, onnxruntime_output(path, x)) < 1e-5

@@ -61,6 +61,7 @@ def every_op_graph():
     q = g.pad(g.pad(q, padding=(1, 0, 1, 0), mode="reflect", name="pad_reflect"),
               padding=(0, 2, 1, 1), mode="replicate", name="pad_replicate")
     q = g.pad(q, padding=(1, 1, 0, 0), value=-2.0, name="pad_constant")
+    q = g.zeroinsert(q, stride=(2, 3), name="zeros")
     g.reduce(q, kind="max", axes=(1,), keepdims=False, name="max_c")
     u = g.upsample(s, 1.5, mode="bilinear", align_corners=False, name="up_bilinear")
     v = g.upsample(s, size=(5, 7), mode="bilinear", align_corners=True, name="up_aligned")

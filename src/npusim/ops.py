@@ -681,6 +681,29 @@ class Slice(Op):
         return np.ascontiguousarray(x[index])
 
 
+@dataclass(frozen=True)
+class ZeroInsert(Op):
+    """``stride - 1`` zeros between neighbouring pixels of H and W: output (H - 1) * sh + 1 by
+    (W - 1) * sw + 1. A transposed convolution is the convolution of this (padded) map, so a
+    zero-skipping machine skips the inserted zeros. A data move: one op per output element."""
+
+    stride: tuple = (2, 2)
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "ZeroInsert")
+        _expect_4d(in_shapes[0], name, "ZeroInsert")
+        n, c, h, w = in_shapes[0]
+        sh, sw = self.stride
+        return (n, c, (h - 1) * sh + 1, (w - 1) * sw + 1)
+
+    def __call__(self, x):
+        n, c, h, w = x.shape
+        sh, sw = self.stride
+        out = np.zeros((n, c, (h - 1) * sh + 1, (w - 1) * sw + 1), x.dtype)
+        out[:, :, ::sh, ::sw] = x
+        return out
+
+
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
@@ -787,4 +810,5 @@ OPS: dict[str, type] = {
     "clip": Clip,
     "elementwise": Elementwise, "reduce": Reduce, "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,
+    "zeroinsert": ZeroInsert,
 }

@@ -185,6 +185,13 @@ def _layer_norm(op: ops.LayerNorm):
     return lambda x: F.layer_norm(x, tuple(weight.shape), weight, bias, op.eps)
 
 
+def _zero_insert(op: ops.ZeroInsert, channels: int):
+    """torch's own transposed convolution with a 1x1 kernel of ones per channel: the input
+    spread ``stride`` apart with zeros between (traceable, unlike an indexed assignment)."""
+    ones = torch.ones(channels, 1, 1, 1)
+    return lambda x: F.conv_transpose2d(x, ones, stride=tuple(op.stride), groups=channels)
+
+
 def _pad(op: ops.Pad):
     t, b, l, r = op.padding
     if op.mode == "constant":
@@ -247,6 +254,7 @@ def _function(op, out_shape):
         ops.LayerNorm: lambda: _layer_norm(op),
         ops.GroupNorm: lambda: _group_norm(op),
         ops.Pad: lambda: _pad(op),
+        ops.ZeroInsert: lambda: _zero_insert(op, out_shape[1]),
     }
     make = table.get(type(op))
     if make is None:

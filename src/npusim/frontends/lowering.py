@@ -144,6 +144,28 @@ class Lowering:
         mid = self.add(f"{name}_conv", conv, (first,))
         return ops.Transpose((0, 2, 3, 1)), (mid,)
 
+    def conv_transpose(self, name: str, x: str, weight, bias, stride, padding,
+                       output_padding, groups: int) -> tuple[ops.Op, tuple[str, ...]]:
+        """A transposed convolution (weight C_in x K/groups x R x S; stride, padding,
+        output_padding as (h, w) pairs; dilation 1) as the convolution it is: the input with
+        stride - 1 zeros inserted (a ``ZeroInsert`` node, none at stride 1), padded by
+        R - 1 - padding (plus output_padding at the bottom and right), convolved at stride 1
+        with the kernels flipped and their in/out channels swapped per group."""
+        w = np.asarray(weight, np.float32)
+        c_in, kg, r, s = w.shape
+        (ph, pw), (oh, ow) = padding, output_padding
+        if min(r - 1 - ph, s - 1 - pw) < 0:
+            raise Refusal(f"padding {padding} larger than kernel - 1 ({r - 1}, {s - 1}): it "
+                          "would crop the output")
+        flipped = w.reshape(groups, c_in // groups, kg, r, s).transpose(0, 2, 1, 3, 4)
+        flipped = np.ascontiguousarray(flipped.reshape(groups * kg, c_in // groups, r, s)
+                                       [:, :, ::-1, ::-1])
+        if tuple(stride) != (1, 1):
+            x = self.add(f"{name}_zeros", ops.ZeroInsert(tuple(stride)), (x,))
+        pads = (r - 1 - ph, r - 1 - ph + oh, s - 1 - pw, s - 1 - pw + ow)
+        return ops.Conv(flipped, None if bias is None else np.asarray(bias, np.float32),
+                        1, pads, 1, int(groups)), (x,)
+
     def refusal(self, where: str, supported: list[str]) -> ModelError:
         """One line grouping what was refused by op type, with counts and the first
         ``SHOWN_PER_KIND`` node names of each, then the supported list."""

@@ -233,6 +233,26 @@ def _conv(c: _Node) -> ops.Op:
     return ops.Conv(w, b, strides, pads, dilations, int(c.attr("group", 1)))
 
 
+def _conv_transpose(c: _Node):
+    _data_input(c, 4)
+    w = c.weight(1)
+    if w is None or w.ndim != 4:
+        raise _Refusal("only 2-D transposed convolution with a constant weight is supported")
+    if _pair_attr(c, "dilations") != (1, 1) or c.attr("output_shape") is not None \
+            or c.attr("auto_pad", "NOTSET") != "NOTSET":
+        raise _Refusal("dilations, output_shape and auto_pad: only dilation 1 and explicit pads")
+    t, left, b, r = c.attr("pads", [0, 0, 0, 0])
+    oh, ow = _pair_attr(c, "output_padding", (0, 0))
+    if (t, left) != (b, r):  # asymmetric pads are symmetric pads and less output padding
+        if b > t or r > left:
+            raise _Refusal(f"pads {[t, left, b, r]}: end pads above begin pads")
+        oh, ow = oh + t - b, ow + left - r
+    x = c.proto.input[0]
+    return c.build.conv_transpose(c.name, c.model.ir_of.get(x, x), w, c.weight(2),
+                                  _pair_attr(c, "strides"), (t, left), (oh, ow),
+                                  int(c.attr("group", 1)))
+
+
 def _gemm(c: _Node) -> ops.Op:
     if c.attr("transA", 0):
         raise _Refusal("transA=1: the IR keeps the batch on axis 0 of A")
@@ -548,7 +568,8 @@ def _onnx_axis(n_in: int, n_out: int, scale: float, mode: str, transform: str,
 
 # op type -> (converter, how many leading inputs are data; None = all)
 _CONVERTERS = {
-    "Conv": (_conv, 1), "Gemm": (_gemm, 1), "MatMul": (_matmul, 1),
+    "Conv": (_conv, 1), "ConvTranspose": (_conv_transpose, 1), "Gemm": (_gemm, 1),
+    "MatMul": (_matmul, 1),
     "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
     "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
     "Sigmoid": (lambda c: ops.Sigmoid(), 1), "Tanh": (lambda c: ops.Tanh(), 1),

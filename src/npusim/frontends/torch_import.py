@@ -152,6 +152,26 @@ def _conv_module(c, m, x):
     return _conv2d(c, x, m.weight, m.bias, m.stride, 0, m.dilation, m.groups), (padded,)
 
 
+def _conv_transpose2d(c, input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                      groups=1, dilation=1):
+    x = _data(input, 4)
+    if _pair(dilation, "dilation", c.name) != (1, 1):
+        raise _Refusal(f"dilation={dilation}: the IR's transposed convolution has dilation 1")
+    b = None if bias is None else _array(bias, "bias")
+    return c.build.conv_transpose(c.name, x.name, _array(weight, "weight"), b,
+                                  _pair(stride, "stride", c.name),
+                                  _pair(padding, "padding", c.name),
+                                  _pair(output_padding, "output_padding", c.name), int(groups))
+
+
+def _conv_transpose_module(c, m, x, output_size=None):
+    if m.padding_mode != "zeros" or output_size is not None:
+        raise _Refusal(f"padding_mode={m.padding_mode!r}, output_size={output_size}: only "
+                       "zeros padding and the output size of the layer's own parameters")
+    return _conv_transpose2d(c, x, m.weight, m.bias, m.stride, m.padding, m.output_padding,
+                             m.groups, m.dilation)
+
+
 def _linear(c, input, weight, bias=None):
     x = _data(input)
     b = None if bias is None else _array(bias, "bias")
@@ -432,6 +452,7 @@ def _identity(c, input, *args, **kwargs):
 
 _MODULES = {
     nn.Conv2d: _conv_module,
+    nn.ConvTranspose2d: _conv_transpose_module,
     nn.Linear: lambda c, m, x: _linear(c, x, m.weight, m.bias),
     nn.Sigmoid: lambda c, m, x: _unary(ops.Sigmoid)(c, x),
     nn.Hardsigmoid: lambda c, m, x: _unary(ops.HardSigmoid)(c, x),
@@ -476,6 +497,7 @@ def _table(*rows) -> dict:
 
 _FUNCTIONS = _table(
     (_conv2d, torch.conv2d),
+    (_conv_transpose2d, F.conv_transpose2d, torch.conv_transpose2d),
     (_linear, F.linear),
     (_batch_norm, F.batch_norm),
     (_relu, F.relu, F.relu_, torch.relu, torch.relu_),

@@ -182,3 +182,13 @@ def mnasnet_head():
 def convnext_block():
     torch.manual_seed(6)
     return _seeded(nn.Sequential(nn.Conv2d(3, 16, 4, 4), ConvNeXtBlock()))
+
+
+def deconv_decoder():
+    """A segmentation-style decoder: downsample twice, then two stride-2 transposed convs
+    (one with output padding, one grouped) back up."""
+    torch.manual_seed(7)
+    return _seeded(nn.Sequential(
+        _conv_bn(3, 16, 3, 2, act=nn.ReLU), _conv_bn(16, 32, 3, 2, act=nn.ReLU),
+        nn.ConvTranspose2d(32, 16, 3, 2, 1, output_padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.ConvTranspose2d(16, 8, 4, 2, 1, groups=2)))
