@@ -17,8 +17,11 @@ against PyTorch's: an op the IR would compute differently is refused, not import
 Each converter takes the same arguments as the torch call it handles; an argument
 computed from the network input arrives as a ``_Ref`` (IR node name and shape), a
 constant (a parameter, a python number) as its value. It returns an ``ops.Op``
-whose inputs are the ``_Ref`` arguments in order, or a ``_Ref`` (a pass-through
-such as dropout at inference).
+whose inputs are the ``_Ref`` arguments in order, an ``(op, inputs)`` pair (after adding
+helper nodes through ``c.build``: a linear layer on a channels-last map, a transposed
+conv), a ``_Ref`` (a pass-through such as dropout at inference) or ``_Parts`` (chunk and
+split, whose parts indexing takes). The framework-neutral rules (clip to ReLU, constants as
+per-channel affines, reshape, concat...) are ``lowering``'s.
 """
 
 from __future__ import annotations
