@@ -44,6 +44,25 @@ def every_op_graph():
     s = g.concat(s, d, e, name="cat")
     s = g.conv(s, w(6, 12, 3, 3), None, padding=1, dilation=2, groups=2, name="conv_dil_g")
     s = g.relu6(g.leakyrelu(s, 0.1, name="leaky"), name="relu6")
+    t = g.hardsigmoid(g.sigmoid(s, name="sigmoid"), alpha=0.2, beta=0.5, name="hsig")
+    t = g.tanh(g.silu(g.hardswish(t, name="hswish"), name="silu"), name="tanh")
+    t = g.gelu(g.gelu(g.erf(t, name="erf"), name="gelu"), approximate="tanh", name="gelu_t")
+    t = g.clip(t, -0.5, 0.3, name="clip")
+    t = g.elementwise(t, g.reduce(t, kind="mean", axes=(2, 3), name="mean_hw"), kind="mul",
+                      name="se_mul")
+    t = g.elementwise(t, kind="sub", const=w(6, 1, 1), const_first=True, name="c_minus_x")
+    q = g.transpose(t, perm=(0, 2, 3, 1), name="to_nhwc")
+    q = g.transpose(g.layernorm(q, weight=w(6) + 1, bias=w(6), name="ln"), perm=(0, 3, 1, 2),
+                    name="to_nchw")
+    q = g.slice(g.groupnorm(q, groups=2, weight=w(6) + 1, bias=w(6), name="gn"), axis=1,
+                start=1, stop=5, step=2, name="slice")
+    q = g.sqrt(g.elementwise(g.elementwise(q, kind="pow", const=np.float32(2), name="square"),
+                             kind="add", const=np.float32(1), name="plus1"), name="sqrt")
+    q = g.pad(g.pad(q, padding=(1, 0, 1, 0), mode="reflect", name="pad_reflect"),
+              padding=(0, 2, 1, 1), mode="replicate", name="pad_replicate")
+    q = g.pad(q, padding=(1, 1, 0, 0), value=-2.0, name="pad_constant")
+    q = g.zeroinsert(q, stride=(2, 3), name="zeros")
+    g.reduce(q, kind="max", axes=(1,), keepdims=False, name="max_c")
     u = g.upsample(s, 1.5, mode="bilinear", align_corners=False, name="up_bilinear")
     v = g.upsample(s, size=(5, 7), mode="bilinear", align_corners=True, name="up_aligned")
     n = g.upsample(v, 2.5, mode="nearest", name="up_nearest")

@@ -6,7 +6,8 @@ NPU's vector unit. Each op has
 - ``out_shape(in_shapes, name)``: the shape rule, raising ``LayerError`` naming the node;
 - ``__call__(*arrays)``: float32 numpy arithmetic (NCHW);
 - ``vector_ops(in_shapes, out_shape)``: element operations the vector unit performs,
-  which ``simulate`` turns into cycles (one op per lane per cycle).
+  which ``simulate`` turns into cycles (one op per lane per cycle); docs/ops.md states
+  each op's rule.
 """
 
 from __future__ import annotations
@@ -425,9 +426,389 @@ class Identity(Op):
         return x
 
 
+# ---- activations: one input, elementwise, float32 ------------------------------------------
+# Cost rule: ``ops_per_element`` vector operations per output element, counting each add,
+# multiply, divide, compare/select, and each transcendental (exp, tanh, erf) as one.
+
+
+@dataclass(frozen=True)
+class Sigmoid(Op):
+    """``1 / (1 + exp(-x))``: exp, add, divide."""
+
+    ops_per_element = 3
+
+    def __call__(self, x):
+        return _sigmoid(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """Overflow-free logistic in x's float dtype: ``exp(-|x|)`` never overflows."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class HardSigmoid(Op):
+    """``clip(alpha * x + beta, 0, 1)``; PyTorch's is alpha = 1/6, beta = 1/2 (ONNX's default
+    alpha is 0.2). Multiply, add, two compares."""
+
+    alpha: float = 1 / 6
+    beta: float = 0.5
+    ops_per_element = 4
+
+    def __call__(self, x):
+        y = x * np.float32(self.alpha) + np.float32(self.beta)
+        return np.clip(y, 0, 1).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class HardSwish(Op):
+    """``x * relu6(x + 3) / 6``: hard sigmoid (4) and a multiply."""
+
+    ops_per_element = 5
+
+    def __call__(self, x):
+        return (x * np.clip(x + np.float32(3), 0, 6) / np.float32(6)).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Silu(Op):
+    """SiLU / swish ``x * sigmoid(x)``: sigmoid (3) and a multiply."""
+
+    ops_per_element = 4
+
+    def __call__(self, x):
+        return (x * _sigmoid(x)).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Tanh(Op):
+    """``tanh(x)``: one transcendental."""
+
+    def __call__(self, x):
+        return np.tanh(x)
+
+
+@dataclass(frozen=True)
+class Sqrt(Op):
+    """Square root (ONNX ``Sqrt``, in a decomposed layer norm): one op."""
+
+    def __call__(self, x):
+        return np.sqrt(x)
+
+
+@dataclass(frozen=True)
+class Erf(Op):
+    """The error function (ONNX ``Erf``): one transcendental."""
+
+    def __call__(self, x):
+        return _erf(x).astype(x.dtype, copy=False)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (scipy's: numpy has none)."""
+    from scipy.special import erf
+
+    return erf(np.asarray(x, np.float64))
+
+
+@dataclass(frozen=True)
+class Gelu(Op):
+    """GELU, exact ``x/2 * (1 + erf(x / sqrt 2))`` (5 ops) or ``approximate='tanh'``
+    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` (9 ops)."""
+
+    approximate: str = "none"
+
+    @property
+    def ops_per_element(self):
+        return 9 if self.approximate == "tanh" else 5
+
+    def out_shape(self, in_shapes, name):
+        if self.approximate not in ("none", "tanh"):
+            raise LayerError(f"{name}: Gelu approximate={self.approximate!r}: must be 'none' "
+                             "or 'tanh'")
+        return super().out_shape(in_shapes, name)
+
+    def __call__(self, x):
+        x64 = np.asarray(x, np.float64)
+        if self.approximate == "tanh":
+            inner = np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3))
+        else:
+            inner = _erf(x64 / math.sqrt(2))
+        return (0.5 * x64 * (1 + inner)).astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Clip(Op):
+    """``min(max(x, lo), hi)``, either bound None (unbounded): one compare per bound."""
+
+    lo: float | None = None
+    hi: float | None = None
+
+    @property
+    def ops_per_element(self):
+        return (self.lo is not None) + (self.hi is not None)
+
+    def __call__(self, x):
+        return np.clip(x, self.lo, self.hi).astype(x.dtype, copy=False)
+
+
+# ---- elementwise arithmetic with broadcasting -------------------------------------------
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+           "max": np.maximum, "min": np.minimum, "pow": np.power}
+
+
+@dataclass(frozen=True, eq=False)
+class Elementwise(Op):
+    """``a <kind> b`` with NumPy broadcasting, ``kind`` one of add, sub, mul, div, max, min,
+    pow.
+
+    Two inputs, or one and the constant ``const`` (``const <kind> x`` when ``const_first``,
+    else ``x <kind> const``). A squeeze-excitation scale is ``mul`` of an N x C x H x W map by
+    an N x C x 1 x 1 vector. Cost: one op per output element.
+    """
+
+    kind: str
+    const: np.ndarray | None = None
+    const_first: bool = False
+
+    def out_shape(self, in_shapes, name):
+        if self.kind not in _BINARY:
+            raise LayerError(f"{name}: Elementwise kind {self.kind!r}: must be one of "
+                             f"{', '.join(_BINARY)}")
+        _expect_inputs(in_shapes, 2 if self.const is None else 1, name, f"Elementwise {self.kind}")
+        shapes = list(in_shapes) + ([] if self.const is None else [np.shape(self.const)])
+        try:
+            return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        except ValueError:
+            raise LayerError(f"{name}: {self.kind} of shapes {shapes} that do not broadcast "
+                             "(NumPy rules)") from None
+
+    def __call__(self, *xs):
+        if self.const is not None:
+            c = np.asarray(self.const, np.float32)
+            xs = (c, xs[0]) if self.const_first else (xs[0], c)
+        return _BINARY[self.kind](xs[0], xs[1]).astype(np.float32, copy=False)
+
+
+# ---- reductions and data movement -------------------------------------------------------
+
+
+def _axes(axes, ndim: int, name: str, kind: str) -> tuple[int, ...]:
+    """``axes`` (an int or a sequence, negatives allowed) as sorted non-negative axes."""
+    axes = (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
+    if any(not -ndim <= int(a) < ndim for a in axes):
+        raise LayerError(f"{name}: {kind} axes {axes} out of range for a {ndim}-D input")
+    return tuple(sorted({int(a) % ndim for a in axes}))
+
+
+@dataclass(frozen=True)
+class Reduce(Op):
+    """Mean or max over ``axes`` (``keepdims`` keeps them as size 1). A mean over H, W of an
+    N x C x H x W map is a global average pool. Cost: one op per input element."""
+
+    kind: str = "mean"
+    axes: tuple = (2, 3)
+    keepdims: bool = True
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Reduce")
+        if self.kind not in ("mean", "max"):
+            raise LayerError(f"{name}: Reduce kind {self.kind!r}: must be 'mean' or 'max'")
+        shape, axes = in_shapes[0], _axes(self.axes, len(in_shapes[0]), name, "Reduce")
+        if self.keepdims:
+            return tuple(1 if i in axes else d for i, d in enumerate(shape))
+        return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+    def vector_ops(self, in_shapes, out_shape):
+        return _numel(in_shapes[0])
+
+    def __call__(self, x):
+        axes = _axes(self.axes, x.ndim, "reduce", "Reduce")
+        if self.kind == "max":
+            return x.max(axis=axes, keepdims=self.keepdims)
+        return x.mean(axis=axes, keepdims=self.keepdims, dtype=np.float64).astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Transpose(Op):
+    """Axes permuted (``perm[i]`` is the input axis of output axis i). A data move: one op
+    per element."""
+
+    perm: tuple = ()
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Transpose")
+        shape = in_shapes[0]
+        if sorted(self.perm) != list(range(len(shape))):
+            raise LayerError(f"{name}: Transpose perm {self.perm} is not a permutation of the "
+                             f"{len(shape)} axes of {shape}")
+        return tuple(shape[p] for p in self.perm)
+
+    def __call__(self, x):
+        return np.ascontiguousarray(np.transpose(x, self.perm))
+
+
+@dataclass(frozen=True)
+class Slice(Op):
+    """``x[start:stop:step]`` along ``axis`` (Python slice rules, step >= 1); Split and chunk
+    are one Slice per part. A data move: one op per output element."""
+
+    axis: int = 1
+    start: int = 0
+    stop: int | None = None
+    step: int = 1
+
+    def _slice(self, size: int) -> slice:
+        return slice(*slice(self.start, self.stop, self.step).indices(size))
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Slice")
+        shape = in_shapes[0]
+        axis = _axes(self.axis, len(shape), name, "Slice")[0]
+        if self.step < 1:
+            raise LayerError(f"{name}: Slice step {self.step}: must be >= 1")
+        size = len(range(*self._slice(shape[axis]).indices(shape[axis])))
+        if size < 1:
+            raise LayerError(f"{name}: Slice {self.start}:{self.stop}:{self.step} of axis {axis} "
+                             f"(size {shape[axis]}) is empty")
+        return shape[:axis] + (size,) + shape[axis + 1:]
+
+    def __call__(self, x):
+        axis = self.axis % x.ndim
+        index = (slice(None),) * axis + (self._slice(x.shape[axis]),)
+        return np.ascontiguousarray(x[index])
+
+
+@dataclass(frozen=True)
+class ZeroInsert(Op):
+    """``stride - 1`` zeros between neighbouring pixels of H and W: output (H - 1) * sh + 1 by
+    (W - 1) * sw + 1. A transposed convolution is the convolution of this (padded) map, so a
+    zero-skipping machine skips the inserted zeros. A data move: one op per output element."""
+
+    stride: tuple = (2, 2)
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "ZeroInsert")
+        _expect_4d(in_shapes[0], name, "ZeroInsert")
+        n, c, h, w = in_shapes[0]
+        sh, sw = self.stride
+        return (n, c, (h - 1) * sh + 1, (w - 1) * sw + 1)
+
+    def __call__(self, x):
+        n, c, h, w = x.shape
+        sh, sw = self.stride
+        out = np.zeros((n, c, (h - 1) * sh + 1, (w - 1) * sw + 1), x.dtype)
+        out[:, :, ::sh, ::sw] = x
+        return out
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+@dataclass(frozen=True)
+class Pad(Op):
+    """H, W padded by ``padding`` (top, bottom, left, right) pixels: ``constant`` (``value``),
+    ``reflect`` (mirrored, the edge not repeated) or ``replicate`` (the edge repeated). The
+    padding a conv or pool absorbs never becomes this op. A data move: one op per output
+    element."""
+
+    padding: tuple = (0, 0, 0, 0)
+    mode: str = "constant"
+    value: float = 0.0
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Pad")
+        shape = in_shapes[0]
+        t, b, l, r = self.padding
+        if self.mode not in _PAD_MODES or len(shape) < 3 or min(self.padding) < 0:
+            raise LayerError(f"{name}: Pad {self.padding} mode {self.mode!r} of shape {shape}: "
+                             f"non-negative padding of the last two axes, mode one of "
+                             f"{', '.join(_PAD_MODES)}")
+        if self.mode == "reflect" and (max(t, b) >= shape[-2] or max(l, r) >= shape[-1]):
+            raise LayerError(f"{name}: reflect padding {self.padding} must be smaller than the "
+                             f"map {shape[-2]}x{shape[-1]}")
+        return shape[:-2] + (shape[-2] + t + b, shape[-1] + l + r)
+
+    def __call__(self, x):
+        t, b, l, r = self.padding
+        widths = ((0, 0),) * (x.ndim - 2) + ((t, b), (l, r))
+        mode = _PAD_MODES[self.mode]
+        if mode == "constant":
+            return np.pad(x, widths, constant_values=np.float32(self.value))
+        return np.pad(x, widths, mode=mode)
+
+
+# ---- normalisation ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class LayerNorm(Op):
+    """Normalise over the last ``weight.ndim`` axes: ``(x - mean) / sqrt(var + eps) * weight
+    + bias`` (biased variance, float64 statistics). Cost 6 ops per element: mean, subtract,
+    square-accumulate, normalise, scale, shift."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    eps: float = 1e-5
+    ops_per_element = 6
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "LayerNorm")
+        shape = in_shapes[0]
+        tail = tuple(np.shape(self.weight))
+        if shape[len(shape) - len(tail):] != tail or len(tail) >= len(shape):
+            raise LayerError(f"{name}: LayerNorm over {tail} on an input of shape {shape}: the "
+                             "normalised shape must be the input's last axes (not the batch)")
+        return shape
+
+    def __call__(self, x):
+        axes = tuple(range(x.ndim - np.ndim(self.weight), x.ndim))
+        x64 = np.asarray(x, np.float64)
+        mean = x64.mean(axis=axes, keepdims=True)
+        var = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
+        y = (x64 - mean) / np.sqrt(var + self.eps) * self.weight + self.bias
+        return y.astype(x.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupNorm(Op):
+    """Normalise each of ``groups`` channel groups over its channels and H, W, then a
+    per-channel ``weight``, ``bias`` (C,). Cost 6 ops per element, as LayerNorm."""
+
+    groups: int
+    weight: np.ndarray
+    bias: np.ndarray
+    eps: float = 1e-5
+    ops_per_element = 6
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "GroupNorm")
+        shape = in_shapes[0]
+        if len(shape) < 3 or shape[1] % self.groups or np.size(self.weight) != shape[1]:
+            raise LayerError(f"{name}: GroupNorm of {self.groups} groups with "
+                             f"{np.size(self.weight)} channel weights on an input of shape "
+                             f"{shape}: groups must divide C and weight be (C,)")
+        return shape
+
+    def __call__(self, x):
+        n, c = x.shape[:2]
+        g = np.asarray(x, np.float64).reshape(n, self.groups, -1)
+        mean, var = g.mean(axis=2, keepdims=True), g.var(axis=2, keepdims=True)
+        y = ((g - mean) / np.sqrt(var + self.eps)).reshape(x.shape)
+        per = (1, c) + (1,) * (x.ndim - 2)
+        return (y * self.weight.reshape(per) + self.bias.reshape(per)).astype(x.dtype)
+
+
 OPS: dict[str, type] = {
     "relu": Relu, "relu6": Relu6, "leakyrelu": LeakyRelu, "prelu": PRelu,
     "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool, "add": Add,
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
-    "upsample": Upsample, "identity": Identity,
+    "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
+    "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
+    "clip": Clip,
+    "elementwise": Elementwise, "reduce": Reduce, "transpose": Transpose, "slice": Slice,
+    "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,
+    "zeroinsert": ZeroInsert,
 }

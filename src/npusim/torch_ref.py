@@ -152,6 +152,58 @@ def _reshape(op: ops.Reshape):
     return lambda x: x.reshape((x.shape[0],) + shape)
 
 
+_TORCH_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                 "max": torch.maximum, "min": torch.minimum, "pow": torch.pow} \
+    if torch is not None else {}
+
+
+def _elementwise(op: ops.Elementwise):
+    """torch's broadcasting arithmetic, the constant (if any) on its side."""
+    fn = _TORCH_BINARY[op.kind]
+    if op.const is None:
+        return fn
+    c = _tensor(op.const)
+    return (lambda x: fn(c, x)) if op.const_first else (lambda x: fn(x, c))
+
+
+def _reduce(op: ops.Reduce):
+    dims = tuple(op.axes) if not isinstance(op.axes, int) else (op.axes,)
+    if op.kind == "max":
+        return lambda x: torch.amax(x, dim=dims, keepdim=op.keepdims)
+    return lambda x: torch.mean(x, dim=dims, keepdim=op.keepdims)
+
+
+def _slice(op: ops.Slice):
+    def fn(x):
+        axis = op.axis % x.ndim
+        return x[(slice(None),) * axis + (slice(op.start, op.stop, op.step),)]
+    return fn
+
+
+def _layer_norm(op: ops.LayerNorm):
+    weight, bias = _tensor(op.weight), _tensor(op.bias)
+    return lambda x: F.layer_norm(x, tuple(weight.shape), weight, bias, op.eps)
+
+
+def _zero_insert(op: ops.ZeroInsert, channels: int):
+    """torch's own transposed convolution with a 1x1 kernel of ones per channel: the input
+    spread ``stride`` apart with zeros between (traceable, unlike an indexed assignment)."""
+    ones = torch.ones(channels, 1, 1, 1)
+    return lambda x: F.conv_transpose2d(x, ones, stride=tuple(op.stride), groups=channels)
+
+
+def _pad(op: ops.Pad):
+    t, b, l, r = op.padding
+    if op.mode == "constant":
+        return lambda x: F.pad(x, (l, r, t, b), value=op.value)
+    return lambda x: F.pad(x, (l, r, t, b), mode=op.mode)
+
+
+def _group_norm(op: ops.GroupNorm):
+    weight, bias = _tensor(op.weight), _tensor(op.bias)
+    return lambda x: F.group_norm(x, op.groups, weight, bias, op.eps)
+
+
 def _sum(*xs):
     out = xs[0]
     for x in xs[1:]:
@@ -186,6 +238,23 @@ def _function(op, out_shape):
         ops.Softmax: lambda: (lambda x: F.softmax(x, dim=op.axis)),
         ops.Upsample: lambda: _upsample(op, out_shape),
         ops.Identity: lambda: (lambda x: x),
+        ops.Sigmoid: lambda: torch.sigmoid,
+        ops.HardSigmoid: lambda: (lambda x: torch.clamp(x * op.alpha + op.beta, 0, 1)),
+        ops.HardSwish: lambda: F.hardswish,
+        ops.Silu: lambda: F.silu,
+        ops.Tanh: lambda: torch.tanh,
+        ops.Erf: lambda: torch.erf,
+        ops.Sqrt: lambda: torch.sqrt,
+        ops.Gelu: lambda: (lambda x: F.gelu(x, approximate=op.approximate)),
+        ops.Clip: lambda: (lambda x: torch.clamp(x, op.lo, op.hi)),
+        ops.Elementwise: lambda: _elementwise(op),
+        ops.Reduce: lambda: _reduce(op),
+        ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
+        ops.Slice: lambda: _slice(op),
+        ops.LayerNorm: lambda: _layer_norm(op),
+        ops.GroupNorm: lambda: _group_norm(op),
+        ops.Pad: lambda: _pad(op),
+        ops.ZeroInsert: lambda: _zero_insert(op, out_shape[1]),
     }
     make = table.get(type(op))
     if make is None:

@@ -13,7 +13,7 @@ Which nodes become IR ops:
 
 - a node on the data path (reached backwards from the graph output through the
   inputs each op reads as data: input 0 of ``Conv``, ``Reshape``, ``Resize``...,
-  every input of ``Add`` and ``Concat``) and computed from the graph input;
+  every input of ``Add``, ``Mul``... and ``Concat``) and computed from the graph input;
 - nodes off the data path (shape arithmetic) are skipped; constant inputs
   (weights, Clip bounds, Resize scales) are initialisers or are computed from
   them (``Constant``, ``DequantizeLinear`` of int8 weights, a weight's
@@ -42,16 +42,15 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node
+from ..ir import Graph
+from . import lowering as rules
 from . import onnx_file
 from .lowering import Lowering
+from .lowering import Refusal as _Refusal
+from .lowering import add_padding as _plus
 from .onnx_file import SMALL_CONSTANT
 
 WEIGHT_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
-
-
-class _Refusal(Exception):
-    """A supported op with attributes the IR cannot express (the text says which)."""
 
 
 @dataclass
@@ -65,6 +64,7 @@ class _Model:
     producers: dict
     depends: set
     constants: dict = dataclasses.field(default_factory=dict)
+    ir_of: dict = dataclasses.field(default_factory=dict)  # ONNX tensor -> IR node
     pending: dict = dataclasses.field(default_factory=dict)  # tensor -> (pads, fill) of a Pad
 
 
@@ -75,6 +75,7 @@ class _Node:
     proto: object
     name: str
     model: _Model
+    build: Lowering | None = None
     absorbed: bool = False  # a Pad before input 0 was folded into this node's padding
 
     @property
@@ -148,6 +149,8 @@ def _constant(model: _Model, tensor: str) -> np.ndarray:
         return model.constants[tensor]
     if tensor in model.initializers:
         value = numpy_helper.to_array(model.initializers[tensor])
+    elif tensor in model.producers and model.producers[tensor].op_type in ("Shape", "Size"):
+        value = _static_shape(model, model.producers[tensor])
     elif tensor in model.depends or tensor not in model.producers:
         how = "is computed from the graph input" if tensor in model.depends else "is not defined"
         raise _Refusal(f"input {tensor!r} {how}; the IR needs a constant here")
@@ -155,6 +158,19 @@ def _constant(model: _Model, tensor: str) -> np.ndarray:
         value = _evaluate(model, model.producers[tensor], tensor)
     model.constants[tensor] = value
     return value
+
+
+def _static_shape(model: _Model, node) -> np.ndarray:
+    """The value of a Shape (its ``start``, ``end``) or Size node from inferred shapes."""
+    from onnx import helper
+
+    shape = model.shapes.get(node.input[0])
+    if shape is None or None in shape:
+        raise _Refusal(f"the shape of {node.input[0]!r} is not known yet")
+    if node.op_type == "Size":
+        return np.array(math.prod(shape), np.int64)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return np.array(shape[attrs.get("start", 0):attrs.get("end", len(shape))], np.int64)
 
 
 def _evaluate(model: _Model, node, tensor: str) -> np.ndarray:
@@ -190,21 +206,6 @@ def _pads(c: _Node, kernel, strides, dilations) -> tuple[int, int, int, int]:
     return tuple(out)  # type: ignore[return-value]
 
 
-def _plus(a, b) -> tuple[int, int, int, int]:
-    return tuple(x + y for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
-
-
-def _per_channel(value: np.ndarray, x_shape, what: str) -> np.ndarray:
-    """A constant broadcast over ``x_shape`` as one value per channel (axis 1), flat (C,)."""
-    channels = x_shape[1]
-    dims = (1,) * (len(x_shape) - value.ndim) + value.shape
-    if len(dims) != len(x_shape) or any(d != 1 for i, d in enumerate(dims) if i != 1) \
-            or dims[1] not in (1, channels):
-        raise _Refusal(f"{what} of shape {value.shape} on an input of shape {x_shape}: only a "
-                       "scalar or one value per channel is supported")
-    return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
-
-
 def _pair_attr(c: _Node, key: str, default=(1, 1)) -> tuple[int, int]:
     value = tuple(c.attr(key, default))
     if len(value) != 2:
@@ -232,6 +233,26 @@ def _conv(c: _Node) -> ops.Op:
     return ops.Conv(w, b, strides, pads, dilations, int(c.attr("group", 1)))
 
 
+def _conv_transpose(c: _Node):
+    _data_input(c, 4)
+    w = c.weight(1)
+    if w is None or w.ndim != 4:
+        raise _Refusal("only 2-D transposed convolution with a constant weight is supported")
+    if _pair_attr(c, "dilations") != (1, 1) or c.attr("output_shape") is not None \
+            or c.attr("auto_pad", "NOTSET") != "NOTSET":
+        raise _Refusal("dilations, output_shape and auto_pad: only dilation 1 and explicit pads")
+    t, left, b, r = c.attr("pads", [0, 0, 0, 0])
+    oh, ow = _pair_attr(c, "output_padding", (0, 0))
+    if (t, left) != (b, r):  # asymmetric pads are symmetric pads and less output padding
+        if b > t or r > left:
+            raise _Refusal(f"pads {[t, left, b, r]}: end pads above begin pads")
+        oh, ow = oh + t - b, ow + left - r
+    x = c.proto.input[0]
+    return c.build.conv_transpose(c.name, c.model.ir_of.get(x, x), w, c.weight(2),
+                                  _pair_attr(c, "strides"), (t, left), (oh, ow),
+                                  int(c.attr("group", 1)))
+
+
 def _gemm(c: _Node) -> ops.Op:
     if c.attr("transA", 0):
         raise _Refusal("transA=1: the IR keeps the batch on axis 0 of A")
@@ -244,16 +265,16 @@ def _gemm(c: _Node) -> ops.Op:
         w = w * np.float32(c.attr("alpha"))
     bias = c.weight(2)
     if bias is not None:
-        bias = _per_channel(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
+        bias = rules.channel_values(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
     return ops.Conv(np.ascontiguousarray(w)[:, :, None, None], bias)
 
 
-def _matmul(c: _Node) -> ops.Op:
-    _data_input(c, 2)
+def _matmul(c: _Node):
     b = c.weight(1)
     if b is None or b.ndim != 2:
         raise _Refusal("the second operand must be a constant matrix")
-    return ops.Conv(np.ascontiguousarray(b.T)[:, :, None, None])
+    x = c.proto.input[0]
+    return c.build.linear(c.name, c.model.ir_of.get(x, x), c.in_shape(0), b.T, None)
 
 
 def _clip(c: _Node) -> ops.Op:
@@ -261,11 +282,7 @@ def _clip(c: _Node) -> ops.Op:
         lo, hi = c.attr("min"), c.attr("max")
     else:
         lo, hi = (None if v is None else float(v) for v in (c.const(1), c.const(2)))
-    if lo == 0 and hi is None:
-        return ops.Relu()
-    if lo == 0 and hi == 6:
-        return ops.Relu6()
-    raise _Refusal(f"clips to [{lo}, {hi}]; the IR has ReLU [0, inf) and ReLU6 [0, 6] only")
+    return rules.clip(lo, hi)
 
 
 def _pool(c: _Node) -> ops.Op:
@@ -290,34 +307,106 @@ def _global_avg_pool(c: _Node) -> ops.Op:
     return ops.GlobalAvgPool()
 
 
-def _add(c: _Node) -> ops.Op:
+_ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
+          "Pow": "pow"}
+
+
+def _arith(c: _Node) -> ops.Op:
+    """Add, Sub, Mul, Div, Max, Min of two inputs with broadcasting; a constant operand is a
+    per-channel affine where it can be (``lowering.with_constant``)."""
+    if len(c.proto.input) != 2:
+        raise _Refusal(f"{len(c.proto.input)} inputs: the IR computes {c.op_type} of two")
+    kind = _ARITH[c.op_type]
     data = [t for t in c.proto.input if t in c.model.depends]
-    if len(data) == 1:
-        const = c.const(1 if c.proto.input[0] in c.model.depends else 0)
-        x_shape = c.shape(data[0])
-        shift = _per_channel(const.astype(np.float32), x_shape, "the added constant")
-        return ops.BatchNorm(np.ones(x_shape[1], np.float32), shift)
-    shapes = [c.shape(t) for t in data]
-    if any(s != shapes[0] for s in shapes):
-        raise _Refusal(f"adds shapes {shapes}: the IR's Add does not broadcast")
-    return ops.Add()
+    if len(data) == 2:
+        return rules.binary(kind, [c.shape(t) for t in data])
+    first = c.proto.input[0] in c.model.depends
+    const = c.const(1 if first else 0)
+    if not np.issubdtype(const.dtype, np.floating):
+        raise _Refusal(f"constant operand of element type {_element_name(const.dtype)}: must "
+                       "be float")
+    return rules.with_constant(kind, c.shape(data[0]), const, const_first=not first)
 
 
 def _concat(c: _Node) -> ops.Op:
     if any(t not in c.model.depends for t in c.proto.input):
         raise _Refusal("concatenates a constant; the IR concatenates computed tensors only")
-    axis = c.attr("axis") % len(c.out_shape)
-    if axis == 0:
-        raise _Refusal("concatenates along the batch axis")
-    return ops.Concat(axis)
+    return rules.concat(c.attr("axis"), len(c.out_shape))
 
 
 def _reshape(c: _Node) -> ops.Op:
-    """Flatten / Reshape: the result shape is the one shape inference gives."""
-    x, out = c.in_shape(0), c.out_shape
-    if len(out) < 2 or out[0] != x[0]:
-        raise _Refusal(f"reshapes {x} to {out}: the IR keeps the batch axis first")
-    return ops.Flatten() if len(out) == 2 else ops.Reshape(tuple(out[1:]))
+    """Flatten / Reshape / Squeeze / Unsqueeze: the result shape shape inference gives."""
+    return rules.reshape(c.in_shape(0), c.out_shape)
+
+
+def _reduce(c: _Node) -> ops.Op:
+    """ReduceMean / ReduceMax: axes as attribute (before opset 18) or input 1."""
+    axes = c.attr("axes") if c.model.opset < 18 else c.const(1)
+    if axes is None or len(axes) == 0:
+        if c.attr("noop_with_empty_axes", 0):
+            raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
+        axes = range(len(c.in_shape(0)))
+    kind = "mean" if c.op_type == "ReduceMean" else "max"
+    return rules.reduce(kind, [int(a) for a in axes], bool(c.attr("keepdims", 1)), c.in_shape(0))
+
+
+def _transpose(c: _Node) -> ops.Op:
+    ndim = len(c.in_shape(0))
+    return ops.Transpose(tuple(int(p) for p in c.attr("perm", range(ndim - 1, -1, -1))))
+
+
+def _split(c: _Node) -> list:
+    """Split: one Slice per output, sized as shape inference gives them."""
+    x = c.in_shape(0)
+    axis = c.attr("axis", 0) % len(x)
+    return rules.split(axis, [c.shape(t)[axis] for t in c.proto.output], x)
+
+
+def _slice(c: _Node):
+    """Slice: a chain of single-axis Slices (step >= 1); a pass-through if it keeps all."""
+    x = c.in_shape(0)
+    if c.model.opset < 10:
+        starts, ends, axes, steps = c.attr("starts"), c.attr("ends"), c.attr("axes"), None
+    else:
+        starts, ends, axes, steps = (c.const(i) for i in range(1, 5))
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    cuts = []
+    for a, b, e, s in zip(axes, starts, ends, steps, strict=True):
+        a, s = int(a) % len(x), int(s)
+        if s < 1:
+            raise _Refusal(f"step {s} on axis {a}: the IR slices with step >= 1")
+        part = slice(*slice(int(b), int(e), s).indices(x[a]))
+        if part.indices(x[a]) != (0, x[a], 1):
+            cuts.append(ops.Slice(a, part.start, part.stop, part.step))
+    if not cuts:
+        return c.proto.input[0]
+    if c.proto.input[0] in c.model.pending:
+        raise _Refusal("slices a Pad output: the IR takes padding only into a conv or pool")
+    name = c.proto.input[0]
+    for k, op in enumerate(cuts[:-1]):
+        name = c.build.add(f"{c.name}_part{k}", op, (c.model.ir_of.get(name, name),))
+    return cuts[-1], (c.model.ir_of.get(name, name),)
+
+
+def _instance_norm(c: _Node) -> ops.Op:
+    """InstanceNormalization (torch's export of GroupNorm, between two Reshapes): each
+    channel over the remaining axes, a GroupNorm of one channel per group."""
+    channels = c.in_shape(0)[1]
+    return ops.GroupNorm(channels, c.weight(1), c.weight(2), float(c.attr("epsilon", 1e-5)))
+
+
+def _layer_norm(c: _Node) -> ops.Op:
+    x = c.in_shape(0)
+    axis = c.attr("axis", -1) % len(x)
+    shape = x[axis:]
+    scale = c.weight(1)
+    bias = np.zeros(shape, np.float32) if c.weight(2) is None else c.weight(2)
+    if c.attr("stash_type", 1) != 1:
+        raise _Refusal("stash_type other than 1 (float32 statistics)")
+    return ops.LayerNorm(np.broadcast_to(scale, shape).astype(np.float32),
+                         np.broadcast_to(bias, shape).astype(np.float32),
+                         float(c.attr("epsilon", 1e-5)))
 
 
 def _batch_norm(c: _Node) -> ops.Op:
@@ -328,7 +417,7 @@ def _batch_norm(c: _Node) -> ops.Op:
 
 
 def _prelu(c: _Node) -> ops.Op:
-    return ops.PRelu(_per_channel(c.weight(1), c.in_shape(0), "slope"))
+    return ops.PRelu(rules.channel_values(c.weight(1), c.in_shape(0), "slope"))
 
 
 def _softmax(c: _Node) -> ops.Op:
@@ -360,22 +449,20 @@ def _pad(c: _Node) -> _Pad:
             raise _Refusal("Pad with axes: give pads for all 4 axes")
     pads = [int(p) for p in pads]
     mode = c.attr("mode", "constant")
-    if mode != "constant" or len(pads) != 8 or min(pads) < 0 or any(pads[i] for i in (0, 1, 4, 5)):
-        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, non-negative padding of H "
-                       "and W of a 4-D tensor is supported")
+    if mode not in ("constant", "reflect", "edge") or len(pads) != 8 or min(pads) < 0 \
+            or any(pads[i] for i in (0, 1, 4, 5)):
+        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect or edge, "
+                       "non-negative padding of H and W of a 4-D tensor is supported")
+    if mode != "constant":  # a padding no conv absorbs: its own op
+        if c.proto.input[0] in c.model.pending:
+            raise _Refusal(f"{mode} padding of a Pad output")
+        return ops.Pad((pads[2], pads[6], pads[3], pads[7]),
+                       "replicate" if mode == "edge" else "reflect")
     before = c.model.pending.get(c.proto.input[0])
     if before is not None and before[1] != fill:
         raise _Refusal(f"pads with {fill} what is already padded with {before[1]}")
     own = (pads[2], pads[6], pads[3], pads[7])
     return _Pad(_plus(own, before[0]) if before else own, fill)
-
-
-def _slice(c: _Node) -> str:
-    """A Slice that keeps the whole tensor (a crop to the size it already has) passes through."""
-    steps = c.const(4) if c.has_input(4) else None
-    if c.in_shape(0) != c.out_shape or (steps is not None and np.any(steps != 1)):
-        raise _Refusal(f"slices {c.in_shape(0)} to {c.out_shape}: the IR has no slicing")
-    return c.proto.input[0]
 
 
 def _dropout(c: _Node):
@@ -481,12 +568,22 @@ def _onnx_axis(n_in: int, n_out: int, scale: float, mode: str, transform: str,
 
 # op type -> (converter, how many leading inputs are data; None = all)
 _CONVERTERS = {
-    "Conv": (_conv, 1), "Gemm": (_gemm, 1), "MatMul": (_matmul, 1),
+    "Conv": (_conv, 1), "ConvTranspose": (_conv_transpose, 1), "Gemm": (_gemm, 1),
+    "MatMul": (_matmul, 1),
     "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
     "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
+    "Sigmoid": (lambda c: ops.Sigmoid(), 1), "Tanh": (lambda c: ops.Tanh(), 1),
+    "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
+    "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),
+    "Sqrt": (lambda c: ops.Sqrt(), 1),
+    "Gelu": (lambda c: ops.Gelu(c.attr("approximate", "none")), 1),
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
-    "Add": (_add, None), "Concat": (_concat, None), "Flatten": (_reshape, 1),
-    "Reshape": (_reshape, 1), "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
+    **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
+    "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "Transpose": (_transpose, 1),
+    "Split": (_split, 1), "Flatten": (_reshape, 1), "Reshape": (_reshape, 1),
+    "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
+    "InstanceNormalization": (_instance_norm, 1),
+    "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
     "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
 }
@@ -505,8 +602,8 @@ def _analyse(model, path: Path, input_name: str) -> _Model:
     g = model.graph
     producers = {out: n for n in g.node for out in n.output}
     depends = {input_name}
-    for n in g.node:
-        if any(i in depends for i in n.input):
+    for n in g.node:  # a tensor's Shape is a constant: every shape is static here
+        if n.op_type not in ("Shape", "Size") and any(i in depends for i in n.input):
             depends.update(n.output)
     return _Model(path, onnx_file.opset(model), {}, {t.name: t for t in g.initializer}, producers,
                   depends)
@@ -514,12 +611,13 @@ def _analyse(model, path: Path, input_name: str) -> _Model:
 
 
 
-def _fold_small_constants(model, m: _Model) -> None:
+def _fold_small_constants(model, m: _Model) -> int:
     """Replace each node that computes a small constant read by the data path (the pads a
     Pad reads from a Slice/Transpose chain...) with a ``Constant`` holding its value, so
     that shape inference sees values it cannot propagate itself."""
     from onnx import helper, numpy_helper
 
+    folded = 0
     frontier = {t for n in model.graph.node if m.depends.intersection(n.output)
                 for t in n.input if t and t not in m.depends and t not in m.initializers}
     for node in model.graph.node:
@@ -532,6 +630,8 @@ def _fold_small_constants(model, m: _Model) -> None:
         if value.size <= SMALL_CONSTANT:
             node.CopyFrom(helper.make_node("Constant", [], list(node.output), name=node.name,
                                            value=numpy_helper.from_array(value)))
+            folded += 1
+    return folded
 
 
 def _shapes(model) -> dict:
@@ -571,7 +671,8 @@ def _names(model) -> list[str]:
 
 
 def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
-    build, ir_of = Lowering(), {input_name: "input"}
+    build, ir_of = Lowering(), m.ir_of
+    ir_of[input_name] = "input"
     needed, names = _needed(model, model.graph.output[0].name), _names(model)
     for i, proto in enumerate(model.graph.node):
         if i not in needed or not m.depends.intersection(proto.output):
@@ -579,24 +680,35 @@ def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
         if proto.op_type not in _CONVERTERS or proto.domain not in ("", "ai.onnx"):
             build.unsupported.append((proto.op_type, names[i]))
             continue
-        c = _Node(proto, names[i], m)
+        c = _Node(proto, names[i], m, build)
         try:
             result = _CONVERTERS[proto.op_type][0](c)
-            _check_extra_outputs(proto, model, needed)
+            if proto.op_type != "Split":
+                _check_extra_outputs(proto, model, needed)
             _check_pads_absorbed(c, m)
             if isinstance(result, (str, _Pad)):  # a pass-through (Identity, Dropout, Pad)
                 source = proto.input[0]
                 ir_of[proto.output[0]] = ir_of.get(source, source)
                 _carry_pad(m, proto, result)
                 continue
-            inputs = tuple(ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends)
-            build.expected[names[i]] = c.out_shape
+            _add_nodes(c, result)
         except (_Refusal, LayerError) as e:
             build.problems.append((proto.op_type, names[i], str(e)))
-            continue
-        build.nodes.append(Node(names[i], result, inputs))
-        ir_of[proto.output[0]] = names[i]
     return build, ir_of
+
+
+def _add_nodes(c: _Node, result) -> None:
+    """The IR node(s) of one converted ONNX node: an op reading its data inputs, an
+    (op, inputs) pair, or (Split) one op per output, named ``<node>_<k>``."""
+    m, proto = c.model, c.proto
+    if isinstance(result, list):
+        for k, (op, out) in enumerate(zip(result, proto.output, strict=True)):
+            m.ir_of[out] = c.build.add(f"{c.name}_{k}", op, (m.ir_of[proto.input[0]],),
+                                       c.shape(out))
+        return
+    op, inputs = result if isinstance(result, tuple) else \
+        (result, tuple(m.ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends))
+    m.ir_of[proto.output[0]] = c.build.add(c.name, op, inputs, c.out_shape)
 
 
 def _check_pads_absorbed(c: _Node, m: _Model) -> None:
@@ -643,6 +755,8 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     skeleton = onnx_file.skeleton(model)
     onnx_file.check(skeleton, path)
     m.shapes = _shapes(onnx_file.infer(skeleton, path))
+    if _fold_small_constants(model, m):  # constants computed from shapes (chunk's Slice ends)
+        m.shapes = _shapes(onnx_file.infer(onnx_file.skeleton(model), path))
     build, ir_of = _convert(model, m, value_info.name)
     if build.unsupported or build.problems:
         raise build.refusal(str(path), supported_ops())

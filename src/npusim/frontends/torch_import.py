@@ -17,8 +17,11 @@ against PyTorch's: an op the IR would compute differently is refused, not import
 Each converter takes the same arguments as the torch call it handles; an argument
 computed from the network input arrives as a ``_Ref`` (IR node name and shape), a
 constant (a parameter, a python number) as its value. It returns an ``ops.Op``
-whose inputs are the ``_Ref`` arguments in order, or a ``_Ref`` (a pass-through
-such as dropout at inference).
+whose inputs are the ``_Ref`` arguments in order, an ``(op, inputs)`` pair (after adding
+helper nodes through ``c.build``: a linear layer on a channels-last map, a transposed
+conv), a ``_Ref`` (a pass-through such as dropout at inference) or ``_Parts`` (chunk and
+split, whose parts indexing takes). The framework-neutral rules (clip to ReLU, constants as
+per-channel affines, reshape, concat...) are ``lowering``'s.
 """
 
 from __future__ import annotations
@@ -35,9 +38,12 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node, _padding4, _pair
+from ..ir import Graph, _pair
 from ..simulate import same_padding
+from . import lowering as rules
 from .lowering import Lowering
+from .lowering import Refusal as _Refusal
+from .lowering import add_padding as _plus
 
 try:
     import torch
@@ -47,10 +53,6 @@ except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
 DEFAULT_INPUT_SHAPE = (1, 3, 224, 224)
-
-
-class _Refusal(Exception):
-    """A supported op called with parameters the IR cannot express (the text says which)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,15 @@ class _Ref:
     shape: tuple[int, ...]
     pad: tuple[int, int, int, int] = (0, 0, 0, 0)
     fill: float = 0.0
+    parts: tuple = ()  # the shapes of a tuple of tensors (chunk, split), else ()
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The result of chunk / split: its input and one Slice op per part (read by getitem)."""
+
+    source: _Ref
+    slices: tuple
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,8 @@ class _Call:
 
     name: str
     out_shape: tuple[int, ...]
+    build: Lowering | None = None
+    parts: tuple = ()
 
 
 # ---- argument helpers -------------------------------------------------------------------
@@ -100,12 +113,6 @@ def _unpad(x, fill: float) -> tuple[_Ref, tuple[int, int, int, int]]:
         pad = (0, 0, 0, 0)
     _data(x, 4)
     return x, pad
-
-
-def _plus(padding, extra) -> tuple[int, int, int, int]:
-    """Own padding (int, (h, w) or 4-tuple) plus absorbed F.pad padding: (top, bottom, left,
-    right) in pixels."""
-    return tuple(a + b for a, b in zip(_padding4(padding, "padding"), extra, strict=True))
 
 
 def _array(value, what: str) -> np.ndarray:
@@ -138,17 +145,40 @@ def _conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
 
 
 def _conv_module(c, m, x):
-    if m.padding_mode != "zeros":
-        raise _Refusal(f"padding_mode={m.padding_mode!r}: only 'zeros' is supported")
-    return _conv2d(c, x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
+    if m.padding_mode == "zeros":
+        return _conv2d(c, x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
+    if m.padding_mode not in ("reflect", "replicate") or isinstance(m.padding, str):
+        raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: the modes "
+                       "are 'zeros', 'reflect' and 'replicate' with integer padding")
+    (ph, pw), x = _pair(m.padding, "padding", c.name), _data(x, 4)
+    padded = c.build.add(f"{c.name}_pad", ops.Pad((ph, ph, pw, pw), m.padding_mode), (x.name,))
+    return _conv2d(c, x, m.weight, m.bias, m.stride, 0, m.dilation, m.groups), (padded,)
+
+
+def _conv_transpose2d(c, input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                      groups=1, dilation=1):
+    x = _data(input, 4)
+    if _pair(dilation, "dilation", c.name) != (1, 1):
+        raise _Refusal(f"dilation={dilation}: the IR's transposed convolution has dilation 1")
+    b = None if bias is None else _array(bias, "bias")
+    return c.build.conv_transpose(c.name, x.name, _array(weight, "weight"), b,
+                                  _pair(stride, "stride", c.name),
+                                  _pair(padding, "padding", c.name),
+                                  _pair(output_padding, "output_padding", c.name), int(groups))
+
+
+def _conv_transpose_module(c, m, x, output_size=None):
+    if m.padding_mode != "zeros" or output_size is not None:
+        raise _Refusal(f"padding_mode={m.padding_mode!r}, output_size={output_size}: only "
+                       "zeros padding and the output size of the layer's own parameters")
+    return _conv_transpose2d(c, x, m.weight, m.bias, m.stride, m.padding, m.output_padding,
+                             m.groups, m.dilation)
 
 
 def _linear(c, input, weight, bias=None):
-    if len(_data(input).shape) != 2:
-        raise _Refusal(f"input shape {input.shape}: the IR's fully connected layer takes "
-                       "N x features (flatten first)")
-    w = _array(weight, "weight")
-    return ops.Conv(w[:, :, None, None], None if bias is None else _array(bias, "bias"))
+    x = _data(input)
+    b = None if bias is None else _array(bias, "bias")
+    return c.build.linear(c.name, x.name, x.shape, _array(weight, "weight"), b)
 
 
 def _batch_norm(c, input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -175,12 +205,35 @@ def _relu6(c, input, inplace=False):
 
 def _clamp(c, input, min=None, max=None):
     _data(input)
-    lo, hi = _number(min, "min"), _number(max, "max")
-    if lo == 0 and hi is None:
-        return ops.Relu()
-    if lo == 0 and hi == 6:
-        return ops.Relu6()
-    raise _Refusal(f"clamps to [{lo}, {hi}]; the IR has ReLU [0, inf) and ReLU6 [0, 6] only")
+    return rules.clip(_number(min, "min"), _number(max, "max"))
+
+
+def _unary(op_class):
+    """The converter of a parameter-free activation (``F.silu``, ``torch.sigmoid``...)."""
+    def convert(c, input, *args, inplace=False, **kwargs):
+        _data(input)
+        return op_class()
+    return convert
+
+
+def _gelu(c, input, approximate="none"):
+    _data(input)
+    return ops.Gelu(approximate)
+
+
+def _layer_norm(c, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _data(input)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    w = np.ones(shape, np.float32) if weight is None else _array(weight, "weight")
+    b = np.zeros(shape, np.float32) if bias is None else _array(bias, "bias")
+    return ops.LayerNorm(w, b, float(eps))
+
+
+def _group_norm(c, input, num_groups, weight=None, bias=None, eps=1e-5):
+    channels = _data(input).shape[1]
+    w = np.ones(channels, np.float32) if weight is None else _array(weight, "weight")
+    b = np.zeros(channels, np.float32) if bias is None else _array(bias, "bias")
+    return ops.GroupNorm(int(num_groups), w, b, float(eps))
 
 
 def _hardtanh(c, input, min_val=-1.0, max_val=1.0, inplace=False):
@@ -229,38 +282,65 @@ def _adaptive_avg_pool2d(c, input, output_size):
                    "1x1 or one that divides the input")
 
 
-def _add(c, input, other, alpha=1):
-    if alpha != 1:
-        raise _Refusal(f"alpha={alpha}: only a plain sum is supported")
-    refs = [a for a in (input, other) if isinstance(a, _Ref)]
-    if len(refs) == 1:
-        return _channel_shift(refs[0], other if refs[0] is input else input)
-    if input.shape != other.shape:
-        raise _Refusal(f"adds shapes {input.shape} and {other.shape}: the IR's Add does not "
-                       "broadcast")
-    return ops.Add()
-
-
-def _channel_shift(x: _Ref, const) -> ops.Op:
-    """``x + const`` for a scalar or per-channel constant: a batch-norm-like shift (foldable)."""
-    value = _array(const, "the added constant")
-    channels = x.shape[1]
-    dims = (1,) * (len(x.shape) - value.ndim) + value.shape
-    if len(dims) != len(x.shape) or any(d != 1 for i, d in enumerate(dims) if i != 1) \
-            or dims[1] not in (1, channels):
-        raise _Refusal(f"adds a constant of shape {value.shape} to {x.shape}: only a scalar or "
-                       "one value per channel is supported")
-    shift = np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
-    return ops.BatchNorm(np.ones(channels, np.float32), shift)
+def _arith(kind: str):
+    """The converter of ``x + y``, ``x * s``, ``torch.maximum(x, y)``...: broadcasting."""
+    def convert(c, input, other, *, alpha=1, rounding_mode=None, out=None):
+        if alpha != 1:
+            raise _Refusal(f"alpha={alpha}: only a plain sum or difference (alpha=1)")
+        if rounding_mode is not None:
+            raise _Refusal(f"rounding_mode={rounding_mode!r}: only true division")
+        refs = [a for a in (input, other) if isinstance(a, _Ref)]
+        for r in refs:
+            _data(r)
+        if len(refs) == 2:
+            return rules.binary(kind, [input.shape, other.shape])
+        const = other if refs[0] is input else input
+        return rules.with_constant(kind, refs[0].shape, _array(const, "the constant operand"),
+                                   const_first=refs[0] is not input)
+    return convert
 
 
 def _cat(c, tensors, dim=0):
     if not all(isinstance(t, _Ref) for t in tensors):
         raise _Refusal("concatenates a constant; the IR concatenates computed tensors only")
-    axis = dim % len(tensors[0].shape)
-    if axis == 0:
-        raise _Refusal("concatenates along the batch axis")
-    return ops.Concat(axis)
+    return rules.concat(dim, len(tensors[0].shape))
+
+
+def _mean(c, input, dim=None, keepdim=False, *, dtype=None):
+    x = _data(input)
+    if dtype is not None:
+        raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
+    return rules.reduce("mean", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
+
+
+def _amax(c, input, dim=(), keepdim=False):
+    x = _data(input)
+    return rules.reduce("max", dim if dim != () else range(len(x.shape)), keepdim, x.shape)
+
+
+def _permute(c, input, *dims):
+    x = _data(input)
+    dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
+    return ops.Transpose(tuple(d % len(x.shape) for d in dims))
+
+
+def _transpose(c, input, dim0, dim1):
+    x = _data(input)
+    perm = list(range(len(x.shape)))
+    a, b = dim0 % len(perm), dim1 % len(perm)
+    perm[a], perm[b] = perm[b], perm[a]
+    return ops.Transpose(tuple(perm))
+
+
+def _split(c, input, split_size_or_sections=None, dim=0, *, chunks=None):
+    """chunk / split: one Slice per part, the part sizes as PyTorch made them."""
+    x = _data(input)
+    axis = dim % len(x.shape)
+    return _Parts(x, tuple(rules.split(axis, [p[axis] for p in c.parts], x.shape)))
+
+
+def _chunk(c, input, chunks, dim=0):
+    return _split(c, input, dim=dim)
 
 
 def _concatenate(c, tensors, axis=0):
@@ -268,11 +348,8 @@ def _concatenate(c, tensors, axis=0):
 
 
 def _reshape_to(c, input, *args, **kwargs):
-    """flatten / view / reshape: the result shape is the one PyTorch produced."""
-    x, out = _data(input), c.out_shape
-    if len(out) < 2 or out[0] != x.shape[0]:
-        raise _Refusal(f"reshapes {x.shape} to {out}: the IR keeps the batch axis first")
-    return ops.Flatten() if len(out) == 2 else ops.Reshape(tuple(out[1:]))
+    """flatten / view / reshape / squeeze / unsqueeze: the result shape PyTorch produced."""
+    return rules.reshape(_data(input).shape, c.out_shape)
 
 
 def _interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -317,9 +394,13 @@ def _pad(c, input, pad, mode="constant", value=None):
     x = input if isinstance(input, _Ref) else _data(input)
     fill = 0.0 if value is None else float(value)
     pad = [int(p) for p in pad]
-    if mode != "constant" or min(pad) < 0 or any(pad[4:]) or len(pad) % 2:
-        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, non-negative padding of "
-                       "H and W is supported")
+    if min(pad) < 0 or any(pad[4:]) or len(pad) % 2 or mode not in ("constant", "reflect",
+                                                                     "replicate"):
+        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect or replicate, "
+                       "non-negative padding of H and W is supported")
+    if mode != "constant":  # a padding no conv absorbs: its own op
+        left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
+        return ops.Pad((top, bottom, left, right), mode), (_data(x).name,)
     if any(x.pad) and x.fill != fill:
         raise _Refusal(f"pads with {fill} what is already padded with {x.fill}")
     left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
@@ -327,15 +408,39 @@ def _pad(c, input, pad, mode="constant", value=None):
 
 
 def _getitem(c, input, index):
-    """``x[...]`` that keeps the whole tensor (a crop to the size it already has) passes
-    through; any real slicing is refused."""
+    """A part of chunk / split; ``x[...]`` of start:stop:step slices (and one ``...``): a
+    Slice per axis it cuts (chained), a pass-through if it keeps the whole tensor."""
+    if isinstance(input, _Parts):
+        if not isinstance(index, int):
+            raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
+                           "by an integer index")
+        return input.slices[index], (input.source.name,)
     x = _data(input)
-    parts = index if isinstance(index, tuple) else (index,)
-    whole = all(p is Ellipsis or isinstance(p, slice) and p.start in (None, 0)
-                and p.step in (None, 1) for p in parts)
-    if not whole or c.out_shape != x.shape:
-        raise _Refusal(f"indexing {x.shape} to {c.out_shape}: the IR has no slicing")
-    return x
+    cuts = [(axis, p) for axis, p in enumerate(_index_slices(index, x.shape))
+            if p.indices(x.shape[axis]) != (0, x.shape[axis], 1)]
+    if not cuts:
+        return x
+    name = x.name
+    for k, (axis, p) in enumerate(cuts):
+        op = ops.Slice(axis, p.start or 0, p.stop, p.step or 1)
+        if k == len(cuts) - 1:
+            return op, (name,)
+        name = c.build.add(f"{c.name}_axis{axis}", op, (name,))
+
+
+def _index_slices(index, shape) -> list[slice]:
+    """An index of slices and at most one ``...`` as one slice per axis of ``shape``."""
+    parts = list(index) if isinstance(index, tuple) else [index]
+    if parts.count(Ellipsis) > 1 or not all(p is Ellipsis or isinstance(p, slice)
+                                            and (p.step or 1) >= 1 for p in parts):
+        raise _Refusal(f"indexing {shape} with {index}: the IR slices with start:stop:step "
+                       "(step >= 1) per axis and one '...' (no integers, None, tensors)")
+    if Ellipsis in parts:
+        i = parts.index(Ellipsis)
+        parts[i:i + 1] = [slice(None)] * (len(shape) - len(parts) + 1)
+    if len(parts) > len(shape):
+        raise _Refusal(f"indexing {shape} with {index}: more indices than axes")
+    return parts + [slice(None)] * (len(shape) - len(parts))
 
 
 def _dropout(c, input, p=0.5, training=True, inplace=False):
@@ -350,7 +455,16 @@ def _identity(c, input, *args, **kwargs):
 
 _MODULES = {
     nn.Conv2d: _conv_module,
+    nn.ConvTranspose2d: _conv_transpose_module,
     nn.Linear: lambda c, m, x: _linear(c, x, m.weight, m.bias),
+    nn.Sigmoid: lambda c, m, x: _unary(ops.Sigmoid)(c, x),
+    nn.Hardsigmoid: lambda c, m, x: _unary(ops.HardSigmoid)(c, x),
+    nn.Hardswish: lambda c, m, x: _unary(ops.HardSwish)(c, x),
+    nn.SiLU: lambda c, m, x: _unary(ops.Silu)(c, x),
+    nn.Tanh: lambda c, m, x: _unary(ops.Tanh)(c, x),
+    nn.GELU: lambda c, m, x: _gelu(c, x, m.approximate),
+    nn.LayerNorm: lambda c, m, x: _layer_norm(c, x, m.normalized_shape, m.weight, m.bias, m.eps),
+    nn.GroupNorm: lambda c, m, x: _group_norm(c, x, m.num_groups, m.weight, m.bias, m.eps),
     nn.BatchNorm2d: lambda c, m, x: _batch_norm(
         c, x, m.running_mean, m.running_var, m.weight, m.bias, m.training, eps=m.eps),
     nn.ReLU: lambda c, m, x: _relu(c, x),
@@ -369,6 +483,8 @@ _MODULES = {
     nn.Identity: lambda c, m, x: _data(x),
     nn.ConstantPad2d: lambda c, m, x: _pad(c, x, m.padding, "constant", m.value),
     nn.ZeroPad2d: lambda c, m, x: _pad(c, x, m.padding, "constant", 0.0),
+    nn.ReflectionPad2d: lambda c, m, x: _pad(c, x, m.padding, "reflect"),
+    nn.ReplicationPad2d: lambda c, m, x: _pad(c, x, m.padding, "replicate"),
     **{cls: lambda c, m, x: _interpolate(c, x, m.size, m.scale_factor, m.mode, m.align_corners,
                                          m.recompute_scale_factor)
        for cls in (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)},
@@ -384,6 +500,7 @@ def _table(*rows) -> dict:
 
 _FUNCTIONS = _table(
     (_conv2d, torch.conv2d),
+    (_conv_transpose2d, F.conv_transpose2d, torch.conv_transpose2d),
     (_linear, F.linear),
     (_batch_norm, F.batch_norm),
     (_relu, F.relu, F.relu_, torch.relu, torch.relu_),
@@ -395,7 +512,26 @@ _FUNCTIONS = _table(
     (_max_pool2d, F.max_pool2d, torch.max_pool2d),
     (_avg_pool2d, F.avg_pool2d),
     (_adaptive_avg_pool2d, F.adaptive_avg_pool2d),
-    (_add, operator.add, operator.iadd, torch.add),
+    (_arith("add"), operator.add, operator.iadd, torch.add),
+    (_arith("sub"), operator.sub, operator.isub, torch.sub, torch.subtract),
+    (_arith("mul"), operator.mul, operator.imul, torch.mul, torch.multiply),
+    (_arith("div"), operator.truediv, operator.itruediv, torch.div, torch.divide),
+    (_arith("max"), torch.maximum),
+    (_arith("min"), torch.minimum),
+    (_unary(ops.Sigmoid), torch.sigmoid, F.sigmoid),
+    (_unary(ops.HardSigmoid), F.hardsigmoid),
+    (_unary(ops.HardSwish), F.hardswish),
+    (_unary(ops.Silu), F.silu),
+    (_unary(ops.Tanh), torch.tanh, F.tanh),
+    (_gelu, F.gelu),
+    (_layer_norm, F.layer_norm),
+    (_group_norm, F.group_norm),
+    (_mean, torch.mean),
+    (_amax, torch.amax),
+    (_permute, torch.permute),
+    (_transpose, torch.transpose),
+    (_split, torch.split),
+    (_chunk, torch.chunk),
     (_cat, torch.cat, torch.concat),
     (_concatenate, torch.concatenate),
     (_reshape_to, torch.flatten, torch.reshape),
@@ -408,8 +544,13 @@ _FUNCTIONS = _table(
 
 _METHODS = {
     "relu": _relu, "relu_": _relu, "clamp": _clamp, "clamp_": _clamp, "clip": _clamp,
-    "add": _add, "add_": _add, "flatten": _reshape_to, "view": _reshape_to,
-    "reshape": _reshape_to, "softmax": _softmax, "contiguous": _identity,
+    "add": _arith("add"), "add_": _arith("add"), "sub": _arith("sub"), "sub_": _arith("sub"),
+    "mul": _arith("mul"), "mul_": _arith("mul"), "div": _arith("div"), "div_": _arith("div"),
+    "sigmoid": _unary(ops.Sigmoid), "sigmoid_": _unary(ops.Sigmoid), "tanh": _unary(ops.Tanh),
+    "mean": _mean, "amax": _amax, "permute": _permute, "transpose": _transpose,
+    "split": _split, "chunk": _chunk, "flatten": _reshape_to, "view": _reshape_to,
+    "reshape": _reshape_to, "squeeze": _reshape_to, "unsqueeze": _reshape_to,
+    "softmax": _softmax, "contiguous": _identity,
 }
 
 
@@ -468,7 +609,8 @@ def _record(gm, x, name: str) -> dict:
                                  f"{str(e).splitlines()[0] if str(e) else ''})") from e
             if n.op == "placeholder" or any(a in dynamic for a in n.all_input_nodes):
                 dynamic.add(n)
-            info[n] = _Ref("input" if n.op == "placeholder" else n.name, _shape(out)) \
+            info[n] = _Ref("input" if n.op == "placeholder" else n.name, _shape(out),
+                           parts=_part_shapes(out)) \
                 if n in dynamic and _holds_tensor(out) else out
             return out
 
@@ -483,6 +625,13 @@ def _holds_tensor(value) -> bool:
     found = []
     torch.fx.node.map_aggregate(value, lambda v: found.append(isinstance(v, torch.Tensor)))
     return any(found)
+
+
+def _part_shapes(value) -> tuple:
+    """The shapes of a tuple or list of tensors (chunk, split), else ()."""
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(tuple(v.shape) for v in value)
+    return ()
 
 
 def _shape(value) -> tuple[int, ...]:
@@ -522,15 +671,16 @@ def _convert(gm, info: dict) -> Lowering:
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
         shape = info[n].shape
         try:
-            result = conv(_Call(n.name, shape), *args, **kwargs)
+            result = conv(_Call(n.name, shape, build, info[n].parts), *args, **kwargs)
         except (_Refusal, TypeError, LayerError) as e:
             build.problems.append((kind, n.name, str(e)))
             continue
-        if isinstance(result, _Ref):  # a pass-through: readers read its input
+        if isinstance(result, (_Ref, _Parts)):  # a pass-through, or parts read by getitem
             info[n] = result
             continue
-        build.nodes.append(Node(n.name, result, tuple(r.name for r in _refs(args, kwargs))))
-        build.expected[n.name] = shape
+        op, inputs = result if isinstance(result, tuple) else \
+            (result, tuple(r.name for r in _refs(args, kwargs)))
+        build.add(n.name, op, inputs, shape)
     return build
 
 
