@@ -12,7 +12,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from .spec import SweepSpec, sense
+from .spec import SweepSpec, point_key, sense
+
+MAX_TRIALS_PER_POINT = 20  # NSGA-II trials per budgeted point before it stops asking
+# Chance that a child takes a dimension afresh rather than from a parent: above Optuna's
+# default (1 / dimensions) keeps a small population from settling early.
+MUTATION_PROB = 0.2
 
 Evaluate = Callable[[list[dict]], list[tuple | None]]
 
@@ -52,26 +57,40 @@ def run_search(spec: SweepSpec, evaluate: Evaluate) -> None:
 
 
 def nsga2(spec: SweepSpec, evaluate: Evaluate) -> None:
-    """Optuna's NSGA-II sampler (seeded) over the grid's values: ``search.budget`` trials, one
-    generation (``search.population`` trials) per batch. A point without objective values is
-    told to Optuna as failed, so it breeds no children. Trials are told in the order asked, so
-    a rerun with the same results (a resumed store) asks the same points."""
+    """Optuna's NSGA-II sampler (seeded) over the grid's values until ``search.budget``
+    distinct points have run (a trial that asks a point already run costs no simulation and
+    is not counted; at most ``MAX_TRIALS_PER_POINT`` x budget trials), one generation
+    (``search.population`` trials) per batch. Each dimension is searched by the index of its
+    value; children take each dimension from one parent (uniform crossover) or, with
+    ``MUTATION_PROB``, afresh. A point without
+    objective values is told to Optuna as failed, so it breeds no children. Trials are told in
+    the order asked, so a rerun with the same results (a resumed store) asks the same points."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = ["maximize" if sense(q) == "max" else "minimize" for q in spec.objectives]
     sampler = optuna.samplers.NSGAIISampler(population_size=spec.search.population,
-                                            seed=spec.search.seed)
+                                            seed=spec.search.seed,
+                                            mutation_prob=MUTATION_PROB)
     study = optuna.create_study(directions=directions, sampler=sampler)
     dims = spec.dims()
-    left = spec.search.budget
-    while left > 0:
-        trials = [study.ask() for _ in range(min(left, spec.search.population))]
-        points = [{name: t.suggest_categorical(name, list(values))
+    seen: set[str] = set()
+    trials_left = MAX_TRIALS_PER_POINT * spec.search.budget
+    while len(seen) < spec.search.budget and trials_left > 0:
+        trials = [study.ask() for _ in range(spec.search.population)]
+        points = [{name: values[t.suggest_int(name, 0, len(values) - 1)]
                    for name, values in dims.items()} for t in trials]
-        for trial, values in zip(trials, evaluate(points), strict=True):
+        new = list(dict.fromkeys(k for p in points if (k := point_key(p)) not in seen))
+        room = spec.search.budget - len(seen)
+        allowed = set(new[:room])  # the budget's last generation runs only what fits
+        keep = [i for i, p in enumerate(points) if point_key(p) in seen | allowed]
+        results = evaluate([points[i] for i in keep])
+        told = dict(zip(keep, results, strict=True))
+        for i, trial in enumerate(trials):
+            values = told.get(i)
             if values is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 study.tell(trial, list(values))
-        left -= len(trials)
+        seen |= allowed
+        trials_left -= len(trials)

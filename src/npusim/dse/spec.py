@@ -48,7 +48,7 @@ class Search:
     strategy: str = "grid"
     budget: int = 0
     seed: int = 0
-    population: int = 16
+    population: int = 8
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _search(value, where: str) -> Search:
         raise SweepError(f"{at}.budget: search.strategy={strategy!r} needs a budget (points)")
     budget = _int(value, "budget", 0, at, low=0 if strategy == "grid" else 1)
     return Search(strategy, budget, _int(value, "seed", 0, at, low=0),
-                  _int(value, "population", 16, at, low=2))
+                  _int(value, "population", 8, at, low=2))
 
 
 # ---- parameters -------------------------------------------------------------------------------

@@ -147,13 +147,21 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
 
 
 def _check_whole(db: sqlite3.Connection, path: Path) -> None:
-    """Refuse a database file shorter than its header says (truncated) or failing SQLite's
-    quick check."""
-    pages = db.execute("PRAGMA page_count").fetchone()[0]
-    size = db.execute("PRAGMA page_size").fetchone()[0]
-    if path.stat().st_size < pages * size:
-        raise sqlite3.DatabaseError(f"the file is {path.stat().st_size} bytes, its header "
-                                    f"says {pages * size}: truncated")
+    """Refuse a file that is not SQLite, is shorter than its header says (truncated), or fails
+    SQLite's quick check."""
+    with path.open("rb") as f:
+        header = f.read(100)
+    if not header.startswith(b"SQLite format 3\0"):
+        raise sqlite3.DatabaseError("the file does not start with the SQLite header")
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(header[28:32], "big")
+    journal = Path(f"{path}-journal")
+    hot = journal.exists() and journal.stat().st_size > 0  # SQLite rolls it back on open
+    if len(header) == 100 and header[24:28] == header[92:96] and pages and not hot:
+        if path.stat().st_size < pages * page:
+            raise sqlite3.DatabaseError(f"the file is {path.stat().st_size} bytes, its header "
+                                        f"says {pages * page}: truncated")
     check = db.execute("PRAGMA quick_check").fetchone()[0]
     if check != "ok":
         raise sqlite3.DatabaseError(check)
