@@ -202,12 +202,15 @@ def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) 
     the store are not run again. Each point is stored as it finishes, so an interrupted sweep
     keeps everything finished."""
     outcome = SweepOutcome()
-    done = {k: r for k, r in store.done().items()}
+    done = store.done()
+    stored = set(done)  # found in the store before this run
+    asked: set[str] = set()
     planned = spec.grid_size if spec.search.strategy == "grid" else spec.search.budget
 
     def evaluate(points: list[dict]) -> list[tuple | None]:
         todo = {point_key(p): p for p in points if point_key(p) not in done}
-        outcome.skipped += len({point_key(p) for p in points} - set(todo))
+        asked.update(point_key(p) for p in points)
+        outcome.skipped = len(asked & stored)
         tasks = [_task(spec, p) for p in todo.values()]
         keys = list(todo)
         if progress:
