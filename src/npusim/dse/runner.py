@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import signal
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from ..parallel import cores
 from .search import run_search
 from .spec import SweepError, SweepSpec, point_key, total_key
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 Progress = Callable[[int, int, int], None]  # (points done, of which failed, points to run)
 
 
@@ -114,7 +116,8 @@ class PoolRunner:
     """A local pool of ``workers`` processes (spawned: a fresh interpreter each)."""
 
     def __init__(self, workers: int):
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_die_with_parent)
 
     def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
         futures = {self.pool.submit(run_task, t): i for i, t in enumerate(tasks)}
@@ -127,6 +130,17 @@ class PoolRunner:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _die_with_parent() -> None:
+    """In a pool worker: ask Linux to kill this process when the driver dies (a driver killed
+    with SIGKILL would otherwise leave its workers running). Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 class DaskRunner:
