@@ -5,7 +5,8 @@ point's result: its status (``ok``, ``infeasible`` with the arch loader's or the
 reason, ``error`` for anything else), the network totals and the per-layer stats, each as
 ``LayerStats.as_dict()`` so every field the stats carry is kept. What depends on the model,
 density, batch and seed but not on the arch (the loaded, pruned network and its input) is built
-once per worker process and reused across arch points.
+once per worker process and reused across arch points; so are, in mode estimate, the
+activations' and weights' masks (``reuse``).
 
 The driver (``run_sweep``) alone writes the store, one point at a time as each finishes.
 """
@@ -24,6 +25,7 @@ from types import SimpleNamespace
 
 from ..errors import NpusimError
 from ..parallel import cores
+from . import reuse
 from .search import run_search
 from .spec import SweepError, SweepSpec, point_key, total_key
 
@@ -78,6 +80,9 @@ def _simulate(task: Task):
     kind, model, x = prepared(task.model, task.density, task.batch, task.seed)
     if kind == "shapes":
         return simulate_shapes(model, arch, dtype=task.dtype)
+    if task.mode == "estimate":  # the masks of the first point's run priced on this arch
+        key = (task.model, task.density, task.batch, task.seed)
+        return reuse.estimate(key, model, x, arch, task.dtype)
     return simulate(model, x, arch, mode=task.mode, dtype=task.dtype)
 
 
