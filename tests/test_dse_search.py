@@ -8,7 +8,7 @@ from dse_helpers import npusim, write_spec
 
 from npusim.dse import Store, load_spec, non_dominated, pareto, sweep
 from npusim.dse.search import grid, run_search
-from npusim.dse.spec import sense
+from npusim.dse.spec import point_key, sense
 
 # 16 x 16 x 2 = 512 points of one 3x3 conv (192 -> 384 channels, 7x7): cycles against
 # utilisation, a front of 13 distinct value pairs.
@@ -117,3 +117,14 @@ def test_front_of_two_objectives_by_hand():
     values = [(1, 9), (2, 5), (3, 5), (4, 1), (5, 7)]
     assert non_dominated(values, ["min", "min"]) == [0, 1, 3]
     assert list(itertools.chain(non_dominated([(1, 1), (1, 1)], ["min", "min"]))) == [0, 1]
+
+
+def test_nsga2_budget_above_the_grid_runs_the_grid_once(tmp_path):
+    text = SPACE.replace("step = 4", "step = 30") + (
+        '[search]\nstrategy = "nsga2"\nbudget = 100\npopulation = 4\n')
+    spec = load_spec(write_spec(tmp_path, text))
+    assert spec.grid_size == 18 and spec.points_planned == 18
+    out = sweep(spec, tmp_path / "s.db", workers=1)
+    assert out.ran == 18
+    assert sorted(r["key"] for r in Store.read(tmp_path / "s.db").rows()) == sorted(
+        point_key(p) for p in grid(spec))

@@ -224,7 +224,7 @@ def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) 
     done = store.done()
     stored = set(done)  # found in the store before this run
     asked: set[str] = set()
-    planned = spec.grid_size if spec.search.strategy == "grid" else spec.search.budget
+    planned = spec.points_planned
 
     def evaluate(points: list[dict]) -> list[tuple | None]:
         todo = {point_key(p): p for p in points if point_key(p) not in done}

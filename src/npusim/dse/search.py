@@ -46,9 +46,10 @@ def random_points(spec: SweepSpec) -> list[dict]:
 
 
 def run_search(spec: SweepSpec, evaluate: Evaluate) -> None:
-    """Run the spec's search strategy, calling ``evaluate`` on batches of points."""
+    """Run the spec's search strategy, calling ``evaluate`` on batches of points; a random or
+    NSGA-II budget of the whole grid (or more) runs the grid."""
     strategy = spec.search.strategy
-    if strategy == "grid":
+    if strategy == "grid" or spec.points_planned == spec.grid_size:  # a budget of the whole grid
         evaluate(list(grid(spec)))
     elif strategy == "random":
         evaluate(random_points(spec))
@@ -75,13 +76,14 @@ def nsga2(spec: SweepSpec, evaluate: Evaluate) -> None:
     study = optuna.create_study(directions=directions, sampler=sampler)
     dims = spec.dims()
     seen: set[str] = set()
-    trials_left = MAX_TRIALS_PER_POINT * spec.search.budget
-    while len(seen) < spec.search.budget and trials_left > 0:
+    budget = spec.points_planned
+    trials_left = MAX_TRIALS_PER_POINT * budget
+    while len(seen) < budget and trials_left > 0:
         trials = [study.ask() for _ in range(spec.search.population)]
         points = [{name: values[t.suggest_int(name, 0, len(values) - 1)]
                    for name, values in dims.items()} for t in trials]
         new = list(dict.fromkeys(k for p in points if (k := point_key(p)) not in seen))
-        room = spec.search.budget - len(seen)
+        room = budget - len(seen)
         allowed = set(new[:room])  # the budget's last generation runs only what fits
         keep = [i for i, p in enumerate(points) if point_key(p) in seen | allowed]
         results = evaluate([points[i] for i in keep])

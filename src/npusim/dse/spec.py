@@ -92,6 +92,12 @@ class SweepSpec:
         """Points of the full grid: parameters x models x densities."""
         return math.prod(len(v) for v in self.dims().values())
 
+    @property
+    def points_planned(self) -> int:
+        """Distinct points the search runs: the grid, or its budget if the grid is larger."""
+        grid = self.grid_size
+        return grid if self.search.strategy == "grid" else min(grid, self.search.budget)
+
     def dims(self) -> dict[str, tuple]:
         """Every dimension of the space: the parameters, then ``model`` and ``density``."""
         return {**self.parameters, "model": self.models, "density": self.densities}
