@@ -57,3 +57,22 @@ def test_driver_killed_mid_sweep_resumes_to_the_full_set(tmp_path):
     rows = Store.read(db).rows()
     assert sorted(r["key"] for r in rows) == sorted(point_key(p) for p in grid(spec))
     assert [r["seq"] for r in rows] == list(range(1, spec.grid_size + 1))
+
+
+def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
+                             "--workers", "2"], env=env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while stored(db) < 20 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sweep ended before Ctrl-C"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the driver and its workers
+    _, err = proc.communicate(timeout=120)
+    count = len(Store.read(db).rows())
+    assert proc.returncode == 130, err
+    assert f"interrupted; {count} points are stored in {db}; the same command resumes" in err
+    r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
+    assert f"{load_spec(spec_file).grid_size - count} points run" in r.stdout, r.stderr
