@@ -1,6 +1,8 @@
-"""Two 50-point sweeps of ResNet-18 (density 0.3, mode estimate, on input-reuse-1024) in one
-process: time per point over the time of one simulate() of the same network on the base arch,
-both timed in this run on this machine. One sweep varies the memories (5 SRAM sizes x 10 DRAM
+"""Two 50-point sweeps of ResNet-18 (density 0.3, mode estimate, on input-reuse-1024) on the
+default local pool (one worker process per core, as `npusim sweep` runs): wall time per point
+over the time of one simulate() of the same network on the base arch (which itself uses every
+core), both timed in this run on this machine; each worker's first point loads, prunes and
+records the network, and is counted. One sweep varies the memories (5 SRAM sizes x 10 DRAM
 bandwidths), the other the machine's own units (5 operation-unit x 10 processing-unit counts).
 
 A sweep point reuses the model, its pruning, input and (in mode estimate) every conv's masks from
@@ -46,7 +48,7 @@ def main() -> None:
         spec = spec_from_toml_text(SPEC + params, f"bench_sweep {name}")
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            outcome = sweep(spec, Path(tmp) / "bench.db", workers=1)
+            outcome = sweep(spec, Path(tmp) / "bench.db")
             t_sweep = time.perf_counter() - start
         print(f"{name}: {outcome.ran} points, {outcome.failed} infeasible or failed, "
               f"{t_sweep:.1f} s")
