@@ -116,3 +116,21 @@ models = ["test.csv"]
         assert r["totals"]["latency_s"] == pytest.approx(
             ref.total.cycles / (r["params"]["clock_mhz"] * 1e6))
         assert json.loads(json.dumps(r["params"])) == r["params"]
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["sweep", "export", "s.db"], "needs --csv OUT and/or --parquet OUT"),
+    (["sweep", "SPEC", "--store", "s.db", "--csv", "x.csv"], "go with 'npusim sweep export"),
+    (["sweep", "SPEC", "--store", "s.db", "--workers", "0"], "--workers must be >= 1"),
+    (["sweep", "nosuch.toml", "--store", "s.db"], "nosuch.toml: cannot read the sweep spec"),
+    (["sweep", "export", "nosuch.db", "--csv", "x.csv"], "nosuch.db: no such results store"),
+    (["pareto", "nosuch.db", "--x", "cycles", "--y", "energy"], "no such results store"),
+])
+def test_cli_misuse_is_one_line_exit_2(argv, words, tmp_path, monkeypatch, capsys):
+    from npusim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = [str(write_spec(tmp_path)) if a == "SPEC" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err

@@ -96,12 +96,14 @@ def _export(args) -> int:
 
     if args.export_store is None or not (args.csv or args.parquet):
         raise UsageError("npusim sweep export STORE needs --csv OUT and/or --parquet OUT")
+    for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
+        if path is not None:
+            outfile.check_target(path, flag)
     store = Store.read(args.export_store)
     try:
         if args.csv:
             outfile.write_text(args.csv, to_csv(store), "--csv")
         if args.parquet:
-            outfile.check_target(args.parquet, "--parquet")
             write_parquet(store, args.parquet)
     finally:
         store.close()

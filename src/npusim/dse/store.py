@@ -15,7 +15,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, outfile
 from .spec import SweepError, point_key
 
 SCHEMA = 1
@@ -193,7 +193,7 @@ def to_csv(store: Store) -> str:
 
 
 def write_parquet(store: Store, path: Path) -> None:
-    """The store's table as a Parquet file (needs pyarrow)."""
+    """The store's table as a Parquet file (needs pyarrow), written by ``outfile``'s rules."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -202,4 +202,6 @@ def write_parquet(store: Store, path: Path) -> None:
                          "pyarrow); --csv writes the same table") from None
     header, body = table(store)
     columns = {h: [row[i] for row in body] for i, h in enumerate(header)}
-    pq.write_table(pa.table(columns), path)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(columns), sink)
+    outfile.write_bytes(path, sink.getvalue().to_pybytes(), "--parquet")
