@@ -76,3 +76,24 @@ def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
     assert f"interrupted; {count} points are stored in {db}; the same command resumes" in err
     r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
     assert f"{load_spec(spec_file).grid_size - count} points run" in r.stdout, r.stderr
+
+
+def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
+                             "--workers", "2"], env=env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while stored(db) < 10 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"],
+                             capture_output=True, text=True).stdout.split()
+    assert proc.poll() is None and workers, "the sweep ended before a worker could be killed"
+    os.kill(int(workers[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and err.count("\n") == 1, err
+    assert "a worker process died while running a point" in err
+    r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert len(Store.read(db).rows()) == load_spec(spec_file).grid_size

@@ -20,6 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -128,7 +129,14 @@ class PoolRunner:
         futures = {self.pool.submit(run_task, t): i for i, t in enumerate(tasks)}
         try:
             for f in as_completed(futures):
-                yield futures[f], f.result()
+                try:
+                    result = f.result()
+                except BrokenProcessPool:
+                    raise SweepError(f"a worker process died while running a point (killed, "
+                                     f"or out of memory: {cores()} cores' workers share this "
+                                     "machine's memory); the points finished are stored: rerun "
+                                     "to resume, with --workers 1 if memory is short") from None
+                yield futures[f], result
         finally:
             for f in futures:
                 f.cancel()
@@ -172,7 +180,13 @@ class DaskRunner:
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             for f in dask_completed(futures):
-                yield index[f.key], f.result()
+                try:
+                    result = f.result()
+                except Exception as e:  # noqa: BLE001  (run_task itself never raises)
+                    raise SweepError(f"the Dask cluster lost a point ({type(e).__name__}: "
+                                     f"{_line(str(e))}); the points finished are stored: rerun "
+                                     "to resume") from None
+                yield index[f.key], result
         finally:
             self.client.cancel(futures)
 
