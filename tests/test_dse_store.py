@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 from dse_helpers import SMALL, npusim, write_spec
@@ -134,3 +135,31 @@ def test_cli_misuse_is_one_line_exit_2(argv, words, tmp_path, monkeypatch, capsy
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+def test_onnx_and_factory_models_relative_to_the_spec(tmp_path):
+    import shutil
+
+    from npusim.dse.runner import prepared
+    from npusim.simulate import simulate
+
+    root = Path(__file__).resolve().parent.parent / "examples"
+    for name in ("small_cnn.onnx", "my_net.py"):
+        shutil.copy(root / name, tmp_path / name)
+    text = """
+base = "sparse-pairs-32x32"
+models = ["small_cnn.onnx", "my_net.py:build"]
+densities = [0.5, 1.0]
+[parameters]
+"sparse-pairs.processor_groups" = [8, 32]
+"""
+    spec = load_spec(write_spec(tmp_path, text))
+    assert spec.models == (str(tmp_path / "small_cnn.onnx"), f"{tmp_path / 'my_net.py'}:build")
+    out = sweep(spec, tmp_path / "s.db", workers=1)
+    assert (out.ran, out.failed) == (8, 0)
+    for row in Store.read(tmp_path / "s.db").rows():
+        _, graph, x = prepared(row["model"], row["density"], 1, 0)
+        arch = spec.arch(row["params"])
+        want = simulate(graph, x, arch, mode="estimate")
+        assert row["totals"]["cycles"] == want.total.cycles
+        assert row["totals"]["macs"] == want.total.macs
