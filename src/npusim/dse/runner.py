@@ -123,7 +123,7 @@ class PoolRunner:
 
     def __init__(self, workers: int):
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_die_with_parent)
+                                        initializer=_worker_init)
 
     def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
         futures = {self.pool.submit(run_task, t): i for i, t in enumerate(tasks)}
@@ -145,9 +145,12 @@ class PoolRunner:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _die_with_parent() -> None:
-    """In a pool worker: ask Linux to kill this process when the driver dies (a driver killed
-    with SIGKILL would otherwise leave its workers running). Elsewhere, nothing."""
+def _worker_init() -> None:
+    """In a pool worker: leave Ctrl-C to the driver (which stops the pool once the points
+    running finish: a worker interrupted mid-queue breaks the pool and can hang its shutdown),
+    and ask Linux to kill this process when the driver dies (a driver killed with SIGKILL would
+    otherwise leave its workers running)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
 
