@@ -70,7 +70,12 @@ def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
         time.sleep(0.02)
     assert proc.poll() is None, "the sweep ended before Ctrl-C"
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the driver and its workers
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # hung: leave no process behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     count = len(Store.read(db).rows())
     assert proc.returncode == 130, err
     assert f"interrupted; {count} points are stored in {db}; the same command resumes" in err
