@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--input-shape", metavar="N,C,H,W", type=_shape,
                         help="input shape of an imported model (batch must be 1)")
     export.set_defaults(func=cmd_export_topology)
+    from .dse.commands import add_commands  # npusim sweep, npusim pareto (docs/sweep.md)
+
+    add_commands(sub)
     return parser
 
 

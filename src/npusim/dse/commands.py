@@ -1,0 +1,154 @@
+"""``npusim sweep``, ``npusim sweep export`` and ``npusim pareto`` (docs/sweep.md).
+
+Thin, like the rest of the command line: parse, call ``dse``, print. A sweep shows a progress
+bar (points done, failures, ETA) on a terminal; Ctrl-C stops it with every finished point
+stored, and the same command resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from .. import outfile
+
+
+def add_commands(sub) -> None:
+    """Register ``sweep`` and ``pareto`` on the ``npusim`` subparsers ``sub``."""
+    sweep = sub.add_parser("sweep", help="run a design-space sweep spec into a results store "
+                           "(resumes); 'sweep export STORE --csv OUT' writes its table")
+    sweep.add_argument("spec", metavar="SPEC.toml|export", help="the sweep spec (docs/sweep.md), "
+                       "or 'export' followed by a store")
+    sweep.add_argument("export_store", nargs="?", metavar="STORE", help=argparse.SUPPRESS)
+    sweep.add_argument("--store", metavar="FILE", type=Path,
+                       help="the SQLite results store (created, or resumed)")
+    sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                       help="run on this Dask distributed scheduler instead of local processes")
+    sweep.add_argument("--workers", type=int, metavar="N",
+                       help="local worker processes (default: one per core; 1: in this process)")
+    sweep.add_argument("--csv", metavar="OUT", type=Path, help="with export: write a CSV table")
+    sweep.add_argument("--parquet", metavar="OUT", type=Path,
+                       help="with export: write a Parquet table (needs pyarrow)")
+    sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sweep.set_defaults(func=cmd_sweep)
+    pareto = sub.add_parser("pareto", help="the non-dominated points of a results store on two "
+                            "quantities, and a PNG plot of them")
+    pareto.add_argument("store", metavar="STORE", type=Path, help="a results store")
+    pareto.add_argument("--x", required=True, metavar="QUANTITY", help="e.g. cycles")
+    pareto.add_argument("--y", required=True, metavar="QUANTITY", help="e.g. energy")
+    pareto.add_argument("--png", metavar="OUT.png", type=Path,
+                        help="the plot (default: STORE's name with -pareto-X-Y.png)")
+    pareto.set_defaults(func=cmd_pareto)
+
+
+def cmd_sweep(args) -> int:
+    """``npusim sweep SPEC --store FILE`` or ``npusim sweep export STORE --csv OUT``."""
+    if args.spec == "export":
+        return _export(args)
+    from ..cli import UsageError
+
+    if args.export_store or args.csv or args.parquet:
+        raise UsageError("--csv and --parquet go with 'npusim sweep export STORE'")
+    if args.store is None:
+        raise UsageError("npusim sweep SPEC needs --store FILE (the results store)")
+    if args.workers is not None and (args.workers < 1 or args.scheduler):
+        raise UsageError("--workers must be >= 1, and does not go with --scheduler")
+    from .runner import make_runner, run_sweep
+    from .spec import load_spec
+    from .store import Store
+
+    spec = load_spec(args.spec)
+    store = Store.open(args.store, spec)
+    runner = make_runner(args.workers, args.scheduler)
+    bar = _Bar(not args.quiet and Console(stderr=True).is_terminal)
+    try:
+        outcome = run_sweep(spec, store, runner, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        count = len(store.rows())
+        print(f"npusim: interrupted; {count} points are stored in {args.store}; the same "
+              "command resumes", file=sys.stderr)
+        raise
+    finally:
+        bar.close()
+        runner.close()
+        store.close()
+    print(f"{args.store}: {outcome.ran} points run ({outcome.failed} infeasible or failed), "
+          f"{outcome.skipped} already stored")
+    return 0
+
+
+def _export(args) -> int:
+    from ..cli import UsageError
+    from .store import Store, to_csv, write_parquet
+
+    if args.export_store is None or not (args.csv or args.parquet):
+        raise UsageError("npusim sweep export STORE needs --csv OUT and/or --parquet OUT")
+    for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
+        if path is not None:
+            outfile.check_target(path, flag)
+    store = Store.read(args.export_store)
+    try:
+        if args.csv:
+            outfile.write_text(args.csv, to_csv(store), "--csv")
+        if args.parquet:
+            write_parquet(store, args.parquet)
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_pareto(args) -> int:
+    """``npusim pareto STORE --x A --y B``: print the front, write its plot."""
+    from ..cli import _stdout
+    from .pareto import pareto, plot
+
+    png = args.png or args.store.with_name(f"{args.store.stem}-pareto-{args.x}-{args.y}.png")
+    outfile.check_target(png, "--png")
+    front = pareto(args.store, args.x, args.y)
+    rows = front.rows()
+    table = Table(*rows[0].keys(), box=None, header_style="bold",
+                  title=f"{len(rows)} non-dominated of {len(front.points)} ok points")
+    for row in rows:
+        table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
+    _stdout().print(table)
+    plot(front, png, "--png")
+    print(f"wrote {png}")
+    return 0
+
+
+class _Bar:
+    """A rich progress bar on stderr: points done of those to run, failures, ETA."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.task = enabled, None, None
+
+    def __call__(self, done: int, failed: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
+                                TextColumn("ETA"), TimeRemainingColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task("sweep", total=total, failed=0)
+            self.bar.start()
+        self.bar.update(self.task, completed=done, total=total, failed=failed)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+

@@ -1,0 +1,92 @@
+"""Pareto fronts of a results store: the points no other point beats on every objective.
+
+``non_dominated`` works on any number of objectives; ``pareto(store, x, y)`` takes two
+quantities of the stored totals (cycles, energy, edp, utilisation, or any other total field),
+each minimised or, for utilisation, maximised; ``plot`` draws every point and the front.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import outfile
+from .spec import SweepError, quantities, sense, total_key
+
+
+def non_dominated(values, senses: list[str]) -> list[int]:
+    """Indices of the rows of ``values`` (points x objectives) that no other row dominates:
+    at least as good on every objective and better on one. ``senses`` is 'min' or 'max' per
+    objective. Equal rows do not dominate each other (both are kept)."""
+    v = np.asarray(values, dtype=float).reshape(len(values), len(senses))
+    v = v * np.array([1.0 if s == "min" else -1.0 for s in senses])  # all minimised
+    keep = []
+    for i in range(len(v)):
+        better_eq = np.all(v <= v[i], axis=1)
+        strictly = np.any(v < v[i], axis=1)
+        if not np.any(better_eq & strictly):
+            keep.append(i)
+    return keep
+
+
+@dataclass
+class Front:
+    """The ok points of a store on two quantities and which of them form the front."""
+
+    x: str
+    y: str
+    points: list[dict]     # stored rows with status ok
+    values: np.ndarray     # points x 2: (x, y)
+    front: list[int]       # indices into points, sorted by x
+
+    def rows(self) -> list[dict]:
+        """The front's points: their parameters, model, density and the two values."""
+        return [{**self.points[i]["params"], "model": self.points[i]["model"],
+                 "density": self.points[i]["density"], self.x: self.values[i, 0],
+                 self.y: self.values[i, 1]} for i in self.front]
+
+
+def pareto(store, x: str, y: str) -> Front:
+    """The front of ``store`` (a ``Store`` or a path to one) on quantities ``x`` and ``y``."""
+    from .store import Store
+
+    store = store if isinstance(store, Store) else Store.read(store)
+    for q in (x, y):
+        if q not in quantities():
+            raise SweepError(f"{q!r}: not a quantity; valid: {', '.join(sorted(quantities()))}")
+    points = [r for r in store.rows() if r["status"] == "ok"]
+    if not points:
+        raise SweepError(f"{store.path}: no point finished ok; nothing to compare")
+    values = np.array([[float(r["totals"][total_key(q)]) for q in (x, y)] for r in points])
+    front = non_dominated(values, [sense(x), sense(y)])
+    front.sort(key=lambda i: (values[i, 0], values[i, 1]))
+    return Front(x, y, points, values, front)
+
+
+def plot(front: Front, path: str | Path, what: str = "plot") -> None:
+    """A PNG of every point (grey) and the front (a line through its points), written
+    atomically to ``path`` (``what`` names it in errors)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=100)
+    ax.scatter(front.values[:, 0], front.values[:, 1], s=12, c="0.6", label="points")
+    f = front.values[front.front]
+    ax.plot(f[:, 0], f[:, 1], c="C3", lw=1.2)
+    ax.scatter(f[:, 0], f[:, 1], s=24, c="C3", label=f"front ({len(f)} points)", zorder=3)
+    ax.set_xlabel(f"{front.x} ({sense(front.x)}imise)")
+    ax.set_ylabel(f"{front.y} ({sense(front.y)}imise)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    data = io.BytesIO()
+    try:
+        fig.savefig(data, format="png")
+    finally:
+        plt.close(fig)
+    outfile.write_bytes(path, data.getvalue(), what)

@@ -1,0 +1,295 @@
+"""Where points run: a local process pool (default), the driver itself, or a Dask cluster.
+
+A worker gets a ``Task`` (the point's arch as TOML text and the model to run) and returns the
+point's result: its status (``ok``, ``infeasible`` with the arch loader's or the dataflow's
+reason, ``error`` for anything else), the network totals and the per-layer stats, each as
+``LayerStats.as_dict()`` so every field the stats carry is kept. What depends on the model,
+density, batch and seed but not on the arch (the loaded, pruned network and its input) is built
+once per worker process and reused across arch points; so are, in mode estimate, the
+activations' and weights' masks (``reuse``).
+
+The driver (``run_sweep``) alone writes the store, one point at a time as each finishes.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from ..errors import NpusimError
+from ..parallel import cores
+from . import reuse
+from .search import run_search
+from .spec import SweepError, SweepSpec, point_key, total_key
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+Progress = Callable[[int, int, int], None]  # (points done, of which failed, points to run)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One point to run: its arch (TOML text; ``where`` names it in errors) and its model."""
+
+    arch_text: str
+    where: str
+    model: str
+    density: float | str
+    dtype: str
+    batch: int
+    mode: str
+    seed: int
+
+
+def run_task(task: Task) -> dict:
+    """Run one point; never raises for a bad point (its status and reason say what failed)."""
+    start = time.perf_counter()
+    try:
+        result = _simulate(task)
+    except NpusimError as e:
+        return {"status": "infeasible", "reason": _line(str(e)),
+                "seconds": time.perf_counter() - start}
+    except Exception as e:  # noqa: BLE001  (a crash of one point is that point's result)
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return {"status": "error", "reason": f"{type(e).__name__}: {_line(str(e))} "
+                f"({where.filename}:{where.lineno})", "seconds": time.perf_counter() - start}
+    totals = result.total.as_dict()
+    latency = result.arch.seconds(totals["cycles"])
+    totals.update(latency_s=latency, edp=totals["energy_pj"] * latency)
+    return {"status": "ok", "reason": None, "totals": totals,
+            "layers": [s.as_dict() for s in result.layers],
+            "seconds": time.perf_counter() - start}
+
+
+def _line(message: str) -> str:
+    lines = [s.strip() for s in message.strip().splitlines() if s.strip()]
+    return lines[0] if lines else "unknown error"
+
+
+def _simulate(task: Task):
+    from ..arch.spec import arch_from_toml_text
+    from ..simulate import simulate, simulate_shapes
+
+    arch = arch_from_toml_text(task.arch_text, task.where)
+    kind, model, x = prepared(task.model, task.density, task.batch, task.seed)
+    if kind == "shapes":
+        return simulate_shapes(model, arch, dtype=task.dtype)
+    if task.mode == "estimate":  # the masks of the first point's run priced on this arch
+        key = (task.model, task.density, task.batch, task.seed)
+        return reuse.estimate(key, model, x, arch, task.dtype)
+    return simulate(model, x, arch, mode=task.mode, dtype=task.dtype)
+
+
+@functools.lru_cache(maxsize=8)
+def prepared(model: str, density, batch: int, seed: int):
+    """('shapes', ConvLayers, None) for a topology CSV, else ('graph', pruned Graph, input):
+    built once per process for each model, density, batch and seed."""
+    from ..cli import _input_tensor
+    from ..frontends import load_model
+    from ..frontends.prune import prune
+    from ..ir import Graph
+
+    loaded = load_model(model, batch=batch, seed=seed)
+    if not isinstance(loaded, Graph):
+        return "shapes", loaded, None
+    if density != 1.0:
+        loaded = prune(loaded, density)
+    x, _ = _input_tensor(SimpleNamespace(model=model, input=None, seed=seed), loaded)
+    return "graph", loaded, x
+
+
+# ---- runners --------------------------------------------------------------------------------
+
+class InlineRunner:
+    """Runs every point in the driver's own process, one after another."""
+
+    def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        for i, task in enumerate(tasks):
+            yield i, run_task(task)
+
+    def close(self) -> None:
+        pass
+
+
+class PoolRunner:
+    """A local pool of ``workers`` processes (spawned: a fresh interpreter each)."""
+
+    def __init__(self, workers: int):
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_worker_init)
+
+    def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        futures = {self.pool.submit(run_task, t): i for i, t in enumerate(tasks)}
+        try:
+            for f in as_completed(futures):
+                try:
+                    result = f.result()
+                except BrokenProcessPool:
+                    raise SweepError(f"a worker process died while running a point (killed, "
+                                     f"or out of memory: {cores()} cores' workers share this "
+                                     "machine's memory); the points finished are stored: rerun "
+                                     "to resume, with --workers 1 if memory is short") from None
+                yield futures[f], result
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init() -> None:
+    """In a pool worker: leave Ctrl-C to the driver (which stops the pool once the points
+    running finish: a worker interrupted mid-queue breaks the pool and can hang its shutdown),
+    and ask Linux to kill this process when the driver dies (a driver killed with SIGKILL would
+    otherwise leave its workers running)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+class DaskRunner:
+    """The workers of a running Dask distributed scheduler at ``address`` (tcp://HOST:PORT).
+    A worker lost mid-point has its points rerun by Dask on another worker."""
+
+    def __init__(self, address: str):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SweepError("--scheduler needs dask.distributed: pip install "
+                             "'dask[distributed]'") from None
+        try:
+            self.client = Client(address, timeout="10s")
+        except (OSError, TimeoutError) as e:
+            raise SweepError(f"--scheduler {address}: cannot reach a Dask scheduler there "
+                             f"({_line(str(e))}); start one with 'dask scheduler' and workers "
+                             "with 'dask worker ADDRESS' (docs/sweep.md)") from None
+
+    def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
+        from distributed import as_completed as dask_completed
+
+        futures = [self.client.submit(run_task, t, pure=False) for t in tasks]
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for f in dask_completed(futures):
+                try:
+                    result = f.result()
+                except Exception as e:  # noqa: BLE001  (run_task itself never raises)
+                    raise SweepError(f"the Dask cluster lost a point ({type(e).__name__}: "
+                                     f"{_line(str(e))}); the points finished are stored: rerun "
+                                     "to resume") from None
+                yield index[f.key], result
+        finally:
+            self.client.cancel(futures)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def make_runner(workers: int | None = None, scheduler: str | None = None):
+    """A Dask runner for ``scheduler``, else a pool of ``workers`` processes (None: one per
+    core; 1: the driver itself)."""
+    if scheduler:
+        return DaskRunner(scheduler)
+    workers = cores() if workers is None else workers
+    return InlineRunner() if workers <= 1 else PoolRunner(workers)
+
+
+# ---- the driver -----------------------------------------------------------------------------
+
+def objective_values(spec: SweepSpec, totals: dict) -> dict[str, float]:
+    """The spec's objectives and constrained quantities from a point's totals."""
+    names = [*spec.objectives, *(c.quantity for c in spec.constraints)]
+    return {q: float(totals[total_key(q)]) for q in dict.fromkeys(names)}
+
+
+def finish(spec: SweepSpec, result: dict) -> dict:
+    """A worker's result with its objective values, infeasible if a constraint is not met."""
+    if result["status"] != "ok":
+        return result
+    values = objective_values(spec, result["totals"])
+    why = [v for c in spec.constraints if (v := c.violation(values[c.quantity]))]
+    return {**result, "objectives": values,
+            **({"status": "infeasible", "reason": "; ".join(why)} if why else {})}
+
+
+@dataclass
+class SweepOutcome:
+    """What one ``run_sweep`` call did: points run now, found already stored, failed now."""
+
+    ran: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+
+def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) -> SweepOutcome:
+    """Run ``spec``'s search into ``store`` (``store.Store``) on ``runner``; points already in
+    the store are not run again. Each point is stored as it finishes, so an interrupted sweep
+    keeps everything finished."""
+    outcome = SweepOutcome()
+    done = store.done()
+    stored = set(done)  # found in the store before this run
+    asked: set[str] = set()
+    planned = spec.points_planned
+
+    def evaluate(points: list[dict]) -> list[tuple | None]:
+        todo = {point_key(p): p for p in points if point_key(p) not in done}
+        asked.update(point_key(p) for p in points)
+        outcome.skipped = len(asked & stored)
+        tasks = [_task(spec, p) for p in todo.values()]
+        keys = list(todo)
+        if progress:
+            progress(outcome.ran, outcome.failed, planned - outcome.skipped)
+        for i, result in runner.map(tasks):
+            result = finish(spec, result)
+            store.add(todo[keys[i]], result)
+            done[keys[i]] = result
+            outcome.ran += 1
+            outcome.failed += result["status"] != "ok"
+            if progress:
+                progress(outcome.ran, outcome.failed, planned - outcome.skipped)
+        return [_values(spec, done[point_key(p)]) for p in points]
+
+    run_search(spec, evaluate)
+    return outcome
+
+
+def _task(spec: SweepSpec, point: dict) -> Task:
+    params = {k: v for k, v in point.items() if k not in ("model", "density")}
+    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return Task(spec.arch_text(params), f"point ({shown})", point["model"], point["density"],
+                spec.dtype, spec.batch, spec.mode, spec.seed)
+
+
+def _values(spec: SweepSpec, row: dict) -> tuple | None:
+    if row["status"] != "ok":
+        return None
+    return tuple(row["objectives"][q] for q in spec.objectives)
+
+
+def sweep(spec: SweepSpec | str, store_path, *, workers: int | None = None,
+          scheduler: str | None = None, progress: Progress | None = None) -> SweepOutcome:
+    """Run a sweep spec (a ``SweepSpec`` or a spec file) into the store at ``store_path``:
+    the library form of ``npusim sweep``."""
+    from .spec import load_spec
+    from .store import Store
+
+    spec = load_spec(spec) if not isinstance(spec, SweepSpec) else spec
+    store = Store.open(store_path, spec)
+    runner = make_runner(workers, scheduler)
+    try:
+        return run_sweep(spec, store, runner, progress)
+    finally:
+        runner.close()
+        store.close()

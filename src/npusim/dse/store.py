@@ -1,0 +1,207 @@
+"""The results store: one SQLite file, one row per finished point, written by the driver only.
+
+Each point is written in its own transaction as it finishes, so a driver killed at any moment
+leaves every finished point stored and none half-written; the same command then resumes,
+skipping them. The ``meta`` table holds the spec (text and digest) and the npusim version that
+wrote the store: a store from another spec or version is refused, as is a file that is not a
+whole SQLite database.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+from .. import __version__, outfile
+from .spec import SweepError, point_key
+
+SCHEMA = 1
+STATUSES = ("ok", "infeasible", "error")
+COLUMNS = ("key", "seq", "params", "model", "density", "version", "status", "reason",
+           "totals", "objectives", "layers", "seconds")
+_CREATE = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS points (
+    key TEXT PRIMARY KEY,      -- canonical JSON of the point (its identity)
+    seq INTEGER NOT NULL,      -- order stored
+    params TEXT NOT NULL,      -- JSON: the arch parameters of the point
+    model TEXT NOT NULL,
+    density TEXT NOT NULL,     -- JSON: a number or "deep-compression"
+    version TEXT NOT NULL,     -- npusim version that ran it
+    status TEXT NOT NULL CHECK (status IN ('ok', 'infeasible', 'error')),
+    reason TEXT,               -- why infeasible or failed
+    totals TEXT,               -- JSON: LayerStats.as_dict() of the network total
+    objectives TEXT,           -- JSON: {quantity: value}
+    layers TEXT,               -- JSON: one LayerStats.as_dict() per layer
+    seconds REAL               -- wall time of the point on its worker, s
+);
+"""
+
+
+class Store:
+    """An open results store. Use ``Store.open(path, spec)`` to run into it, ``Store.read(path)``
+    to read one."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection):
+        self.path, self.db = path, db
+
+    @classmethod
+    def open(cls, path: str | Path, spec) -> Store:
+        """Open (or create) the store for ``spec``; refuse one written for another spec or by
+        another npusim version."""
+        store = cls(Path(path), _connect(Path(path), create=True))
+        meta = store.meta()
+        if not meta:
+            with store.db:
+                store.db.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("schema", str(SCHEMA)), ("version", __version__),
+                    ("spec_digest", spec.digest()), ("spec_where", spec.where),
+                    ("objectives", json.dumps(spec.objectives))])
+            return store
+        store._check_version(meta)
+        if meta.get("spec_digest") != spec.digest():
+            raise SweepError(f"{path}: this store holds the results of another sweep spec "
+                             f"({meta.get('spec_where', '?')}); a store holds one spec's points: "
+                             "give another --store file, or rerun that spec")
+        return store
+
+    @classmethod
+    def read(cls, path: str | Path) -> Store:
+        """Open an existing store read-only (export, Pareto)."""
+        path = Path(path)
+        if not path.is_file():
+            raise SweepError(f"{path}: no such results store")
+        store = cls(path, _connect(path, create=False))
+        if not store.meta():
+            raise SweepError(f"{path}: not an npusim results store (no sweep in it)")
+        store._check_version(store.meta())
+        return store
+
+    def _check_version(self, meta: dict) -> None:
+        if meta.get("schema") != str(SCHEMA) or meta.get("version") != __version__:
+            raise SweepError(f"{self.path}: written by npusim {meta.get('version', '?')} "
+                             f"(store schema {meta.get('schema', '?')}); this is npusim "
+                             f"{__version__} (schema {SCHEMA}), whose costs may differ: "
+                             "use a new --store file")
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM meta"))
+
+    def done(self) -> dict[str, dict]:
+        """Stored points by key."""
+        return {r["key"]: r for r in self.rows()}
+
+    def add(self, point: dict, result: dict) -> None:
+        """Store one finished point in its own transaction. ``result`` has status, reason,
+        totals, objectives, layers, seconds."""
+        params = {k: v for k, v in point.items() if k not in ("model", "density")}
+        row = (point_key(point), self._next_seq(), json.dumps(params), point["model"],
+               json.dumps(point["density"]), __version__, result["status"], result.get("reason"),
+               _json(result.get("totals")), _json(result.get("objectives")),
+               _json(result.get("layers")), result.get("seconds"))
+        with self.db:
+            self.db.execute(f"INSERT INTO points ({', '.join(COLUMNS)}) VALUES "
+                            f"({', '.join('?' * len(COLUMNS))})", row)
+
+    def _next_seq(self) -> int:
+        return self.db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM points").fetchone()[0]
+
+    def rows(self) -> list[dict]:
+        """Every stored point in the order stored, JSON columns decoded."""
+        cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY seq")
+        out = []
+        for values in cur:
+            row = dict(zip(COLUMNS, values, strict=True))
+            for k in ("params", "density", "totals", "objectives", "layers"):
+                row[k] = json.loads(row[k]) if row[k] is not None else None
+            out.append(row)
+        return out
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _connect(path: Path, create: bool) -> sqlite3.Connection:
+    """A connection to a whole SQLite store; a file that is not one (or truncated) refused."""
+    if path.exists() and not path.is_file():
+        raise SweepError(f"{path}: is not a file; --store names a SQLite results file")
+    fresh = not path.exists() or path.stat().st_size == 0
+    if not create and fresh:
+        raise SweepError(f"{path}: empty file, not an npusim results store")
+    try:
+        db = sqlite3.connect(path)
+        if not fresh:
+            _check_whole(db, path)
+        db.executescript(_CREATE)
+        return db
+    except sqlite3.DatabaseError as e:
+        raise SweepError(f"{path}: not a readable npusim results store (corrupt or not SQLite: "
+                         f"{e}); move it away and rerun to start a new store") from None
+
+
+def _check_whole(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file that is not SQLite, is shorter than its header says (truncated), or fails
+    SQLite's quick check."""
+    with path.open("rb") as f:
+        header = f.read(100)
+    if not header.startswith(b"SQLite format 3\0"):
+        raise sqlite3.DatabaseError("the file does not start with the SQLite header")
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(header[28:32], "big")
+    journal = Path(f"{path}-journal")
+    hot = journal.exists() and journal.stat().st_size > 0  # SQLite rolls it back on open
+    if len(header) == 100 and header[24:28] == header[92:96] and pages and not hot:
+        if path.stat().st_size < pages * page:
+            raise sqlite3.DatabaseError(f"the file is {path.stat().st_size} bytes, its header "
+                                        f"says {pages * page}: truncated")
+    check = db.execute("PRAGMA quick_check").fetchone()[0]
+    if check != "ok":
+        raise sqlite3.DatabaseError(check)
+
+
+def table(store: Store) -> tuple[list[str], list[list]]:
+    """The store as one flat table: the point's dimensions, status, objectives, totals."""
+    rows = store.rows()
+    params = sorted({k for r in rows for k in r["params"]})
+    objectives = json.loads(store.meta().get("objectives", "[]"))
+    totals = sorted({k for r in rows for k in (r["totals"] or {})})
+    header = [*params, "model", "density", "status", "reason", "version", "seconds",
+              *(f"objective.{o}" for o in objectives), *(f"total.{t}" for t in totals)]
+    body = [[*(r["params"].get(p) for p in params), r["model"], r["density"], r["status"],
+             r["reason"], r["version"], r["seconds"],
+             *((r["objectives"] or {}).get(o) for o in objectives),
+             *((r["totals"] or {}).get(t) for t in totals)] for r in rows]
+    return header, body
+
+
+def to_csv(store: Store) -> str:
+    """The store's table as CSV text (one row per point)."""
+    header, body = table(store)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(body)
+    return out.getvalue()
+
+
+def write_parquet(store: Store, path: Path) -> None:
+    """The store's table as a Parquet file (needs pyarrow), written by ``outfile``'s rules."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SweepError("--parquet needs pyarrow, which is not installed (pip install "
+                         "pyarrow); --csv writes the same table") from None
+    header, body = table(store)
+    columns = {h: [row[i] for row in body] for i, h in enumerate(header)}
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(columns), sink)
+    outfile.write_bytes(path, sink.getvalue().to_pybytes(), "--parquet")

@@ -1,0 +1,104 @@
+"""A driver killed with SIGKILL mid-sweep: the same command resumes to exactly the full set."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+from dse_helpers import NPUSIM, env, npusim, write_spec
+
+from npusim.dse import Store, load_spec
+from npusim.dse.search import grid
+from npusim.dse.spec import point_key
+
+MANY = """
+base = "systolic-32x32-ws"
+models = ["Resnet18.csv"]
+objectives = ["cycles", "energy"]
+[parameters]
+"systolic.rows" = {start = 4, stop = 64, step = 4}
+"systolic.cols" = {start = 4, stop = 64, step = 4}
+"""
+
+
+def stored(path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.1)
+        try:
+            return db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_driver_killed_mid_sweep_resumes_to_the_full_set(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
+                             "--workers", "2"], env=env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while stored(db) < 20 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker processes
+        proc.wait()
+    before = len(Store.read(db).rows())
+    spec = load_spec(spec_file)
+    assert 20 <= before < spec.grid_size
+    r = npusim("sweep", spec_file, "--store", db, "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    ran = spec.grid_size - before
+    assert f"{ran} points run (0 infeasible or failed), {before} already stored" in r.stdout
+    rows = Store.read(db).rows()
+    assert sorted(r["key"] for r in rows) == sorted(point_key(p) for p in grid(spec))
+    assert [r["seq"] for r in rows] == list(range(1, spec.grid_size + 1))
+
+
+def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
+                             "--workers", "2"], env=env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while stored(db) < 20 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sweep ended before Ctrl-C"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the driver and its workers
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # hung: leave no process behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    count = len(Store.read(db).rows())
+    assert proc.returncode == 130, err
+    assert f"interrupted; {count} points are stored in {db}; the same command resumes" in err
+    r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
+    assert f"{load_spec(spec_file).grid_size - count} points run" in r.stdout, r.stderr
+
+
+def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    db = tmp_path / "s.db"
+    proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
+                             "--workers", "2"], env=env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while stored(db) < 10 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"],
+                             capture_output=True, text=True).stdout.split()
+    assert proc.poll() is None and workers, "the sweep ended before a worker could be killed"
+    os.kill(int(workers[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and err.count("\n") == 1, err
+    assert "a worker process died while running a point" in err
+    r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert len(Store.read(db).rows()) == load_spec(spec_file).grid_size

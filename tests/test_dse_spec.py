@@ -1,0 +1,95 @@
+"""Sweep specs: validation errors name the key; ranges, grid and random points by hand."""
+
+import pytest
+from dse_helpers import SMALL, write_spec
+
+from npusim.dse import SweepError, load_spec, spec_from_toml_text
+from npusim.dse.search import grid, point_at, random_points
+from npusim.dse.spec import parameter_values
+
+BASE = 'base = "systolic-32x32-ws"\nmodels = ["test.csv"]\n'
+
+
+def spec(extra: str, params: str = '"systolic.rows" = [8]'):
+    return spec_from_toml_text(BASE + extra + "\n[parameters]\n" + params, "s.toml")
+
+
+@pytest.mark.parametrize(("extra", "params", "words"), [
+    ("colour = 1", None, ["unknown key(s) colour", "valid keys"]),
+    ("", '"systolic.row" = [8]', ["[systolic] has no key 'row'", "rows"]),
+    ("", '"cache.size" = [8]', ["no arch section [cache]", "memory"]),
+    ("", '"systolic.rows" = []', ["parameters.\"systolic.rows\"", "non-empty list"]),
+    ("", '"systolic.rows" = {start = 8, stop = 4, step = 1}', ["stop=4 is below start=8"]),
+    ("", '"systolic.rows" = {start = 8, stop = 64}', ["one of step (linear) or factor"]),
+    ("", '"systolic.rows" = {start = 8, stop = 64, factor = 1}', ["factor > 1"]),
+    ("", '"systolic.rows" = {start = 8, stop = 64, step = 8, by = 2}', ["unknown key(s) by"]),
+    ('objectives = ["speed"]', None, ["'speed': not a quantity", "cycles"]),
+    ('objectives = ["area"]', None, ["'area': no area model exists yet"]),
+    ("densities = [0.5]", None, ["test.csv is a topology CSV", "densities = [1.0]"]),
+    ('dtype = "int4"', None, ["dtype='int4'", "float32"]),
+    ("batch = 0", None, ["batch=0", "integer >= 1"]),
+    ('mode = "emulate"', None, ["mode='emulate'", "estimate"]),
+    ('[search]\nstrategy = "random"', None, ["search.budget", "needs a budget"]),
+    ('[search]\nstrategy = "anneal"', None, ["search.strategy='anneal'", "nsga2"]),
+    ('[constraints]\ncycles = {most = 3}', None, ["constraints.cycles", "unknown key(s) most"]),
+])
+def test_bad_spec_is_one_error_naming_the_key(extra, params, words):
+    with pytest.raises(SweepError) as e:
+        spec(extra, params or '"systolic.rows" = [8]')
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_model_and_base_are_named():
+    with pytest.raises(SweepError, match="models: 'nosuch.onnx'"):
+        spec_from_toml_text('base = "systolic-32x32-ws"\nmodels = ["nosuch.onnx"]\n'
+                            '[parameters]\n"systolic.rows" = [8]', "s.toml")
+    with pytest.raises(SweepError, match="base='tpu'"):
+        spec_from_toml_text('base = "tpu"\nmodels = ["test.csv"]\n[parameters]\n'
+                            '"systolic.rows" = [8]', "s.toml")
+
+
+def test_ranges_include_stop():
+    assert parameter_values({"start": 8, "stop": 64, "step": 8}, "k") == (8, 16, 24, 32, 40, 48,
+                                                                         56, 64)
+    assert parameter_values({"start": 256, "stop": 4096, "factor": 2}, "k") == (
+        256, 512, 1024, 2048, 4096)
+    assert parameter_values({"start": 0.5, "stop": 1.0, "step": 0.25}, "k") == (0.5, 0.75, 1.0)
+    assert parameter_values({"start": 8.0, "stop": 64, "factor": 2}, "k") == (8.0, 16.0, 32.0,
+                                                                             64.0)
+
+
+def test_grid_and_random_counts(tmp_path):
+    s = load_spec(write_spec(tmp_path))
+    points = list(grid(s))
+    assert s.grid_size == len(points) == 9
+    assert len({tuple(p.values()) for p in points}) == 9
+    assert points[0] == {"systolic.rows": 4, "systolic.cols": 8, "model": "test.csv",
+                         "density": 1.0}
+    assert point_at(s, 8) == {"systolic.rows": 64, "systolic.cols": 0, "model": "test.csv",
+                              "density": 1.0}
+    text = SMALL + '[search]\nstrategy = "random"\nbudget = 4\nseed = 3\n'
+    r = load_spec(write_spec(tmp_path, text, "r.toml"))
+    picked = random_points(r)
+    assert len(picked) == 4 and len({tuple(p.values()) for p in picked}) == 4
+    assert picked == random_points(r)  # seeded
+    assert all(p in points for p in picked)
+    big = load_spec(write_spec(tmp_path, text.replace("budget = 4", "budget = 50"), "b.toml"))
+    assert len(random_points(big)) == 9  # a budget above the grid: the whole grid
+
+
+def test_point_arch_goes_through_the_arch_loader(tmp_path):
+    s = load_spec(write_spec(tmp_path))
+    arch = s.arch({"systolic.rows": 16, "systolic.cols": 8})
+    assert arch.params("systolic").rows == 16 and arch.params("systolic").cols == 8
+    assert arch.memory.ifmap_sram_kb == 64  # the rest of the base preset kept
+    with pytest.raises(SweepError.__mro__[1], match=r"systolic.cols=0: must be >= 1"):
+        s.arch({"systolic.rows": 16, "systolic.cols": 0})
+
+
+def test_digest_ignores_search_but_not_the_space(tmp_path):
+    a = load_spec(write_spec(tmp_path))
+    b = load_spec(write_spec(tmp_path, SMALL + '[search]\nstrategy = "random"\nbudget = 2\n',
+                             "b.toml"))
+    c = load_spec(write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[4, 16]"), "c.toml"))
+    assert a.digest() == b.digest() != c.digest()

@@ -1,0 +1,165 @@
+"""The results store: one row per point, resumes, refuses another spec, version or a bad file."""
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from dse_helpers import SMALL, npusim, write_spec
+
+from npusim.arch import load_arch
+from npusim.dse import Store, SweepError, load_spec, sweep
+from npusim.dse.store import to_csv
+from npusim.frontends import load_model
+from npusim.simulate import simulate_shapes
+
+
+def test_every_point_stored_once_with_status_and_stats(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    out = sweep(spec, tmp_path / "s.db", workers=1)
+    assert (out.ran, out.skipped, out.failed) == (9, 0, 3)
+    rows = Store.read(tmp_path / "s.db").rows()
+    assert len(rows) == len({r["key"] for r in rows}) == 9
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert {r["params"]["systolic.cols"] for r in bad} == {0}
+    assert all(r["status"] == "infeasible" and "systolic.cols=0: must be >= 1" in r["reason"]
+               for r in bad)
+    # an ok row holds what one simulate_shapes of that arch gives, totals and per layer
+    row = next(r for r in rows if r["params"] == {"systolic.rows": 16, "systolic.cols": 32})
+    arch = spec.arch(row["params"])
+    ref = simulate_shapes(load_model("test.csv"), arch)
+    assert row["totals"]["cycles"] == ref.total.cycles
+    assert row["objectives"] == {"cycles": ref.total.cycles,
+                                 "utilisation": pytest.approx(ref.total.utilisation)}
+    assert [layer["name"] for layer in row["layers"]] == [s.name for s in ref.layers]
+    assert row["layers"][0]["dram_bytes"] == ref.layers[0].dram_bytes
+    assert row["totals"]["edp"] == pytest.approx(ref.total.energy_pj * arch.seconds(
+        ref.total.cycles))
+
+
+def test_rerun_resumes_and_a_grown_search_runs_only_new_points(tmp_path):
+    spec_file = write_spec(tmp_path, SMALL + '[search]\nstrategy = "random"\nbudget = 4\n')
+    first = sweep(spec_file, tmp_path / "s.db", workers=1)
+    assert first.ran == 4
+    again = sweep(spec_file, tmp_path / "s.db", workers=1)
+    assert (again.ran, again.skipped) == (0, 4)
+    whole = write_spec(tmp_path, SMALL, "grid.toml")  # same space, the full grid
+    rest = sweep(whole, tmp_path / "s.db", workers=1)
+    assert (rest.ran, rest.skipped) == (5, 4)
+    assert len(Store.read(tmp_path / "s.db").rows()) == 9
+
+
+def test_store_of_another_spec_or_version_is_refused(tmp_path):
+    sweep(write_spec(tmp_path), tmp_path / "s.db", workers=1)
+    other = write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[4, 16]"), "other.toml")
+    with pytest.raises(SweepError, match="another sweep spec"):
+        sweep(other, tmp_path / "s.db", workers=1)
+    db = sqlite3.connect(tmp_path / "s.db")
+    with db:
+        db.execute("UPDATE meta SET value = '0.0.1' WHERE key = 'version'")
+    db.close()
+    with pytest.raises(SweepError, match=r"written by npusim 0\.0\.1.*new --store"):
+        Store.read(tmp_path / "s.db")
+
+
+def test_truncated_or_foreign_store_is_one_clear_error(tmp_path):
+    spec = load_spec(write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[2, 4, 8, 16, 32, 64]")))
+    sweep(spec, tmp_path / "s.db", workers=1)
+    data = (tmp_path / "s.db").read_bytes()
+    assert len(data) > 4096
+    (tmp_path / "cut.db").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SweepError, match="cut.db: not a readable npusim results store.*trunc"):
+        Store.read(tmp_path / "cut.db")
+    with pytest.raises(SweepError, match="not a readable"):
+        Store.open(tmp_path / "cut.db", spec)
+    (tmp_path / "junk.db").write_text("hello, not sqlite\n" * 100)
+    with pytest.raises(SweepError, match="junk.db: not a readable npusim results store"):
+        Store.read(tmp_path / "junk.db")
+    r = npusim("sweep", "export", tmp_path / "cut.db", "--csv", tmp_path / "x.csv")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "truncated" in r.stderr
+
+
+def test_cli_sweep_export_csv(tmp_path):
+    spec_file = write_spec(tmp_path)
+    r = npusim("sweep", spec_file, "--store", tmp_path / "s.db", "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    assert "9 points run (3 infeasible or failed), 0 already stored" in r.stdout
+    r = npusim("sweep", "export", tmp_path / "s.db", "--csv", tmp_path / "t.csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "t.csv").read_text())))
+    assert len(rows) == 9
+    assert {r["status"] for r in rows} == {"ok", "infeasible"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(float(r["objective.cycles"]) == float(r["total.cycles"]) for r in ok)
+    assert to_csv(Store.read(tmp_path / "s.db")) == (tmp_path / "t.csv").read_text()
+    r = npusim("sweep", spec_file)
+    assert r.returncode == 2 and "needs --store FILE" in r.stderr
+
+
+def test_arch_key_of_any_section_and_top_level(tmp_path):
+    text = """
+base = "input-reuse-1024"
+models = ["test.csv"]
+[parameters]
+"dataflow" = ["input-reuse", "systolic"]
+"clock_mhz" = [500.0, 1000.0]
+"""
+    spec = load_spec(write_spec(tmp_path, text))
+    sweep(spec, tmp_path / "s.db", workers=1)
+    rows = Store.read(tmp_path / "s.db").rows()
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), rows
+    for r in rows:
+        arch = load_arch("input-reuse-1024")
+        ref = simulate_shapes(load_model("test.csv"), arch, dataflow=r["params"]["dataflow"])
+        assert r["totals"]["cycles"] == ref.total.cycles
+        assert r["totals"]["latency_s"] == pytest.approx(
+            ref.total.cycles / (r["params"]["clock_mhz"] * 1e6))
+        assert json.loads(json.dumps(r["params"])) == r["params"]
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["sweep", "export", "s.db"], "needs --csv OUT and/or --parquet OUT"),
+    (["sweep", "SPEC", "--store", "s.db", "--csv", "x.csv"], "go with 'npusim sweep export"),
+    (["sweep", "SPEC", "--store", "s.db", "--workers", "0"], "--workers must be >= 1"),
+    (["sweep", "nosuch.toml", "--store", "s.db"], "nosuch.toml: cannot read the sweep spec"),
+    (["sweep", "export", "nosuch.db", "--csv", "x.csv"], "nosuch.db: no such results store"),
+    (["pareto", "nosuch.db", "--x", "cycles", "--y", "energy"], "no such results store"),
+])
+def test_cli_misuse_is_one_line_exit_2(argv, words, tmp_path, monkeypatch, capsys):
+    from npusim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = [str(write_spec(tmp_path)) if a == "SPEC" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_onnx_and_factory_models_relative_to_the_spec(tmp_path):
+    import shutil
+
+    from npusim.dse.runner import prepared
+    from npusim.simulate import simulate
+
+    root = Path(__file__).resolve().parent.parent / "examples"
+    for name in ("small_cnn.onnx", "my_net.py"):
+        shutil.copy(root / name, tmp_path / name)
+    text = """
+base = "sparse-pairs-32x32"
+models = ["small_cnn.onnx", "my_net.py:build"]
+densities = [0.5, 1.0]
+[parameters]
+"sparse-pairs.processor_groups" = [8, 32]
+"""
+    spec = load_spec(write_spec(tmp_path, text))
+    assert spec.models == (str(tmp_path / "small_cnn.onnx"), f"{tmp_path / 'my_net.py'}:build")
+    out = sweep(spec, tmp_path / "s.db", workers=1)
+    assert (out.ran, out.failed) == (8, 0)
+    for row in Store.read(tmp_path / "s.db").rows():
+        _, graph, x = prepared(row["model"], row["density"], 1, 0)
+        arch = spec.arch(row["params"])
+        want = simulate(graph, x, arch, mode="estimate")
+        assert row["totals"]["cycles"] == want.total.cycles
+        assert row["totals"]["macs"] == want.total.macs
