@@ -133,3 +133,17 @@ def test_simulate_refuses_a_non_finite_value_an_earlier_op_produced():
     with pytest.raises(InputError, match=r"c2: input \(the output of the op before it\) has "
                                          r"32 non-finite"):
         npusim.simulate(_two_convs(sqrt=True), x, "sparse-pairs-32x32")
+
+
+def test_a_float64_value_beyond_float32_is_refused_as_the_inf_it_would_become():
+    x = np.full((1, 1, 1, 2), 1e39)
+    with pytest.raises(InputError, match=r"x has 2 non-finite .*finite float32 values only"):
+        _conv(x, np.ones((1, 1, 1, 1)))
+
+
+def test_finite_values_whose_sum_overflows_are_not_refused():
+    from npusim.tensors import check_finite
+
+    check_finite(np.array([1e308, 1e308, -1e308]), "x", "here")
+    with pytest.raises(InputError, match=r"here: x has 1 non-finite .*index \(3,\)"):
+        check_finite(np.array([1e308, 1e308, -1e308, np.nan]), "x", "here")

@@ -316,39 +316,32 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
         raise NpusimError(f"conv2d: dataflow {dataflow!r} cannot run it: {why}")
     if emulate:
         check_emulate_size([layer], df, arch, emulate_limit)
-    integer_in = _check_conv_inputs(x, w, bias)
-    if dtype == "int8" and not integer_in:
-        xq, sx = quant.quantize_activations(x.astype(np.float32))
-        wq, sw = quant.quantize_weights(w.astype(np.float32))
+    x, w, bias = _operands(x, w, bias)
+    if dtype == "int8" and x.dtype != np.int8:
+        xq, sx = quant.quantize_activations(x)
+        wq, sw = quant.quantize_weights(w)
         bq = quant.quantize_bias(bias, sx, sw)
         acc, st = _run_one(df, layer, xq, wq, bq, arch, emulate)
         return (acc * (sx * sw).reshape(1, -1, 1, 1)).astype(np.float32), st
-    if integer_in:
-        x, w = x.astype(np.int8), w.astype(np.int8)
-        bias = None if bias is None else np.asarray(bias, np.int32)
+    if x.dtype == np.int8:
         layer = layer.with_dtype("int8")
-    else:
-        x, w = x.astype(np.float32), w.astype(np.float32)
-        bias = None if bias is None else np.asarray(bias, np.float32)
     return _run_one(df, layer, x, w, bias, arch, emulate)
 
 
-def _check_conv_inputs(x: np.ndarray, w: np.ndarray, bias) -> bool:
-    """Refuse ``conv2d`` operands no machine should take (``tensors``): a bias that is not
-    (K,), non-finite values, integer operands outside int8 (bias: int32). Returns whether
-    the conv is an integer one (``x`` an integer array)."""
+def _operands(x: np.ndarray, w: np.ndarray, bias):
+    """``conv2d``'s operands checked (``tensors``: a (K,) bias, finite values, integers
+    within int8 and an int32 bias) and cast: int8 x and w and an int32 bias when ``x`` is
+    an integer array, float32 otherwise."""
     tensors.check_bias(bias, w.shape[0], "conv2d")
-    integer_in = bool(np.issubdtype(x.dtype, np.integer))
-    if integer_in:
+    if np.issubdtype(x.dtype, np.integer):
         tensors.check_whole(x, "x", "conv2d", tensors.INT8)
         tensors.check_whole(w, "w", "conv2d", tensors.INT8)
         if bias is not None:
             tensors.check_whole(bias, "bias", "conv2d", tensors.INT32)
-    else:
-        for name, t in (("x", x), ("w", w), ("bias", bias)):
-            if t is not None:
-                tensors.check_finite(t, name, "conv2d")
-    return integer_in
+            bias = np.asarray(bias).astype(np.int32)
+        return x.astype(np.int8), w.astype(np.int8), bias
+    x, w = tensors.finite_float32(x, "x", "conv2d"), tensors.finite_float32(w, "w", "conv2d")
+    return x, w, None if bias is None else tensors.finite_float32(bias, "bias", "conv2d")
 
 
 def _run_one(df, layer, x, w, bias, arch, emulate: bool):

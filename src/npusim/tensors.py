@@ -25,15 +25,33 @@ def check_finite(tensor, name: str, where: str) -> None:
     Integer and boolean arrays are always finite.
     """
     a = np.asarray(tensor)
-    if not np.issubdtype(a.dtype, np.inexact):
+    if not np.issubdtype(a.dtype, np.inexact) or _finite_sum(a):
         return
     ok = np.isfinite(a)
     if ok.all():
-        return
+        return  # finite values whose float64 sum overflowed
     first = tuple(int(i) for i in np.argwhere(~ok)[0])
     raise InputError(f"{where}: {name} has {int(a.size - ok.sum())} non-finite value(s) "
-                     f"(the first, {a[first]}, at index {first}); npusim takes finite values "
-                     "only (no NaN or inf on any machine)")
+                     f"(the first, {a[first]}, at index {first}); npusim takes finite "
+                     "float32 values only (no NaN or inf, on any machine)")
+
+
+def finite_float32(tensor, name: str, where: str) -> np.ndarray:
+    """``tensor`` as float32, refused (``check_finite``) if a value is NaN or inf there,
+    which includes a value beyond float32's range (about 3.4e38) that the cast made inf."""
+    with np.errstate(over="ignore"):
+        a = np.asarray(tensor).astype(np.float32, copy=False)
+    check_finite(a, name, where)
+    return a
+
+
+def _finite_sum(a: np.ndarray) -> bool:
+    """Whether a real array's float64 sum is finite: then every value is (a NaN or inf makes
+    the sum non-finite), found without a mask the size of the tensor in memory."""
+    if not np.issubdtype(a.dtype, np.floating):
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(a.sum(dtype=np.float64)))
 
 
 def check_whole(tensor, name: str, where: str, bounds: tuple[int, int]) -> None:
