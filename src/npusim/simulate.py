@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from . import engine, ops, quant
+from . import engine, ops, quant, tensors
 from .arch import Arch, load_arch
 from .dataflows import get as get_dataflow
 from .errors import InputError, NpusimError
@@ -108,6 +108,17 @@ def check_emulate_size(layers: list[ConvLayer], df, arch: Arch, limit: int | Non
                           "(emulate_limit=N)")
 
 
+def check_model_finite(model: Graph, x: np.ndarray) -> None:
+    """Refuse, before any layer runs, a network input or a conv/linear weight or bias with
+    a NaN or inf (``tensors.check_finite``; each conv's input is checked again when it runs,
+    for a non-finite value an earlier op produced)."""
+    tensors.check_finite(x, "input", model.name)
+    for node in model.conv_nodes:
+        tensors.check_finite(node.op.weight, "weight", node.name)
+        if node.op.bias is not None:
+            tensors.check_finite(node.op.bias, "bias", node.name)
+
+
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
     """A non-conv op on the vector unit: its element work on ``lanes`` lanes, each input
     and output element one SRAM access (counted as ofmap-buffer bytes), no DRAM."""
@@ -147,6 +158,7 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
             raise InputError(f"input shape {x.shape} does not fit {model.name}, which takes "
                              f"{model.input_shape} (N may differ)")
         model = model.with_batch(x.shape[0])
+    check_model_finite(model, x)
     if mode == "emulate":
         check_emulate_size([model.layers[n.name].with_dtype(dtype) for n in model.conv_nodes],
                            df, arch, emulate_limit)
@@ -219,6 +231,7 @@ def _run_nodes(model: Graph, x, df, arch, mode, dtype, keep_outputs, progress, c
             if why:
                 raise NpusimError(f"{node.name}: dataflow {df.name!r} cannot run it: {why}")
             x_in = args[0].reshape(layer.input_shape)
+            tensors.check_finite(x_in, "input (the output of the op before it)", node.name)
             out, st = _conv_step(layer, x_in, node.op, df, arch, mode, costs)
             out = out.astype(np.float32, copy=False).reshape(model.shapes[node.name])
         else:
@@ -303,21 +316,32 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
         raise NpusimError(f"conv2d: dataflow {dataflow!r} cannot run it: {why}")
     if emulate:
         check_emulate_size([layer], df, arch, emulate_limit)
-    integer_in = np.issubdtype(x.dtype, np.integer)
-    if dtype == "int8" and not integer_in:
-        xq, sx = quant.quantize_activations(x.astype(np.float32))
-        wq, sw = quant.quantize_weights(w.astype(np.float32))
+    x, w, bias = _operands(x, w, bias)
+    if dtype == "int8" and x.dtype != np.int8:
+        xq, sx = quant.quantize_activations(x)
+        wq, sw = quant.quantize_weights(w)
         bq = quant.quantize_bias(bias, sx, sw)
         acc, st = _run_one(df, layer, xq, wq, bq, arch, emulate)
         return (acc * (sx * sw).reshape(1, -1, 1, 1)).astype(np.float32), st
-    if integer_in:
-        x, w = x.astype(np.int8), w.astype(np.int8)
-        bias = None if bias is None else np.asarray(bias, np.int32)
+    if x.dtype == np.int8:
         layer = layer.with_dtype("int8")
-    else:
-        x, w = x.astype(np.float32), w.astype(np.float32)
-        bias = None if bias is None else np.asarray(bias, np.float32)
     return _run_one(df, layer, x, w, bias, arch, emulate)
+
+
+def _operands(x: np.ndarray, w: np.ndarray, bias):
+    """``conv2d``'s operands checked (``tensors``: a (K,) bias, finite values, integers
+    within int8 and an int32 bias) and cast: int8 x and w and an int32 bias when ``x`` is
+    an integer array, float32 otherwise."""
+    tensors.check_bias(bias, w.shape[0], "conv2d")
+    if np.issubdtype(x.dtype, np.integer):
+        tensors.check_whole(x, "x", "conv2d", tensors.INT8)
+        tensors.check_whole(w, "w", "conv2d", tensors.INT8)
+        if bias is not None:
+            tensors.check_whole(bias, "bias", "conv2d", tensors.INT32)
+            bias = np.asarray(bias).astype(np.int32)
+        return x.astype(np.int8), w.astype(np.int8), bias
+    x, w = tensors.finite_float32(x, "x", "conv2d"), tensors.finite_float32(w, "w", "conv2d")
+    return x, w, None if bias is None else tensors.finite_float32(bias, "bias", "conv2d")
 
 
 def _run_one(df, layer, x, w, bias, arch, emulate: bool):

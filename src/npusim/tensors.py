@@ -1,0 +1,79 @@
+"""Checks on the tensors a conv is given, written once for ``conv2d`` and ``simulate``.
+
+The rule for non-finite values (docs/architecture.md, "Inputs npusim refuses"): no machine
+takes a NaN or an infinity. The zero-skipping machines never multiply by a zero operand, so
+IEEE propagation (``NaN * 0 = NaN``) would depend on which products a machine skips, and
+int8 quantisation has no code for NaN or inf. Such a value in an input, a weight or a bias is
+refused before quantisation and before any layer runs, naming the tensor, the layer, how many
+values are non-finite and the first one's index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError
+
+INT8 = (-128, 127)
+INT32 = (int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max))
+
+
+def check_finite(tensor, name: str, where: str) -> None:
+    """Raise ``InputError`` if ``tensor`` (any array-like) holds a NaN or an infinity.
+
+    ``name`` is the tensor ("x", "weight", "bias", "input"), ``where`` the layer or function.
+    Integer and boolean arrays are always finite.
+    """
+    a = np.asarray(tensor)
+    if not np.issubdtype(a.dtype, np.inexact) or _finite_sum(a):
+        return
+    ok = np.isfinite(a)
+    if ok.all():
+        return  # finite values whose float64 sum overflowed
+    first = tuple(int(i) for i in np.argwhere(~ok)[0])
+    raise InputError(f"{where}: {name} has {int(a.size - ok.sum())} non-finite value(s) "
+                     f"(the first, {a[first]}, at index {first}); npusim takes finite "
+                     "float32 values only (no NaN or inf, on any machine)")
+
+
+def finite_float32(tensor, name: str, where: str) -> np.ndarray:
+    """``tensor`` as float32, refused (``check_finite``) if a value is NaN or inf there,
+    which includes a value beyond float32's range (about 3.4e38) that the cast made inf."""
+    with np.errstate(over="ignore"):
+        a = np.asarray(tensor).astype(np.float32, copy=False)
+    check_finite(a, name, where)
+    return a
+
+
+def _finite_sum(a: np.ndarray) -> bool:
+    """Whether a real array's float64 sum is finite: then every value is (a NaN or inf makes
+    the sum non-finite), found without a mask the size of the tensor in memory."""
+    if not np.issubdtype(a.dtype, np.floating):
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(a.sum(dtype=np.float64)))
+
+
+def check_whole(tensor, name: str, where: str, bounds: tuple[int, int]) -> None:
+    """Raise ``InputError`` unless every value of ``tensor`` is a whole number in
+    ``bounds`` (inclusive): what an integer conv's operands must be before they are
+    cast (a cast would wrap 200 to -56, or cut 0.5 to 0)."""
+    a = np.asarray(tensor)
+    if not a.size:
+        return
+    lo, hi = bounds
+    if np.issubdtype(a.dtype, np.inexact):
+        check_finite(a, name, where)
+        if not np.array_equal(np.rint(a), a):
+            raise InputError(f"{where}: {name} holds fractions (e.g. {a[a != np.rint(a)][0]}); "
+                             f"integer inputs take whole numbers in [{lo}, {hi}]")
+    if a.min() < lo or a.max() > hi:
+        raise InputError(f"{where}: {name} has values in [{a.min()}, {a.max()}]; integer inputs "
+                         f"must lie in [{lo}, {hi}] ({'int8' if bounds == INT8 else 'int32'})")
+
+
+def check_bias(bias, k: int, where: str) -> None:
+    """Raise ``InputError`` unless ``bias`` is None or one value per output channel (K,)."""
+    if bias is not None and np.shape(bias) != (k,):
+        raise InputError(f"{where}: bias has shape {np.shape(bias)}; it must be 1-D with one "
+                         f"value per output channel, length K={k}")

@@ -1,0 +1,149 @@
+"""Inputs no machine should take silently: non-finite values, integers outside int8, a bias
+that is not one value per output channel. Each is one InputError naming the tensor."""
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim import GraphBuilder, InputError
+
+# One preset per dataflow: every machine refuses the same inputs.
+MACHINES = [("systolic", "systolic-2x2-ws"), ("input-reuse", "input-reuse-1024"),
+            ("sparse-pairs", "sparse-pairs-32x32"), ("group-tile", "group-tile-32mac"),
+            ("dilated-grid", "dilated-grid-2x2")]
+
+
+def _conv(x, w, machine=MACHINES[0], **kw):
+    dataflow, arch = machine
+    return npusim.conv2d(x, w, dataflow=dataflow, arch=arch, **kw)
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=[m[0] for m in MACHINES])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_x_meeting_a_zero_weight_is_refused_on_every_machine(machine, bad):
+    # Today sparse-pairs returns 0.0 here (torch gives NaN): the product with a zero is skipped.
+    x = np.ones((1, 2, 3, 3), np.float32)
+    x[0, 1, 2, 0] = bad
+    w = np.zeros((2, 2, 1, 1), np.float32)
+    with pytest.raises(InputError, match=r"conv2d: x has 1 non-finite value\(s\) "
+                                         r".*at index \(0, 1, 2, 0\)"):
+        _conv(x, w, machine)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_non_finite_weight_and_bias_are_refused_before_quantisation(dtype):
+    x = np.ones((1, 1, 2, 2), np.float32)
+    w = np.ones((3, 1, 1, 1), np.float32)
+    with pytest.raises(InputError, match=r"conv2d: w has 2 non-finite"):
+        _conv(x, np.where(np.arange(3).reshape(3, 1, 1, 1) > 0, np.nan, w), dtype=dtype)
+    with pytest.raises(InputError, match=r"conv2d: bias has 1 non-finite .*index \(2,\)"):
+        _conv(x, w, bias=np.array([0, 1, np.inf]), dtype=dtype)
+
+
+def test_int8_mode_refuses_a_nan_maximum():
+    # Today the NaN maximum becomes scale 1.0 and every output is 0.
+    x = np.array([0.5, np.nan, 0.01], np.float32).reshape(1, 1, 1, 3)
+    with pytest.raises(InputError, match="x has 1 non-finite"):
+        _conv(x, np.ones((1, 1, 1, 1), np.float32), dtype="int8")
+
+
+@pytest.mark.parametrize("value", [200, -129, 128])
+def test_integer_x_outside_int8_is_refused(value):
+    # Today int64 200 is cast to int8 -56 and the conv returns -56.
+    x = np.full((1, 1, 1, 1), value, np.int64)
+    with pytest.raises(InputError, match=rf"conv2d: x has values in \[{value}, {value}\]; "
+                                         r"integer inputs must lie in \[-128, 127\]"):
+        _conv(x, np.ones((1, 1, 1, 1), np.int64))
+
+
+def test_integer_w_outside_int8_and_fractional_w_are_refused():
+    x = np.ones((1, 1, 1, 1), np.int8)
+    with pytest.raises(InputError, match=r"w has values in \[300, 300\].*\[-128, 127\]"):
+        _conv(x, np.full((1, 1, 1, 1), 300, np.int32))
+    with pytest.raises(InputError, match=r"w holds fractions \(e.g. 0.5\)"):
+        _conv(x, np.full((1, 1, 1, 1), 0.5))
+
+
+def test_integer_bias_outside_int32_is_refused():
+    x, w = np.ones((1, 1, 1, 1), np.int8), np.ones((1, 1, 1, 1), np.int8)
+    with pytest.raises(InputError, match=r"bias has values .*\[-2147483648, 2147483647\]"):
+        _conv(x, w, bias=np.array([2**31], np.int64))
+
+
+def test_integer_extremes_of_int8_still_run_exactly():
+    x = np.array([[-128, 127]], np.int64).reshape(1, 1, 1, 2)
+    w = np.full((1, 1, 1, 1), -128, np.int64)
+    out, _ = _conv(x, w, bias=np.array([5]))
+    assert out.ravel().tolist() == [-128 * -128 + 5, 127 * -128 + 5]
+
+
+@pytest.mark.parametrize("length", [1, 2, 4])
+def test_bias_of_the_wrong_length_is_refused_naming_k(length):
+    # Today length 1 is broadcast to all 3 outputs and length 2 raises a raw numpy ValueError.
+    x, w = np.ones((1, 1, 2, 2), np.float32), np.ones((3, 1, 1, 1), np.float32)
+    with pytest.raises(InputError, match=rf"conv2d: bias has shape \({length},\); .*length K=3"):
+        _conv(x, w, bias=np.ones(length))
+
+
+def test_scalar_and_2d_bias_are_refused():
+    x, w = np.ones((1, 1, 2, 2), np.float32), np.ones((3, 1, 1, 1), np.float32)
+    for bias in (np.float32(1), np.ones((3, 1))):
+        with pytest.raises(InputError, match="length K=3"):
+            _conv(x, w, bias=bias)
+
+
+def _two_convs(w2=None, b1=None, sqrt=False):
+    g = GraphBuilder("two", (1, 2, 4, 4))
+    h = g.conv(g.input, np.ones((2, 2, 1, 1)), b1, name="c1")
+    if sqrt:
+        h = g.sqrt(h)
+    g.conv(h, np.ones((2, 2, 1, 1)) if w2 is None else w2, name="c2")
+    return g.build()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("mode", ["run", "estimate", "emulate"])
+def test_simulate_refuses_non_finite_input_before_any_layer(mode, dtype):
+    # Today, in int8, an inf in the input makes every output 0.
+    x = np.ones((1, 2, 4, 4), np.float32)
+    x[0, 0, 1, 1] = np.inf
+    seen = []
+    with pytest.raises(InputError, match=r"two: input has 1 non-finite .*\(0, 0, 1, 1\)"):
+        npusim.simulate(_two_convs(), x, "sparse-pairs-32x32", mode=mode, dtype=dtype,
+                        progress=lambda i, n, name: seen.append(name))
+    assert seen == []
+
+
+def test_simulate_refuses_a_non_finite_weight_of_a_later_layer_before_any_layer_runs():
+    w2 = np.ones((2, 2, 1, 1), np.float32)
+    w2[1, 0, 0, 0] = np.nan
+    seen = []
+    with pytest.raises(InputError, match=r"c2: weight has 1 non-finite .*\(1, 0, 0, 0\)"):
+        npusim.simulate(_two_convs(w2=w2), np.ones((1, 2, 4, 4)), "input-reuse-1024",
+                        progress=lambda i, n, name: seen.append(name))
+    assert seen == []
+    with pytest.raises(InputError, match=r"c1: bias has 1 non-finite"):
+        npusim.simulate(_two_convs(b1=[0, -np.inf]), np.ones((1, 2, 4, 4)), "systolic-2x2-ws")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt")
+def test_simulate_refuses_a_non_finite_value_an_earlier_op_produced():
+    # sqrt of a negative conv output gives NaN; the next conv refuses it.
+    x = -np.ones((1, 2, 4, 4), np.float32)
+    with pytest.raises(InputError, match=r"c2: input \(the output of the op before it\) has "
+                                         r"32 non-finite"):
+        npusim.simulate(_two_convs(sqrt=True), x, "sparse-pairs-32x32")
+
+
+def test_a_float64_value_beyond_float32_is_refused_as_the_inf_it_would_become():
+    x = np.full((1, 1, 1, 2), 1e39)
+    with pytest.raises(InputError, match=r"x has 2 non-finite .*finite float32 values only"):
+        _conv(x, np.ones((1, 1, 1, 1)))
+
+
+def test_finite_values_whose_sum_overflows_are_not_refused():
+    from npusim.tensors import check_finite
+
+    check_finite(np.array([1e308, 1e308, -1e308]), "x", "here")
+    with pytest.raises(InputError, match=r"here: x has 1 non-finite .*index \(3,\)"):
+        check_finite(np.array([1e308, 1e308, -1e308, np.nan]), "x", "here")
