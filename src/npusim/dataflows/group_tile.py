@@ -48,11 +48,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .. import engine, memory, stats
 from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
+from ..jit import njit
 from ..parallel import in_parallel
 from ..reference import pad_input
 from .base import Machine, element_bytes, register

@@ -38,11 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .. import bitconv, engine
 from ..arch.spec import MAX_SIDE, spec
 from ..ir import ConvLayer
+from ..jit import njit
 from ..memory import Steps
 from ..parallel import in_parallel
 from ..reference import pad_input
