@@ -17,11 +17,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir as llvm_ir
-from numba import njit, types
-from numba.extending import intrinsic
 
 from .ir import ConvLayer
+from .jit import intrinsic, njit
 from .parallel import in_parallel
 
 WORD_BITS = 64
@@ -30,6 +28,8 @@ WORD_BITS = 64
 @intrinsic
 def _popcount(typingctx, word):
     """Set bits of a uint64 (the CPU's popcount instruction), as int64."""
+    from numba import types
+
     sig = types.int64(types.uint64)
 
     def codegen(context, builder, signature, args):
@@ -42,6 +42,9 @@ def _popcount(typingctx, word):
 def lowest_bit(typingctx, word):
     """Index of the lowest set bit of a non-zero uint64 (count trailing zeros), as int64:
     the priority encoder."""
+    from llvmlite import ir as llvm_ir
+    from numba import types
+
     sig = types.int64(types.uint64)
 
     def codegen(context, builder, signature, args):

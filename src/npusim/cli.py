@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__, outfile
@@ -414,9 +413,11 @@ class _ProgressBar:
         if not self.enabled:
             return
         if self.bar is None and time.perf_counter() - self.start > PROGRESS_AFTER_S:
-            self.bar = Progress(TextColumn("{task.description:<24}"), BarColumn(),
-                                MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
+            from rich import progress as rp  # a bar only for slow runs: not imported before
+
+            self.bar = rp.Progress(rp.TextColumn("{task.description:<24}"), rp.BarColumn(),
+                                   rp.MofNCompleteColumn(), rp.TimeElapsedColumn(),
+                                   console=Console(stderr=True), transient=True)
             self.task = self.bar.add_task(name, total=n)
             self.bar.start()
         if self.bar is not None:

@@ -44,6 +44,8 @@ class Dataflow(Protocol):
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]: ...
 
+    def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]: ...
+
 
 class Machine:
     """The part of the interface every dataflow class inherits."""
@@ -59,6 +61,11 @@ class Machine:
         """Outputs by the machine's arithmetic and the layer's stats."""
         out = self.compute(layer, x, w, bias, arch)
         return out, self.estimate(layer, *self.masks(x, w), arch)
+
+    def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
+        """(label, text) lines of the machine's own counters that explain its time, from
+        the sum of its conv layers' stats (``total.extra``); shown below the run's report."""
+        return []
 
 
 REGISTRY: dict[str, Dataflow] = {}
@@ -80,6 +87,11 @@ def get(name: str) -> Dataflow:
 
 def names() -> list[str]:
     return sorted(REGISTRY)
+
+
+def percent(part: float, whole: float) -> str:
+    """'12.3 %': ``part`` as a share of ``whole`` ('-' if ``whole`` is 0)."""
+    return f"{100 * part / whole:.1f} %" if whole else "-"
 
 
 def element_bytes(dtype: str) -> int:

@@ -50,7 +50,7 @@ from ..ir import ConvLayer
 from ..memory import Steps
 from ..reference import pad_input, tap_window
 from . import shift_grid
-from .base import Machine, element_bytes, register
+from .base import Machine, element_bytes, percent, register
 
 NAME = "dilated-grid"
 
@@ -367,3 +367,14 @@ class DilatedGrid(Machine):
 
         out, counts, st = emulate(layer, x, w, bias, arch.params(NAME))
         return out, layer_stats(layer, arch, counts, st)
+
+    def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
+        """Pixel-set load cycles the double buffer did not hide, the pixel sets loaded, and
+        the zero taps of the zero-inserted kernels the grid skipped."""
+        e = total.extra
+        skipped, inserted = e.get("skipped_zero_taps", 0), e.get("zero_inserted_steps", 0)
+        return [("load cycles not hidden", f"{int(e.get('load_stall_cycles', 0)):,} of "
+                                           f"{int(e.get('load_cycles', 0)):,} load cycles"),
+                ("pixel sets", f"{int(e.get('pixel_sets', 0)):,}"),
+                ("zero taps skipped", f"{int(skipped):,} of {int(inserted):,} "
+                                      f"zero-inserted steps ({percent(skipped, inserted)})")]

@@ -48,14 +48,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .. import engine, memory, stats
 from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
+from ..jit import njit
 from ..parallel import in_parallel
 from ..reference import pad_input
-from .base import Machine, element_bytes, register
+from .base import Machine, element_bytes, percent, register
 
 NAME = "group-tile"
 WORD_BYTES = 4  # the wide memory's word: 32 bits
@@ -431,3 +431,13 @@ class GroupTile(Machine):
         out, sched, reads, st = emulate(layer, x, w, bias, arch.params(NAME),
                                         filter_capacity(arch))
         return out, layer_stats(layer, arch, sched, reads, st)
+
+    def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
+        """Bus and MAC utilisation, and the cycles the tiles wait on weights (the wide
+        memory's words per cycle) and on draining outputs."""
+        e = total.extra
+        return [("bus utilisation", f"{percent(e.get('broadcasts', 0), e.get('bus_slots', 0))} "
+                                    "of the input bus's lane slots (stall-free cycles)"),
+                ("MAC utilisation", f"{percent(total.macs, total.pe_cycles)} of MAC cycles"),
+                ("weight stalls", f"{int(e.get('weight_stall_cycles', 0)):,} cycles"),
+                ("drain stalls", f"{int(e.get('drain_stall_cycles', 0)):,} cycles")]

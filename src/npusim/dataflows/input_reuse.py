@@ -42,7 +42,7 @@ from ..memory import Steps
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
-from .base import Machine, element_bytes, register
+from .base import Machine, element_bytes, percent, register
 from .operation_units import Schedule, queue, schedule
 from .phases import plan
 from .region_work import Geometry, Work, region_work
@@ -401,3 +401,15 @@ class InputReuse(Machine):
         from ..emulate.input_reuse import emulate
 
         return emulate(layer, x, w, bias, arch.params(self.name), arch)
+
+    def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
+        """Cycles lost to contention on the units' interconnect, cycles work stealing
+        saved, and the partial-sum transfers between units."""
+        e = total.extra
+        idle = e.get("opunit_idle_cycles", 0)
+        return [("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+                ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
+                ("transfers", f"{int(e.get('transfers', 0)):,} "
+                              f"({int(e.get('transfer_cycles', 0)):,} cycles)"),
+                ("operation units idle",
+                 f"{percent(idle, idle + e.get('opunit_busy_cycles', 0))} of their cycles")]

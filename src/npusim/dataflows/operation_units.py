@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 
 @dataclass(frozen=True)

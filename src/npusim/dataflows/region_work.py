@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from ..ir import ConvLayer
+from ..jit import njit
 from ..reference import pad_input
 from .operation_units import Transfers, reduce_last
 from .phases import Part, Phase, Plan, plan

@@ -38,11 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .. import bitconv, engine
 from ..arch.spec import MAX_SIDE, spec
 from ..ir import ConvLayer
+from ..jit import njit
 from ..memory import Steps
 from ..parallel import in_parallel
 from ..reference import pad_input
@@ -374,3 +374,16 @@ class SparsePairs(Machine):
 
         out, sched = emulate(layer, x, w, bias, arch.params(NAME))
         return out, layer_stats(layer, arch, sched)
+
+    def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
+        """Imbalance between processor groups (sum over layers of the slowest group's
+        cycles / of the mean group's) and the pairs skipped for a zero operand."""
+        e = total.extra
+        skipped = [int(e.get(f"skipped_{k}_zero", 0)) for k in ("weight", "feature", "both")]
+        return [("group imbalance",
+                 f"{imbalance(total, 'group'):.2f}x (max / mean processor-group cycles)"),
+                ("processor imbalance",
+                 f"{imbalance(total, 'processor'):.2f}x (max / mean processor cycles)"),
+                ("skipped pairs", f"{sum(skipped):,} (weight zero {skipped[0]:,}, feature "
+                                  f"zero {skipped[1]:,}, both {skipped[2]:,})")]
+

@@ -33,7 +33,7 @@ from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
 from ..stats import Counts, LayerStats, price
-from .base import Machine, element_bytes, register
+from .base import Machine, element_bytes, percent, register
 
 
 @dataclass(frozen=True)
@@ -296,3 +296,10 @@ class Systolic(Machine):
         m = gemm_mapping(layer, arch.params(self.name))
         steps = fold_steps(layer, m, element_bytes(layer.dtype))
         return price(layer, counts(layer, arch, m, m.cycles, sram_words(layer, m)), steps, arch)
+
+    def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
+        """Mapping efficiency (mapped PE-cycles / PE-cycles) and the folds the layers
+        took: a layer that fills few PEs, or many folds, is what costs the array time."""
+        return [("mapping efficiency", f"{percent(total.mapped_pe_cycles, total.pe_cycles)} "
+                                       "of PE-cycles had work mapped"),
+                ("folds", f"{int(total.extra.get('folds', 0)):,}")]

@@ -22,11 +22,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from ..errors import InputError, NpusimWarning
+
+if TYPE_CHECKING:  # Pillow is imported where an image is read or resized, not with npusim
+    from PIL import Image
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -89,6 +92,8 @@ def photo_names() -> list[str]:
 
 
 def _read_file(path: Path) -> np.ndarray:
+    from PIL import UnidentifiedImageError
+
     if not path.is_file():
         raise InputError(f"{path}: no such image file (nor a photo name: "
                          f"{', '.join(photo_names())})")
@@ -102,6 +107,8 @@ def _read_file(path: Path) -> np.ndarray:
 
 def _open(path: Path) -> Image.Image:
     """Pillow's open, its decompression-bomb warning and error made one ``InputError``."""
+    from PIL import Image
+
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
@@ -148,6 +155,8 @@ def _cover(height: int, width: int, size) -> tuple[tuple[int, int], tuple[int, i
 def resize_crop(rgb: np.ndarray, size: tuple[int, int]) -> Image.Image:
     """Scale so the (uint8) image covers ``size`` (H, W) keeping its aspect, then crop the
     centre."""
+    from PIL import Image
+
     im = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
     scaled, box = _cover(im.height, im.width, size)
     return im.resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)
@@ -156,6 +165,8 @@ def resize_crop(rgb: np.ndarray, size: tuple[int, int]) -> Image.Image:
 def _resize_crop_float(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """``resize_crop`` of a float H x W x 3 image, channel by channel in float32 (Pillow's
     mode F): H x W x 3 float32, nothing rounded to 8 bits."""
+    from PIL import Image
+
     scaled, box = _cover(rgb.shape[0], rgb.shape[1], size)
     planes = [Image.fromarray(np.ascontiguousarray(rgb[:, :, i], np.float32))  # mode F
               .resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)

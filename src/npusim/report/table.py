@@ -3,7 +3,8 @@
 One row per conv layer (the dataflow's work): its compute cycles (stall-free), the
 cycles it stalls on memory, their sum, and what bounds it (compute, bus, dram, sram);
 every non-conv op is summed into a single "vector unit" row. The totals state the
-memory the cycles were timed on. Numbers are scaled for reading (k, M, G; KiB, MiB;
+memory the cycles were timed on; below them, the machine's own diagnostics (the few
+counters of its ``extra`` that explain its time, each machine's ``diagnostics``). Numbers are scaled for reading (k, M, G; KiB, MiB;
 pJ to J); the JSON and CSV reports keep the exact counts.
 """
 
@@ -187,12 +188,35 @@ def totals_table(result) -> Table:
     return grid
 
 
+def diagnostics(result) -> list[tuple[str, str]]:
+    """The machine's own lines on its conv layers (``Dataflow.diagnostics``), or []."""
+    from ..dataflows import get
+
+    convs = result.conv_layers
+    return get(result.dataflow).diagnostics(total(convs)) if convs else []
+
+
+def diagnostics_table(result) -> Group | None:
+    """'systolic' and its diagnostic lines, label and text, or None if it has none."""
+    lines = diagnostics(result)
+    if not lines:
+        return None
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for label, text in lines:
+        grid.add_row(label, text)
+    return Group(Text(f"{result.dataflow} machine", style="bold underline"), grid)
+
+
 def report(result, title: str | None = None, width: int | None = None) -> Group:
     """The whole terminal report, to fit ``width`` columns: ``title`` (its first line bold,
-    the others dim), the layer table, then the totals."""
+    the others dim), the layer table, the totals, then the machine's own diagnostics."""
     lines = title.splitlines() if title else []
     head = [Text(line, style="dim" if i else "bold") for i, line in enumerate(lines)]
-    return Group(*head, layer_table(result, width), "", totals_table(result))
+    machine = diagnostics_table(result)
+    tail = [] if machine is None else ["", machine]
+    return Group(*head, layer_table(result, width), "", totals_table(result), *tail)
 
 
 def render(result, title: str | None = None, width: int = 120) -> str:

@@ -1,0 +1,75 @@
+"""Import time of the ``npusim`` commands that need no compiled kernel (docs/cli.md).
+
+Each command runs in a fresh interpreter under ``python -X importtime``. Its import
+time is the sum of the top-level imports it makes, the interpreter's own start-up
+imports left out (wall clock, as ``-X importtime`` counts it); its CPU time is the
+process's user + system seconds beyond ``python -c pass``'s, which a loaded machine
+disturbs less. Both are the median of ``--runs`` runs. Usage::
+
+    PYTHONPATH=src python bench/bench_startup.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+COMMANDS = {
+    "import npusim.cli": "import npusim.cli",
+    "npusim --help": "main(['--help'])",
+    "npusim models": "main(['models'])",
+    "npusim archs": "main(['archs'])",
+    "npusim run Resnet18.csv": "main(['run', 'Resnet18.csv'])",
+}
+
+
+def measure(code: str) -> tuple[float, float]:
+    """(import seconds, CPU seconds) of ``python -X importtime -c code``, stdout discarded."""
+    wrapped = ("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+               f"    from npusim.cli import main\n    {code}")
+    stderr, cpu = _run(wrapped if code.startswith("main") else code)
+    base_stderr, base_cpu = _run("pass")
+    baseline = _top_level(base_stderr)
+    imports = sum(us for name, us in _top_level(stderr).items() if name not in baseline)
+    return imports / 1e6, cpu - base_cpu
+
+
+def _run(code: str) -> tuple[str, float]:
+    before = os.times()
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
+                          capture_output=True, text=True, check=False)
+    after = os.times()
+    cpu = (after.children_user - before.children_user
+           + after.children_system - before.children_system)
+    return done.stderr, cpu
+
+
+def _top_level(stderr: str) -> dict[str, int]:
+    """{module: cumulative microseconds} of the imports not nested in another."""
+    out = {}
+    for line in stderr.splitlines():
+        parts = line.split("|")
+        if not line.startswith("import time:") or len(parts) != 3:
+            continue
+        _, cumulative, name = parts
+        if cumulative.strip().isdigit() and name.startswith(" ") and not name.startswith("  "):
+            out[name.strip()] = int(cumulative)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{'command':<26} {'import ms':>10} {'CPU ms':>8}   (median of {args.runs} runs)")
+    for label, code in COMMANDS.items():
+        runs = [measure(code) for _ in range(args.runs)]
+        imports, cpu = (statistics.median(r[i] for r in runs) for i in (0, 1))
+        print(f"{label:<26} {imports * 1e3:10.1f} {cpu * 1e3:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
