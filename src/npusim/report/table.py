@@ -4,8 +4,9 @@ One row per conv layer (the dataflow's work): its compute cycles (stall-free), t
 cycles it stalls on memory, their sum, and what bounds it (compute, bus, dram, sram);
 every non-conv op is summed into a single "vector unit" row. The totals state the
 memory the cycles were timed on; below them, the machine's own diagnostics (the few
-counters of its ``extra`` that explain its time, each machine's ``diagnostics``). Numbers are scaled for reading (k, M, G; KiB, MiB;
-pJ to J); the JSON and CSV reports keep the exact counts.
+counters of its ``extra`` that explain its time, each machine's ``diagnostics``).
+Numbers are scaled for reading (k, M, G; KiB, MiB; pJ to J); the JSON and CSV reports
+keep the exact counts.
 """
 
 from __future__ import annotations
