@@ -59,15 +59,22 @@ def test_driver_killed_mid_sweep_resumes_to_the_full_set(tmp_path):
     assert [r["seq"] for r in rows] == list(range(1, spec.grid_size + 1))
 
 
-def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
-    spec_file = write_spec(tmp_path, MANY)
-    db = tmp_path / "s.db"
+def sweep_until_stored(spec_file, db, points: int) -> subprocess.Popen:
+    """``npusim sweep`` on two workers in a session of its own, returned once ``points``
+    points are stored (or it ended, or 120 s passed)."""
     proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
                              "--workers", "2"], env=env(), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while stored(db) < 20 and proc.poll() is None and time.monotonic() < deadline:
+    while stored(db) < points and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    return proc
+
+
+def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    db = tmp_path / "s.db"
+    proc = sweep_until_stored(spec_file, db, 20)
     assert proc.poll() is None, "the sweep ended before Ctrl-C"
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the driver and its workers
     try:
@@ -86,12 +93,7 @@ def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
 def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
     spec_file = write_spec(tmp_path, MANY)
     db = tmp_path / "s.db"
-    proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
-                             "--workers", "2"], env=env(), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while stored(db) < 10 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    proc = sweep_until_stored(spec_file, db, 10)
     workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"],
                              capture_output=True, text=True).stdout.split()
     assert proc.poll() is None and workers, "the sweep ended before a worker could be killed"
