@@ -32,15 +32,13 @@ Units: cycles, bytes, bytes/cycle.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import LayerError
 
-OPERANDS = ("ifmap", "filter", "ofmap")
 UNLIMITED = "unlimited"
-BOUNDS = ("compute", "bus", "dram", "sram")
 _EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
 
 _ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
@@ -108,24 +106,6 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.compute)
-
-    @classmethod
-    def single(cls, compute: int, ifmap_bytes: int, filter_bytes: int, ofmap_bytes: int,
-               sram_bytes: int = 0, compute_bound: str = "compute") -> Steps:
-        """One pass: each operand one block, read before it, outputs written after it."""
-        return cls(compute=[compute], ifmap=0, ifmap_bytes=ifmap_bytes, filter=0,
-                   filter_bytes=filter_bytes, ofmap=0, ofmap_bytes=ofmap_bytes,
-                   sram_bytes=sram_bytes, compute_bound=compute_bound)
-
-    @classmethod
-    def concat(cls, parts: list[Steps]) -> Steps:
-        """Steps run one after another (e.g. the groups of a grouped conv). Block ids are
-        kept as given: parts that read the same data must use the same ids."""
-        if not parts:
-            raise LayerError("Steps.concat: no parts")
-        arrays = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAYS}
-        bounds = {p.compute_bound for p in parts}
-        return cls(**arrays, compute_bound="bus" if "bus" in bounds else "compute")
 
 
 @dataclass(frozen=True)
@@ -238,8 +218,6 @@ def usable_bytes(kib: int, memory) -> float:
     half when double buffered (the other half is being refilled)."""
     return kib * 1024 / (2 if memory.double_buffered else 1)
 
-
-_capacity = usable_bytes  # the name machines used before it was public
 
 
 def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
@@ -388,6 +366,3 @@ def same_memory(archs) -> bool:
     """Whether every arch in ``archs`` has the same memory (buffers and bandwidths)."""
     mems = [a.memory for a in archs]
     return all(m == mems[0] for m in mems)
-
-
-TIMING_FIELDS = tuple(f.name for f in fields(Timing))

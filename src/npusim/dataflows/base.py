@@ -17,6 +17,7 @@ the dataflow's own hardware section in an arch TOML file.
 
 from __future__ import annotations
 
+import importlib
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -44,6 +45,8 @@ class Dataflow(Protocol):
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]: ...
 
+    def emulate_steps(self, layer: ConvLayer, arch) -> int: ...
+
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]: ...
 
 
@@ -61,6 +64,13 @@ class Machine:
         """Outputs by the machine's arithmetic and the layer's stats."""
         out = self.compute(layer, x, w, bias, arch)
         return out, self.estimate(layer, *self.masks(x, w), arch)
+
+    def emulate_steps(self, layer: ConvLayer, arch) -> int:
+        """The cycle emulator's estimated work on ``layer``, in emulator steps of about 1 us
+        (docs/cli.md): ``work_estimate`` of ``npusim.emulate.<this machine's module>``."""
+        module = type(self).__module__.rsplit(".", 1)[1]
+        emulator = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.emulate.{module}")
+        return emulator.work_estimate(layer, arch.params(self.name))
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """(label, text) lines of the machine's own counters that explain its time, from

@@ -355,12 +355,6 @@ class DilatedGrid(Machine):
         p = arch.params(NAME)
         return layer_stats(layer, arch, count(layer, p), steps(layer, p))
 
-    def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
-        from ..emulate.dilated_grid import work_estimate
-
-        return work_estimate(layer, arch.params(self.name))
-
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""
         from ..emulate.dilated_grid import emulate

@@ -332,13 +332,13 @@ def memory_steps(layer: ConvLayer, p: Params, capacity: float = math.inf) -> mem
 def band_fetches(st: memory.Steps, mem) -> memory.Steps:
     """What a step fetches of an input band that is not on chip: the whole band, unless the
     band is larger than the ifmap buffer's active half: then only the step's own taps."""
-    whole = st.ifmap_size <= memory._capacity(mem.ifmap_sram_kb, mem)
+    whole = st.ifmap_size <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
     return dataclasses.replace(st, ifmap_bytes=np.where(whole, st.ifmap_size, st.ifmap_bytes))
 
 
 def filter_capacity(arch) -> float:
     """Bytes of weights the filter buffer keeps (its active half when double buffered)."""
-    return memory._capacity(arch.memory.filter_sram_kb, arch.memory)
+    return memory.usable_bytes(arch.memory.filter_sram_kb, arch.memory)
 
 
 def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
@@ -417,12 +417,6 @@ class GroupTile(Machine):
         p, cap = arch.params(NAME), filter_capacity(arch)
         return layer_stats(layer, arch, schedule(layer, p, cap),
                            narrow_reads(layer, control(layer, p)), memory_steps(layer, p, cap))
-
-    def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
-        from ..emulate.group_tile import work_estimate
-
-        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""

@@ -391,12 +391,6 @@ class InputReuse(Machine):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                            self.name)
 
-    def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
-        from ..emulate.input_reuse import work_estimate
-
-        return work_estimate(layer, arch.params(self.name))
-
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate
 

@@ -363,12 +363,6 @@ class SparsePairs(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
 
-    def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
-        from ..emulate.sparse_pairs import work_estimate
-
-        return work_estimate(layer, arch.params(self.name))
-
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate
 

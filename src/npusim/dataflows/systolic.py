@@ -106,11 +106,6 @@ class Mapping:
         return self.busy_cycles - 1
 
     @property
-    def mapped_pe_folds(self) -> int:
-        """Sum over folds of the PEs that hold work (a * b per group and stream tile)."""
-        return self.groups * self.a * self.b * self.stream_tiles
-
-    @property
     def mapped_pe_busy_cycles(self) -> int:
         """Sum over folds of the PEs that hold work times the fold's cycles."""
         return self.groups * self.a * self.b * sum(self.tile_cycles)
@@ -273,12 +268,6 @@ class Systolic(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; a dense array's costs depend on shapes only, not on the masks."""
         return self.stats(layer, arch)
-
-    def emulate_steps(self, layer, arch) -> int:
-        """The cycle emulator's estimated work on ``layer`` (its ``work_estimate``)."""
-        from ..emulate.systolic import work_estimate
-
-        return work_estimate(layer, arch.params(self.name))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``)."""

@@ -89,7 +89,6 @@ def layer_rows(result) -> list[tuple[list[str], str]]:
         cells = _cells(vec, fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-")
         ops = sum(s.dataflow == "vector" for s in result.layers)
         cells[1:4] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
-        cells[7] = vec.bound or "-"
         rows.append((cells, "dim"))
     tot = result.total
     cells = _cells(tot.renamed("total"), fmt_percent(tot.utilisation))
