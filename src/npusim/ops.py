@@ -743,6 +743,14 @@ class Pad(Op):
 # ---- normalisation ----------------------------------------------------------------------
 
 
+def _standardise(x64: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes`` (biased variance), in float64: the
+    arithmetic LayerNorm and GroupNorm share."""
+    mean = x64.mean(axis=axes, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x64 - mean) / np.sqrt(var + eps)
+
+
 @dataclass(frozen=True, eq=False)
 class LayerNorm(Op):
     """Normalise over the last ``weight.ndim`` axes: ``(x - mean) / sqrt(var + eps) * weight
@@ -765,10 +773,7 @@ class LayerNorm(Op):
 
     def __call__(self, x):
         axes = tuple(range(x.ndim - np.ndim(self.weight), x.ndim))
-        x64 = np.asarray(x, np.float64)
-        mean = x64.mean(axis=axes, keepdims=True)
-        var = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
-        y = (x64 - mean) / np.sqrt(var + self.eps) * self.weight + self.bias
+        y = _standardise(np.asarray(x, np.float64), axes, self.eps) * self.weight + self.bias
         return y.astype(x.dtype)
 
 
@@ -795,8 +800,7 @@ class GroupNorm(Op):
     def __call__(self, x):
         n, c = x.shape[:2]
         g = np.asarray(x, np.float64).reshape(n, self.groups, -1)
-        mean, var = g.mean(axis=2, keepdims=True), g.var(axis=2, keepdims=True)
-        y = ((g - mean) / np.sqrt(var + self.eps)).reshape(x.shape)
+        y = _standardise(g, (2,), self.eps).reshape(x.shape)
         per = (1, c) + (1,) * (x.ndim - 2)
         return (y * self.weight.reshape(per) + self.bias.reshape(per)).astype(x.dtype)
 
