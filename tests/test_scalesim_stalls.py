@@ -116,6 +116,26 @@ def test_the_extra_costs_are_npusims_own_traffic(tmp_path):
             assert s.dram_ofmap_bytes > layer.K * layer.P * layer.Q, key(row)
         if cause and row["stall_cycles"] == "0":
             assert s.cycles > int(row["total_cycles"]), key(row)
+        if cause == "psum spill":  # and no slower than the spilled bytes' own transfer time
+            floor = max(int(row["total_cycles"]), s.dram_ofmap_bytes / bandwidth(row))
+            assert s.cycles <= 1.03 * floor, key(row)
+
+
+def bandwidth(row: dict) -> float:
+    return float(row["bandwidth_words_per_cycle"])
+
+
+def test_inputs_never_cross_dram_more_than_in_scalesim(tmp_path):
+    """npusim's ifmap and filter DRAM bytes are at most SCALE-Sim's reads (1-byte words),
+    give or take one transfer of B words; SCALE-Sim re-reads what npusim keeps on chip,
+    never the other way round. Outside partial-sum spills, ofmap bytes too."""
+    for row in cases():
+        layer, s = npusim_stats(row, tmp_path)
+        slack = bandwidth(row)
+        assert s.dram_ifmap_bytes <= int(row["dram_ifmap_reads"]) + slack, key(row)
+        assert s.dram_filter_bytes <= int(row["dram_filter_reads"]) + slack, key(row)
+        if not spills(layer, row):
+            assert s.dram_ofmap_bytes <= int(row["dram_ofmap_writes"]) + slack, key(row)
 
 
 def test_a_weight_stream_takes_the_same_time_in_both(tmp_path):
