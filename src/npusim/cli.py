@@ -27,7 +27,6 @@ from .ir import DTYPES, Graph
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 OPTIONAL_EXTRAS = {"torch": "torch", "onnx": "onnx", "onnxruntime": "onnx", "google": "onnx"}
 PROGRESS_AFTER_S = 1.0  # show the progress bar only for runs longer than this
-DEFAULT_PHOTO = "chelsea"  # input of imported models without --input
 TORCH_MISSING = "--check needs PyTorch, which is not installed: pip install 'npusim[torch]'"
 
 
@@ -381,25 +380,10 @@ def _load_model(args):
 
 
 def _input_tensor(args, graph: Graph) -> tuple[np.ndarray, str]:
-    """The network's input (N x C x H x W float32) and a word on where it came from.
+    """The network's input and where it came from (``frontends.input_tensor``)."""
+    from .frontends import input_tensor
 
-    Zoo models preprocess the photo their own way; an imported model gets the photo
-    resized to its input and ImageNet-normalised (1 or 3 channels), or, for other
-    channel counts, seeded standard-normal values."""
-    from .frontends import images, zoo
-
-    n, c, h, w = graph.input_shape
-    if args.model in zoo.names():
-        x = zoo.input_for(args.model, image=args.input, batch=n, size=w)
-        entry = zoo.MODELS[args.model]()
-        default = entry.photo if entry.default_input is None else "the model's default"
-        return x, args.input or default
-    if c in (1, 3) or args.input:
-        photo = args.input or DEFAULT_PHOTO
-        x = np.repeat(images.load_image(photo, (h, w), c)[None], n, axis=0)
-        return x, photo
-    x = np.random.default_rng(args.seed).standard_normal(graph.input_shape, np.float32)
-    return x, f"seeded standard normal (seed {args.seed})"
+    return input_tensor(args.model, graph, image=args.input, seed=args.seed)
 
 
 class _ProgressBar:

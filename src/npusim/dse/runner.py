@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from ..errors import NpusimError
 from ..parallel import cores
@@ -91,8 +90,7 @@ def _simulate(task: Task):
 def prepared(model: str, density, batch: int, seed: int):
     """('shapes', ConvLayers, None) for a topology CSV, else ('graph', pruned Graph, input):
     built once per process for each model, density, batch and seed."""
-    from ..cli import _input_tensor
-    from ..frontends import load_model
+    from ..frontends import input_tensor, load_model
     from ..frontends.prune import prune
     from ..ir import Graph
 
@@ -101,7 +99,7 @@ def prepared(model: str, density, batch: int, seed: int):
         return "shapes", loaded, None
     if density != 1.0:
         loaded = prune(loaded, density)
-    x, _ = _input_tensor(SimpleNamespace(model=model, input=None, seed=seed), loaded)
+    x, _ = input_tensor(model, loaded, seed=seed)
     return "graph", loaded, x
 
 

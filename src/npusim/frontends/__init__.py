@@ -78,3 +78,28 @@ def _zoo_model(name: str, batch: int, input_shape, seed: int) -> Graph:
                          f"{name} takes square inputs only (N,C,S,S: H = W = S)")
     size = input_shape[-1] if input_shape else None
     return zoo.build(name, batch=batch, seed=seed, size=size)
+
+
+DEFAULT_PHOTO = "chelsea"  # the input of an imported model given no image
+
+
+def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
+    """The input of ``graph`` (loaded from ``model``), N x C x H x W float32, and a word on
+    where it came from. Zoo models preprocess the photo their own way; an imported model
+    gets the photo resized to its input and ImageNet-normalised (1 or 3 channels), or, for
+    other channel counts, seeded standard-normal values."""
+    import numpy as np
+
+    from . import images, zoo
+
+    n, c, h, w = graph.input_shape
+    if model in zoo.names():
+        x = zoo.input_for(model, image=image, batch=n, size=w)
+        entry = zoo.MODELS[model]()
+        default = entry.photo if entry.default_input is None else "the model's default"
+        return x, image or default
+    if c in (1, 3) or image:
+        photo = image or DEFAULT_PHOTO
+        return np.repeat(images.load_image(photo, (h, w), c)[None], n, axis=0), photo
+    x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
+    return x, f"seeded standard normal (seed {seed})"
