@@ -24,7 +24,6 @@ def spec(extra: str, params: str = '"systolic.rows" = [8]'):
     ("", '"systolic.rows" = {start = 8, stop = 64, factor = 1}', ["factor > 1"]),
     ("", '"systolic.rows" = {start = 8, stop = 64, step = 8, by = 2}', ["unknown key(s) by"]),
     ('objectives = ["speed"]', None, ["'speed': not a quantity", "cycles"]),
-    ('objectives = ["area"]', None, ["'area': no area model exists yet"]),
     ("densities = [0.5]", None, ["test.csv is a topology CSV", "densities = [1.0]"]),
     ('dtype = "int4"', None, ["dtype='int4'", "float32"]),
     ("batch = 0", None, ["batch=0", "integer >= 1"]),

@@ -55,6 +55,13 @@ class SimResult:
     named_outputs: dict[str, np.ndarray] = field(default_factory=dict)  # label -> output
 
     @property
+    def area(self):
+        """The arch's area built as this run's dataflow for its data type (``area.Area``)."""
+        from .area import area_of
+
+        return area_of(self.arch, self.dataflow, self.dtype)
+
+    @property
     def total(self) -> LayerStats:
         return total(self.layers)
 

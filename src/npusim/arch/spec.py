@@ -32,6 +32,7 @@ MAX_LEVELS = 20         # shifter levels: a reach of 2**20 - 1 pixels spans MAX_
 MAX_CLOCK_MHZ = 1e6     # 1 THz
 MAX_BYTES_PER_CYCLE = 2.0**20  # DRAM: 1 MiB per cycle, 1 PB/s at 1 GHz
 MAX_PJ = 1e6            # energy of one action: 1 uJ
+MAX_UM2 = 1e9           # area of one part: 1,000 mm^2
 MAX_LATENCY = 2**30     # DRAM latency, cycles: about a second at 1 GHz
 INT64_MAX = 2**63 - 1
 
@@ -180,6 +181,23 @@ class Energy:
 
 
 @dataclass(frozen=True)
+class AreaTable:
+    """Area per part, 45 nm by default (docs/area.md); ``npusim.area`` prices a machine's
+    parts with it."""
+
+    source: str = spec("Horowitz ISSCC 2014 (arithmetic); 6T cell 0.346 um^2 at 50 % array "
+                       "efficiency (SRAM); NanGate FreePDK45 DFF_X1, MUX2_X1 (registers, "
+                       "multiplexers); 45 nm", "citation")
+    mac_int8_um2: float = spec(419.0, "um^2 per 8-bit multiplier + 32-bit adder", min=0.0,
+                               max=MAX_UM2)
+    mac_fp32_um2: float = spec(11884.0, "um^2 per fp32 multiplier + fp32 adder", min=0.0,
+                               max=MAX_UM2)
+    sram_kib_um2: float = spec(5669.0, "um^2 per KiB of SRAM array", min=0.0, max=MAX_UM2)
+    register_bit_um2: float = spec(4.522, "um^2 per flip-flop (bit)", min=0.0, max=MAX_UM2)
+    mux_bit_um2: float = spec(1.862, "um^2 per 2-input multiplexer bit", min=0.0, max=MAX_UM2)
+
+
+@dataclass(frozen=True)
 class Arch:
     """One accelerator: its default dataflow, clock, memories, vector unit, energy table,
     and one validated parameter section per dataflow it describes."""
@@ -191,6 +209,7 @@ class Arch:
     memory: Memory = field(default_factory=Memory)
     vector: VectorUnit = field(default_factory=VectorUnit)
     energy: Energy = field(default_factory=Energy)
+    area: AreaTable = field(default_factory=AreaTable)
     sections: Mapping[str, Any] = field(default_factory=dict, metadata={"unit": "per dataflow"})
 
     def params(self, dataflow: str):
@@ -212,7 +231,7 @@ class Arch:
         return dataclasses.replace(self, memory=from_mapping(Memory, table, where))
 
 
-PARTS = {"memory": Memory, "vector": VectorUnit, "energy": Energy}
+PARTS = {"memory": Memory, "vector": VectorUnit, "energy": Energy, "area": AreaTable}
 
 
 def _reject_unknown(table: Mapping[str, Any], where: str, dataflows: list[str]) -> None:

@@ -72,6 +72,11 @@ class Machine:
         emulator = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.emulate.{module}")
         return emulator.work_estimate(layer, arch.params(self.name))
 
+    def hardware(self, arch, dtype: str):
+        """What the machine is built of on ``arch`` for ``dtype`` (``area.Hardware``), for
+        the area model; each machine lists its own parts."""
+        raise NotImplementedError(f"{self.name}: no hardware inventory")
+
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """(label, text) lines of the machine's own counters that explain its time, from
         the sum of its conv layers' stats (``total.extra``); shown below the run's report."""

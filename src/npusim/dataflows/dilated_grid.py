@@ -362,6 +362,18 @@ class DilatedGrid(Machine):
         out, counts, st = emulate(layer, x, w, bias, arch.params(NAME))
         return out, layer_stats(layer, arch, counts, st)
 
+    def hardware(self, arch, dtype):
+        """The pixel storage grid (twice over when double-buffered), the coefficient
+        storage, a MAC and an accumulator per type-A unit, the shift network (a 2-input
+        multiplexer per link and pixel bit); the three SRAMs."""
+        from ..area import Hardware, element_bits, memory_kib
+
+        p, bits = arch.params(NAME), element_bits(dtype)
+        grid = p.grid_rows * p.grid_cols * bits * (2 if p.double_buffer else 1)
+        coefs = p.coef_rows * p.coef_cols * bits
+        return Hardware(macs=p.macs, register_bits=grid + coefs + p.macs * 32,
+                        sram_kib=memory_kib(arch.memory), mux_bits=p.links * bits)
+
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
         """Pixel-set load cycles the double buffer did not hide, the pixel sets loaded, and
         the zero taps of the zero-inserted kernels the grid skipped."""

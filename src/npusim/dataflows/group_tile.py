@@ -426,6 +426,20 @@ class GroupTile(Machine):
                                         filter_capacity(arch))
         return out, layer_stats(layer, arch, sched, reads, st)
 
+    def hardware(self, arch, dtype):
+        """Per tile: its MAC cells with a weight register and a sum register each, the input
+        bus lanes, and the output bus that drains output_bus_values sum registers per cycle
+        (a multiplexer of macs / output_bus_values inputs per bit); the three SRAMs."""
+        from ..area import Hardware, element_bits, memory_kib
+
+        p, bits = arch.params(NAME), element_bits(dtype)
+        cells = p.macs * p.tiles
+        drain = max(1, -(-p.macs // p.output_bus_values)) - 1
+        return Hardware(macs=cells,
+                        register_bits=cells * (bits + 32) + p.tiles * p.bus_inputs * bits,
+                        sram_kib=memory_kib(arch.memory),
+                        mux_bits=p.tiles * p.output_bus_values * 32 * drain)
+
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
         """Bus and MAC utilisation, and the cycles the tiles wait on weights (the wide
         memory's words per cycle) and on draining outputs."""

@@ -396,6 +396,21 @@ class InputReuse(Machine):
 
         return emulate(layer, x, w, bias, arch.params(self.name), arch)
 
+    def hardware(self, arch, dtype):
+        """Per operation unit: a region register (n x m x l input pixels), its processing
+        units' multipliers, one accumulator each, and its first buffer (SRAM); the bus that
+        carries bus_width partial-OFM pixels from any of the operation units (a multiplexer
+        of operation_units inputs per bit); the three SRAMs."""
+        from ..area import Hardware, element_bits, memory_kib
+
+        p = arch.params(self.name)
+        region = p.region_rows * p.region_cols * p.region_channels
+        registers = p.operation_units * region * element_bits(dtype) + p.multipliers * 32
+        return Hardware(macs=p.multipliers, register_bits=registers,
+                        sram_kib={**memory_kib(arch.memory),
+                                  "first buffers": p.first_buffer_kb * p.operation_units},
+                        mux_bits=(p.operation_units - 1) * p.bus_width * 32)
+
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Cycles lost to contention on the units' interconnect, cycles work stealing
         saved, and the partial-sum transfers between units."""

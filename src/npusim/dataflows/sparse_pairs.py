@@ -369,6 +369,17 @@ class SparsePairs(Machine):
         out, sched = emulate(layer, x, w, bias, arch.params(NAME))
         return out, layer_stats(layer, arch, sched)
 
+    def hardware(self, arch, dtype):
+        """Per processor: a multiplier, its feature and weight operand registers and an
+        accumulator; the three SRAMs. The bitmap AND and priority encoders are not counted
+        (docs/area.md)."""
+        from ..area import Hardware, element_bits, memory_kib
+
+        p = arch.params(NAME)
+        return Hardware(macs=p.processors,
+                        register_bits=p.processors * (2 * element_bits(dtype) + 32),
+                        sram_kib=memory_kib(arch.memory))
+
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Imbalance between processor groups (sum over layers of the slowest group's
         cycles / of the mean group's) and the pairs skipped for a zero operand."""

@@ -286,6 +286,16 @@ class Systolic(Machine):
         steps = fold_steps(layer, m, element_bytes(layer.dtype))
         return price(layer, counts(layer, arch, m, m.cycles, sram_words(layer, m)), steps, arch)
 
+    def hardware(self, arch, dtype):
+        """rows x cols PEs, each a MAC with an input, a weight and an accumulator register
+        (the operands move to the neighbour PE: wires, no multiplexers); the three SRAMs."""
+        from ..area import Hardware, element_bits, memory_kib
+
+        p = arch.params(self.name)
+        pes = p.rows * p.cols
+        return Hardware(macs=pes, register_bits=pes * (2 * element_bits(dtype) + 32),
+                        sram_kib=memory_kib(arch.memory))
+
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Mapping efficiency (mapped PE-cycles / PE-cycles) and the folds the layers
         took: a layer that fills few PEs, or many folds, is what costs the array time."""

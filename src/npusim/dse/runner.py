@@ -61,7 +61,7 @@ def run_task(task: Task) -> dict:
                 f"({where.filename}:{where.lineno})", "seconds": time.perf_counter() - start}
     totals = result.total.as_dict()
     latency = result.arch.seconds(totals["cycles"])
-    totals.update(latency_s=latency, edp=totals["energy_pj"] * latency)
+    totals.update(latency_s=latency, edp=totals["energy_pj"] * latency, **result.area.as_dict())
     return {"status": "ok", "reason": None, "totals": totals,
             "layers": [s.as_dict() for s in result.layers],
             "seconds": time.perf_counter() - start}

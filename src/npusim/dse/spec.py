@@ -30,10 +30,13 @@ MAX_VALUES = 1_000_000  # values of one parameter
 # Named objectives: (key of the point's totals, sense). Any other numeric field of the totals
 # (LayerStats.as_dict(), plus latency_s and edp) is a quantity too, minimised.
 OBJECTIVES = {"cycles": ("cycles", "min"), "energy": ("energy_pj", "min"),
-              "edp": ("edp", "min"), "utilisation": ("utilisation", "max")}
-DERIVED = {"latency_s": "cycles / clock, s", "edp": "energy x latency, pJ s"}
+              "edp": ("edp", "min"), "utilisation": ("utilisation", "max"),
+              "area": ("area_mm2", "min")}
+DERIVED = {"latency_s": "cycles / clock, s", "edp": "energy x latency, pJ s",
+           "area_mm2": "the arch's area, mm^2", "area_macs_mm2": "its MACs, mm^2",
+           "area_registers_mm2": "its registers, mm^2", "area_sram_mm2": "its SRAM, mm^2",
+           "area_interconnect_mm2": "its multiplexers, mm^2"}
 MAXIMISED = {"utilisation", "mapping_efficiency"}
-NOT_YET = {"area": "no area model exists yet (docs/sweep.md, 'Objectives')"}
 
 
 class SweepError(NpusimError):
@@ -302,8 +305,6 @@ def total_key(quantity: str) -> str:
 
 
 def _quantity(name, where: str) -> str:
-    if name in NOT_YET:
-        raise SweepError(f"{where}: {name!r}: {NOT_YET[name]}")
     if not isinstance(name, str) or name not in quantities():
         raise SweepError(f"{where}: {name!r}: not a quantity; valid: "
                          f"{', '.join(sorted(quantities()))}")

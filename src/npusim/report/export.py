@@ -35,11 +35,13 @@ def arch_record(arch, dataflow: str) -> dict[str, Any]:
 
 def totals_record(result) -> dict[str, Any]:
     """Network totals (the sum of every layer) plus the time at the arch clock (s, stalls
-    included), the stall-free time (s) and the memory the cycles were timed on (text)."""
+    included), the stall-free time (s), the memory the cycles were timed on (text) and the
+    arch's area (mm^2, in all and by part: ``area.Area``)."""
     record = layer_record(result.total)
     record["time_s"] = result.arch.seconds(result.total.cycles)
     record["compute_time_s"] = result.arch.seconds(result.total.compute_cycles)
     record["memory"] = describe(result.arch.memory)
+    record.update(result.area.as_dict())
     return record
 
 

@@ -1,0 +1,83 @@
+"""The area model: each machine's inventory priced by hand from the cited 45 nm table."""
+
+import json
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim.area import area_of
+from npusim.arch.spec import arch_from_toml_text
+from npusim.errors import ConfigError
+
+MAC8, MAC32, KIB, FF, MUX = 282 + 137, 7700 + 4184, 8192 * 0.346 / 0.5, 4.522, 1.862
+
+
+def mm2(um2: float) -> float:
+    return um2 / 1e6
+
+
+def test_systolic_area_by_hand():
+    a = area_of(npusim.load_arch("systolic-32x32-ws"), dtype="int8")
+    assert a.macs_mm2 == pytest.approx(mm2(1024 * MAC8))
+    assert a.registers_mm2 == pytest.approx(mm2(1024 * (8 + 8 + 32) * FF))
+    assert a.sram_mm2 == pytest.approx(mm2(3 * 64 * KIB), rel=1e-4)
+    assert a.interconnect_mm2 == 0
+    f = area_of(npusim.load_arch("systolic-32x32-ws"), dtype="float32")
+    assert f.macs_mm2 == pytest.approx(mm2(1024 * MAC32))
+    assert f.registers_mm2 == pytest.approx(mm2(1024 * (32 + 32 + 32) * FF))
+
+
+def test_input_reuse_area_counts_first_buffers_and_bus():
+    arch = arch_from_toml_text('dataflow = "input-reuse"\n[input-reuse]\noperation_units = 4\n'
+                               'processing_units = 2\nregion_rows = 3\nregion_cols = 5\n'
+                               'first_buffer_kb = 8\nbus_width = 16\n', "t.toml")
+    a = area_of(arch, dtype="int8")
+    assert a.macs_mm2 == pytest.approx(mm2(4 * 2 * 15 * MAC8))
+    assert a.registers_mm2 == pytest.approx(mm2((4 * 15 * 8 + 4 * 2 * 15 * 32) * FF))
+    assert a.sram_mm2 == pytest.approx(mm2((3 * 64 + 4 * 8) * KIB), rel=1e-4)
+    assert a.interconnect_mm2 == pytest.approx(mm2(3 * 16 * 32 * MUX))
+
+
+def test_dilated_grid_area_counts_the_shifter_links():
+    arch = npusim.load_arch("dilated-grid-2x2-h3")
+    p = arch.params("dilated-grid")
+    a = area_of(arch, dtype="int8")
+    grid = p.grid_rows * p.grid_cols * 8 * (2 if p.double_buffer else 1)
+    assert a.registers_mm2 == pytest.approx(mm2((grid + p.coef_rows * p.coef_cols * 8
+                                                 + p.macs * 32) * FF))
+    assert a.interconnect_mm2 == pytest.approx(mm2(p.links * 8 * MUX))
+    assert a.interconnect_mm2 > 0
+
+
+@pytest.mark.parametrize("preset", npusim.presets())
+def test_every_preset_has_an_area_that_grows_with_its_sram(preset):
+    arch = npusim.load_arch(preset)
+    a = area_of(arch)
+    bigger = area_of(arch.with_memory(ifmap_sram_kb=arch.memory.ifmap_sram_kb + 100))
+    assert a.total_mm2 > 0
+    assert bigger.sram_mm2 - a.sram_mm2 == pytest.approx(mm2(100 * KIB), rel=1e-4)
+    assert bigger.macs_mm2 == a.macs_mm2
+
+
+def test_area_table_is_an_arch_section_with_bounds():
+    arch = arch_from_toml_text("[area]\nmac_int8_um2 = 100.0\n", "t.toml")
+    assert area_of(arch).macs_mm2 == pytest.approx(mm2(1024 * 100.0))
+    with pytest.raises(ConfigError, match="area.sram_kib_um2"):
+        arch_from_toml_text("[area]\nsram_kib_um2 = -1.0\n", "t.toml")
+    with pytest.raises(ConfigError, match="colour"):
+        arch_from_toml_text("[area]\ncolour = 1\n", "t.toml")
+
+
+def test_run_reports_area_in_table_and_json(tmp_path):
+    from npusim.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["run", "lenet-digits", "--arch", "sparse-pairs-32x32", "--json", str(out)]) == 0
+    totals = json.loads(out.read_text())["totals"]
+    expected = area_of(npusim.load_arch("sparse-pairs-32x32"), "sparse-pairs", "float32")
+    assert totals["area_mm2"] == pytest.approx(expected.total_mm2)
+    assert totals["area_sram_mm2"] == pytest.approx(expected.sram_mm2)
+    assert np.isclose(sum(totals[k] for k in ("area_macs_mm2", "area_registers_mm2",
+                                             "area_sram_mm2", "area_interconnect_mm2")),
+                      totals["area_mm2"])
