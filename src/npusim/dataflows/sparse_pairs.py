@@ -8,10 +8,12 @@ groups, weight maps grouped by density and dealt to the processor groups one
 after another (``grouping``).
 
 Mapping: every processor of a group holds one kernel (its bit vector and its
-compressed non-zero weights); the group steps through output pixels in lockstep,
-each step broadcasting a pixel's receptive-field vector; each processor ANDs it
-with its kernel vector and issues one pair per cycle; the step ends when the
-slowest processor is done (at least one cycle, the empty AND). Loop order::
+compressed non-zero weights) in a kernel store of ``kernel_store_bytes`` (a larger
+kernel is streamed through it with every pixel); the group steps through output
+pixels in lockstep, each step broadcasting a pixel's receptive-field vector; each
+processor ANDs it with its kernel vector, ``fetch_bits_per_cycle`` bits a cycle, and
+issues one pair per cycle; the step ends when the last processor has scanned its
+vector and issued its pairs. Loop order::
 
     for unit u = (weight group, pixel slice), on processor group u mod groups:  # parallel
         for pixel (n, p, q) in the slice:                       # one lockstep step
@@ -19,18 +21,20 @@ slowest processor is done (at least one cycle, the empty AND). Loop order::
                 while v: one pair per cycle (priority encoder)
 
     cycles = max over processor groups g of
-             sum over units u on g, pixels x of u: max(1, max_j pairs(x, k_j))
+             sum over units u on g, pixels x of u: max(scan, max_j pairs(x, k_j))
+    scan = max(1, ceil(Cg*R*S / fetch_bits_per_cycle))
 
 How many pixel slices there are (so which units a processor group runs) is the
 dealing, ``weight-groups`` or ``pixel-slices`` (see ``grouping``).
 
 The fast model gets pairs(x, k) for all pixels and kernels as one convolution of
-the 0/1 masks (``npusim.bitconv``: AND and popcount of packed words); the emulator
-(``npusim.emulate.sparse_pairs``) runs the datapath cycle by cycle. Both fill the same
-``Schedule``; one function turns it into stats: the counts, and the layer as ``Steps``
-(waves of units, one output row of each unit's slice a step, with the features, weight
-groups and outputs each step moves) priced through the memory model (``stats.price``),
-which adds the DRAM and SRAM stalls to these stall-free cycles.
+the 0/1 masks (``npusim.bitconv``: AND and popcount of packed words) and fills a
+``Schedule``, which becomes the counts and the layer as ``Steps`` (waves of units, one
+output row of each unit's slice a step, with the features, weight groups, outputs and
+kernel loads each step moves) priced through the memory model (``stats.price``), which
+adds the DRAM and SRAM stalls to these stall-free cycles. The emulator
+(``npusim.emulate.sparse_pairs``) runs the datapath cycle by cycle, plans, counts and
+builds its own steps, and prices them through the same ``stats.price``.
 """
 
 from __future__ import annotations
