@@ -305,11 +305,12 @@ def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
             rows.append((max(end, edge) - edge, c, wave if c == 0 else -1,
                          weight_bytes if c == 0 else 0, outputs, loads))
             edge = max(end, edge)
-    compute, chunk, wave_id, wbytes, obytes, loads = (list(col) for col in zip(*rows))
+    compute, chunk, wave_id, wbytes, obytes, loads = (
+        list(col) for col in zip(*rows, strict=True))
     rest = _apportion(sram_total - sum(loads), compute)
     return Steps(compute=compute, ifmap=chunk, ifmap_bytes=[ifmap_chunk[c] for c in chunk],
                  filter=wave_id, filter_bytes=wbytes, ofmap=list(range(len(rows))),
-                 ofmap_bytes=obytes, sram_bytes=[a + b for a, b in zip(loads, rest)])
+                 ofmap_bytes=obytes, sram_bytes=[a + b for a, b in zip(loads, rest, strict=True)])
 
 
 def _counts(m: Machine, groups: list[Group]) -> Counts:
