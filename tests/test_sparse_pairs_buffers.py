@@ -198,3 +198,15 @@ def test_zeroing_weights_stays_under_the_denser_weights_dense_feature_bound(
 def test_kernel_bytes_are_the_vector_and_the_values():
     layer = ConvLayer(1, 3, 4, 4, 2, 3, 3).with_dtype("int8")
     assert fast_model.kernel_bytes(layer, np.array([0, 27])).tolist() == [4, 4 + 27]
+
+
+def test_a_non_finite_feature_meets_only_the_non_zero_weights_as_on_the_machine():
+    """x = [NaN, inf, 2] over kernels [0, 0, 1] and [1, 0, 0]: kernel 0 decides only the
+    finite pair (2), kernel 1 the NaN; the vectorised run path adds no NaN x 0 or inf x 0."""
+    layer = ConvLayer(1, 3, 1, 1, 2, 1, 1)
+    x = np.array([np.nan, np.inf, 2], np.float32).reshape(layer.input_shape)
+    w = np.array([[0, 0, 1], [1, 0, 0]], np.float32).reshape(layer.weight_shape)
+    arch = arch_with(1, 2, bandwidth=FREE)
+    out = DF.run(layer, x, w, None, arch)[0].ravel()
+    assert out[0] == 2 and np.isnan(out[1])
+    np.testing.assert_array_equal(DF.emulate(layer, x, w, None, arch)[0].ravel(), out)
