@@ -9,7 +9,8 @@ layers; the ideal speed-up dense MACs / decided pairs and the fraction of it the
 machine reaches; which grouping policy wins how many layers; all stall-free (DRAM
 bandwidth unlimited), then each machine at the preset's own bandwidth (10 B/cycle, the
 same 64 KiB buffers for both machines): cycles, the share stalled, the speed-up. Then
-the estimate path's time on VGG-16 against PyTorch's inference time (target: under 2x).
+the estimate path's time on VGG-16 against PyTorch's inference time (target: under 2x)
+and `run` on ResNet-18 at 0.3 (target: under 4x).
 
 Run: python bench/bench_sparse_pairs.py   (a few minutes on 2 cores; run it once)
 """
@@ -114,7 +115,7 @@ def summarise(label: str, rows) -> None:
     for m in MACHINES:
         t = total([r[m] for r in rows])
         b = total([r["bw"][m] for r in rows])
-        bitmap_ratio = t.extra["bitmap_traffic_bytes"] / (t.sram_ifmap_bytes + t.sram_filter_bytes)
+        bitmap_ratio = t.extra["bitmap_traffic_bytes"] / (2 * t.macs * 4)  # float32 values
         idle_in, idle_between = (t.extra[k] / t.pe_cycles for k in
                                  ("idle_cycles_within_groups", "idle_cycles_between_groups"))
         vs_dense = t.dense_macs / (t.pe_cycles / t.cycles) / t.cycles
@@ -130,7 +131,9 @@ def summarise(label: str, rows) -> None:
              ("skipped_weight_zero", "skipped_feature_zero", "skipped_both_zero")]
     print(f"  pairs {t.macs / t.dense_macs:.3f} of dense MACs; skipped: weight-only zero "
           f"{skips[0]:.3f}, feature-only zero {skips[1]:.3f}, both {skips[2]:.3f}; energy "
-          f"{t.energy_pj / 1e6:.1f} uJ vs systolic {sys_total.energy_pj / 1e6:.1f} uJ")
+          f"{t.energy_pj / 1e6:.1f} uJ vs systolic {sys_total.energy_pj / 1e6:.1f} uJ; kernel "
+          f"loads {t.extra['kernel_load_bytes'] / 1e6:.1f} MB, {t.extra['streamed_kernels']:,} "
+          f"kernels streamed (largest {t.extra['peak_kernel_bytes']:,} B)")
     subset("conv layers only (no fully connected; SCNN's scope)", rows,
            lambda L: L.P * L.Q > 1 or L.R * L.S > 1)
     subset("without depthwise layers", rows, lambda L: not L.is_depthwise)
@@ -173,11 +176,29 @@ def timing() -> None:
 
     t_est = best_time(costs, repeat=2)
     t_sim = best_time(lambda: npusim.simulate(graph, x, PRESET, mode="estimate"), repeat=2)
+    run_timing()
     print(f"\nVGG-16 timing (torch threads {torch.get_num_threads()}): torch eager "
           f"{t_torch:.2f} s; "
           f"sparse-pairs estimate path (all conv/fc layers, from masks) {t_est:.2f} s = "
           f"{t_est / t_torch:.2f}x (target < 2x); whole simulate(mode='estimate') incl. dense "
           f"activations {t_sim:.2f} s = {t_sim / t_torch:.2f}x")
+
+
+def run_timing() -> None:
+    """``simulate(mode='run')`` (the machine's own arithmetic) on ResNet-18 at 0.3 against
+    PyTorch eager inference."""
+    import torch
+
+    from npusim.torch_ref import to_torch
+
+    graph, x = network("resnet18", 0.3)
+    module = to_torch(graph).eval()
+    xt = torch.from_numpy(x)
+    with torch.inference_mode():
+        t_torch = best_time(lambda: module(xt), repeat=3)
+    t_run = best_time(lambda: npusim.simulate(graph, x, PRESET, mode="run"), repeat=3)
+    print(f"\nResNet-18 (0.3) simulate(mode='run') {t_run:.2f} s, torch eager {t_torch:.2f} s "
+          f"= {t_run / t_torch:.2f}x (target < 4x)")
 
 
 def main() -> None:

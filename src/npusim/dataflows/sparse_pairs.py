@@ -8,10 +8,12 @@ groups, weight maps grouped by density and dealt to the processor groups one
 after another (``grouping``).
 
 Mapping: every processor of a group holds one kernel (its bit vector and its
-compressed non-zero weights); the group steps through output pixels in lockstep,
-each step broadcasting a pixel's receptive-field vector; each processor ANDs it
-with its kernel vector and issues one pair per cycle; the step ends when the
-slowest processor is done (at least one cycle, the empty AND). Loop order::
+compressed non-zero weights) in a kernel store of ``kernel_store_bytes`` (a larger
+kernel is streamed through it with every pixel); the group steps through output
+pixels in lockstep, each step broadcasting a pixel's receptive-field vector; each
+processor ANDs it with its kernel vector, ``fetch_bits_per_cycle`` bits a cycle, and
+issues one pair per cycle; the step ends when the last processor has scanned its
+vector and issued its pairs. Loop order::
 
     for unit u = (weight group, pixel slice), on processor group u mod groups:  # parallel
         for pixel (n, p, q) in the slice:                       # one lockstep step
@@ -19,18 +21,20 @@ slowest processor is done (at least one cycle, the empty AND). Loop order::
                 while v: one pair per cycle (priority encoder)
 
     cycles = max over processor groups g of
-             sum over units u on g, pixels x of u: max(1, max_j pairs(x, k_j))
+             sum over units u on g, pixels x of u: max(scan, max_j pairs(x, k_j))
+    scan = max(1, ceil(Cg*R*S / fetch_bits_per_cycle))
 
 How many pixel slices there are (so which units a processor group runs) is the
 dealing, ``weight-groups`` or ``pixel-slices`` (see ``grouping``).
 
 The fast model gets pairs(x, k) for all pixels and kernels as one convolution of
-the 0/1 masks (``npusim.bitconv``: AND and popcount of packed words); the emulator
-(``npusim.emulate.sparse_pairs``) runs the datapath cycle by cycle. Both fill the same
-``Schedule``; one function turns it into stats: the counts, and the layer as ``Steps``
-(waves of units, one output row of each unit's slice a step, with the features, weight
-groups and outputs each step moves) priced through the memory model (``stats.price``),
-which adds the DRAM and SRAM stalls to these stall-free cycles.
+the 0/1 masks (``npusim.bitconv``: AND and popcount of packed words) and fills a
+``Schedule``, which becomes the counts and the layer as ``Steps`` (waves of units, one
+output row of each unit's slice a step, with the features, weight groups, outputs and
+kernel loads each step moves) priced through the memory model (``stats.price``), which
+adds the DRAM and SRAM stalls to these stall-free cycles. The emulator
+(``npusim.emulate.sparse_pairs``) runs the datapath cycle by cycle, plans, counts and
+builds its own steps, and prices them through the same ``stats.price``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import bitconv, engine
-from ..arch.spec import MAX_SIDE, spec
+from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..jit import njit
 from ..memory import Steps
@@ -64,6 +68,10 @@ class Params:
                                       max=MAX_SIDE)
     grouping: str = spec("similar-density", "weight grouping policy", choices=POLICIES)
     dealing: str = spec("weight-groups", "work dealt by", choices=DEALINGS)
+    kernel_store_bytes: int = spec(2048, "bytes of kernel storage per processor (bit vector "
+                                   "+ non-zero weights)", min=1, max=MAX_KIB * 1024)
+    fetch_bits_per_cycle: int = spec(256, "bits the AND and priority encoder take per cycle",
+                                     min=1, max=MAX_UNITS)
 
     @property
     def processors(self) -> int:
@@ -72,16 +80,16 @@ class Params:
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
-    """What one layer did on the array, counted by the fast model or by the emulator.
+    """What one layer did on the array, counted by the fast model.
 
     Cycles are per processor group (``group_cycles``, G) and per processor
     (``processor_cycles``, G x size: cycles it multiplied); ``step_capacity`` is
     processor-cycles inside lockstep steps, ``mapped_capacity`` those of
     processors holding a kernel; ``skipped`` = (weight-only zero, feature-only
-    zero, both zero) multiplies; bitmap traffic in bits. For the memory model:
-    ``pixel_cycles`` (weight groups x pixels) the cycles of every lockstep step,
-    ``kernels`` (weight groups x size) and ``bounds`` (slices + 1) the plan,
-    ``kernel_nonzeros`` (K,) every kernel's non-zero weights.
+    zero, both zero) multiplies; ``field_bits`` the receptive-field vector bits
+    broadcast. For the memory model: ``pixel_cycles`` (weight groups x pixels) the
+    cycles of every lockstep step, ``kernels`` (weight groups x size) and ``bounds``
+    (slices + 1) the plan, ``kernel_nonzeros`` (K,) every kernel's non-zero weights.
     """
 
     pairs: int
@@ -90,9 +98,8 @@ class Schedule:
     processor_cycles: np.ndarray
     step_capacity: int
     mapped_capacity: int
-    bitmap_traffic_bits: int
+    field_bits: int
     feature_nonzeros: int
-    weight_nonzeros: int
     weight_groups: int
     units: int
     pixel_cycles: np.ndarray
@@ -106,6 +113,19 @@ class Schedule:
         return int(self.group_cycles.max())
 
 
+def scan_cycles(layer: ConvLayer, p: Params) -> int:
+    """Cycles the AND and the priority encoder take over one ``Cg*R*S``-bit vector,
+    ``fetch_bits_per_cycle`` bits a cycle: the shortest lockstep step."""
+    return max(1, -(-layer.Cg * layer.R * layer.S // p.fetch_bits_per_cycle))
+
+
+def kernel_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray) -> np.ndarray:
+    """Bytes of every kernel as a processor stores it (K,): its bit vector in whole bytes
+    and its non-zero weights."""
+    return (bitmap.bitmap_bytes(layer.Cg * layer.R * layer.S)
+            + np.asarray(kernel_nonzeros, np.int64) * element_bytes(layer.dtype))
+
+
 def _kernel_pixels(layer: ConvLayer, x_mask, w_words) -> tuple[np.ndarray, np.ndarray]:
     """(pairs per kernel and pixel, (K + 1) x (N*P*Q) int32 with the empty slot as the last
     row; receptive-field set bits per conv group, G)."""
@@ -115,24 +135,20 @@ def _kernel_pixels(layer: ConvLayer, x_mask, w_words) -> tuple[np.ndarray, np.nd
     return per, field_ones
 
 
-def _traffic_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
-    """Bitmap bits moved: each unit loads its kernel vectors once; each step broadcasts one
-    receptive-field vector per distinct conv group among the group's kernels."""
-    width = layer.Cg * layer.R * layer.S
-    bits = 0
-    for kernels in plan.groups:
-        held = kernels[kernels != grouping.EMPTY]
-        conv_groups = len(np.unique(held // layer.Kg))
-        bits += width * (len(held) * plan.slices + conv_groups * layer.N * layer.P * layer.Q)
-    return bits
+def _field_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
+    """Receptive-field vector bits broadcast: one vector per step and distinct conv group
+    among the weight group's kernels."""
+    held = [ks[ks != grouping.EMPTY] // layer.Kg for ks in plan.groups]
+    conv_groups = sum(len(np.unique(g)) for g in held)
+    return layer.Cg * layer.R * layer.S * conv_groups * layer.N * layer.P * layer.Q
 
 
-def _units(per: np.ndarray, pl: grouping.Plan):
+def _units(per: np.ndarray, pl: grouping.Plan, scan: int):
     """Cycles of every work unit (units,), multiply cycles of its processors (units x size)
     and of every lockstep step (weight groups x pixels): a step lasts as long as its
-    busiest processor, at least one cycle."""
+    busiest processor, and at least the ``scan`` cycles of the AND and encoder."""
     slots = per[pl.groups]  # weight groups x size x pixels
-    steps = np.maximum(slots.max(axis=1), 1)
+    steps = np.maximum(slots.max(axis=1), scan)
     starts = pl.bounds[:-1]
     cycles = np.add.reduceat(steps, starts, axis=1, dtype=np.int64).ravel()
     busy = np.add.reduceat(slots, starts, axis=2, dtype=np.int64)
@@ -153,51 +169,81 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
     per, field_ones = _kernel_pixels(layer, x_mask, w_words)
     size = p.processors_per_group
     pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping, p.dealing)
-    unit_cycles, unit_busy, step_cycles = _units(per, pl)
+    unit_cycles, unit_busy, step_cycles = _units(per, pl, scan_cycles(layer, p))
     occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
     pairs = int(per.sum(dtype=np.int64))
     return Schedule(
         pairs=pairs, skipped=bitmap.skipped(layer, field_ones, nnz, pairs),
         group_cycles=_per_group(pl, unit_cycles), processor_cycles=_per_group(pl, unit_busy),
         step_capacity=int(unit_cycles.sum()) * size,
-        mapped_capacity=int((unit_cycles * occupied).sum()),
-        bitmap_traffic_bits=_traffic_bits(layer, pl),
-        feature_nonzeros=int(np.count_nonzero(x_mask)), weight_nonzeros=int(nnz.sum()),
-        weight_groups=len(pl.groups), units=pl.units, pixel_cycles=step_cycles,
-        kernels=pl.groups, bounds=pl.bounds, kernel_nonzeros=np.asarray(nnz, np.int64))
+        mapped_capacity=int((unit_cycles * occupied).sum()), field_bits=_field_bits(layer, pl),
+        feature_nonzeros=int(np.count_nonzero(x_mask)), weight_groups=len(pl.groups),
+        units=pl.units, pixel_cycles=step_cycles, kernels=pl.groups, bounds=pl.bounds,
+        kernel_nonzeros=np.asarray(nnz, np.int64))
 
 
-def _extra(layer: ConvLayer, s: Schedule, pes: int, elem: int) -> dict:
+def _group_loads(layer: ConvLayer, p: Params, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Per weight group: (bytes of its kernels that fit a processor's store, loaded once per
+    unit; bytes of those that do not, streamed again for every pixel of a unit)."""
+    size = kernel_bytes(layer, s.kernel_nonzeros)
+    held = np.where(s.kernels != grouping.EMPTY, size[np.maximum(s.kernels, 0)], 0)
+    fits = held <= p.kernel_store_bytes
+    return (np.where(fits, held, 0).sum(axis=1), np.where(fits, 0, held).sum(axis=1))
+
+
+def kernel_loads(layer: ConvLayer, p: Params, s: Schedule) -> dict[str, int]:
+    """What the kernel stores take in over the layer, bytes: every unit loads each of its
+    kernels once if it fits ``kernel_store_bytes``, else streams it in pieces of that size
+    for every pixel (``kernel_load_bytes``, of which ``kernel_bitmap_bytes`` bit vectors);
+    the kernels that do not fit, and the largest kernel (the store a layer needs)."""
+    fit, stream = _group_loads(layer, p, s)
+    slices, pixels = len(s.bounds) - 1, layer.N * layer.P * layer.Q
+    size = kernel_bytes(layer, s.kernel_nonzeros)
+    vector = bitmap.bitmap_bytes(layer.Cg * layer.R * layer.S)
+    streamed = size > p.kernel_store_bytes
+    loads = len(s.kernel_nonzeros) * slices + int(streamed.sum()) * (pixels - slices)
+    return {"kernel_load_bytes": int(fit.sum()) * slices + int(stream.sum()) * pixels,
+            "kernel_bitmap_bytes": loads * vector,
+            "streamed_kernels": int(streamed.sum()),
+            "peak_kernel_bytes": int(size.max())}
+
+
+def _extra(layer: ConvLayer, p: Params, s: Schedule, loads: dict) -> dict:
     """The machine's own additive counts (maxima and means summed over layers, so
     network imbalance = sum of maxima / sum of means)."""
-    cycles = s.cycles
+    cycles, elem = s.cycles, element_bytes(layer.dtype)
     return {
         "skipped_weight_zero": s.skipped[0], "skipped_feature_zero": s.skipped[1],
         "skipped_both_zero": s.skipped[2],
-        "group_cycles_by_unit": tuple(int(c) for c in s.group_cycles),
-        "processor_cycles_by_unit": tuple(int(c) for c in s.processor_cycles.ravel()),
+        "group_cycles_by_unit": tuple(s.group_cycles.tolist()),
         "group_cycles_max": cycles, "group_cycles_mean": float(s.group_cycles.mean()),
         "processor_cycles_max": int(s.processor_cycles.max()),
         "processor_cycles_mean": float(s.processor_cycles.mean()),
         "idle_cycles_within_groups": s.step_capacity - s.pairs,
-        "idle_cycles_between_groups": cycles * pes - s.step_capacity,
+        "idle_cycles_between_groups": cycles * p.processors - s.step_capacity,
         "bitmap_storage_bytes": sum(bitmap.bitmap_bytes(b) for b in bitmap.storage_bits(layer)),
-        "bitmap_traffic_bytes": bitmap.bitmap_bytes(s.bitmap_traffic_bits),
-        "value_storage_bytes": (s.feature_nonzeros + s.weight_nonzeros) * elem,
+        "bitmap_traffic_bytes": bitmap.bitmap_bytes(s.field_bits) + loads["kernel_bitmap_bytes"],
+        "value_storage_bytes": (s.feature_nonzeros + int(s.kernel_nonzeros.sum())) * elem,
+        "kernel_load_bytes": loads["kernel_load_bytes"],
+        "streamed_kernels": loads["streamed_kernels"],
+        "peak_kernel_bytes": loads["peak_kernel_bytes"],
         "weight_groups": s.weight_groups, "work_units": s.units,
     }
 
 
 def counts(layer: ConvLayer, p: Params, s: Schedule) -> Counts:
-    """What the machine counted. SRAM: one feature and one weight value read per pair
-    (claim 5), one output written per pixel and kernel, the bit vectors moved. Bytes."""
+    """What the machine counted, bytes at each buffer's ports. ifmap: one feature value read
+    per pair (claim 5) and the receptive-field vectors broadcast; filter: one weight value
+    read per pair from the processor's store, and every kernel load into the stores (bit
+    vectors and values); ofmap: one output written per pixel and kernel."""
     elem = element_bytes(layer.dtype)
-    extra = _extra(layer, s, p.processors, elem)
+    loads = kernel_loads(layer, p, s)
     ofmap = layer.N * layer.K * layer.P * layer.Q * elem
     return Counts(NAME, macs=s.pairs, dense_macs=layer.macs, multipliers=p.processors,
-                  mapped_pe_cycles=s.mapped_capacity, sram_ifmap_bytes=s.pairs * elem,
-                  sram_filter_bytes=s.pairs * elem,
-                  sram_ofmap_bytes=ofmap + extra["bitmap_traffic_bytes"], extra=extra)
+                  mapped_pe_cycles=s.mapped_capacity,
+                  sram_ifmap_bytes=s.pairs * elem + bitmap.bitmap_bytes(s.field_bits),
+                  sram_filter_bytes=s.pairs * elem + loads["kernel_load_bytes"],
+                  sram_ofmap_bytes=ofmap, extra=_extra(layer, p, s, loads))
 
 
 def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
@@ -209,9 +255,12 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     - ifmap: the compressed features (values + bitmap) that chunk of pixels of every
       slice reads, in proportion to its pixels: cycled once per wave, so an input that
       does not fit the ifmap SRAM is read again by every wave;
-    - filter: the wave's weight groups (bit vectors + non-zero weights), read when the
-      wave starts (each processor holds its kernel for the unit);
-    - ofmap: the step's outputs (pixels x the units' kernels), dense, written once.
+    - filter: the wave's weight groups (bit vectors + non-zero weights), read from DRAM
+      when the wave starts;
+    - ofmap: the step's outputs (pixels x the units' kernels), dense, written once;
+    - SRAM: the kernel loads where they happen (a kernel that fits its processor's store
+      at its unit's first step, one that does not with every pixel), the rest of
+      ``sram_total`` in proportion to the steps' cycles.
     """
     elem, groups = element_bytes(layer.dtype), p.processor_groups
     slices = len(s.bounds) - 1
@@ -222,13 +271,31 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     compute, keep = _step_cycles(s, wg, lo, ends, groups)
     wave, part = np.divmod(np.flatnonzero(keep), chunks)
     pixels = np.diff(np.concatenate([lo[:, None], ends], axis=1), axis=1)  # units x chunks
+    fit, stream = _group_loads(layer, p, s)
+    loads = stream[wg][:, None] * pixels
+    loads[:, 0] += fit[wg]
+    loads = _by_wave(loads, groups)[keep]
     return Steps(compute=compute, ifmap=part,
                  ifmap_bytes=_ifmap_bytes(layer, s, pixels[:slices], elem)[part],
                  filter=np.where(part == 0, wave, -1),
-                 filter_bytes=_wave_weight_bytes(layer, s, wg, groups, elem)[wave],
+                 filter_bytes=_wave_weight_bytes(layer, s, wg, groups)[wave],
                  ofmap=np.arange(len(compute)),
-                 ofmap_bytes=_output_bytes(s, wg, pixels, groups, elem)[keep],
-                 sram_bytes=share(sram_total, compute))
+                 ofmap_bytes=_by_wave(pixels * _held(s)[wg][:, None] * elem, groups)[keep],
+                 sram_bytes=loads + share(sram_total - int(loads.sum()), compute))
+
+
+def _held(s: Schedule) -> np.ndarray:
+    """Kernels each weight group holds (weight groups,)."""
+    return np.count_nonzero(s.kernels != grouping.EMPTY, axis=1)
+
+
+def _by_wave(per_unit: np.ndarray, groups: int) -> np.ndarray:
+    """Per-unit, per-chunk values (units x chunks) summed over each wave's units
+    (waves * chunks,)."""
+    waves = -(-len(per_unit) // groups)
+    out = np.zeros((waves * groups, per_unit.shape[1]), np.int64)
+    out[:len(per_unit)] = per_unit
+    return out.reshape(waves, groups, -1).sum(axis=1).ravel()
 
 
 def _step_cycles(s: Schedule, wg, lo, ends, groups: int):
@@ -260,11 +327,11 @@ def _ifmap_bytes(layer: ConvLayer, s: Schedule, pixels: np.ndarray, elem: int) -
     return share(stored, pixels.sum(axis=0))
 
 
-def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray, groups: int,
-                       elem: int) -> np.ndarray:
-    """Bytes of the weight groups each wave loads (waves,): per kernel its bit vector and
-    its non-zero weights."""
-    per_kernel = bitmap.bitmap_bytes(layer.Cg * layer.R * layer.S) + s.kernel_nonzeros * elem
+def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray,
+                       groups: int) -> np.ndarray:
+    """DRAM bytes of the weight groups each wave loads (waves,): per kernel its bit vector
+    and its non-zero weights, each distinct weight group of the wave once."""
+    per_kernel = kernel_bytes(layer, s.kernel_nonzeros)
     held = np.where(s.kernels != grouping.EMPTY, per_kernel[np.maximum(s.kernels, 0)], 0)
     wave = np.arange(len(wg)) // groups
     pairs = np.unique(wave * len(s.kernels) + wg)
@@ -272,20 +339,9 @@ def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray, groups: in
                        minlength=wave[-1] + 1).astype(np.int64)
 
 
-def _output_bytes(s: Schedule, wg: np.ndarray, pixels: np.ndarray, groups: int,
-                  elem: int) -> np.ndarray:
-    """Bytes of the outputs of every (wave, chunk) step, dense: each unit's chunk pixels
-    times the kernels its weight group holds (waves * chunks,)."""
-    kernels = np.count_nonzero(s.kernels != grouping.EMPTY, axis=1)[wg]
-    waves = -(-len(wg) // groups)
-    out = np.zeros((waves * groups, pixels.shape[1]), np.int64)
-    out[:len(wg)] = pixels * kernels[:, None] * elem
-    return out.reshape(waves, groups, -1).sum(axis=1).ravel()
-
-
 def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
-    """LayerStats of a schedule (the fast model's or the emulator's): its counts priced
-    through the memory model."""
+    """LayerStats of the fast model's schedule: its counts priced through the memory
+    model."""
     p = arch.params(NAME)
     c = counts(layer, p, s)
     sram = c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes
@@ -300,53 +356,58 @@ def imbalance(stats: LayerStats, level: str = "group") -> float:
 
 def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
     """Outputs from the decided pairs only, as the data operation circuit forms them: per
-    output pixel and kernel, the AND of the packed receptive-field and kernel vectors, then
-    one multiply-add per set bit (lowest first). float32 products and sums in bit order
-    (taps, then channels); int8 in, exact int32 out."""
+    output pixel, each non-zero feature of the receptive field, in bit order (taps, then
+    channels), is multiplied by the weights of that bit of every kernel of its conv group
+    that are non-zero, and added to their outputs. Per output that is one multiply-add per
+    decided pair in bit order, lowest first, as the priority encoder issues them: float32
+    products and sums, or int8 in and exact int32 out. The zero inputs are skipped; over the
+    weights the loop runs dense and vectorised across a conv group's kernels, adding a
+    product with a zero weight (an exact +0, which leaves any sum unchanged) except for a
+    non-finite feature, whose zero-weight products are skipped as the machine skips them."""
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.int64 if integer else np.float32
-    G, Cg, R, S = layer.groups, layer.Cg, layer.R, layer.S
+    G, Cg, R, S, Kg = layer.groups, layer.Cg, layer.R, layer.S, layer.Kg
     xp = pad_input(x.astype(acc, copy=False), layer)
     fields = np.ascontiguousarray(  # channels last: a tap's channels side by side
         xp.reshape(layer.N, G, Cg, *xp.shape[2:]).transpose(0, 1, 3, 4, 2))
-    kernels = np.ascontiguousarray(w.astype(acc, copy=False).transpose(0, 2, 3, 1)).reshape(
-        layer.K, R * S * Cg)
-    out = np.zeros((layer.N, layer.K, layer.P, layer.Q), acc)
-    args = (bitconv.pack_input(layer, x != 0), bitconv.pack_weights(layer, w != 0), fields,
-            kernels, R, S, *layer.stride, *layer.dilation, out)
+    kernels = np.ascontiguousarray(  # per conv group and bit (tap, channel): its Kg weights
+        w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S).transpose(0, 3, 4, 2, 1)
+    ).reshape(G, R * S * Cg, Kg)
+    out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
+    args = (fields, kernels, R, S, *layer.stride, *layer.dilation, out)
     in_parallel(_pair_macs, args, layer.N * G * layer.P)
+    out = np.ascontiguousarray(out.transpose(0, 1, 4, 2, 3)).reshape(
+        layer.N, layer.K, layer.P, layer.Q)
     return engine.finish(out, bias, layer, integer)
 
 
 @njit(cache=True, nogil=True)
-def _pair_macs(xb, wb, fields, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
-    """out[n, g Kg + k, p, q] = sum over the set bits of (field AND kernel) of value x
-    weight, for the output rows ``first <= (n G + g) P + p < stop``."""
-    N, G, _, _, D = xb.shape
-    Kg, L = wb.shape[1], wb.shape[2]
-    Cg = fields.shape[4]
+def _pair_macs(fields, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g, p, q, k] += x x w over the receptive field's non-zero features x in bit
+    order and kernel k's weight w of that bit, for the output rows ``first <= (n G + g) P + p
+    < stop``; a non-finite x only meets the non-zero weights."""
+    G, Cg = fields.shape[1], fields.shape[4]
+    Kg = kernels.shape[2]
     P, Q = out.shape[2], out.shape[3]
-    words = np.empty(L, np.uint64)
-    values = np.empty(R * S * Cg, fields.dtype)
     for row in range(first, stop):
         n, g, p = row // (G * P), row // P % G, row % P
         for q in range(Q):
+            total = out[n, g, p, q]
             for r in range(R):
                 for s in range(S):
-                    t, h, v = r * S + s, p * sh + r * dh, q * sw + s * dw
-                    words[t * D:(t + 1) * D] = xb[n, g, h, v]
-                    values[t * Cg:(t + 1) * Cg] = fields[n, g, h, v]
-            for k in range(Kg):
-                kernel = kernels[g * Kg + k]
-                total = out[n, g * Kg + k, p, q]
-                for j in range(L):
-                    decided = words[j] & wb[g, k, j]
-                    base = (j // D) * Cg + (j % D) * 64
-                    while decided:
-                        i = base + bitconv.lowest_bit(decided)
-                        total += values[i] * kernel[i]
-                        decided &= decided - np.uint64(1)
-                out[n, g * Kg + k, p, q] = total
+                    h, v, bit = p * sh + r * dh, q * sw + s * dw, (r * S + s) * Cg
+                    for c in range(Cg):
+                        value = fields[n, g, h, v, c]
+                        if value == 0:
+                            continue
+                        weights = kernels[g, bit + c]
+                        if value - value == 0:  # finite: every product with a 0 weight is +0
+                            for k in range(Kg):
+                                total[k] += value * weights[k]
+                        else:
+                            for k in range(Kg):
+                                if weights[k] != 0:
+                                    total[k] += value * weights[k]
 
 
 @register
@@ -366,8 +427,7 @@ class SparsePairs(Machine):
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate
 
-        out, sched = emulate(layer, x, w, bias, arch.params(NAME))
-        return out, layer_stats(layer, arch, sched)
+        return emulate(layer, x, w, bias, arch)
 
     def hardware(self, arch, dtype):
         """Per processor: a multiplier, its feature and weight operand registers and an
