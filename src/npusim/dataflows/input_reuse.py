@@ -350,7 +350,7 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                 name: str) -> LayerStats:
     """Every cost of the layer from the non-zero masks of its input and weights."""
-    p = arch.params(name)
+    p = arch.params(Params)
     work = region_work(layer, x_mask, w_mask, p.geometry)
     sch, saved = timing(work, p)
     c = counts(layer, p, work, extra_counts(layer, x_mask, w_mask, p, work, sch, saved), name)
@@ -376,7 +376,7 @@ class InputReuse(Machine):
     Params = Params
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
-        p = arch.params(self.name)
+        p = arch.params(Params)
         need = buffer_need(layer, p)
         if need > p.first_buffer_kb * 1024:
             return (f"partial OFMs need {need} B of first buffer per operation unit, "
@@ -394,7 +394,7 @@ class InputReuse(Machine):
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate
 
-        return emulate(layer, x, w, bias, arch.params(self.name), arch)
+        return emulate(layer, x, w, bias, arch.params(Params), arch)
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Cycles lost to contention on the units' interconnect, cycles work stealing

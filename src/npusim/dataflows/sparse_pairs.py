@@ -286,7 +286,7 @@ def _output_bytes(s: Schedule, wg: np.ndarray, pixels: np.ndarray, groups: int,
 def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
     """LayerStats of a schedule (the fast model's or the emulator's): its counts priced
     through the memory model."""
-    p = arch.params(NAME)
+    p = arch.params(Params)
     c = counts(layer, p, s)
     sram = c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes
     return price(layer, c, steps(layer, p, s, sram), arch)
@@ -361,12 +361,12 @@ class SparsePairs(Machine):
         return pair_products(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
-        return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
+        return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(Params)))
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate
 
-        out, sched = emulate(layer, x, w, bias, arch.params(NAME))
+        out, sched = emulate(layer, x, w, bias, arch.params(Params))
         return out, layer_stats(layer, arch, sched)
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
