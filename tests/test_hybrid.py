@@ -47,9 +47,9 @@ def hybrid_arch(tmp_path, objective: str) -> Path:
 def alone(graph, node, x_in, arch, machine):
     """The layer on one member by itself, through ``conv2d`` (its stats are its estimate)."""
     layer, op = graph.layers[node.name], node.op
-    return npusim.conv2d(x_in.reshape(layer.input_shape), op.weight, op.bias, stride=layer.stride, padding=layer.padding,
-                         dilation=layer.dilation, groups=layer.groups, dataflow=machine,
-                         arch=arch)[1]
+    return npusim.conv2d(x_in.reshape(layer.input_shape), op.weight, op.bias,
+                         stride=layer.stride, padding=layer.padding, dilation=layer.dilation,
+                         groups=layer.groups, dataflow=machine, arch=arch)[1]
 
 
 def hand_move(x_in, arch) -> tuple[int, float]:
@@ -57,7 +57,8 @@ def hand_move(x_in, arch) -> tuple[int, float]:
     one after the other on the one channel at the DRAM bandwidth (no compute to hide them
     behind), each byte at the DRAM energy."""
     size = x_in.size * 4
-    return math.ceil(2 * size / arch.memory.dram_bytes_per_cycle), 2 * size * arch.energy.dram_byte_pj
+    cycles = math.ceil(2 * size / arch.memory.dram_bytes_per_cycle)
+    return cycles, 2 * size * arch.energy.dram_byte_pj
 
 
 @pytest.mark.parametrize("objective", ["cycles", "energy", "energy-delay"])

@@ -68,7 +68,8 @@ def vector_row(stats: list[LayerStats]) -> LayerStats | None:
     return total(vector, VECTOR_ROW) if vector else None
 
 
-COLUMNS = (("layer", "left"), ("machine", "left"), ("shape", "left"), ("dense MACs", "right"), ("MACs", "right"),
+COLUMNS = (("layer", "left"), ("machine", "left"), ("shape", "left"), ("dense MACs", "right"),
+           ("MACs", "right"),
            ("compute", "right"), ("stall", "right"), ("cycles", "right"), ("bound", "left"),
            ("util %", "right"), ("SRAM", "right"), ("DRAM", "right"), ("energy", "right"))
 
