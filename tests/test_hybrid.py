@@ -200,3 +200,29 @@ def test_cli_run_shows_the_machine_column_and_the_json_carries_the_placements(tm
         assert any(c[:1] == [p["layer"]] and p["machine"] in line
                    for c, line in zip(cells, text.splitlines(), strict=True)
                    if "cycles:" in line)  # the placement line below the table
+
+
+def test_emulate_mode_runs_the_chosen_machines_emulator():
+    """On a small chain, mode emulate places as estimate does and its outputs and cycles come
+    from the chosen members' emulators, which agree with their fast models here."""
+    rng = np.random.default_rng(4)
+    g = GraphBuilder("tiny", (1, 2, 6, 6))
+    a = g.relu(g.conv(g.input, rng.standard_normal((4, 2, 3, 3)), padding=1))
+    y = g.conv(a, rng.standard_normal((4, 1, 3, 3)), padding=2, dilation=2, groups=4)
+    graph = g.build(y)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    emu = npusim.simulate(graph, x, PRESET, mode="emulate")
+    est = npusim.simulate(graph, x, PRESET, mode="estimate")
+    assert [p.machine.name for p in emu.placements] == [p.machine.name for p in est.placements]
+    assert [s.cycles for s in emu.layers] == [s.cycles for s in est.layers]
+    assert np.abs(emu.output - est.output).max() <= 1e-5 * np.abs(est.output).max()
+
+
+def test_a_machine_without_an_emulator_says_so():
+    from npusim.dataflows.base import Machine
+
+    class Plain(Machine):
+        name = "plain"
+
+    with pytest.raises(NpusimError, match="dataflow 'plain' has no cycle emulator; use mode"):
+        Plain().emulate(None, None, None, None, None)
