@@ -65,7 +65,8 @@ def line(result, objective: str) -> str:
     moves = [s for s in result.layers if s.dataflow == "transfer"]
     cells = [f"{tot.cycles:,}", f"{tot.energy_pj / 1e9:.2f}"]
     cells += [f"{singles[m][0]:,} / {singles[m][1] / 1e9:.2f}" for m in singles]
-    cells += [best, f"{singles[best][0] / tot.cycles:.3f}x", f"{tot.energy_pj / singles[best][1]:.3f}",
+    cells += [best, f"{singles[best][0] / tot.cycles:.3f}x",
+              f"{tot.energy_pj / singles[best][1]:.3f}",
               " ".join(f"{m.split('-')[0]} {n}" for m, n in runs.items()),
               f"{len(moves)}: {sum(s.cycles for s in moves):,} cyc, "
               f"{sum(s.energy_pj for s in moves) / 1e9:.3f} mJ"]

@@ -282,7 +282,8 @@ def cmd_export_topology(args) -> int:
 def dataflow_summary(arch, dataflow: str) -> str:
     """'systolic rows=32 cols=32 stationary=ws': the dataflow and its section of ``arch``."""
     params = dataclasses.asdict(arch.params(dataflow))
-    return " ".join([dataflow] + [f"{k}={v}" for k, v in params.items()])
+    return " ".join([dataflow] + [f"{k}={','.join(v) if isinstance(v, tuple) else v}"
+                                   for k, v in params.items()])  # a hybrid's machines: a,b,c
 
 
 # ---- npusim run ---------------------------------------------------------------------------
