@@ -44,7 +44,7 @@ def test_every_preset_loads_and_names_itself():
     for name in presets():
         arch = load_arch(name)
         assert arch.name == name
-        assert arch.dataflow in dataflow_names()
+        assert arch.dataflow in [*dataflow_names(), "hybrid"]
         assert arch.description
         assert "Horowitz" in arch.energy.source
 
@@ -217,3 +217,62 @@ def test_bandwidth_unlimited_and_memory_options(tmp_path):
     assert (m.dram_bytes_per_cycle, m.dram_latency_cycles) == ("unlimited", 40)
     assert (m.sram_bytes_per_cycle, m.double_buffered) == (64.0, False)
     assert Memory().sram_bytes_per_cycle == "unlimited" and Memory().double_buffered
+
+
+ALONE = """
+import sys, types
+from dataclasses import dataclass
+pkg = types.ModuleType("npusim")
+pkg.__path__ = [sys.argv[1]]
+sys.modules["npusim"] = pkg
+from npusim.arch.spec import arch_from_toml_text, spec
+
+@dataclass(frozen=True)
+class Toy:
+    lanes: int = spec(4, "lanes", min=1)
+
+arch = arch_from_toml_text('dataflow = "toy"\\n[toy]\\nlanes = 8\\n', "t.toml", {"toy": Toy})
+assert arch.params(Toy).lanes == 8 and arch.params("toy").lanes == 8
+print(" ".join(sorted(m for m in sys.modules if m.startswith("npusim"))))
+"""
+
+
+def test_the_arch_package_imports_no_machine():
+    """The dependency runs one way: ``npusim.arch`` alone (the package's own ``__init__``,
+    which imports simulate, left out), loading a file and reading its sections, imports
+    neither the machines nor their emulators."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import npusim
+
+    src = str(Path(npusim.__file__).parent)
+    loaded = subprocess.run([sys.executable, "-c", ALONE, src], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert "npusim.arch.spec" in loaded
+    assert not [m for m in loaded if m.startswith(("npusim.dataflows", "npusim.emulate"))]
+
+
+def test_the_loader_takes_the_sections_it_is_handed():
+    from dataclasses import dataclass
+
+    from npusim.arch.spec import arch_from_toml_text, spec
+
+    @dataclass(frozen=True)
+    class Toy:
+        lanes: int = spec(4, "lanes", min=1)
+        names: tuple[str, ...] = spec(("a",), "names")
+
+    text = 'dataflow = "toy"\n[toy]\nlanes = 8\nnames = ["b", "c"]\n'
+    arch = arch_from_toml_text(text, "t.toml", {"toy": Toy})
+    assert arch.params(Toy) == Toy(8, ("b", "c")) and arch.params("toy") is arch.params(Toy)
+    assert arch_from_toml_text('dataflow = "toy"\n', "t.toml", {"toy": Toy}).params(Toy) == Toy()
+    with pytest.raises(ConfigError, match=r"t.toml: unknown section \[systolic\]; valid "
+                                          r"sections: \[memory\], \[vector\], \[energy\], \[area\], \[toy\]"):
+        arch_from_toml_text('dataflow = "toy"\n[systolic]\nrows = 2\n', "t.toml", {"toy": Toy})
+    with pytest.raises(ConfigError, match=r"t.toml: toy.names\[1\]=3: must be a string"):
+        arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = ["b", 3]\n', "t.toml",
+                            {"toy": Toy})
+    with pytest.raises(ConfigError, match=r"t.toml: toy.names='b': must be an array of"):
+        arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = "b"\n', "t.toml", {"toy": Toy})

@@ -81,3 +81,13 @@ def test_run_reports_area_in_table_and_json(tmp_path):
     assert np.isclose(sum(totals[k] for k in ("area_macs_mm2", "area_registers_mm2",
                                              "area_sram_mm2", "area_interconnect_mm2")),
                       totals["area_mm2"])
+
+
+def test_hybrid_area_is_its_members_behind_one_memory():
+    arch = npusim.load_arch("hybrid-3x1024")
+    members = arch.params("hybrid").machines
+    alone = [area_of(arch, m) for m in members]
+    hybrid = area_of(arch)
+    assert hybrid.macs_mm2 == pytest.approx(sum(a.macs_mm2 for a in alone))
+    assert hybrid.registers_mm2 == pytest.approx(sum(a.registers_mm2 for a in alone))
+    assert hybrid.sram_mm2 == pytest.approx(alone[0].sram_mm2)  # no member has SRAM of its own

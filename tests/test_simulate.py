@@ -110,15 +110,26 @@ def test_conv2d_same_padding_matches_torch(kernel, dilation):
     assert stats.dense_macs == stats.macs == ref.size * 4 * kernel[0] * kernel[1]
 
 
-def test_conv2d_int8_from_float_is_the_scaled_exact_integer_sum():
+@pytest.mark.parametrize("dataflow", ["systolic", "sparse-pairs", "group-tile"])
+def test_conv2d_int8_from_float_is_requantised_as_simulate_does(dataflow):
+    """Quantise by hand (max |value| / 127, per tensor for x, per output channel for w),
+    the exact integer sum by the reference, then the output requantised to int8."""
     rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
     w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
-    out, stats = npusim.conv2d(x, w, padding=1, dtype="int8")
-    xq, sx = npusim.quant.quantize_activations(x)
-    wq, sw = npusim.quant.quantize_weights(w)
-    acc = reference.conv2d(xq, wq, None, ConvLayer(1, 8, 6, 6, 4, 3, 3, padding=1))
-    assert np.array_equal(out, (acc * (sx * sw).reshape(1, -1, 1, 1)).astype(np.float32))
+    bias = rng.standard_normal(4).astype(np.float32)
+    out, stats = npusim.conv2d(x, w, bias, padding=1, dtype="int8", dataflow=dataflow)
+    sx = np.abs(x).max() / 127.0
+    sw = np.abs(w).reshape(4, -1).max(axis=1) / 127.0
+    xq = np.clip(np.rint(x / sx), -127, 127).astype(np.int8)
+    wq = np.clip(np.rint(w / sw[:, None, None, None]), -127, 127).astype(np.int8)
+    bq = np.rint(bias.astype(np.float64) / (sx * sw)).astype(np.int32)
+    acc = reference.conv2d(xq, wq, bq, ConvLayer(1, 8, 6, 6, 4, 3, 3, padding=1, bias=True))
+    real = acc * (sx * sw).reshape(1, -1, 1, 1)
+    sy = np.abs(real).max() / 127.0
+    expected = np.clip(np.rint(real / sy), -127, 127).astype(np.float32) * np.float32(sy)
+    assert np.array_equal(out, expected)
+    assert len(np.unique(out)) <= 255  # int8 levels, not the float accumulators
     assert stats.sram_ifmap_bytes > 0 and stats.energy_pj > 0
 
 

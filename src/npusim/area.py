@@ -72,9 +72,24 @@ def price_area(hw: Hardware, table: AreaTable, dtype: str) -> Area:
                 node=table.source)
 
 
-def area_of(arch, dataflow: str | None = None, dtype: str = "int8") -> Area:
-    """The area of ``arch`` built as ``dataflow`` (default: its own) for ``dtype``."""
-    from .dataflows import get
+def hardware_of(arch, dataflow: str, dtype: str) -> Hardware:
+    """What ``arch`` built as ``dataflow`` holds; a hybrid holds each member's own parts and
+    the shared memory's SRAMs once."""
+    from .hybrid import machines
 
-    machine = get(dataflow or arch.dataflow)
-    return price_area(machine.hardware(arch, dtype), arch.area, dtype)
+    members = [m.hardware(arch, dtype) for m in machines(arch, dataflow)[0]]
+    shared = memory_kib(arch.memory)
+    sram = dict(shared)
+    for i, hw in enumerate(members):  # every member lists the shared SRAMs: count them once
+        for k, v in hw.sram_kib.items():
+            if k not in shared:
+                sram[f"{k} ({i})" if k in sram else k] = v
+    return Hardware(macs=sum(h.macs for h in members),
+                    register_bits=sum(h.register_bits for h in members), sram_kib=sram,
+                    mux_bits=sum(h.mux_bits for h in members))
+
+
+def area_of(arch, dataflow: str | None = None, dtype: str = "int8") -> Area:
+    """The area of ``arch`` built as ``dataflow`` (default: its own; ``hybrid``: its members
+    behind one shared memory) for ``dtype``."""
+    return price_area(hardware_of(arch, dataflow or arch.dataflow, dtype), arch.area, dtype)

@@ -282,7 +282,8 @@ def cmd_export_topology(args) -> int:
 def dataflow_summary(arch, dataflow: str) -> str:
     """'systolic rows=32 cols=32 stationary=ws': the dataflow and its section of ``arch``."""
     params = dataclasses.asdict(arch.params(dataflow))
-    return " ".join([dataflow] + [f"{k}={v}" for k, v in params.items()])
+    return " ".join([dataflow] + [f"{k}={','.join(v) if isinstance(v, tuple) else v}"
+                                   for k, v in params.items()])  # a hybrid's machines: a,b,c
 
 
 # ---- npusim run ---------------------------------------------------------------------------
@@ -290,13 +291,13 @@ def dataflow_summary(arch, dataflow: str) -> str:
 def cmd_run(args) -> int:
     """``npusim run``: load, simulate, check, print, write the reports."""
     from .arch import load_arch
-    from .dataflows import get as get_dataflow
+    from .simulate import RunConfig
 
     _check_flags(args)
     arch = load_arch(args.arch)
     if args.bandwidth is not None:
         arch = arch.with_memory(dram_bytes_per_cycle=args.bandwidth)
-    dataflow = get_dataflow(args.dataflow or arch.dataflow).name
+    dataflow = RunConfig.of(arch, args.dataflow).name  # one machine, or a hybrid's members
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
     args.batch = model.input_shape[0] if isinstance(model, Graph) else model[0].N

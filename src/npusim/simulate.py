@@ -7,6 +7,10 @@ Three modes, one result type:
   on the non-zero masks of the real tensors (the mode for big networks and sweeps);
 - ``emulate``: every conv through the dataflow's cycle emulator (small inputs).
 
+``simulate``, ``simulate_shapes`` and ``conv2d`` share one pipeline: a ``RunConfig``
+validated once, each conv placed on its machine (``_place``: the one machine, or the
+hybrid's choice, ``npusim.hybrid``), then run by its mode (``MODE_TABLE``).
+
 Non-conv ops run in numpy on the vector unit: ``ceil(vector_ops / lanes)`` cycles,
 where ``vector_ops`` is the op's element work (``ops.Op.vector_ops``), and each
 input and output element is one SRAM access; their operands stay on chip (no DRAM
@@ -25,16 +29,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from . import engine, ops, quant, tensors
+from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
-from .dataflows import get as get_dataflow
+from .dataflows import Dataflow
 from .errors import InputError, NpusimError
 from .ir import DTYPES, ConvLayer, Graph, _padding4, _pair
 from .memory import Steps
 from .parallel import cores
 from .stats import Counts, LayerStats, Op, price, total
 
-MODES = ("run", "estimate", "emulate")
 # Emulator steps (about 1 us each on a 2-core x86 machine, docs/cli.md) one layer may take in
 # mode emulate: about 40 s here. simulate(emulate_limit=...) or --emulate-limit raise it.
 EMULATE_LIMIT = 40_000_000
@@ -53,6 +56,7 @@ class SimResult:
     seconds: float
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     named_outputs: dict[str, np.ndarray] = field(default_factory=dict)  # label -> output
+    placements: list[hybrid.Placement] = field(default_factory=list)  # a hybrid's, per conv
 
     @property
     def area(self):
@@ -67,46 +71,131 @@ class SimResult:
 
     @property
     def conv_layers(self) -> list[LayerStats]:
-        return [s for s in self.layers if s.dataflow != "vector"]
+        return [s for s in self.layers if s.dataflow not in ("vector", hybrid.TRANSFER)]
 
 
-def _conv_step(layer: ConvLayer, x, conv: ops.Conv, df, arch, mode: str, costs: _Costs):
-    """One conv layer in ``mode``: (float32 output for the next op, its LayerStats or the
-    handle ``costs`` returns for them). run and estimate differ only in who computes the
-    outputs: the machine's arithmetic or the dense engine."""
-    w, b = conv.weight, conv.bias
-    if layer.dtype == "int8":
-        xq, sx = quant.quantize_activations(x)
-        wq, sw = quant.quantize_weights(w)
-        x_in, w_in, b_in = xq, wq, quant.quantize_bias(b, sx, sw)
-    else:
-        x_in, w_in, b_in = x, w, b
-    if mode == "emulate":
-        if not hasattr(df, "emulate"):
-            raise NpusimError(f"dataflow {df.name!r} has no cycle emulator; use mode 'run'")
-        out, st = df.emulate(layer, x_in, w_in, b_in, arch)
-    else:
-        st = costs.submit(df.estimate, layer, *df.masks(x_in, w_in), arch)
-        if mode == "run":
-            out = df.compute(layer, x_in, w_in, b_in, arch)
-        else:
-            out = engine.conv2d(x_in, w_in, b_in, layer)
-    if layer.dtype == "int8":
+@dataclass(frozen=True)
+class RunConfig:
+    """One run's settings, validated once (``RunConfig.of``): the arch, the machines a conv may
+    go to (one, or a hybrid's members in their order), the objective that picks among several
+    (``hybrid.OBJECTIVES``), the mode, the dtype, and the emulator's step limit per layer
+    (``None``: no limit)."""
+
+    arch: Arch
+    machines: tuple[Dataflow, ...]
+    mode: str = "run"
+    dtype: str = "float32"
+    objective: str = "cycles"
+    emulate_limit: int | None = EMULATE_LIMIT
+
+    @classmethod
+    def of(cls, arch: Arch | str | None = None, dataflow: str | None = None, *,
+           mode: str = "run", dtype: str = "float32",
+           emulate_limit: int | None = EMULATE_LIMIT) -> RunConfig:
+        """The checked configuration: a known mode and dtype, the arch loaded, ``dataflow``
+        (default: the arch's) one machine or ``hybrid`` (the arch's ``[hybrid]`` members)."""
+        if mode not in MODE_TABLE:
+            raise NpusimError(f"mode={mode!r}: must be one of {', '.join(MODES)}")
+        if dtype not in DTYPES:
+            raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
+        arch = load_arch(arch)
+        machines, objective = hybrid.machines(arch, dataflow or arch.dataflow)
+        return cls(arch, machines, mode, dtype, objective, emulate_limit)
+
+    @property
+    def name(self) -> str:
+        """The dataflow's name, or ``hybrid`` for several machines."""
+        return self.machines[0].name if len(self.machines) == 1 else hybrid.NAME
+
+    @property
+    def background(self) -> bool:
+        """Whether the costs may be counted on the worker thread (``_Costs``): one machine
+        whose costs read the masks, not emulated (a hybrid needs its members' costs at once,
+        to choose)."""
+        return (self.mode != "emulate" and len(self.machines) == 1
+                and self.machines[0].reads_masks)
+
+
+def _run_mode(df, layer, x, w, b, arch, count):
+    """Mode run: the outputs by the machine's own arithmetic, the costs by ``count()``."""
+    return df.compute(layer, x, w, b, arch), count()
+
+
+def _estimate_mode(df, layer, x, w, b, arch, count):
+    """Mode estimate: the outputs by the dense engine, the costs by ``count()``."""
+    return engine.conv2d(x, w, b, layer), count()
+
+
+def _emulate_mode(df, layer, x, w, b, arch, count):
+    """Mode emulate: outputs and costs from the machine's cycle emulator."""
+    return df.emulate(layer, x, w, b, arch)
+
+
+MODE_TABLE = {"run": _run_mode, "estimate": _estimate_mode, "emulate": _emulate_mode}
+MODES = tuple(MODE_TABLE)
+
+
+def check_supports(df: Dataflow, layer: ConvLayer, arch: Arch) -> None:
+    """Refuse a layer ``df`` cannot run on ``arch``, naming the layer and why."""
+    why = df.supports(layer, arch)
+    if why:
+        raise NpusimError(f"{layer.name}: dataflow {df.name!r} cannot run it: {why}")
+
+
+def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _Costs):
+    """The machine that runs ``layer``: (the machine, ``count`` giving its stats or their
+    handle, the hybrid's ``Placement`` or None). ``masks(df)`` gives ``df.estimate``'s
+    masks; ``source`` names the machine whose buffers hold the layer's input (None: DRAM)."""
+    if len(cfg.machines) == 1:
+        df = cfg.machines[0]
+        check_supports(df, layer, cfg.arch)
+        return df, lambda: costs.submit(df.estimate, layer, *masks(df), cfg.arch), None
+    placed = hybrid.place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
+    return placed.machine, lambda: placed.stats, placed
+
+
+def _tensor_masks(x: np.ndarray, w: np.ndarray):
+    """``masks(df)`` for ``_place``: ``df.masks(x, w)``, the non-zero masks made once."""
+    made: list = []
+
+    def masks(df):
+        if not df.reads_masks:
+            return None, None
+        if not made:
+            made.extend(df.masks(x, w))
+        return tuple(made)
+    return masks
+
+
+def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: _Costs):
+    """One conv through the pipeline: (outputs, stats or their handle, ``Placement`` or None).
+    A float conv in int8 quantises its input (per tensor) and weights (per output channel),
+    runs in int32 and requantises its output to int8, returned dequantised (float32); int8
+    operands return the int32 accumulators."""
+    quantised = layer.dtype == "int8" and x.dtype != np.int8
+    if quantised:
+        x, sx = quant.quantize_activations(x)
+        w, sw = quant.quantize_weights(w)
+        b = quant.quantize_bias(b, sx, sw)
+    df, count, placed = _place(cfg, layer, _tensor_masks(x, w), source, costs)
+    out, st = MODE_TABLE[cfg.mode](df, layer, x, w, b, cfg.arch, count)
+    if quantised:
         out = quant.requantize(out, sx, sw).dequantize()
-    return out, st
+    return out, st, placed
 
 
-def check_emulate_size(layers: list[ConvLayer], df, arch: Arch, limit: int | None) -> None:
+def check_emulate_size(layers: list[ConvLayer], cfg: RunConfig) -> None:
     """Refuse, before any work, to emulate a layer whose estimated emulator steps
-    (``df.emulate_steps``) pass ``limit``; names the first such layer, its steps and the
-    way out. ``None`` is no limit."""
-    if limit is None or not hasattr(df, "emulate_steps"):
+    (``df.emulate_steps``, on every machine of ``cfg`` that can run it) pass
+    ``cfg.emulate_limit``; names the first such layer, its steps and the way out."""
+    limit = cfg.emulate_limit
+    if limit is None:
         return
-    over = [(layer.name, df.emulate_steps(layer, arch)) for layer in layers
-            if df.supports(layer, arch) is None]
-    over = [(name, steps) for name, steps in over if steps > limit]
+    over = [(layer.name, df, df.emulate_steps(layer, cfg.arch)) for layer in layers
+            for df in cfg.machines if df.supports(layer, cfg.arch) is None]
+    over = [(name, df, steps) for name, df, steps in over if steps > limit]
     if over:
-        name, steps = over[0]
+        name, df, steps = over[0]
         more = f" (and {len(over) - 1} more layers)" if len(over) > 1 else ""
         raise NpusimError(f"{name}: the {df.name} emulator would take about {steps:.3g} steps "
                           f"(~{steps / 1e6:.0f} s at about 1 us a step), above the limit of "
@@ -148,17 +237,13 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     """Run ``model`` on ``input`` (N x C x H x W float) on ``arch``.
 
     Returns the output, one ``LayerStats`` per op (convs by their dataflow, the
-    rest by the vector unit) and, with ``keep_outputs``, every node's output.
+    rest by the vector unit; on a hybrid, one more per conv whose input moves between
+    machines) and, with ``keep_outputs``, every node's output.
     ``progress(i, n, name)`` is called before each op. In mode emulate, a conv whose
     estimated emulator steps pass ``emulate_limit`` (None: no limit) is refused before
     any layer runs (``check_emulate_size``).
     """
-    if mode not in MODES:
-        raise NpusimError(f"mode={mode!r}: must be one of {', '.join(MODES)}")
-    if dtype not in DTYPES:
-        raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
-    arch = load_arch(arch)
-    df = get_dataflow(dataflow or arch.dataflow)
+    cfg = RunConfig.of(arch, dataflow, mode=mode, dtype=dtype, emulate_limit=emulate_limit)
     x = np.asarray(input, np.float32)
     if x.shape != model.input_shape:
         if x.shape[1:] != model.input_shape[1:] or x.ndim != len(model.input_shape):
@@ -168,16 +253,14 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     check_model_finite(model, x)
     if mode == "emulate":
         check_emulate_size([model.layers[n.name].with_dtype(dtype) for n in model.conv_nodes],
-                           df, arch, emulate_limit)
+                           cfg)
     start = time.perf_counter()
-    with _Costs(background=mode != "emulate" and df.reads_masks) as costs:
-        values, stats = _run_nodes(model, x, df, arch, mode, dtype, keep_outputs, progress,
-                                   costs)
+    with _Costs(background=cfg.background) as costs:
+        values, stats, placements = _run_nodes(model, x, cfg, costs, keep_outputs, progress)
         stats = [costs.result(st) for st in stats]
-    return SimResult(values[model.output_name], stats, arch, mode, dtype, df.name,
+    return SimResult(values[model.output_name], stats, cfg.arch, mode, dtype, cfg.name,
                      time.perf_counter() - start, values if keep_outputs else {},
-                     {label: values[out] for label, out in model.outputs.items()})
-
+                     {label: values[out] for label, out in model.outputs.items()}, placements)
 
 class _Costs:
     """Where a layer's costs are counted from its masks: on one worker thread, while the
@@ -224,55 +307,70 @@ class _Costs:
         return st.result() if isinstance(st, Future) else st
 
 
-def _run_nodes(model: Graph, x, df, arch, mode, dtype, keep_outputs, progress, costs):
-    """Every node in order: (values still live, one LayerStats or handle per node)."""
+def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: bool = False,
+               progress: Callable[[int, int, str], None] | None = None):
+    """Every node in order: (values still live, one LayerStats or handle per node and per
+    transfer, the hybrid's ``Placement`` per conv). A vector op's output stays with the
+    machine that holds its first input (``holder``: node -> machine name, None for DRAM)."""
     values = {model.input_name: x}
+    holder: dict[str, str | None] = {model.input_name: None}
     stats: list = []
+    placements: list = []
     for i, node in enumerate(model.nodes):
         if progress:
             progress(i, len(model.nodes), node.name)
         args = [values[n] for n in node.inputs]
         if isinstance(node.op, ops.Conv):
-            layer = model.layers[node.name].with_dtype(dtype)
-            why = df.supports(layer, arch)
-            if why:
-                raise NpusimError(f"{node.name}: dataflow {df.name!r} cannot run it: {why}")
+            layer = model.layers[node.name].with_dtype(cfg.dtype)
             x_in = args[0].reshape(layer.input_shape)
             tensors.check_finite(x_in, "input (the output of the op before it)", node.name)
-            out, st = _conv_step(layer, x_in, node.op, df, arch, mode, costs)
+            out, st, placed = _conv(cfg, layer, x_in, node.op.weight, node.op.bias,
+                                    holder[node.inputs[0]], costs)
             out = out.astype(np.float32, copy=False).reshape(model.shapes[node.name])
+            holder[node.name] = _record(stats, placements, placed, cfg)
         else:
             out = node.op(*args)
             st = _vector_stats(node.name, node.op, [model.shapes[n] for n in node.inputs],
-                               model.shapes[node.name], arch, dtype)
+                               model.shapes[node.name], cfg.arch, cfg.dtype)
+            holder[node.name] = holder[node.inputs[0]] if node.inputs else None
         values[node.name] = out
         stats.append(st)
         if not keep_outputs:
             _release(values, model, i)
-    return values, stats
+    return values, stats, placements
+
+
+def _record(stats: list, placements: list, placed, cfg: RunConfig) -> str:
+    """Keep a hybrid's placement of a conv and, before the conv's own stats, the stats of
+    its input's move; the name of the machine that now holds the conv's output."""
+    if placed is None:
+        return cfg.machines[0].name
+    placements.append(placed)
+    if placed.transfer is not None:
+        stats.append(placed.transfer)
+    return placed.machine.name
 
 
 def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
                     dataflow: str | None = None, dtype: str = "float32") -> SimResult:
     """Costs of conv ``layers`` given as shapes only (a SCALE-Sim topology): no tensors,
-    dense (``Dataflow.estimate`` on all-ones masks); ``output`` is None, mode 'estimate'."""
-    if dtype not in DTYPES:
-        raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
-    arch = load_arch(arch)
-    df = get_dataflow(dataflow or arch.dataflow)
+    dense (``Dataflow.estimate`` on all-ones masks); ``output`` is None, mode 'estimate'.
+    On a hybrid, each layer's input comes from the layer before it."""
+    cfg = RunConfig.of(arch, dataflow, mode="estimate", dtype=dtype)
     start = time.perf_counter()
-    stats = []
+    stats: list = []
+    placements: list = []
+    source = None
     for layer in layers:
         layer = layer.with_dtype(dtype)
-        why = df.supports(layer, arch)
-        if why:
-            raise NpusimError(f"{layer.name}: dataflow {df.name!r} cannot run it: {why}")
-        ones_x = np.broadcast_to(np.True_, layer.input_shape)  # all-ones, no memory
-        ones_w = np.broadcast_to(np.True_, layer.weight_shape)
-        stats.append(df.estimate(layer, ones_x, ones_w, arch))
-    return SimResult(None, stats, arch, "estimate", dtype, df.name,
-                     time.perf_counter() - start)
-
+        ones = (np.broadcast_to(np.True_, layer.input_shape),  # all-ones, no memory
+                np.broadcast_to(np.True_, layer.weight_shape))
+        _, count, placed = _place(cfg, layer, lambda df, ones=ones: ones, source,
+                                  _Costs(background=False))
+        source = _record(stats, placements, placed, cfg)
+        stats.append(count())
+    return SimResult(None, stats, cfg.arch, "estimate", dtype, cfg.name,
+                     time.perf_counter() - start, placements=placements)
 
 def _release(values: dict, model: Graph, i: int) -> None:
     """Drop tensors no later node reads (keeps peak memory to the live set)."""
@@ -297,9 +395,9 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
     """One convolution on one dataflow, with torch's argument conventions.
 
     ``x`` is N x C x H x W, ``w`` K x C/groups x R x S; ``padding`` an int, (h, w),
-    (top, bottom, left, right), 'same' or 'valid'. Float inputs with
-    ``dtype='int8'`` are quantised (see ``quant``) and the float32 product
-    ``acc * s_x * s_w`` is returned; int8 inputs return the int32 accumulators.
+    (top, bottom, left, right), 'same' or 'valid'. Float inputs with ``dtype='int8'``
+    are quantised and the output requantised to int8 (``quant``), as ``simulate`` does,
+    and returned dequantised (float32); int8 inputs return the int32 accumulators.
     With ``emulate``, a layer above ``emulate_limit`` emulator steps is refused first.
     """
     x, w = np.asarray(x), np.asarray(w)
@@ -310,30 +408,21 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
         if padding not in ("same", "valid"):
             raise InputError(f"conv2d.padding={padding!r}: must be 'same', 'valid' or integers")
         padding = same_padding(w.shape[2:], dil) if padding == "same" else 0
+    cfg = RunConfig.of(arch, dataflow, mode="emulate" if emulate else "run", dtype=dtype,
+                       emulate_limit=emulate_limit)
     layer = ConvLayer(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2],
                       w.shape[3], stride, _padding4(padding, "conv2d"), dil, groups,
                       bias is not None, "conv2d", dtype)
     if w.shape[1] * groups != x.shape[1]:
         raise InputError(f"conv2d: w has {w.shape[1]} channels per group x groups={groups}, "
                          f"x has C={x.shape[1]}")
-    arch = load_arch(arch)
-    df = get_dataflow(dataflow)
-    why = df.supports(layer, arch)
-    if why:
-        raise NpusimError(f"conv2d: dataflow {dataflow!r} cannot run it: {why}")
-    if emulate:
-        check_emulate_size([layer], df, arch, emulate_limit)
     x, w, bias = _operands(x, w, bias)
-    if dtype == "int8" and x.dtype != np.int8:
-        xq, sx = quant.quantize_activations(x)
-        wq, sw = quant.quantize_weights(w)
-        bq = quant.quantize_bias(bias, sx, sw)
-        acc, st = _run_one(df, layer, xq, wq, bq, arch, emulate)
-        return (acc * (sx * sw).reshape(1, -1, 1, 1)).astype(np.float32), st
     if x.dtype == np.int8:
         layer = layer.with_dtype("int8")
-    return _run_one(df, layer, x, w, bias, arch, emulate)
-
+    if emulate:
+        check_emulate_size([layer], cfg)
+    out, st, _ = _conv(cfg, layer, x, w, bias, None, _Costs(background=False))
+    return out, st
 
 def _operands(x: np.ndarray, w: np.ndarray, bias):
     """``conv2d``'s operands checked (``tensors``: a (K,) bias, finite values, integers
@@ -349,11 +438,3 @@ def _operands(x: np.ndarray, w: np.ndarray, bias):
         return x.astype(np.int8), w.astype(np.int8), bias
     x, w = tensors.finite_float32(x, "x", "conv2d"), tensors.finite_float32(w, "w", "conv2d")
     return x, w, None if bias is None else tensors.finite_float32(bias, "bias", "conv2d")
-
-
-def _run_one(df, layer, x, w, bias, arch, emulate: bool):
-    if not emulate:
-        return df.run(layer, x, w, bias, arch)
-    if not hasattr(df, "emulate"):
-        raise NpusimError(f"dataflow {df.name!r} has no cycle emulator")
-    return df.emulate(layer, x, w, bias, arch)

@@ -4,7 +4,9 @@ Each part is a frozen dataclass; each field is declared once with its unit in
 its metadata. ``from_mapping`` builds any of them from a TOML table, rejecting
 unknown keys (listing the valid ones), wrong types and impossible values with a
 message that names the file and the key. Each dataflow declares its own
-section (``[systolic]``, ``[input-reuse]``...) as a dataclass of the same kind.
+section (``[systolic]``, ``[input-reuse]``...) as a dataclass of the same kind: the
+machines hand their sections to the loader (``declare_section``, called as each registers),
+so this package imports no machine and the dependency runs one way, machines -> arch.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..errors import ConfigError
 
@@ -35,6 +37,17 @@ MAX_PJ = 1e6            # energy of one action: 1 uJ
 MAX_UM2 = 1e9           # area of one part: 1,000 mm^2
 MAX_LATENCY = 2**30     # DRAM latency, cycles: about a second at 1 GHz
 INT64_MAX = 2**63 - 1
+
+SECTIONS: dict[str, type] = {}
+"""Section name -> its dataclass, as the machines (and the hybrid) declared them."""
+
+T = TypeVar("T")
+
+
+def declare_section(name: str, params_cls: type) -> None:
+    """Declare the arch section ``[name]`` and the frozen dataclass that holds it; the loader
+    accepts and validates only declared sections (``arch_from_toml_text``)."""
+    SECTIONS[name] = params_cls
 
 
 def spec(default, unit: str, *, min=None, max=None, choices=None):
@@ -73,6 +86,12 @@ def _check_type(value, typ, where: str, unit: str = ""):
             raise errors[0]  # a number the numeric arm refused: say why (not finite, ...)
         unit = f" ({unit})" if unit else ""
         raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
+    if typing.get_origin(typ) is tuple:  # tuple[X, ...]: a TOML array of X
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}={value!r}: must be an array of "
+                              f"{_type_words(typing.get_args(typ)[0])}s")
+        return tuple(_check_type(v, typing.get_args(typ)[0], f"{where}[{i}]", unit)
+                     for i, v in enumerate(value))
     if typing.get_origin(typ) is Literal:
         if value in typing.get_args(typ) and isinstance(value, str):
             return value
@@ -212,13 +231,19 @@ class Arch:
     area: AreaTable = field(default_factory=AreaTable)
     sections: Mapping[str, Any] = field(default_factory=dict, metadata={"unit": "per dataflow"})
 
-    def params(self, dataflow: str):
-        """This arch's parameters for ``dataflow`` (its defaults if the arch has no section)."""
-        from ..dataflows import get
-
-        if dataflow in self.sections:
-            return self.sections[dataflow]
-        return get(dataflow).Params()
+    def params(self, kind: type[T] | str) -> T:
+        """This arch's section ``kind``: a machine's ``Params`` dataclass (what machine code
+        passes, and gets that type back), or a declared section's name (for reports); the
+        dataclass's defaults if the arch file has no such section."""
+        if isinstance(kind, str):
+            if kind in self.sections:
+                return self.sections[kind]
+            if kind not in SECTIONS:
+                raise ConfigError(f"{self.name}: no section [{kind}]; declared sections: "
+                                  f"{', '.join(sorted(SECTIONS))}")
+            kind = SECTIONS[kind]
+        found = [p for p in self.sections.values() if type(p) is kind]
+        return found[0] if found else kind()
 
     def seconds(self, cycles: int) -> float:
         return cycles / (self.clock_mhz * 1e6)
@@ -247,23 +272,25 @@ def _reject_unknown(table: Mapping[str, Any], where: str, dataflows: list[str]) 
                               f"and the sections {valid}")
 
 
-def arch_from_toml_text(text: str, where: str) -> Arch:
-    """Parse and validate a TOML hardware description; ``where`` names it in errors."""
-    from ..dataflows import REGISTRY
-
+def arch_from_toml_text(text: str, where: str,
+                        sections: Mapping[str, type] | None = None) -> Arch:
+    """Parse and validate a TOML hardware description; ``where`` names it in errors.
+    ``sections`` maps each section a file may hold (and each valid ``dataflow``) to its
+    dataclass; by default the ones declared so far (``SECTIONS``)."""
+    known = SECTIONS if sections is None else sections
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{where}: not valid TOML: {e}") from None
-    sections = {k: table.pop(k) for k in list(table) if k in REGISTRY}
+    found = {k: table.pop(k) for k in list(table) if k in known}
     parts = {k: table.pop(k) for k in PARTS if k in table}
-    _reject_unknown(table, where, sorted(REGISTRY))
+    _reject_unknown(table, where, sorted(known))
     arch = from_mapping(Arch, table, f"{where}:")
     built = {k: from_mapping(PARTS[k], v, f"{where}: {k}") for k, v in parts.items()}
-    params = {k: from_mapping(REGISTRY[k].Params, v, f"{where}: {k}") for k, v in sections.items()}
-    if arch.dataflow not in REGISTRY:
+    params = {k: from_mapping(known[k], v, f"{where}: {k}") for k, v in found.items()}
+    if arch.dataflow not in known:
         raise ConfigError(f"{where}: dataflow={arch.dataflow!r}: must be one of "
-                          f"{', '.join(sorted(REGISTRY))}")
+                          f"{', '.join(sorted(known))}")
     return dataclasses.replace(arch, sections=params, **built)
 
 
@@ -275,8 +302,10 @@ def presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
-def load_arch(name_or_path: str | Path | Arch | None = None) -> Arch:
-    """An ``Arch`` from a preset name, a TOML file path, or ``None`` (the default preset)."""
+def load_arch(name_or_path: str | Path | Arch | None = None,
+              sections: Mapping[str, type] | None = None) -> Arch:
+    """An ``Arch`` from a preset name, a TOML file path, or ``None`` (the default preset);
+    ``sections`` as in ``arch_from_toml_text``."""
     if isinstance(name_or_path, Arch):
         return name_or_path
     if name_or_path is None:
@@ -295,7 +324,7 @@ def load_arch(name_or_path: str | Path | Arch | None = None) -> Arch:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not a TOML text file (UTF-8: {e.reason})") from None
-    return arch_from_toml_text(content, str(path))
+    return arch_from_toml_text(content, str(path), sections)
 
 
 DEFAULT_PRESET = "systolic-32x32-ws"

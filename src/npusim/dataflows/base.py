@@ -8,11 +8,15 @@ A dataflow joins a problem (``ConvLayer``) and a machine (``Arch``):
   non-zero masks of the real tensors (``None`` masks where ``reads_masks`` is False:
   that machine's costs follow the shapes alone);
 - ``run(layer, x, w, bias, arch)``: both, (outputs, stats); shared by every dataflow
-  (``Machine``), so a run's stats are the estimate's by construction.
+  (``Machine``), so a run's stats are the estimate's by construction;
+- ``emulate(layer, x, w, bias, arch)``: (outputs, stats) from the machine's cycle emulator
+  (``Machine``'s refuses: a machine without one says so).
 
 ``x`` and ``w`` are float32 (outputs float32) or int8 (outputs int32 accumulators,
 with ``bias`` already int32 in accumulator units). ``Params`` is the dataclass of
-the dataflow's own hardware section in an arch TOML file.
+the dataflow's own hardware section in an arch TOML file, named after the dataflow:
+``register`` declares it to the arch loader (``arch.spec.declare_section``), and machine
+code reads it as ``arch.params(Params)``, typed. The arch package never imports this one.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..arch.spec import declare_section
+from ..errors import ConfigError, NpusimError
 from ..ir import ConvLayer
 from ..stats import LayerStats
 
@@ -45,6 +50,9 @@ class Dataflow(Protocol):
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]: ...
 
+    def emulate(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                arch) -> tuple[np.ndarray, LayerStats]: ...
+
     def emulate_steps(self, layer: ConvLayer, arch) -> int: ...
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]: ...
@@ -65,12 +73,17 @@ class Machine:
         out = self.compute(layer, x, w, bias, arch)
         return out, self.estimate(layer, *self.masks(x, w), arch)
 
+    def emulate(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                arch) -> tuple[np.ndarray, LayerStats]:
+        """Outputs and stats from the cycle emulator; a machine without one refuses."""
+        raise NpusimError(f"dataflow {self.name!r} has no cycle emulator; use mode 'run'")
+
     def emulate_steps(self, layer: ConvLayer, arch) -> int:
         """The cycle emulator's estimated work on ``layer``, in emulator steps of about 1 us
         (docs/cli.md): ``work_estimate`` of ``npusim.emulate.<this machine's module>``."""
         module = type(self).__module__.rsplit(".", 1)[1]
         emulator = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.emulate.{module}")
-        return emulator.work_estimate(layer, arch.params(self.name))
+        return emulator.work_estimate(layer, arch.params(self.Params))
 
     def hardware(self, arch, dtype: str):
         """What the machine is built of on ``arch`` for ``dtype`` (``area.Hardware``), for
@@ -87,8 +100,10 @@ REGISTRY: dict[str, Dataflow] = {}
 
 
 def register(dataflow_cls):
-    """Class decorator: add one instance of the dataflow to ``REGISTRY`` under its ``name``."""
+    """Class decorator: add one instance of the dataflow to ``REGISTRY`` under its ``name``,
+    and declare its ``Params`` to the arch loader as the section ``[name]``."""
     REGISTRY[dataflow_cls.name] = dataflow_cls()
+    declare_section(dataflow_cls.name, dataflow_cls.Params)
     return dataflow_cls
 
 

@@ -308,7 +308,7 @@ def layer_stats(layer: ConvLayer, arch, c: Counts, st: Steps) -> stats.LayerStat
     every real pixel written into the grid and every coefficient into the coefficient
     storage is one read; each output written once. DRAM and stalls: the memory model on
     ``st``. Bytes, cycles, pJ."""
-    p = arch.params(NAME)
+    p = arch.params(Params)
     elem = element_bytes(layer.dtype)
     rows, cols = plan(layer, p)
     mapped = layer.N * layer.K * layer.Cg * layer.R * layer.S * rows.dense * cols.dense
@@ -352,14 +352,14 @@ class DilatedGrid(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
-        p = arch.params(NAME)
+        p = arch.params(Params)
         return layer_stats(layer, arch, count(layer, p), steps(layer, p))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""
         from ..emulate.dilated_grid import emulate
 
-        out, counts, st = emulate(layer, x, w, bias, arch.params(NAME))
+        out, counts, st = emulate(layer, x, w, bias, arch.params(Params))
         return out, layer_stats(layer, arch, counts, st)
 
     def hardware(self, arch, dtype):
@@ -368,7 +368,7 @@ class DilatedGrid(Machine):
         multiplexer per link and pixel bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
-        p, bits = arch.params(NAME), element_bits(dtype)
+        p, bits = arch.params(Params), element_bits(dtype)
         grid = p.grid_rows * p.grid_cols * bits * (2 if p.double_buffer else 1)
         coefs = p.coef_rows * p.coef_cols * bits
         return Hardware(macs=p.macs, register_bits=grid + coefs + p.macs * 32,

@@ -348,7 +348,7 @@ def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
     one output per pixel and kernel. DRAM and stalls: the memory model (the parameter
     fetch from DRAM into the wide memory overlaps the steps when double buffered). Cycles,
     bytes, pJ; ``bus_slots`` counts the lanes over the stall-free cycles."""
-    p = arch.params(NAME)
+    p = arch.params(Params)
     elem = element_bytes(layer.dtype)
     counts = stats.Counts(
         NAME, macs=layer.macs, dense_macs=layer.macs, multipliers=p.macs * p.tiles,
@@ -414,7 +414,7 @@ class GroupTile(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
-        p, cap = arch.params(NAME), filter_capacity(arch)
+        p, cap = arch.params(Params), filter_capacity(arch)
         return layer_stats(layer, arch, schedule(layer, p, cap),
                            narrow_reads(layer, control(layer, p)), memory_steps(layer, p, cap))
 
@@ -422,7 +422,7 @@ class GroupTile(Machine):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
         from ..emulate.group_tile import emulate
 
-        out, sched, reads, st = emulate(layer, x, w, bias, arch.params(NAME),
+        out, sched, reads, st = emulate(layer, x, w, bias, arch.params(Params),
                                         filter_capacity(arch))
         return out, layer_stats(layer, arch, sched, reads, st)
 
@@ -432,7 +432,7 @@ class GroupTile(Machine):
         (a multiplexer of macs / output_bus_values inputs per bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
-        p, bits = arch.params(NAME), element_bits(dtype)
+        p, bits = arch.params(Params), element_bits(dtype)
         cells = p.macs * p.tiles
         drain = max(1, -(-p.macs // p.output_bus_values)) - 1
         return Hardware(macs=cells,

@@ -350,7 +350,7 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                 name: str) -> LayerStats:
     """Every cost of the layer from the non-zero masks of its input and weights."""
-    p = arch.params(name)
+    p = arch.params(Params)
     work = region_work(layer, x_mask, w_mask, p.geometry)
     sch, saved = timing(work, p)
     c = counts(layer, p, work, extra_counts(layer, x_mask, w_mask, p, work, sch, saved), name)
@@ -376,7 +376,7 @@ class InputReuse(Machine):
     Params = Params
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
-        p = arch.params(self.name)
+        p = arch.params(Params)
         need = buffer_need(layer, p)
         if need > p.first_buffer_kb * 1024:
             return (f"partial OFMs need {need} B of first buffer per operation unit, "
@@ -394,7 +394,7 @@ class InputReuse(Machine):
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate
 
-        return emulate(layer, x, w, bias, arch.params(self.name), arch)
+        return emulate(layer, x, w, bias, arch.params(Params), arch)
 
     def hardware(self, arch, dtype):
         """Per operation unit: a region register (n x m x l input pixels), its processing
@@ -403,7 +403,7 @@ class InputReuse(Machine):
         of operation_units inputs per bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
-        p = arch.params(self.name)
+        p = arch.params(Params)
         region = p.region_rows * p.region_cols * p.region_channels
         registers = p.operation_units * region * element_bits(dtype) + p.multipliers * 32
         return Hardware(macs=p.multipliers, register_bits=registers,

@@ -342,7 +342,7 @@ def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray,
 def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
     """LayerStats of the fast model's schedule: its counts priced through the memory
     model."""
-    p = arch.params(NAME)
+    p = arch.params(Params)
     c = counts(layer, p, s)
     sram = c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes
     return price(layer, c, steps(layer, p, s, sram), arch)
@@ -422,7 +422,7 @@ class SparsePairs(Machine):
         return pair_products(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
-        return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(NAME)))
+        return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(Params)))
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate
@@ -435,7 +435,7 @@ class SparsePairs(Machine):
         (docs/area.md)."""
         from ..area import Hardware, element_bits, memory_kib
 
-        p = arch.params(NAME)
+        p = arch.params(Params)
         return Hardware(macs=p.processors,
                         register_bits=p.processors * (2 * element_bits(dtype) + 32),
                         sram_kib=memory_kib(arch.memory))

@@ -242,7 +242,7 @@ def counts(layer: ConvLayer, arch, m: Mapping, compute_cycles: int, words) -> Co
     mapped PEs times its cycles, scaled to the stall-free ``compute_cycles`` (without
     stream tiles every fold lasts as long: the mapped PE-folds spread over the cycles).
     """
-    p = arch.params("systolic")
+    p = arch.params(Params)
     elem = element_bytes(layer.dtype)
     sram = [w * elem for w in words]
     return Counts("systolic", macs=layer.macs, dense_macs=layer.macs,
@@ -273,8 +273,8 @@ class Systolic(Machine):
         """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``)."""
         from ..emulate.systolic import emulate_layer
 
-        m = gemm_mapping(layer, arch.params(self.name))
-        run = emulate_layer(layer, x, w, bias, arch.params(self.name))
+        m = gemm_mapping(layer, arch.params(Params))
+        run = emulate_layer(layer, x, w, bias, arch.params(Params))
         steps = fold_steps(layer, m, element_bytes(layer.dtype), run.fold_cycles)
         return run.output, price(layer, counts(layer, arch, m, run.busy_cycles - 1, run.words),
                                  steps, arch)
@@ -282,7 +282,7 @@ class Systolic(Machine):
     def stats(self, layer: ConvLayer, arch) -> LayerStats:
         """Costs of the layer: cycles (through the memory model), utilisation, SRAM/DRAM
         bytes, energy (pJ)."""
-        m = gemm_mapping(layer, arch.params(self.name))
+        m = gemm_mapping(layer, arch.params(Params))
         steps = fold_steps(layer, m, element_bytes(layer.dtype))
         return price(layer, counts(layer, arch, m, m.cycles, sram_words(layer, m)), steps, arch)
 
@@ -291,7 +291,7 @@ class Systolic(Machine):
         (the operands move to the neighbour PE: wires, no multiplexers); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
-        p = arch.params(self.name)
+        p = arch.params(Params)
         pes = p.rows * p.cols
         return Hardware(macs=pes, register_bits=pes * (2 * element_bits(dtype) + 32),
                         sram_kib=memory_kib(arch.memory))

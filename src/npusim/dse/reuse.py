@@ -15,7 +15,6 @@ import time
 from collections import OrderedDict
 
 from .. import ops
-from ..errors import NpusimError
 
 KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
 _masks: OrderedDict = OrderedDict()
@@ -58,25 +57,24 @@ def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None
 
 def _recorded(graph, x, df, arch, dtype: str):
     """One whole estimate run: (its stats, each conv's masks in node order)."""
-    from ..simulate import _Costs, _run_nodes
+    from ..simulate import RunConfig, _Costs, _run_nodes
 
     recorder = _Recorder(df)
     with _Costs(background=False) as costs:
-        _, stats = _run_nodes(graph, x, recorder, arch, "estimate", dtype, False, None, costs)
+        _, stats, _ = _run_nodes(graph, x, RunConfig(arch, (recorder,), "estimate", dtype),
+                                 costs)
     return [costs.result(s) for s in stats], recorder.kept
 
 
 def _priced(graph, kept: list, df, arch, dtype: str) -> list:
     """Each node's stats on ``arch`` from the kept masks (convs) and the shapes (the rest)."""
-    from ..simulate import _vector_stats
+    from ..simulate import _vector_stats, check_supports
 
     stats, masks = [], iter(kept)
     for node in graph.nodes:
         if isinstance(node.op, ops.Conv):
             layer = graph.layers[node.name].with_dtype(dtype)
-            why = df.supports(layer, arch)
-            if why:
-                raise NpusimError(f"{node.name}: dataflow {df.name!r} cannot run it: {why}")
+            check_supports(df, layer, arch)
             stats.append(df.estimate(layer, *next(masks), arch))
         else:
             stats.append(_vector_stats(node.name, node.op, [graph.shapes[n] for n in node.inputs],

@@ -349,7 +349,7 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
             arch) -> tuple[np.ndarray, LayerStats]:
     """Run the layer cycle by cycle: (outputs, its ``LayerStats`` priced from the counted
     events and the clock's steps)."""
-    p = arch.params(NAME)
+    p = arch.params(Params)
     m = Machine(layer, x, w, bias, p)
     n_units = len(m.groups) * m.slices
     groups = [Group(m, list(range(g, n_units, p.processor_groups)))

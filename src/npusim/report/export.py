@@ -61,7 +61,26 @@ def to_json(result, *, model: str, version: str, run: dict[str, Any] | None = No
         "layers": [layer_record(s) for s in result.layers],
         "totals": totals_record(result),
     }
+    if result.placements:
+        doc["placements"] = [placement_record(p) for p in result.placements]
     return json.dumps(doc, indent=2) + "\n"
+
+
+def placement_record(placement) -> dict[str, Any]:
+    """A hybrid's choice for one conv: the machine, where the input was, the objective, and
+    every member's figures on the layer alone (its stats and the move it would need)."""
+    return {
+        "layer": placement.layer,
+        "machine": placement.machine.name,
+        "source": placement.source,
+        "objective": placement.objective,
+        "options": [{"machine": o.machine, "score": o.score, "why_not": o.why_not,
+                     "cycles": None if o.stats is None else o.stats.cycles,
+                     "energy_pj": None if o.stats is None else o.stats.energy_pj,
+                     "transfer_cycles": o.transfer.cycles if o.transfer else 0,
+                     "transfer_energy_pj": o.transfer.energy_pj if o.transfer else 0.0}
+                    for o in placement.options],
+    }
 
 
 def csv_columns(layers: list[LayerStats]) -> list[str]:

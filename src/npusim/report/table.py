@@ -68,31 +68,35 @@ def vector_row(stats: list[LayerStats]) -> LayerStats | None:
     return total(vector, VECTOR_ROW) if vector else None
 
 
-COLUMNS = (("layer", "left"), ("shape", "left"), ("dense MACs", "right"), ("MACs", "right"),
+COLUMNS = (("layer", "left"), ("machine", "left"), ("shape", "left"), ("dense MACs", "right"),
+           ("MACs", "right"),
            ("compute", "right"), ("stall", "right"), ("cycles", "right"), ("bound", "left"),
            ("util %", "right"), ("SRAM", "right"), ("DRAM", "right"), ("energy", "right"))
 
 
 def _cells(s: LayerStats, util: str) -> list[str]:
     """One row: compute cycles (stall-free), stall cycles, cycles (both), what bounds it."""
-    return [s.name, s.shape, fmt_count(s.dense_macs), fmt_count(s.macs),
+    return [s.name, s.dataflow, s.shape, fmt_count(s.dense_macs), fmt_count(s.macs),
             f"{s.compute_cycles:,}", f"{s.stall_cycles:,}", f"{s.cycles:,}", s.bound or "-",
             util, fmt_bytes(s.sram_bytes), fmt_bytes(s.dram_bytes), fmt_energy(s.energy_pj)]
 
 
 def layer_rows(result) -> list[tuple[list[str], str]]:
     """(cells, style) of each row: the conv layers, the vector unit, the total."""
-    rows = [(_cells(s, fmt_percent(s.utilisation)), "") for s in result.conv_layers]
+    convs = [s for s in result.layers if s.dataflow != "vector"]  # a hybrid's moves included
+    rows = [(_cells(s, fmt_percent(s.utilisation)), "") for s in convs]
     vec = vector_row(result.layers)
     if vec is not None:
         lanes_cycles = vec.cycles * result.arch.vector.lanes
         cells = _cells(vec, fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-")
         ops = sum(s.dataflow == "vector" for s in result.layers)
-        cells[1:4] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
+        cells[1] = "vector"
+        cells[2:5] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
         rows.append((cells, "dim"))
     tot = result.total
     cells = _cells(tot.renamed("total"), fmt_percent(tot.utilisation))
-    cells[7] = ""  # a network has no single bound
+    cells[1] = ""
+    cells[8] = ""  # a network has no single bound
     rows.append((cells, "bold"))
     return rows
 
@@ -128,8 +132,9 @@ def layer_table(result, width: int | None = None) -> Table:
     rows = layer_rows(result)
     measure = Console(width=10_000)
     tries = [(False, ()), (True, ())] + [(True, OPTIONAL[:n]) for n in (1, len(OPTIONAL))]
+    one_machine = () if result.placements else ("machine",)  # the column a hybrid shows
     for compact, drop in tries:
-        table = _table(rows, compact, drop)
+        table = _table(rows, compact, one_machine + drop)
         if width is None or measure.measure(table).maximum <= width:
             break
     return table
@@ -199,11 +204,15 @@ def totals_table(result) -> Table:
 
 
 def diagnostics(result) -> list[tuple[str, str]]:
-    """The machine's own lines on its conv layers (``Dataflow.diagnostics``), or []."""
+    """The machine's own lines on its conv layers (``Dataflow.diagnostics``), or []; on a
+    hybrid, each member's on the layers it ran, then each conv's placement and why."""
     from ..dataflows import get
 
     convs = result.conv_layers
-    return get(result.dataflow).diagnostics(total(convs)) if convs else []
+    machines = list(dict.fromkeys(s.dataflow for s in convs))
+    lines = [(label if len(machines) == 1 else f"{m}: {label}", text) for m in machines
+             for label, text in get(m).diagnostics(total([s for s in convs if s.dataflow == m]))]
+    return lines + [(p.layer, f"{p.machine.name}, {p.why()}") for p in result.placements]
 
 
 def diagnostics_table(result) -> Group | None:
