@@ -363,26 +363,65 @@ def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
 
 def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
     """Outputs by the tile's arithmetic: for each tap (c, r, s) in the MACs' order, every
-    output adds weight x broadcast input (float32 products and sums; int8 exact, int32
-    out); the activation unit adds the bias last."""
+    output adds weight x broadcast input (float32 products and sums; int8 products summed
+    exactly in float64, int32 out); the activation unit adds the bias last. A partition of
+    at least ``CHANNEL_LOOP`` outputs runs its output channels in the innermost loop
+    (``_channel_macs``), a narrower one its output columns (``_column_macs``): either way
+    each output's products are added in the same order, so the result does not depend on
+    which."""
     integer = np.issubdtype(x.dtype, np.integer)
-    acc = np.int64 if integer else np.float32
+    acc = np.float64 if integer else np.float32  # int8 x int8 sums: exact below 2**53
     G, Cg, Kg, R, S = layer.groups, layer.Cg, layer.Kg, layer.R, layer.S
     xp = pad_input(x.astype(acc, copy=False), layer)
     xg = np.ascontiguousarray(xp).reshape(layer.N, G, Cg, *xp.shape[2:])
-    wg = np.ascontiguousarray(w.astype(acc, copy=False)).reshape(G, Kg, Cg, R, S)
-    out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
-    in_parallel(_broadcast_macs, (xg, wg, *layer.stride, *layer.dilation, out),
-                layer.N * G * Kg)
+    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S)
+    steps = (*layer.stride, *layer.dilation)
+    if Kg >= CHANNEL_LOOP:
+        out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
+        in_parallel(_channel_macs, (xg, np.ascontiguousarray(wg.transpose(0, 2, 3, 4, 1)),
+                                    *steps, out), layer.N * G * layer.P)
+        out = np.ascontiguousarray(out.transpose(0, 1, 4, 2, 3))
+    else:
+        out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
+        in_parallel(_column_macs, (xg, np.ascontiguousarray(wg), *steps, out),
+                    layer.N * G * Kg)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
+CHANNEL_LOOP = 8  # outputs per partition from which the channel loop is the faster one
+
+
 @njit(cache=True, nogil=True)
-def _broadcast_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
-    """out[n, g, k] += wg[g, k, c, r, s] x window(c, r, s) for the output maps
-    ``first <= (n G + g) Kg + k < stop``, taps in (c, r, s) order: each output's products
+def _channel_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g, p, q, k] += wg[g, c, r, s, k] x window(c, r, s) for the output rows
+    ``first <= (n G + g) P + p < stop``, taps in (c, r, s) order: each output's products
     are added one at a time in the order the MAC adds them (a product rounded, then the
-    sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit."""
+    sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit.
+    The innermost loop runs over the partition's outputs, which share the broadcast input
+    (the MACs of a subset): the compiler packs it into vector instructions."""
+    _, G, P, Q, Kg = out.shape
+    Cg, R, S = wg.shape[1:4]
+    for task in range(first, stop):
+        n, g, p = task // (G * P), task // P % G, task % P
+        for q in range(Q):
+            acc = out[n, g, p, q]
+            for c in range(Cg):
+                plane = xg[n, g, c]
+                for r in range(R):
+                    row = plane[p * sh + r * dh]
+                    for s in range(S):
+                        value = row[q * sw + s * dw]
+                        weights = wg[g, c, r, s]
+                        for k in range(Kg):
+                            acc[k] += weights[k] * value
+
+
+@njit(cache=True, nogil=True)
+def _column_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g, k] += wg[g, k, c, r, s] x window(c, r, s) for the output maps
+    ``first <= (n G + g) Kg + k < stop``, taps in (c, r, s) order, each output's products
+    added one at a time as in ``_channel_macs``; the innermost loop runs over an output
+    row's columns (for partitions too narrow to fill a vector with their outputs)."""
     _, G, Kg, P, Q = out.shape
     Cg, R, S = wg.shape[2:]
     for task in range(first, stop):
