@@ -150,12 +150,14 @@ def network_tuning():
     for arch in TILES:
         for label, a in (("stall-free", free(arch)), ("at preset bandwidth", arch)):
             r = tune.tune_groups(graph, a)
-            (c0, p0), (c1, p1) = r.totals("given"), r.totals("chosen")
-            moved = sum(lc.candidate(lc.chosen).cycles > 1.01 * lc.candidate(lc.fastest).cycles
+            (c0, p0), (c1, p1), (c2, p2) = (r.totals(w) for w in ("given", "chosen",
+                                                                  "preferred"))
+            moved = sum(lc.candidate(lc.chosen).cycles > 1.01 * lc.candidate(lc.preferred).cycles
                         for lc in r.layers)
             print(f"  {arch} {label}: as built {c0:,} cycles {p0:,} params; filling {c1:,} "
-                  f"cycles {p1:,} params ({len(r.layers)} grouped layers; {moved} where "
-                  "another g has over 1% fewer cycles)")
+                  f"cycles {p1:,} params; preferred {c2:,} cycles {p2:,} params "
+                  f"({len(r.layers)} grouped layers; {moved} where another g has over 1% "
+                  "fewer cycles)")
 
 
 def network_front():
