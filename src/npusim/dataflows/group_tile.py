@@ -461,9 +461,7 @@ class GroupTile(Machine):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
         from ..emulate.group_tile import emulate
 
-        out, sched, reads, st = emulate(layer, x, w, bias, arch.params(NAME),
-                                        filter_capacity(arch))
-        return out, layer_stats(layer, arch, sched, reads, st)
+        return emulate(layer, x, w, bias, arch)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
         """Bus and MAC utilisation, and the cycles the tiles wait on weights (the wide

@@ -19,16 +19,18 @@ counts what happens, and so checks them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import stats
 from ..dataflows.base import element_bytes
-from ..dataflows.group_tile import WORD_BYTES, Params, Schedule
+from ..dataflows.group_tile import NAME, WORD_BYTES, Params
 from ..ir import ConvLayer
-from ..memory import Steps
+from ..memory import Steps, usable_bytes
 from ..quant import check_int32
 
 
@@ -50,9 +52,11 @@ class Counts:
 
     cycles: int = 0
     mapped: int = 0
+    products: int = 0
     broadcasts: int = 0
     reads: int = 0
     words: int = 0
+    written: int = 0
     weight_stalls: int = 0
     drain_stalls: int = 0
     busy: list[int] = field(default_factory=list)
@@ -103,6 +107,7 @@ class Tile:
         self.c.busy.append(busy)
         for _ in range(min(self.p.output_bus_values, len(self.shift))):
             n, k, p, q, v = self.shift.popleft()
+            self.c.written += 1
             self.out[n, k, p, q] = v + self.bias[k] if self.bias is not None else v
 
     def lane_value(self, u: Unit, c: int, r: int, s: int):
@@ -133,6 +138,7 @@ class Tile:
         for u, b in zip(step, base, strict=True):
             lane = self.lane_value(u, c, r, s)
             self.c.broadcasts += 1
+            self.c.products += u.width
             self.sum_reg[b:b + u.width] += self.weight_reg[b:b + u.width] * lane
         self.tick(busy=sum(u.width for u in step))
 
@@ -249,14 +255,22 @@ def logged_steps(layer: ConvLayer, counts: list[Counts]) -> Steps:
 
 @dataclass
 class EmulatorRun:
-    """Outputs, the schedule counts, narrow-memory reads, MACs busy per cycle per tile, and
-    the memory steps as run."""
+    """Outputs, each tile's counters, MACs busy per cycle per tile, and the memory steps as
+    run."""
 
     output: np.ndarray
-    schedule: Schedule
-    reads: int
+    counts: list[Counts]
     busy: list[np.ndarray]
     steps: Steps
+
+    def total(self, key: str) -> int:
+        """A counter summed over the tiles."""
+        return sum(getattr(c, key) for c in self.counts)
+
+    @property
+    def cycles(self) -> int:
+        """Stall-free layer cycles: the last tile to finish."""
+        return max(c.cycles for c in self.counts)
 
 
 def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
@@ -272,19 +286,43 @@ def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
     for t in range(p.tiles):
         share = units[t * len(units) // p.tiles:(t + 1) * len(units) // p.tiles]
         counts.append(Tile(layer, x, w, bias, out, p).run(share, subsets, subset))
-    sched = Schedule(tuple(c.cycles for c in counts), sum(c.mapped for c in counts),
-                     sum(c.broadcasts for c in counts), sum(c.words for c in counts),
-                     sum(c.weight_stalls for c in counts), sum(c.drain_stalls for c in counts))
     output = check_int32(out, layer.name) if integer else out
-    return EmulatorRun(output, sched, sum(c.reads for c in counts),
-                       [np.array(c.busy) for c in counts], logged_steps(layer, counts))
+    return EmulatorRun(output, counts, [np.array(c.busy) for c in counts],
+                       logged_steps(layer, counts))
 
 
-def emulate(layer: ConvLayer, x, w, bias, p: Params, filter_capacity: float = math.inf):
-    """(outputs, Schedule, narrow-memory reads, memory steps) of the layer on the emulated
-    tiles."""
-    run = run_tiles(layer, x, w, bias, p, filter_capacity)
-    return run.output, run.schedule, run.reads, run.steps
+def fetched_bands(st: Steps, memory) -> Steps:
+    """The ifmap bytes each step brings from DRAM when its band is not on chip: the whole
+    band where it fits the narrow memory's active half, else the activations its taps
+    read (``ifmap_bytes`` as logged)."""
+    fits = st.ifmap_size <= usable_bytes(memory.ifmap_sram_kb, memory)
+    return dataclasses.replace(st, ifmap_bytes=np.where(fits, st.ifmap_size, st.ifmap_bytes))
+
+
+def layer_stats(layer: ConvLayer, arch, run: EmulatorRun) -> stats.LayerStats:
+    """The emulated layer's ``LayerStats`` from what the tiles counted, priced by
+    ``stats.price``: products fired, activations read from the narrow memory, wide-memory
+    words, values the output bus wrote; bus lane slots over the stall-free cycles."""
+    p, elem = arch.params(NAME), element_bytes(layer.dtype)
+    counts = stats.Counts(
+        NAME, macs=run.total("products"), dense_macs=layer.macs, multipliers=p.macs * p.tiles,
+        mapped_pe_cycles=run.total("mapped"), sram_ifmap_bytes=run.total("reads") * elem,
+        sram_filter_bytes=run.total("words") * WORD_BYTES,
+        sram_ofmap_bytes=run.total("written") * elem,
+        extra={"broadcasts": run.total("broadcasts"),
+               "bus_slots": run.cycles * p.bus_inputs * p.tiles,
+               "weight_words": run.total("words"),
+               "weight_stall_cycles": run.total("weight_stalls"),
+               "drain_stall_cycles": run.total("drain_stalls")})
+    return stats.price(layer, counts, fetched_bands(run.steps, arch.memory), arch)
+
+
+def emulate(layer: ConvLayer, x, w, bias, arch) -> tuple[np.ndarray, stats.LayerStats]:
+    """(outputs, LayerStats) of the layer on the emulated tiles of ``arch``'s
+    ``[group-tile]`` section, the filter buffer keeping its active half of weights."""
+    run = run_tiles(layer, x, w, bias, arch.params(NAME),
+                    usable_bytes(arch.memory.filter_sram_kb, arch.memory))
+    return run.output, layer_stats(layer, arch, run)
 
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:
