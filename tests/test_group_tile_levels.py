@@ -33,7 +33,8 @@ def differing_fields(a, b) -> list[str]:
 
 tile_params = st.builds(Params, macs=st.integers(1, 9), tiles=st.integers(1, 3),
                         bus_inputs=st.integers(1, 4), wide_words_per_cycle=st.integers(1, 4),
-                        output_bus_values=st.integers(1, 5))
+                        output_bus_values=st.integers(1, 5), narrow_kb=st.integers(0, 2),
+                        wide_kb=st.integers(0, 2))
 
 
 @settings(max_examples=40, deadline=None)

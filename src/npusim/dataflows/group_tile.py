@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, memory, stats
-from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
+from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..jit import njit
 from ..parallel import in_parallel
@@ -75,6 +75,10 @@ class Params:
                                      min=1, max=MAX_UNITS)
     output_bus_values: int = spec(16, "sum-register values the output bus drains per cycle",
                                   min=1, max=MAX_UNITS)
+    narrow_kb: int = spec(0, "KiB of narrow memory (activations) per tile; 0 = an even "
+                          "share of the [memory] ifmap SRAM", min=0, max=MAX_KIB)
+    wide_kb: int = spec(0, "KiB of wide memory (weights) per tile; 0 = an even share of "
+                        "the [memory] filter SRAM", min=0, max=MAX_KIB)
 
 
 @dataclass(frozen=True)
@@ -296,49 +300,74 @@ def rows_as_ids(rows: np.ndarray) -> np.ndarray:
     return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
 
 
-def combine(parts: list[dict], critical: int) -> memory.Steps:
-    """The tiles' steps side by side: step i is every tile's i-th step, as long as the
-    critical (last to finish) tile's; bytes add, block ids are the tuple of the tiles'."""
+def tile_buffers(arch):
+    """The memory one tile sees (Fig. 6: each tile has its own): a narrow memory
+    (activations, the ifmap buffer) of ``narrow_kb`` and a wide memory (weights, the filter
+    buffer) of ``wide_kb`` KiB, or where those are 0 an even share of the arch's ifmap and
+    filter SRAM; DRAM, ofmap buffer and double buffering are the arch's."""
+    p, mem = arch.params(NAME), arch.memory
+    return dataclasses.replace(mem, ifmap_sram_kb=p.narrow_kb or mem.ifmap_sram_kb / p.tiles,
+                               filter_sram_kb=p.wide_kb or mem.filter_sram_kb / p.tiles)
+
+
+def tile_fetches(q: dict, mem) -> dict:
+    """DRAM bytes one tile's steps ``q`` (``tile_memory``) fetch into its own narrow and
+    wide memory ``mem``, by the memory model's residency rules (``memory.traffic``): an
+    input band that fits the narrow memory's active half comes whole, a larger one as the
+    step's own taps; a weight block is kept while the tile's blocks fit the wide memory."""
+    whole = q["ifmap_size"] <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
+    st = memory.Steps(compute=q["compute"], ifmap=q["ifmap"], ifmap_size=q["ifmap_size"],
+                      ifmap_bytes=np.where(whole, q["ifmap_size"], q["ifmap_bytes"]),
+                      filter=q["filter"], filter_bytes=q["filter_bytes"])
+    t = memory.traffic(st, mem)
+    return {**q, "ifmap_fetch": t["ifmap"], "filter_fetch": t["filter"]}
+
+
+def combine(parts: list[dict]) -> memory.Steps:
+    """The tiles' steps side by side for the memory model: step i is every tile's i-th
+    step, as long as the critical (last to finish) tile's; what the tiles fetch into their
+    own memories (``tile_fetches``) adds up and is one block of its own (each tile's
+    residency is already decided: the shared model times the transfers and the overlap);
+    outputs and SRAM bytes add."""
     n = max(len(q["compute"]) for q in parts)
 
-    def padded(q, key, fill):
-        return np.concatenate([q[key], np.full(n - len(q[key]), fill, np.int64)])
+    def padded(q, key):
+        return np.concatenate([q[key], np.zeros(n - len(q[key]), np.int64)])
 
-    def joint(key):
-        return rows_as_ids(np.stack([padded(q, key, -1) for q in parts], axis=1))
+    total = {k: sum(padded(q, k) for q in parts)
+             for k in ("ifmap_fetch", "filter_fetch", "ofmap_bytes", "sram_bytes")}
+    critical = max(parts, key=lambda q: q["compute"].sum())
 
-    total = {k: sum(padded(q, k, 0) for q in parts)
-             for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
-    return memory.Steps(compute=padded(parts[critical], "compute", 0), ifmap=joint("ifmap"),
-                        filter=joint("filter"), ofmap=np.arange(n), **total)
+    def blocks(key):
+        return np.where(total[key] > 0, np.arange(n), -1)
+
+    return memory.Steps(compute=padded(critical, "compute"), ifmap=blocks("ifmap_fetch"),
+                        ifmap_bytes=total["ifmap_fetch"], filter=blocks("filter_fetch"),
+                        filter_bytes=total["filter_fetch"], ofmap=np.arange(n),
+                        ofmap_bytes=total["ofmap_bytes"], sram_bytes=total["sram_bytes"])
 
 
-def memory_steps(layer: ConvLayer, p: Params, capacity: float = math.inf) -> memory.Steps:
+def memory_steps(layer: ConvLayer, p: Params, mem) -> memory.Steps:
     """The fast model's steps for the memory model, in the controller's order
-    (``unit_order``): step i runs the i-th group of ``subsets`` work units on every tile.
-    Its cycles are its taps plus its wait on the output bus (the last step adds the final
-    drain): they sum to the tile's cycles. Blocks: the step's weights (its partitions and
-    output blocks: one id per combination; DRAM bytes = the weights, every tap); the input
-    band of its last unit's output row (size: the input rows no earlier row of the tile
-    read, every used column, all channels; a step that finds it gone fetches its own
-    taps' activations); its outputs, written once."""
+    (``unit_order``, chunks sized to one tile's wide memory) on tiles with memories
+    ``mem`` each (``tile_buffers``): step i runs the i-th group of ``subsets`` work units
+    on every tile. Its cycles are its taps plus its wait on the output bus (the last step
+    adds the final drain): they sum to the tile's cycles. Per tile, blocks: the step's
+    weights (its partitions and output blocks: one id per combination; bytes = the
+    weights, every tap); the input band of its last unit's output row (size: the input
+    rows no earlier row of the tile read, every used column, all channels; a step that
+    finds it gone fetches its own taps' activations); its outputs, written once. Each
+    tile fetches its own copy of the weights and input rows it needs: distributing a
+    layer over tiles costs DRAM bytes."""
     ctl = control(layer, p)
-    order = unit_order(ctl, element_bytes(layer.dtype), capacity)
-    parts = [tile_memory(layer, ctl, p, order[lo:hi])
-             for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo]
-    return combine(parts, int(np.argmax([q["compute"].sum() for q in parts])))
+    order = unit_order(ctl, element_bytes(layer.dtype), wide_capacity(mem))
+    return combine([tile_fetches(tile_memory(layer, ctl, p, order[lo:hi]), mem)
+                    for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo])
 
 
-def band_fetches(st: memory.Steps, mem) -> memory.Steps:
-    """What a step fetches of an input band that is not on chip: the whole band, unless the
-    band is larger than the ifmap buffer's active half: then only the step's own taps."""
-    whole = st.ifmap_size <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
-    return dataclasses.replace(st, ifmap_bytes=np.where(whole, st.ifmap_size, st.ifmap_bytes))
-
-
-def filter_capacity(arch) -> float:
-    """Bytes of weights the filter buffer keeps (its active half when double buffered)."""
-    return memory.usable_bytes(arch.memory.filter_sram_kb, arch.memory)
+def wide_capacity(mem) -> float:
+    """Bytes of weights a tile's wide memory keeps (its active half when double buffered)."""
+    return memory.usable_bytes(mem.filter_sram_kb, mem)
 
 
 def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
@@ -358,7 +387,7 @@ def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
         extra={"broadcasts": s.broadcasts, "bus_slots": s.cycles * p.bus_inputs * p.tiles,
                "weight_words": s.weight_words, "weight_stall_cycles": s.weight_stall_cycles,
                "drain_stall_cycles": s.drain_stall_cycles})
-    return stats.price(layer, counts, band_fetches(st, arch.memory), arch)
+    return stats.price(layer, counts, st, arch)
 
 
 def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -453,9 +482,9 @@ class GroupTile(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
-        p, cap = arch.params(NAME), filter_capacity(arch)
-        return layer_stats(layer, arch, schedule(layer, p, cap),
-                           narrow_reads(layer, control(layer, p)), memory_steps(layer, p, cap))
+        p, mem = arch.params(NAME), tile_buffers(arch)
+        return layer_stats(layer, arch, schedule(layer, p, wide_capacity(mem)),
+                           narrow_reads(layer, control(layer, p)), memory_steps(layer, p, mem))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""

@@ -30,7 +30,7 @@ from .. import stats
 from ..dataflows.base import element_bytes
 from ..dataflows.group_tile import NAME, WORD_BYTES, Params
 from ..ir import ConvLayer
-from ..memory import Steps, usable_bytes
+from ..memory import Steps, traffic, usable_bytes
 from ..quant import check_int32
 
 
@@ -232,25 +232,45 @@ def tile_log(layer: ConvLayer, c: Counts) -> dict:
     return {k: np.array(v, np.int64) for k, v in out.items()}
 
 
-def logged_steps(layer: ConvLayer, counts: list[Counts]) -> Steps:
+def own_memory(arch):
+    """Each tile's memory: ``narrow_kb`` of narrow (ifmap) and ``wide_kb`` of wide (filter)
+    memory, an even share of the arch's SRAM where 0; the rest of ``arch.memory``."""
+    p, mem = arch.params(NAME), arch.memory
+    return dataclasses.replace(mem, ifmap_sram_kb=p.narrow_kb or mem.ifmap_sram_kb / p.tiles,
+                               filter_sram_kb=p.wide_kb or mem.filter_sram_kb / p.tiles)
+
+
+def fetched(log: dict, mem) -> dict[str, np.ndarray]:
+    """What one tile's logged steps bring from DRAM into its own memories ``mem``, by the
+    memory model's residency rules: a missing input band whole where it fits the narrow
+    memory's active half, else the activations the step's taps read; weights per block."""
+    whole = log["ifmap_size"] <= usable_bytes(mem.ifmap_sram_kb, mem)
+    moved = traffic(Steps(compute=log["compute"], ifmap=log["ifmap"],
+                          ifmap_bytes=np.where(whole, log["ifmap_size"], log["ifmap_bytes"]),
+                          ifmap_size=log["ifmap_size"], filter=log["filter"],
+                          filter_bytes=log["filter_bytes"]), mem)
+    return {"ifmap": moved["ifmap"], "filter": moved["filter"]}
+
+
+def logged_steps(layer: ConvLayer, counts: list[Counts], mem) -> Steps:
     """The tiles' steps side by side (step i = every tile's i-th), timed by the tile that
-    finished last; bytes add; a block is the tuple of the tiles' blocks."""
+    finished last; each tile's fetches into its own memories ``mem`` add up into a block of
+    the step's own (residency was the tile's); outputs and SRAM bytes add."""
     logs = [tile_log(layer, c) for c in counts if c.log]
     n = max(len(q["compute"]) for q in logs)
-    critical = max(range(len(logs)), key=lambda t: logs[t]["compute"].sum())
+    moved = [fetched(q, mem) for q in logs]
 
-    def padded(q, key, fill):
-        return list(q[key]) + [fill] * (n - len(q[key]))
+    def summed(rows):
+        return np.sum([np.pad(r, (0, n - len(r))) for r in rows], axis=0)
 
-    def joint(key):
-        keys = list(zip(*(padded(q, key, -1) for q in logs), strict=True))
-        ids: dict = {}
-        return [ids.setdefault(k, len(ids)) for k in keys]
-
-    total = {k: np.sum([padded(q, k, 0) for q in logs], axis=0)
-             for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
-    return Steps(compute=padded(logs[critical], "compute", 0), ifmap=joint("ifmap"),
-                 filter=joint("filter"), ofmap=np.arange(n), **total)
+    ifmap, filt = (summed([m[k] for m in moved]) for k in ("ifmap", "filter"))
+    critical = max(logs, key=lambda q: q["compute"].sum())
+    step = np.arange(n)
+    return Steps(compute=np.pad(critical["compute"], (0, n - len(critical["compute"]))),
+                 ifmap=np.where(ifmap > 0, step, -1), ifmap_bytes=ifmap,
+                 filter=np.where(filt > 0, step, -1), filter_bytes=filt, ofmap=step,
+                 ofmap_bytes=summed([q["ofmap_bytes"] for q in logs]),
+                 sram_bytes=summed([q["sram_bytes"] for q in logs]))
 
 
 @dataclass
@@ -261,7 +281,7 @@ class EmulatorRun:
     output: np.ndarray
     counts: list[Counts]
     busy: list[np.ndarray]
-    steps: Steps
+    steps: Steps | None
 
     def total(self, key: str) -> int:
         """A counter summed over the tiles."""
@@ -273,10 +293,11 @@ class EmulatorRun:
         return max(c.cycles for c in self.counts)
 
 
-def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
-              filter_capacity: float = math.inf) -> EmulatorRun:
-    """Split the work units across ``p.tiles`` tiles and run each to the end;
-    ``filter_capacity``: bytes of weights the filter buffer keeps (``work_units``)."""
+def run_tiles(layer: ConvLayer, x, w, bias, p: Params, mem=None) -> EmulatorRun:
+    """Split the work units across ``p.tiles`` tiles and run each to the end, each tile
+    with its own memories ``mem`` (``own_memory``; None: unbounded and nothing timed:
+    the steps then carry no DRAM fetches)."""
+    filter_capacity = math.inf if mem is None else usable_bytes(mem.filter_sram_kb, mem)
     integer = np.issubdtype(np.asarray(x).dtype, np.integer)
     out = np.zeros(layer.output_shape, np.int64 if integer else np.float32)
     units = work_units(layer, p.macs, filter_capacity)
@@ -287,16 +308,8 @@ def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
         share = units[t * len(units) // p.tiles:(t + 1) * len(units) // p.tiles]
         counts.append(Tile(layer, x, w, bias, out, p).run(share, subsets, subset))
     output = check_int32(out, layer.name) if integer else out
-    return EmulatorRun(output, counts, [np.array(c.busy) for c in counts],
-                       logged_steps(layer, counts))
-
-
-def fetched_bands(st: Steps, memory) -> Steps:
-    """The ifmap bytes each step brings from DRAM when its band is not on chip: the whole
-    band where it fits the narrow memory's active half, else the activations its taps
-    read (``ifmap_bytes`` as logged)."""
-    fits = st.ifmap_size <= usable_bytes(memory.ifmap_sram_kb, memory)
-    return dataclasses.replace(st, ifmap_bytes=np.where(fits, st.ifmap_size, st.ifmap_bytes))
+    steps = None if mem is None else logged_steps(layer, counts, mem)
+    return EmulatorRun(output, counts, [np.array(c.busy) for c in counts], steps)
 
 
 def layer_stats(layer: ConvLayer, arch, run: EmulatorRun) -> stats.LayerStats:
@@ -314,14 +327,13 @@ def layer_stats(layer: ConvLayer, arch, run: EmulatorRun) -> stats.LayerStats:
                "weight_words": run.total("words"),
                "weight_stall_cycles": run.total("weight_stalls"),
                "drain_stall_cycles": run.total("drain_stalls")})
-    return stats.price(layer, counts, fetched_bands(run.steps, arch.memory), arch)
+    return stats.price(layer, counts, run.steps, arch)
 
 
 def emulate(layer: ConvLayer, x, w, bias, arch) -> tuple[np.ndarray, stats.LayerStats]:
     """(outputs, LayerStats) of the layer on the emulated tiles of ``arch``'s
-    ``[group-tile]`` section, the filter buffer keeping its active half of weights."""
-    run = run_tiles(layer, x, w, bias, arch.params(NAME),
-                    usable_bytes(arch.memory.filter_sram_kb, arch.memory))
+    ``[group-tile]`` section, each with its own narrow and wide memory."""
+    run = run_tiles(layer, x, w, bias, arch.params(NAME), own_memory(arch))
     return run.output, layer_stats(layer, arch, run)
 
 
