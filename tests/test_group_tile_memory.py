@@ -1,7 +1,7 @@
 """The group-tile's own memories (Fig. 6: each tile has a narrow memory for activations and
-a wide memory for weights), by hand: a parameter fetch that is not hidden, weights and
-activations that do not fit, and the cost of spreading a layer over several tiles. Every
-case is checked in the cycle emulator too."""
+a wide memory for weights), by hand: weights and activations that do not fit, and the cost
+of spreading a layer over several tiles (a parameter fetch that is not hidden:
+tests/test_group_tile.py). Every case is checked in the cycle emulator too."""
 
 import dataclasses
 
@@ -31,18 +31,9 @@ def both(layer, arch):
 SMALL = ConvLayer(1, 16, 1, 2, 64, 1, 1, dtype="int8")
 
 
-def test_a_parameter_fetch_that_is_not_hidden():
-    """At 4 bytes/cycle, double buffered, one tile: the weights (1,024 bytes) and the first
-    step's input row (2 pixels x 16 = 32 bytes) come before step 0, nothing to hide them
-    behind: 1,056 / 4 = 264 cycles; compute 16 + max(16, 4) + 4 = 36; step 0's outputs
-    (64 bytes) go out during step 1, step 1's after it: 64 / 4 = 16. 264 + 36 + 16."""
-    st_ = both(SMALL, arch_with(4.0, output_bus_values=16))
-    assert (st_.compute_cycles, st_.stall_dram_filter_cycles, st_.stall_dram_ifmap_cycles,
-            st_.stall_dram_ofmap_cycles, st_.cycles) == (36, 256, 8, 16, 316)
-
-
 def test_two_tiles_each_fetch_their_own_weights_and_inputs():
-    """Two tiles, one pixel each (a step of 16 taps + 4 drain cycles = 20): each tile loads
+    """One tile takes 316 cycles (test_group_tile.py: the 1,056 bytes before step 0 are not
+    hidden). Two tiles, one pixel each (a step of 16 taps + 4 drain cycles = 20): each tile loads
     all 1,024 weight bytes into its own wide memory and the input row into its narrow
     memory (32 bytes each): 2,048 + 64 bytes before the only step, 528 cycles; both
     tiles' 64 outputs after it, 128 / 4 = 32. Distributing the layer halves the compute
