@@ -173,8 +173,8 @@ def render(result: TuneResult) -> str:
         lines.append(f"  {'g':>5} {'size':>5} {'S=C/g':>6} {'cycles':>12} {'stall-free':>12} "
                      f"{'DRAM bytes':>12} {'params':>10} {'util':>7}")
         for c in lc.candidates:
-            mark = "".join(m for m, g in ((" <- fills MACs", lc.chosen),
-                                          (" <- preferred", lc.preferred)) if c.groups == g)
+            mark = "".join(m for m, g in ((" <- preferred", lc.preferred),
+                                          (" <- fills MACs", lc.chosen)) if c.groups == g)
             lines.append(f"  {c.groups:>5} {c.group_size:>5} {c.partition:>6} {c.cycles:>12,} "
                          f"{c.compute_cycles:>12,} {c.dram_bytes:>12,} {c.params:>10,} "
                          f"{c.utilisation:>6.1%}{mark}")
