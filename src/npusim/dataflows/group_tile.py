@@ -33,12 +33,15 @@ bandwidth, whichever is slower, and the drain of one step overlaps the next step
 Padding taps broadcast a zero (a cycle, no narrow-memory read). The emulator
 (``npusim.emulate.group_tile``) runs the same machine cycle by cycle.
 
-Memory (``memory_steps``, priced by ``stats.price``): each machine step reads the weights
-of its partitions and output blocks from the wide memory (the filter SRAM; from DRAM
-when not resident), the input band of its output row (ifmap SRAM) and writes its
-outputs. When the layer's weights do not fit the filter buffer, the units are ordered
-chunk outer (``unit_order``): chunks of (partition, output block)s whose weights fit,
-every pixel of a chunk before the next, so each weight is fetched once.
+Memory (``memory_steps``, priced by ``stats.price``): each tile has its own narrow memory
+(activations: the ifmap buffer) and wide memory (weights: the filter buffer), sized by
+``narrow_kb`` and ``wide_kb`` (``tile_buffers``). Each machine step reads the weights of
+its partitions and output blocks from the wide memory (from DRAM when not resident), the
+input band of its output row from the narrow memory, and writes its outputs; each tile
+fetches its own copy of what its share needs. When the layer's weights do not fit a
+tile's wide memory, the units are ordered chunk outer (``unit_order``): chunks of
+(partition, output block)s whose weights fit, every pixel of a chunk before the next, so
+each weight is fetched once per tile.
 """
 
 from __future__ import annotations

@@ -14,7 +14,10 @@ Each tile is built from its parts and clocked one cycle at a time:
 The controller deals work units (pixel, partition, output block) to the MAC subsets
 in order; a MAC fires in the cycle its weight register is loaded and its lane
 carries the input. The emulator knows nothing of the fast model's formulas: it
-counts what happens, and so checks them.
+counts what happens (products, narrow-memory reads, wide-memory words, values the
+output bus writes, stalls, each step's loads), decides what each tile's own narrow
+and wide memory keep, and prices its counts through ``stats.price``, and so checks
+the fast model.
 """
 
 from __future__ import annotations
