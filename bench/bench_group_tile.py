@@ -11,9 +11,13 @@ stall-free and at the preset's DRAM bandwidth, on the preset's one memory):
 3. ``tune_groups`` on the network: grouped layers as built vs at the MAC-filling g;
 4. the Pareto front of the network's blocks (cycles against parameters, 64 MACs);
 5. a small digits network: its front's candidates trained on scikit-learn's digits,
-   accuracy beside modelled cycles (torch, seconds to a minute each).
+   accuracy beside modelled cycles (torch, seconds to a minute each);
+6. one layer spread over 1, 2 and 4 tiles, each with its own narrow and wide memory:
+   compute halves, each tile fetches its own copy of the weights;
+7. run speed: seconds of ``simulate(mode="run")`` on ResNet-18 (float32, int8) and the
+   MACs a second of the broadcast arithmetic (pin it: ``taskset -c 1``).
 
-Run: python bench/bench_group_tile.py   [--no-train]
+Run: python bench/bench_group_tile.py   [--no-train]   (``speed`` or ``tiles``: that section only)
 """
 
 import dataclasses
@@ -150,12 +154,14 @@ def network_tuning():
     for arch in TILES:
         for label, a in (("stall-free", free(arch)), ("at preset bandwidth", arch)):
             r = tune.tune_groups(graph, a)
-            (c0, p0), (c1, p1) = r.totals("given"), r.totals("chosen")
-            moved = sum(lc.candidate(lc.chosen).cycles > 1.01 * lc.candidate(lc.fastest).cycles
+            (c0, p0), (c1, p1), (c2, p2) = (r.totals(w) for w in ("given", "chosen",
+                                                                  "preferred"))
+            moved = sum(lc.candidate(lc.chosen).cycles > 1.01 * lc.candidate(lc.preferred).cycles
                         for lc in r.layers)
             print(f"  {arch} {label}: as built {c0:,} cycles {p0:,} params; filling {c1:,} "
-                  f"cycles {p1:,} params ({len(r.layers)} grouped layers; {moved} where "
-                  "another g has over 1% fewer cycles)")
+                  f"cycles {p1:,} params; preferred {c2:,} cycles {p2:,} params "
+                  f"({len(r.layers)} grouped layers; {moved} where another g has over 1% "
+                  "fewer cycles)")
 
 
 def network_front():
@@ -189,7 +195,47 @@ def digits_front():
               f"({time.perf_counter() - start:.0f} s)  [{kinds}]")
 
 
+def tile_spread():
+    print("\n6. 1x1 128 -> 128, 28 x 28, int8 (16 KiB of weights), 64 MACs a tile, 64 KiB "
+          "narrow and wide memory a tile, 17.064 B/cycle")
+    layer = ConvLayer(1, 128, 28, 28, 128, 1, 1, dtype="int8")
+    base = load_arch("group-tile-64mac")
+    for tiles in (1, 2, 4):
+        arch = dataclasses.replace(base, sections={"group-tile": dataclasses.replace(
+            base.params("group-tile"), tiles=tiles)})
+        st = get("group-tile").estimate(layer, None, None, arch)
+        print(f"  {tiles} tile(s): {st.compute_cycles:>8,} compute {st.cycles:>8,} cycles "
+              f"({st.stalled_share:.1%} stalled), DRAM weights {st.dram_filter_bytes:>8,} B, "
+              f"inputs {st.dram_ifmap_bytes:>7,} B")
+
+
+def run_speed():
+    import numpy as np
+
+    import npusim
+    from npusim.frontends import zoo
+
+    print("\n7. simulate(mode='run') of ResNet-18 on group-tile-64mac (best of 3, after a "
+          "warm-up run)")
+    graph, x = zoo.build("resnet18"), zoo.input_for("resnet18")
+    macs = sum(graph.layers[n.name].macs for n in graph.conv_nodes)
+    for dtype in ("float32", "int8"):
+        npusim.simulate(graph, x, "group-tile-64mac", mode="run", dtype=dtype)
+        best = np.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            npusim.simulate(graph, x, "group-tile-64mac", mode="run", dtype=dtype)
+            best = min(best, time.perf_counter() - start)
+        print(f"  {dtype:<8} {best:.2f} s  ({macs / best / 1e9:.2f} GMAC/s of conv MACs)")
+
+
 if __name__ == "__main__":
+    if "speed" in sys.argv or "tiles" in sys.argv:
+        if "tiles" in sys.argv:
+            tile_spread()
+        if "speed" in sys.argv:
+            run_speed()
+        sys.exit()
     zoo_vs_systolic()
     patent_examples()
     weight_bound()
@@ -198,3 +244,5 @@ if __name__ == "__main__":
     network_front()
     if "--no-train" not in sys.argv:
         digits_front()
+    tile_spread()
+    run_speed()

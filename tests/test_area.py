@@ -50,11 +50,19 @@ def test_dilated_grid_area_counts_the_shifter_links():
     assert a.interconnect_mm2 > 0
 
 
+def test_group_tile_area_counts_each_tiles_memories():
+    arch = arch_from_toml_text('dataflow = "group-tile"\n[group-tile]\ntiles = 3\nnarrow_kb = 8\n'
+                               'wide_kb = 16\n', "t.toml")
+    a = area_of(arch, dtype="int8")
+    assert a.sram_mm2 == pytest.approx(mm2((3 * (8 + 16) + 64) * KIB), rel=1e-4)
+    assert a.macs_mm2 == pytest.approx(mm2(3 * 64 * MAC8))
+
+
 @pytest.mark.parametrize("preset", npusim.presets())
 def test_every_preset_has_an_area_that_grows_with_its_sram(preset):
     arch = npusim.load_arch(preset)
     a = area_of(arch)
-    bigger = area_of(arch.with_memory(ifmap_sram_kb=arch.memory.ifmap_sram_kb + 100))
+    bigger = area_of(arch.with_memory(ofmap_sram_kb=arch.memory.ofmap_sram_kb + 100))
     assert a.total_mm2 > 0
     assert bigger.sram_mm2 - a.sram_mm2 == pytest.approx(mm2(100 * KIB), rel=1e-4)
     assert bigger.macs_mm2 == a.macs_mm2
@@ -90,4 +98,9 @@ def test_hybrid_area_is_its_members_behind_one_memory():
     hybrid = area_of(arch)
     assert hybrid.macs_mm2 == pytest.approx(sum(a.macs_mm2 for a in alone))
     assert hybrid.registers_mm2 == pytest.approx(sum(a.registers_mm2 for a in alone))
-    assert hybrid.sram_mm2 == pytest.approx(alone[0].sram_mm2)  # no member has SRAM of its own
+    gt = arch.params("group-tile")  # the one member with memories of its own (per tile)
+    mem = arch.memory  # a size of 0 is an even share of the arch's SRAM (docs/group-tile.md)
+    own = gt.tiles * ((gt.narrow_kb or mem.ifmap_sram_kb / gt.tiles)
+                      + (gt.wide_kb or mem.filter_sram_kb / gt.tiles))
+    shared = arch.memory.ifmap_sram_kb + arch.memory.filter_sram_kb + arch.memory.ofmap_sram_kb
+    assert hybrid.sram_mm2 == pytest.approx(mm2((shared + own) * KIB), rel=1e-4)

@@ -42,7 +42,21 @@ def test_candidates_cover_every_g_with_the_tiles_costs():
     assert dw.candidate(2).cycles == 36 * 96 * 9 + 3  # 48 sums drain in 3 cycles at the end
     assert dw.candidate(2).params == 96 * 48 * 9
     assert dw.chosen == 2  # 48 outputs per group: the most of 64 MACs one lane can feed
-    assert dw.fastest == 6  # 16 outputs a group drain in 1 cycle at the end, not 3
+
+
+def test_preferred_g_at_equal_latency_has_the_fewest_fetches_and_parameters():
+    """Stall-free, every g of 16 or fewer outputs a group takes 36 x 96 x 9 + 1 cycles (its
+    sums drain in one cycle at the end); of those equal latencies the preferred is the one
+    with the least off-chip traffic and the fewest parameters: depthwise, 96 x 9 = 864
+    weights, DRAM = 3,456 input + 864 weight + 3,456 output bytes, against g = 48's 1,728
+    weights (8,640 bytes). The MAC-filling g (2) has 48x the parameters at 2 more cycles."""
+    dw = tune.tune_groups(grouped_graph(), stall_free("group-tile-64mac")).layers[0]
+    tied = [c.groups for c in dw.candidates if c.cycles == 36 * 96 * 9 + 1]
+    assert tied == [6, 8, 12, 16, 24, 32, 48, 96]
+    assert dw.preferred == 96
+    assert (dw.candidate(96).params, dw.candidate(96).dram_bytes) == (864, 3456 + 864 + 3456)
+    assert (dw.candidate(48).params, dw.candidate(48).dram_bytes) == (1728, 3456 + 1728 + 3456)
+    assert dw.candidate(2).cycles == 36 * 96 * 9 + 3 and dw.candidate(2).params == 48 * 864
 
 
 def test_stalls_add_to_every_candidate_and_leave_the_choice():
@@ -58,9 +72,10 @@ def test_stalls_add_to_every_candidate_and_leave_the_choice():
         for ca, cb in zip(a.candidates, b.candidates, strict=True):
             assert cb.compute_cycles == ca.cycles == ca.compute_cycles <= cb.cycles
     dw = finite.layers[0]
-    assert dw.fastest == 24 and dw.candidate(2).cycles < 1.07 * dw.candidate(24).cycles
+    assert dw.preferred == 24 and dw.candidate(2).cycles < 1.07 * dw.candidate(24).cycles
     assert dw.candidate(1).cycles > 2 * dw.candidate(1).compute_cycles
-    assert "fills the MACs: g 2, fewest cycles with stalls: g 24" in tune.render(finite)
+    assert ("fills the MACs: g 2, preferred (fewest cycles, then DRAM bytes, then parameters): "
+            "g 24") in tune.render(finite)
 
 
 def test_filling_rule_matches_the_patent_example():

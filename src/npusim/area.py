@@ -78,6 +78,8 @@ def hardware_of(arch, dataflow: str, dtype: str) -> Hardware:
     from .hybrid import machines
 
     members = [m.hardware(arch, dtype) for m in machines(arch, dataflow)[0]]
+    if len(members) == 1:
+        return members[0]
     shared = memory_kib(arch.memory)
     sram = dict(shared)
     for i, hw in enumerate(members):  # every member lists the shared SRAMs: count them once

@@ -67,8 +67,11 @@ def broadcast_cycles(size: int, p: Params, elem: int = 1) -> float:
 def filling_groups(c_in: int, c_out: int, p: Params, elem: int = 1) -> int:
     """The g the tile's description calls for (claim 5): the fewest cycles per broadcast
     (group size within the MACs, the bus lanes and the wide memory's weights per cycle),
-    then the largest group size (the most parameters at that latency). On a one-lane bus
-    with a wide memory that feeds every MAC, S = the MAC count; with several lanes, a
+    then the largest group size. At equal cycles per broadcast the larger group is the one
+    that keeps more MACs busy (useful MACs a cycle = group size / cycles per broadcast), so
+    this is the utilisation rule of Fig. 8; the latency rule, which at equal cycles takes
+    the fewest off-chip bytes and parameters, is ``LayerChoice.preferred``. On a one-lane
+    bus with a wide memory that feeds every MAC, S = the MAC count; with several lanes, a
     divisor of it; with a narrower wide memory, the weights it delivers a cycle."""
     return min(valid_groups(c_in, c_out),
                key=lambda g: (broadcast_cycles(c_out // g, p, elem), g))
@@ -78,7 +81,8 @@ def filling_groups(c_in: int, c_out: int, p: Params, elem: int = 1) -> int:
 class Candidate:
     """One g for one layer: group size (outputs per group), partition S = C/g, costs:
     ``cycles`` at the arch's DRAM bandwidth (stalls included), ``compute_cycles``
-    stall-free, utilisation over ``cycles``."""
+    stall-free, utilisation over ``cycles``, ``dram_bytes`` moved off chip (parameters,
+    inputs, outputs, spills)."""
 
     groups: int
     group_size: int
@@ -87,6 +91,7 @@ class Candidate:
     params: int
     utilisation: float
     compute_cycles: int = 0
+    dram_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,11 @@ class LayerChoice:
         return next(c for c in self.candidates if c.groups == groups)
 
     @property
-    def fastest(self) -> int:
-        """The g of fewest cycles with the stalls, the largest group size among equals:
-        the MAC-filling g unless DRAM traffic, not the tile, sets the layer's time."""
-        return min(self.candidates, key=lambda c: (c.cycles, c.groups)).groups
+    def preferred(self) -> int:
+        """The patent's aim (latency, then the off-chip fetch of parameters): the g of
+        fewest cycles with the stalls; among equals the fewest DRAM bytes, then the fewest
+        parameters."""
+        return min(self.candidates, key=lambda c: (c.cycles, c.dram_bytes, c.params)).groups
 
 
 @dataclass(frozen=True)
@@ -120,9 +126,11 @@ class TuneResult:
     memory: str = ""
 
     def totals(self, which: str) -> tuple[int, int]:
-        """(cycles, parameters) over the grouped layers with g ``'given'`` or ``'chosen'``."""
-        picks = [lc.candidate(lc.groups if which == "given" else lc.chosen)
-                 for lc in self.layers]
+        """(cycles, parameters) over the grouped layers with g ``'given'``, ``'chosen'``
+        (MAC-filling) or ``'preferred'`` (``LayerChoice.preferred``)."""
+        pick = {"given": lambda lc: lc.groups, "chosen": lambda lc: lc.chosen,
+                "preferred": lambda lc: lc.preferred}[which]
+        picks = [lc.candidate(pick(lc)) for lc in self.layers]
         return sum(c.cycles for c in picks), sum(c.params for c in picks)
 
 
@@ -132,7 +140,7 @@ def _candidates(layer: ConvLayer, arch: Arch) -> tuple[Candidate, ...]:
         trial = dataclasses.replace(layer, groups=g)
         st = layer_cost(trial, arch)
         out.append(Candidate(g, layer.K // g, layer.C // g, st.cycles, layer_params(trial),
-                             st.utilisation, st.compute_cycles))
+                             st.utilisation, st.compute_cycles, st.dram_bytes))
     return tuple(out)
 
 
@@ -160,16 +168,20 @@ def render(result: TuneResult) -> str:
              "DRAM bandwidth, stall-free beside them"]
     for lc in result.layers:
         lines.append(f"\n{lc.name}  {lc.shape}  (g now {lc.groups}, fills the MACs: "
-                     f"g {lc.chosen}, fewest cycles with stalls: g {lc.fastest})")
+                     f"g {lc.chosen}, preferred (fewest cycles, then DRAM bytes, then "
+                     f"parameters): g {lc.preferred})")
         lines.append(f"  {'g':>5} {'size':>5} {'S=C/g':>6} {'cycles':>12} {'stall-free':>12} "
-                     f"{'params':>10} {'util':>7}")
+                     f"{'DRAM bytes':>12} {'params':>10} {'util':>7}")
         for c in lc.candidates:
-            mark = " <- fills MACs" if c.groups == lc.chosen else ""
+            mark = "".join(m for m, g in ((" <- preferred", lc.preferred),
+                                          (" <- fills MACs", lc.chosen)) if c.groups == g)
             lines.append(f"  {c.groups:>5} {c.group_size:>5} {c.partition:>6} {c.cycles:>12,} "
-                         f"{c.compute_cycles:>12,} {c.params:>10,} {c.utilisation:>6.1%}{mark}")
-    given, chosen = result.totals("given"), result.totals("chosen")
-    lines.append(f"\ngrouped layers as given: {given[0]:,} cycles, {given[1]:,} parameters; "
-                 f"at the MAC-filling g: {chosen[0]:,} cycles, {chosen[1]:,} parameters")
+                         f"{c.compute_cycles:>12,} {c.dram_bytes:>12,} {c.params:>10,} "
+                         f"{c.utilisation:>6.1%}{mark}")
+    (gc, gp), (cc, cp), (pc, pp) = (result.totals(w) for w in ("given", "chosen", "preferred"))
+    lines.append(f"\ngrouped layers as given: {gc:,} cycles, {gp:,} parameters; "
+                 f"at the MAC-filling g: {cc:,} cycles, {cp:,} parameters; "
+                 f"at the preferred g: {pc:,} cycles, {pp:,} parameters")
     return "\n".join(lines)
 
 

@@ -33,12 +33,15 @@ bandwidth, whichever is slower, and the drain of one step overlaps the next step
 Padding taps broadcast a zero (a cycle, no narrow-memory read). The emulator
 (``npusim.emulate.group_tile``) runs the same machine cycle by cycle.
 
-Memory (``memory_steps``, priced by ``stats.price``): each machine step reads the weights
-of its partitions and output blocks from the wide memory (the filter SRAM; from DRAM
-when not resident), the input band of its output row (ifmap SRAM) and writes its
-outputs. When the layer's weights do not fit the filter buffer, the units are ordered
-chunk outer (``unit_order``): chunks of (partition, output block)s whose weights fit,
-every pixel of a chunk before the next, so each weight is fetched once.
+Memory (``memory_steps``, priced by ``stats.price``): each tile has its own narrow memory
+(activations: the ifmap buffer) and wide memory (weights: the filter buffer), sized by
+``narrow_kb`` and ``wide_kb`` (``tile_buffers``). Each machine step reads the weights of
+its partitions and output blocks from the wide memory (from DRAM when not resident), the
+input band of its output row from the narrow memory, and writes its outputs; each tile
+fetches its own copy of what its share needs. When the layer's weights do not fit a
+tile's wide memory, the units are ordered chunk outer (``unit_order``): chunks of
+(partition, output block)s whose weights fit, every pixel of a chunk before the next, so
+each weight is fetched once per tile.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, memory, stats
-from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
+from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..jit import njit
 from ..parallel import in_parallel
@@ -75,6 +78,10 @@ class Params:
                                      min=1, max=MAX_UNITS)
     output_bus_values: int = spec(16, "sum-register values the output bus drains per cycle",
                                   min=1, max=MAX_UNITS)
+    narrow_kb: int = spec(0, "KiB of narrow memory (activations) per tile; 0 = an even "
+                          "share of the [memory] ifmap SRAM", min=0, max=MAX_KIB)
+    wide_kb: int = spec(0, "KiB of wide memory (weights) per tile; 0 = an even share of "
+                        "the [memory] filter SRAM", min=0, max=MAX_KIB)
 
 
 @dataclass(frozen=True)
@@ -296,49 +303,74 @@ def rows_as_ids(rows: np.ndarray) -> np.ndarray:
     return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
 
 
-def combine(parts: list[dict], critical: int) -> memory.Steps:
-    """The tiles' steps side by side: step i is every tile's i-th step, as long as the
-    critical (last to finish) tile's; bytes add, block ids are the tuple of the tiles'."""
+def tile_buffers(arch):
+    """The memory one tile sees (Fig. 6: each tile has its own): a narrow memory
+    (activations, the ifmap buffer) of ``narrow_kb`` and a wide memory (weights, the filter
+    buffer) of ``wide_kb`` KiB, or where those are 0 an even share of the arch's ifmap and
+    filter SRAM; DRAM, ofmap buffer and double buffering are the arch's."""
+    p, mem = arch.params(Params), arch.memory
+    return dataclasses.replace(mem, ifmap_sram_kb=p.narrow_kb or mem.ifmap_sram_kb / p.tiles,
+                               filter_sram_kb=p.wide_kb or mem.filter_sram_kb / p.tiles)
+
+
+def tile_fetches(q: dict, mem) -> dict:
+    """DRAM bytes one tile's steps ``q`` (``tile_memory``) fetch into its own narrow and
+    wide memory ``mem``, by the memory model's residency rules (``memory.traffic``): an
+    input band that fits the narrow memory's active half comes whole, a larger one as the
+    step's own taps; a weight block is kept while the tile's blocks fit the wide memory."""
+    whole = q["ifmap_size"] <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
+    st = memory.Steps(compute=q["compute"], ifmap=q["ifmap"], ifmap_size=q["ifmap_size"],
+                      ifmap_bytes=np.where(whole, q["ifmap_size"], q["ifmap_bytes"]),
+                      filter=q["filter"], filter_bytes=q["filter_bytes"])
+    t = memory.traffic(st, mem)
+    return {**q, "ifmap_fetch": t["ifmap"], "filter_fetch": t["filter"]}
+
+
+def combine(parts: list[dict]) -> memory.Steps:
+    """The tiles' steps side by side for the memory model: step i is every tile's i-th
+    step, as long as the critical (last to finish) tile's; what the tiles fetch into their
+    own memories (``tile_fetches``) adds up and is one block of its own (each tile's
+    residency is already decided: the shared model times the transfers and the overlap);
+    outputs and SRAM bytes add."""
     n = max(len(q["compute"]) for q in parts)
 
-    def padded(q, key, fill):
-        return np.concatenate([q[key], np.full(n - len(q[key]), fill, np.int64)])
+    def padded(q, key):
+        return np.concatenate([q[key], np.zeros(n - len(q[key]), np.int64)])
 
-    def joint(key):
-        return rows_as_ids(np.stack([padded(q, key, -1) for q in parts], axis=1))
+    total = {k: sum(padded(q, k) for q in parts)
+             for k in ("ifmap_fetch", "filter_fetch", "ofmap_bytes", "sram_bytes")}
+    critical = max(parts, key=lambda q: q["compute"].sum())
 
-    total = {k: sum(padded(q, k, 0) for q in parts)
-             for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
-    return memory.Steps(compute=padded(parts[critical], "compute", 0), ifmap=joint("ifmap"),
-                        filter=joint("filter"), ofmap=np.arange(n), **total)
+    def blocks(key):
+        return np.where(total[key] > 0, np.arange(n), -1)
+
+    return memory.Steps(compute=padded(critical, "compute"), ifmap=blocks("ifmap_fetch"),
+                        ifmap_bytes=total["ifmap_fetch"], filter=blocks("filter_fetch"),
+                        filter_bytes=total["filter_fetch"], ofmap=np.arange(n),
+                        ofmap_bytes=total["ofmap_bytes"], sram_bytes=total["sram_bytes"])
 
 
-def memory_steps(layer: ConvLayer, p: Params, capacity: float = math.inf) -> memory.Steps:
+def memory_steps(layer: ConvLayer, p: Params, mem) -> memory.Steps:
     """The fast model's steps for the memory model, in the controller's order
-    (``unit_order``): step i runs the i-th group of ``subsets`` work units on every tile.
-    Its cycles are its taps plus its wait on the output bus (the last step adds the final
-    drain): they sum to the tile's cycles. Blocks: the step's weights (its partitions and
-    output blocks: one id per combination; DRAM bytes = the weights, every tap); the input
-    band of its last unit's output row (size: the input rows no earlier row of the tile
-    read, every used column, all channels; a step that finds it gone fetches its own
-    taps' activations); its outputs, written once."""
+    (``unit_order``, chunks sized to one tile's wide memory) on tiles with memories
+    ``mem`` each (``tile_buffers``): step i runs the i-th group of ``subsets`` work units
+    on every tile. Its cycles are its taps plus its wait on the output bus (the last step
+    adds the final drain): they sum to the tile's cycles. Per tile, blocks: the step's
+    weights (its partitions and output blocks: one id per combination; bytes = the
+    weights, every tap); the input band of its last unit's output row (size: the input
+    rows no earlier row of the tile read, every used column, all channels; a step that
+    finds it gone fetches its own taps' activations); its outputs, written once. Each
+    tile fetches its own copy of the weights and input rows it needs: distributing a
+    layer over tiles costs DRAM bytes."""
     ctl = control(layer, p)
-    order = unit_order(ctl, element_bytes(layer.dtype), capacity)
-    parts = [tile_memory(layer, ctl, p, order[lo:hi])
-             for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo]
-    return combine(parts, int(np.argmax([q["compute"].sum() for q in parts])))
+    order = unit_order(ctl, element_bytes(layer.dtype), wide_capacity(mem))
+    return combine([tile_fetches(tile_memory(layer, ctl, p, order[lo:hi]), mem)
+                    for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo])
 
 
-def band_fetches(st: memory.Steps, mem) -> memory.Steps:
-    """What a step fetches of an input band that is not on chip: the whole band, unless the
-    band is larger than the ifmap buffer's active half: then only the step's own taps."""
-    whole = st.ifmap_size <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
-    return dataclasses.replace(st, ifmap_bytes=np.where(whole, st.ifmap_size, st.ifmap_bytes))
-
-
-def filter_capacity(arch) -> float:
-    """Bytes of weights the filter buffer keeps (its active half when double buffered)."""
-    return memory.usable_bytes(arch.memory.filter_sram_kb, arch.memory)
+def wide_capacity(mem) -> float:
+    """Bytes of weights a tile's wide memory keeps (its active half when double buffered)."""
+    return memory.usable_bytes(mem.filter_sram_kb, mem)
 
 
 def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
@@ -358,31 +390,70 @@ def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
         extra={"broadcasts": s.broadcasts, "bus_slots": s.cycles * p.bus_inputs * p.tiles,
                "weight_words": s.weight_words, "weight_stall_cycles": s.weight_stall_cycles,
                "drain_stall_cycles": s.drain_stall_cycles})
-    return stats.price(layer, counts, band_fetches(st, arch.memory), arch)
+    return stats.price(layer, counts, st, arch)
 
 
 def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
     """Outputs by the tile's arithmetic: for each tap (c, r, s) in the MACs' order, every
-    output adds weight x broadcast input (float32 products and sums; int8 exact, int32
-    out); the activation unit adds the bias last."""
+    output adds weight x broadcast input (float32 products and sums; int8 products summed
+    exactly in float64, int32 out); the activation unit adds the bias last. A partition of
+    at least ``CHANNEL_LOOP`` outputs runs its output channels in the innermost loop
+    (``_channel_macs``), a narrower one its output columns (``_column_macs``): either way
+    each output's products are added in the same order, so the result does not depend on
+    which."""
     integer = np.issubdtype(x.dtype, np.integer)
-    acc = np.int64 if integer else np.float32
+    acc = np.float64 if integer else np.float32  # int8 x int8 sums: exact below 2**53
     G, Cg, Kg, R, S = layer.groups, layer.Cg, layer.Kg, layer.R, layer.S
     xp = pad_input(x.astype(acc, copy=False), layer)
     xg = np.ascontiguousarray(xp).reshape(layer.N, G, Cg, *xp.shape[2:])
-    wg = np.ascontiguousarray(w.astype(acc, copy=False)).reshape(G, Kg, Cg, R, S)
-    out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
-    in_parallel(_broadcast_macs, (xg, wg, *layer.stride, *layer.dilation, out),
-                layer.N * G * Kg)
+    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S)
+    steps = (*layer.stride, *layer.dilation)
+    if Kg >= CHANNEL_LOOP:
+        out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
+        in_parallel(_channel_macs, (xg, np.ascontiguousarray(wg.transpose(0, 2, 3, 4, 1)),
+                                    *steps, out), layer.N * G * layer.P)
+        out = np.ascontiguousarray(out.transpose(0, 1, 4, 2, 3))
+    else:
+        out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
+        in_parallel(_column_macs, (xg, np.ascontiguousarray(wg), *steps, out),
+                    layer.N * G * Kg)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
+CHANNEL_LOOP = 8  # outputs per partition from which the channel loop is the faster one
+
+
 @njit(cache=True, nogil=True)
-def _broadcast_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
-    """out[n, g, k] += wg[g, k, c, r, s] x window(c, r, s) for the output maps
-    ``first <= (n G + g) Kg + k < stop``, taps in (c, r, s) order: each output's products
+def _channel_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g, p, q, k] += wg[g, c, r, s, k] x window(c, r, s) for the output rows
+    ``first <= (n G + g) P + p < stop``, taps in (c, r, s) order: each output's products
     are added one at a time in the order the MAC adds them (a product rounded, then the
-    sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit."""
+    sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit.
+    The innermost loop runs over the partition's outputs, which share the broadcast input
+    (the MACs of a subset): the compiler packs it into vector instructions."""
+    _, G, P, Q, Kg = out.shape
+    Cg, R, S = wg.shape[1:4]
+    for task in range(first, stop):
+        n, g, p = task // (G * P), task // P % G, task % P
+        for q in range(Q):
+            acc = out[n, g, p, q]
+            for c in range(Cg):
+                plane = xg[n, g, c]
+                for r in range(R):
+                    row = plane[p * sh + r * dh]
+                    for s in range(S):
+                        value = row[q * sw + s * dw]
+                        weights = wg[g, c, r, s]
+                        for k in range(Kg):
+                            acc[k] += weights[k] * value
+
+
+@njit(cache=True, nogil=True)
+def _column_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g, k] += wg[g, k, c, r, s] x window(c, r, s) for the output maps
+    ``first <= (n G + g) Kg + k < stop``, taps in (c, r, s) order, each output's products
+    added one at a time as in ``_channel_macs``; the innermost loop runs over an output
+    row's columns (for partitions too narrow to fill a vector with their outputs)."""
     _, G, Kg, P, Q = out.shape
     Cg, R, S = wg.shape[2:]
     for task in range(first, stop):
@@ -414,30 +485,31 @@ class GroupTile(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
-        p, cap = arch.params(Params), filter_capacity(arch)
-        return layer_stats(layer, arch, schedule(layer, p, cap),
-                           narrow_reads(layer, control(layer, p)), memory_steps(layer, p, cap))
+        p, mem = arch.params(Params), tile_buffers(arch)
+        return layer_stats(layer, arch, schedule(layer, p, wide_capacity(mem)),
+                           narrow_reads(layer, control(layer, p)), memory_steps(layer, p, mem))
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
         from ..emulate.group_tile import emulate
 
-        out, sched, reads, st = emulate(layer, x, w, bias, arch.params(Params),
-                                        filter_capacity(arch))
-        return out, layer_stats(layer, arch, sched, reads, st)
+        return emulate(layer, x, w, bias, arch)
 
     def hardware(self, arch, dtype):
         """Per tile: its MAC cells with a weight register and a sum register each, the input
         bus lanes, and the output bus that drains output_bus_values sum registers per cycle
-        (a multiplexer of macs / output_bus_values inputs per bit); the three SRAMs."""
-        from ..area import Hardware, element_bits, memory_kib
+        (a multiplexer of macs / output_bus_values inputs per bit); each tile's narrow and
+        wide memory, and the ofmap SRAM."""
+        from ..area import Hardware, element_bits
 
-        p, bits = arch.params(Params), element_bits(dtype)
+        p, bits, mem = arch.params(Params), element_bits(dtype), tile_buffers(arch)
         cells = p.macs * p.tiles
         drain = max(1, -(-p.macs // p.output_bus_values)) - 1
         return Hardware(macs=cells,
                         register_bits=cells * (bits + 32) + p.tiles * p.bus_inputs * bits,
-                        sram_kib=memory_kib(arch.memory),
+                        sram_kib={"narrow memories": mem.ifmap_sram_kb * p.tiles,
+                                  "wide memories": mem.filter_sram_kb * p.tiles,
+                                  "ofmap": mem.ofmap_sram_kb},
                         mux_bits=p.tiles * p.output_bus_values * 32 * drain)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:

@@ -14,21 +14,26 @@ Each tile is built from its parts and clocked one cycle at a time:
 The controller deals work units (pixel, partition, output block) to the MAC subsets
 in order; a MAC fires in the cycle its weight register is loaded and its lane
 carries the input. The emulator knows nothing of the fast model's formulas: it
-counts what happens, and so checks them.
+counts what happens (products, narrow-memory reads, wide-memory words, values the
+output bus writes, stalls, each step's loads), decides what each tile's own narrow
+and wide memory keep, and prices its counts through ``stats.price``, and so checks
+the fast model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import stats
 from ..dataflows.base import element_bytes
-from ..dataflows.group_tile import WORD_BYTES, Params, Schedule
+from ..dataflows.group_tile import NAME, WORD_BYTES, Params
 from ..ir import ConvLayer
-from ..memory import Steps
+from ..memory import Steps, traffic, usable_bytes
 from ..quant import check_int32
 
 
@@ -50,9 +55,11 @@ class Counts:
 
     cycles: int = 0
     mapped: int = 0
+    products: int = 0
     broadcasts: int = 0
     reads: int = 0
     words: int = 0
+    written: int = 0
     weight_stalls: int = 0
     drain_stalls: int = 0
     busy: list[int] = field(default_factory=list)
@@ -103,6 +110,7 @@ class Tile:
         self.c.busy.append(busy)
         for _ in range(min(self.p.output_bus_values, len(self.shift))):
             n, k, p, q, v = self.shift.popleft()
+            self.c.written += 1
             self.out[n, k, p, q] = v + self.bias[k] if self.bias is not None else v
 
     def lane_value(self, u: Unit, c: int, r: int, s: int):
@@ -133,6 +141,7 @@ class Tile:
         for u, b in zip(step, base, strict=True):
             lane = self.lane_value(u, c, r, s)
             self.c.broadcasts += 1
+            self.c.products += u.width
             self.sum_reg[b:b + u.width] += self.weight_reg[b:b + u.width] * lane
         self.tick(busy=sum(u.width for u in step))
 
@@ -226,43 +235,72 @@ def tile_log(layer: ConvLayer, c: Counts) -> dict:
     return {k: np.array(v, np.int64) for k, v in out.items()}
 
 
-def logged_steps(layer: ConvLayer, counts: list[Counts]) -> Steps:
+def own_memory(arch):
+    """Each tile's memory: ``narrow_kb`` of narrow (ifmap) and ``wide_kb`` of wide (filter)
+    memory, an even share of the arch's SRAM where 0; the rest of ``arch.memory``."""
+    p, mem = arch.params(Params), arch.memory
+    return dataclasses.replace(mem, ifmap_sram_kb=p.narrow_kb or mem.ifmap_sram_kb / p.tiles,
+                               filter_sram_kb=p.wide_kb or mem.filter_sram_kb / p.tiles)
+
+
+def fetched(log: dict, mem) -> dict[str, np.ndarray]:
+    """What one tile's logged steps bring from DRAM into its own memories ``mem``, by the
+    memory model's residency rules: a missing input band whole where it fits the narrow
+    memory's active half, else the activations the step's taps read; weights per block."""
+    whole = log["ifmap_size"] <= usable_bytes(mem.ifmap_sram_kb, mem)
+    moved = traffic(Steps(compute=log["compute"], ifmap=log["ifmap"],
+                          ifmap_bytes=np.where(whole, log["ifmap_size"], log["ifmap_bytes"]),
+                          ifmap_size=log["ifmap_size"], filter=log["filter"],
+                          filter_bytes=log["filter_bytes"]), mem)
+    return {"ifmap": moved["ifmap"], "filter": moved["filter"]}
+
+
+def logged_steps(layer: ConvLayer, counts: list[Counts], mem) -> Steps:
     """The tiles' steps side by side (step i = every tile's i-th), timed by the tile that
-    finished last; bytes add; a block is the tuple of the tiles' blocks."""
+    finished last; each tile's fetches into its own memories ``mem`` add up into a block of
+    the step's own (residency was the tile's); outputs and SRAM bytes add."""
     logs = [tile_log(layer, c) for c in counts if c.log]
     n = max(len(q["compute"]) for q in logs)
-    critical = max(range(len(logs)), key=lambda t: logs[t]["compute"].sum())
+    moved = [fetched(q, mem) for q in logs]
 
-    def padded(q, key, fill):
-        return list(q[key]) + [fill] * (n - len(q[key]))
+    def summed(rows):
+        return np.sum([np.pad(r, (0, n - len(r))) for r in rows], axis=0)
 
-    def joint(key):
-        keys = list(zip(*(padded(q, key, -1) for q in logs), strict=True))
-        ids: dict = {}
-        return [ids.setdefault(k, len(ids)) for k in keys]
-
-    total = {k: np.sum([padded(q, k, 0) for q in logs], axis=0)
-             for k in ("ifmap_bytes", "ifmap_size", "filter_bytes", "ofmap_bytes", "sram_bytes")}
-    return Steps(compute=padded(logs[critical], "compute", 0), ifmap=joint("ifmap"),
-                 filter=joint("filter"), ofmap=np.arange(n), **total)
+    ifmap, filt = (summed([m[k] for m in moved]) for k in ("ifmap", "filter"))
+    critical = max(logs, key=lambda q: q["compute"].sum())
+    step = np.arange(n)
+    return Steps(compute=np.pad(critical["compute"], (0, n - len(critical["compute"]))),
+                 ifmap=np.where(ifmap > 0, step, -1), ifmap_bytes=ifmap,
+                 filter=np.where(filt > 0, step, -1), filter_bytes=filt, ofmap=step,
+                 ofmap_bytes=summed([q["ofmap_bytes"] for q in logs]),
+                 sram_bytes=summed([q["sram_bytes"] for q in logs]))
 
 
 @dataclass
 class EmulatorRun:
-    """Outputs, the schedule counts, narrow-memory reads, MACs busy per cycle per tile, and
-    the memory steps as run."""
+    """Outputs, each tile's counters, MACs busy per cycle per tile, and the memory steps as
+    run."""
 
     output: np.ndarray
-    schedule: Schedule
-    reads: int
+    counts: list[Counts]
     busy: list[np.ndarray]
-    steps: Steps
+    steps: Steps | None
+
+    def total(self, key: str) -> int:
+        """A counter summed over the tiles."""
+        return sum(getattr(c, key) for c in self.counts)
+
+    @property
+    def cycles(self) -> int:
+        """Stall-free layer cycles: the last tile to finish."""
+        return max(c.cycles for c in self.counts)
 
 
-def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
-              filter_capacity: float = math.inf) -> EmulatorRun:
-    """Split the work units across ``p.tiles`` tiles and run each to the end;
-    ``filter_capacity``: bytes of weights the filter buffer keeps (``work_units``)."""
+def run_tiles(layer: ConvLayer, x, w, bias, p: Params, mem=None) -> EmulatorRun:
+    """Split the work units across ``p.tiles`` tiles and run each to the end, each tile
+    with its own memories ``mem`` (``own_memory``; None: unbounded and nothing timed:
+    the steps then carry no DRAM fetches)."""
+    filter_capacity = math.inf if mem is None else usable_bytes(mem.filter_sram_kb, mem)
     integer = np.issubdtype(np.asarray(x).dtype, np.integer)
     out = np.zeros(layer.output_shape, np.int64 if integer else np.float32)
     units = work_units(layer, p.macs, filter_capacity)
@@ -272,19 +310,34 @@ def run_tiles(layer: ConvLayer, x, w, bias, p: Params,
     for t in range(p.tiles):
         share = units[t * len(units) // p.tiles:(t + 1) * len(units) // p.tiles]
         counts.append(Tile(layer, x, w, bias, out, p).run(share, subsets, subset))
-    sched = Schedule(tuple(c.cycles for c in counts), sum(c.mapped for c in counts),
-                     sum(c.broadcasts for c in counts), sum(c.words for c in counts),
-                     sum(c.weight_stalls for c in counts), sum(c.drain_stalls for c in counts))
     output = check_int32(out, layer.name) if integer else out
-    return EmulatorRun(output, sched, sum(c.reads for c in counts),
-                       [np.array(c.busy) for c in counts], logged_steps(layer, counts))
+    steps = None if mem is None else logged_steps(layer, counts, mem)
+    return EmulatorRun(output, counts, [np.array(c.busy) for c in counts], steps)
 
 
-def emulate(layer: ConvLayer, x, w, bias, p: Params, filter_capacity: float = math.inf):
-    """(outputs, Schedule, narrow-memory reads, memory steps) of the layer on the emulated
-    tiles."""
-    run = run_tiles(layer, x, w, bias, p, filter_capacity)
-    return run.output, run.schedule, run.reads, run.steps
+def layer_stats(layer: ConvLayer, arch, run: EmulatorRun) -> stats.LayerStats:
+    """The emulated layer's ``LayerStats`` from what the tiles counted, priced by
+    ``stats.price``: products fired, activations read from the narrow memory, wide-memory
+    words, values the output bus wrote; bus lane slots over the stall-free cycles."""
+    p, elem = arch.params(Params), element_bytes(layer.dtype)
+    counts = stats.Counts(
+        NAME, macs=run.total("products"), dense_macs=layer.macs, multipliers=p.macs * p.tiles,
+        mapped_pe_cycles=run.total("mapped"), sram_ifmap_bytes=run.total("reads") * elem,
+        sram_filter_bytes=run.total("words") * WORD_BYTES,
+        sram_ofmap_bytes=run.total("written") * elem,
+        extra={"broadcasts": run.total("broadcasts"),
+               "bus_slots": run.cycles * p.bus_inputs * p.tiles,
+               "weight_words": run.total("words"),
+               "weight_stall_cycles": run.total("weight_stalls"),
+               "drain_stall_cycles": run.total("drain_stalls")})
+    return stats.price(layer, counts, run.steps, arch)
+
+
+def emulate(layer: ConvLayer, x, w, bias, arch) -> tuple[np.ndarray, stats.LayerStats]:
+    """(outputs, LayerStats) of the layer on the emulated tiles of ``arch``'s
+    ``[group-tile]`` section, each with its own narrow and wide memory."""
+    run = run_tiles(layer, x, w, bias, arch.params(Params), own_memory(arch))
+    return run.output, layer_stats(layer, arch, run)
 
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:
