@@ -95,8 +95,8 @@ def test_a_fast_model_fetching_its_input_twice_is_caught(monkeypatch):
     levels_agree(layer, x, w, None, arch)
     fast_steps = dilated_grid.steps
 
-    def doubled(layer, p) -> Steps:
-        s = fast_steps(layer, p)
+    def doubled(layer, p, axes=None) -> Steps:
+        s = fast_steps(layer, p, axes)
         return dataclasses.replace(s, ifmap_bytes=2 * s.ifmap_bytes,
                                    ifmap_size=2 * s.ifmap_size)
 

@@ -274,9 +274,10 @@ def step_cycles(layer: ConvLayer, ps: list[Pass], tiles: tuple[int, int],
     return out.astype(np.int64)
 
 
-def count(layer: ConvLayer, p: Params) -> Counts:
-    """The fast model: every count of the machine for ``layer``, in closed form."""
-    rows, cols = plan(layer, p)
+def count(layer: ConvLayer, p: Params, axes: tuple[Axis, Axis] | None = None) -> Counts:
+    """The fast model: every count of the machine for ``layer``, in closed form (``axes``:
+    its ``plan``, if already made)."""
+    rows, cols = axes or plan(layer, p)
     ps = passes(rows, cols, p)
     tiles = layer.N * layer.K * rows.tiles * cols.tiles
     repeats = tiles * layer.Cg  # (tile, input map) pairs, each running every pass
@@ -326,7 +327,7 @@ def extra(c: Counts, zero_steps: int) -> dict:
             "skipped_zero_taps": zero_steps - c.steps}
 
 
-def steps(layer: ConvLayer, p: Params) -> Steps:
+def steps(layer: ConvLayer, p: Params, axes: tuple[Axis, Axis] | None = None) -> Steps:
     """The layer as the memory model sees it: one step per (image, output map, tile row)
     in the tile-major order, per (image, output map, input map, tile row) in the
     map-major order. A step streams its tile row's input band (the rows no earlier tile
@@ -334,8 +335,9 @@ def steps(layer: ConvLayer, p: Params) -> Steps:
     map), reads those channels' coefficients of its output map, and accumulates into its
     output rows: the final outputs once the group's last input map is in, partial sums
     (``ACC_BYTES`` each) before. Cycles: ``step_cycles``; SRAM bytes: the pixels written
-    into the grid, the coefficients, the outputs and partial sums written and read."""
-    rows, cols = plan(layer, p)
+    into the grid, the coefficients, the outputs and partial sums written and read.
+    ``axes``: the layer's ``plan``, if already made."""
+    rows, cols = axes or plan(layer, p)
     ps, elem = passes(rows, cols, p), element_bytes(layer.dtype)
     n, k, c, ty = step_index(layer, rows.tiles, p)
     cgs = layer.Cg if p.loop_order == "map-major" else 1
@@ -364,11 +366,10 @@ def layer_stats(layer: ConvLayer, arch) -> stats.LayerStats:
     Bytes, cycles, pJ."""
     p = arch.params(NAME)
     elem = element_bytes(layer.dtype)
-    c = count(layer, p)
-    rows, cols = plan(layer, p)
-    zi = zero_inserted(layer)
-    zrows, zcols = plan(zi, p)
-    zero_steps = layer.N * layer.K * layer.Cg * zrows.tiles * zcols.tiles * zi.R * zi.S
+    axes = rows, cols = plan(layer, p)
+    c = count(layer, p, axes)
+    zi = zero_inserted(layer)  # same outputs, so the same tiles, each stepping every tap
+    zero_steps = layer.N * layer.K * layer.Cg * rows.tiles * cols.tiles * zi.R * zi.S
     counts = stats.Counts(
         NAME, macs=layer.macs, dense_macs=layer.macs, multipliers=p.macs,
         mapped_pe_cycles=layer.N * layer.K * layer.Cg * layer.R * layer.S * rows.dense
@@ -376,7 +377,7 @@ def layer_stats(layer: ConvLayer, arch) -> stats.LayerStats:
         sram_filter_bytes=c.coef_reads * elem,
         sram_ofmap_bytes=c.output_writes * elem + (c.psum_writes + c.psum_reads) * ACC_BYTES,
         extra=extra(c, zero_steps))
-    return stats.price(layer, counts, steps(layer, p), arch)
+    return stats.price(layer, counts, steps(layer, p, axes), arch)
 
 
 def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
