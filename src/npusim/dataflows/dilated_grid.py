@@ -391,7 +391,10 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
     out = np.zeros((layer.N, G, Kg, pq), acc)
     for r, s in shift_grid.serpentine(layer.R, layer.S):
         win = np.ascontiguousarray(tap_window(xp, layer, r, s)).reshape(layer.N, G, Cg, pq)
-        out += np.matmul(wg[:, :, :, r, s], win)
+        if Cg == 1:  # depthwise: one product per output, a broadcast not G tiny GEMMs
+            out += wg[None, :, :, 0, r, s, None] * win
+        else:
+            out += np.matmul(wg[:, :, :, r, s], win)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
