@@ -1,6 +1,6 @@
 """The dilated-grid dataflow (seed 002): fast path against the float64 / exact-integer
-reference and torch, the cycle emulator against the fast model (outputs and every count),
-estimate against run, and the patent's numbers."""
+reference and torch, the cycle emulator against the fast model (outputs and every count;
+every LayerStats field in test_dilated_grid_levels.py), and the patent's numbers."""
 
 import dataclasses
 

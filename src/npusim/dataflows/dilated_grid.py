@@ -17,23 +17,31 @@ keeps every s-th). A filter axis whose pixel span does not fit the grid, or whos
 exceed the coefficient storage, is cut into runs (``shift_grid.axis_chunks``); each
 (row run, column run) is one pass: load its pixel set (``set_h x set_w`` pixels, one
 row segment of up to ``load_pixels_per_cycle`` pixels per cycle), then step its taps.
-Loop order (outer to inner)::
+Loop order (outer to inner), ``loop_order = "tile-major"``::
 
     for image n, output map k (rate R read here, S103), tile (ty, tx):
         acc = bias                                   # S1505
         for input map c of k's group:                # accumulation across maps
-            for row run, column run:  load pixel set; th * tw steps (serpentine)
-        write the M x N outputs
+            for row run, column run:  load pixel set and coefficients; th * tw steps
+        write the M x N MAC registers to the result memory (S1512)
 
-    cycles = L_1 + sum_i max(S_i, L_(i+1))  (double-buffered grid, L_(T+1) = 0)
-           = sum_i (L_i + S_i)                (single buffer)
+``"map-major"`` is Fig. 15's order: for n, k, input map c, tile: the registers start from
+the bias (c = 0) or the partial sums read back from the result memory, and are written
+back after the tile's runs. With S_i the steps, L_i the load cycles (pixels and
+coefficients over their own ports at once) of pass i and X_i the MAC unit's register
+moves between pass i and i + 1 (``Params.result_cycles`` per write or read)::
 
-with S_i the steps and L_i the load cycles of pass i. The grid's edges wrap around
-(a torus), so the serpentine never loses a pixel (see docs: zero-fill is wrong).
+    start_(i+1) - start_i = max(S_i + X_i, L_(i+1))   (double-buffered grid)
+                          = S_i + max(X_i, L_(i+1))    (single buffer)
+    cycles = L_1 + sum of those + S_T + the last write
+
+The grid's edges wrap around (a torus), so the serpentine never loses a pixel (see
+docs: zero-fill is wrong).
 Memory (``steps``, priced by ``stats.price``): one step per (image, output map, tile
-row), streaming that tile row's input band of the map's group, reading the map's
-coefficients and writing its outputs; every output map sweeps its group's input again.
-The cycle emulator ``npusim.emulate.dilated_grid`` is the living definition.
+row) (and input map, map-major), streaming that tile row's input band, reading the
+coefficients and accumulating into its output rows; every output map sweeps its input
+again. The cycle emulator ``npusim.emulate.dilated_grid`` derives the same from the
+datapath on its own; the tests hold the two equal on every field.
 """
 
 from __future__ import annotations
