@@ -8,21 +8,24 @@ machine stepping the zero-inserted filter at R = 1; ``systolic`` a 2x2 WS array 
 the dilated taps by im2col (no zeros); ``sys-zero`` that array on the zero-inserted
 filter (the prior art's way, Patent Doc 1). All on the preset's one memory. Steps per
 pixel set of a 3x3 filter at each rate close the run, then the Fig. 18 coefficient
-counts of the cascades.
+counts of the cascades, the two loop orders (tile-major, map-major), and the speed of
+``simulate(run)`` on mobilenet_v2 against PyTorch eager (target: within 4x).
 Run: python bench/bench_dilated_grid.py [photo]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
 import numpy as np
-from common import memory_line  # noqa: E402  (bench/ is the script's folder)
+from common import best_time, memory_line, report  # noqa: E402  (bench/ is the script's folder)
 
 import npusim
+from npusim import stats
 from npusim.dataflows import get
-from npusim.dataflows.dilated_grid import Params, count, zero_inserted
+from npusim.dataflows.dilated_grid import LOOP_ORDERS, Params, count, zero_inserted
 from npusim.frontends import segnet
 
 PRESETS = ("dilated-grid-2x2", "dilated-grid-2x2-h3")
@@ -92,7 +95,44 @@ def machine_costs(graph) -> None:
             print(f"  {n:<10} pixel sets {c.pixel_sets:>9,}  steps/set "
                   f"{c.steps / c.pixel_sets:4.2f}  grid writes / SRAM reads "
                   f"{c.pixels_loaded / c.ifmap_reads:5.2f}  SRAM reads per input pixel and "
-                  f"output map {reads:5.2f}  load stall {c.cycles - c.steps:>10,} cycles")
+                  f"output map {reads:5.2f}  load stall "
+                  f"{c.cycles - c.steps - c.result_cycles:>10,}  result memory "
+                  f"{c.result_cycles:>9,} cycles")
+
+
+def loop_orders(graph) -> None:
+    """Tile-major against map-major (Fig. 15) per preset: cycles at the preset's bandwidth,
+    result-memory cycles, partial sums written, DRAM ofmap bytes (spills included)."""
+    for name in PRESETS:
+        print(f"\nloop orders on {name} (cycles at the preset's bandwidth):")
+        for order in LOOP_ORDERS:
+            arch = npusim.load_arch(name)
+            p = dataclasses.replace(arch.params("dilated-grid"), loop_order=order)
+            arch = dataclasses.replace(arch, sections={**arch.sections, "dilated-grid": p})
+            layers = [graph.layers[n.name] for n in graph.conv_nodes]
+            t = stats.total([get("dilated-grid").estimate(la, None, None, arch)
+                             for la in layers])
+            print(f"  {order:<11} cycles {t.cycles:>12,}  result memory "
+                  f"{t.extra['result_cycles']:>10,}  partial sums written "
+                  f"{t.extra['psum_writes']:>11,}  DRAM ofmap {t.dram_ofmap_bytes:>12,} B  "
+                  f"energy {t.energy_pj / 1e6:>8.1f} uJ")
+
+
+def speed() -> None:
+    """simulate(run) of mobilenet_v2 on the h3 preset against PyTorch eager (target < 4x)."""
+    import torch
+
+    from npusim.frontends import zoo
+    from npusim.torch_ref import to_torch
+
+    graph = zoo.mobilenet_v2()
+    x = np.random.default_rng(0).standard_normal(graph.input_shape).astype(np.float32)
+    module, xt = to_torch(graph).eval(), torch.from_numpy(x)
+    t_run = best_time(lambda: npusim.simulate(graph, x, PRESETS[1]))
+    with torch.inference_mode():
+        t_torch = best_time(lambda: module(xt))
+    print()
+    report(f"mobilenet_v2 simulate(run) on {PRESETS[1]}", t_run, t_torch, "torch eager", "< 4x")
 
 
 def cascades(c1: int = 32, c2: int = 32) -> None:
@@ -122,8 +162,10 @@ def main() -> None:
     casc = segnet.build(cascade="full-wide")
     table(casc, npusim.load_arch(PRESETS[1]), "dilated-segnet, R = 2 and 4 as 2x2 cascades")
     machine_costs(graph)
+    loop_orders(graph)
     steps_per_set()
     cascades()
+    speed()
 
 
 if __name__ == "__main__":

@@ -17,23 +17,31 @@ keeps every s-th). A filter axis whose pixel span does not fit the grid, or whos
 exceed the coefficient storage, is cut into runs (``shift_grid.axis_chunks``); each
 (row run, column run) is one pass: load its pixel set (``set_h x set_w`` pixels, one
 row segment of up to ``load_pixels_per_cycle`` pixels per cycle), then step its taps.
-Loop order (outer to inner)::
+Loop order (outer to inner), ``loop_order = "tile-major"``::
 
     for image n, output map k (rate R read here, S103), tile (ty, tx):
         acc = bias                                   # S1505
         for input map c of k's group:                # accumulation across maps
-            for row run, column run:  load pixel set; th * tw steps (serpentine)
-        write the M x N outputs
+            for row run, column run:  load pixel set and coefficients; th * tw steps
+        write the M x N MAC registers to the result memory (S1512)
 
-    cycles = L_1 + sum_i max(S_i, L_(i+1))  (double-buffered grid, L_(T+1) = 0)
-           = sum_i (L_i + S_i)                (single buffer)
+``"map-major"`` is Fig. 15's order: for n, k, input map c, tile: the registers start from
+the bias (c = 0) or the partial sums read back from the result memory, and are written
+back after the tile's runs. With S_i the steps, L_i the load cycles (pixels and
+coefficients over their own ports at once) of pass i and X_i the MAC unit's register
+moves between pass i and i + 1 (``Params.result_cycles`` per write or read)::
 
-with S_i the steps and L_i the load cycles of pass i. The grid's edges wrap around
-(a torus), so the serpentine never loses a pixel (see docs: zero-fill is wrong).
+    start_(i+1) - start_i = max(S_i + X_i, L_(i+1))   (double-buffered grid)
+                          = S_i + max(X_i, L_(i+1))    (single buffer)
+    cycles = L_1 + sum of those + S_T + the last write
+
+The grid's edges wrap around (a torus), so the serpentine never loses a pixel (see
+docs: zero-fill is wrong).
 Memory (``steps``, priced by ``stats.price``): one step per (image, output map, tile
-row), streaming that tile row's input band of the map's group, reading the map's
-coefficients and writing its outputs; every output map sweeps its group's input again.
-The cycle emulator ``npusim.emulate.dilated_grid`` is the living definition.
+row) (and input map, map-major), streaming that tile row's input band, reading the
+coefficients and accumulating into its output rows; every output map sweeps its input
+again. The cycle emulator ``npusim.emulate.dilated_grid`` derives the same from the
+datapath on its own; the tests hold the two equal on every field.
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ from . import shift_grid
 from .base import Machine, element_bytes, percent, register
 
 NAME = "dilated-grid"
+LOOP_ORDERS = ("tile-major", "map-major")
+ACC_BYTES = 4  # a partial sum in the result memory: int32 or float32 accumulator (bytes)
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,12 @@ class Params:
     load_pixels_per_cycle: int = spec(6, "contiguous pixels of one row written per cycle",
                                       min=1, max=MAX_SIDE)
     double_buffer: bool = spec(True, "load the next pixel set while stepping")
+    coef_loads_per_cycle: int = spec(3, "coefficients of one filter row written into the "
+                                        "coefficient storage per cycle", min=1, max=MAX_SIDE)
+    result_words_per_cycle: int = spec(4, "MAC registers written to (or read from) the "
+                                          "result memory per cycle", min=1, max=MAX_SIDE)
+    loop_order: str = spec("tile-major", "where partial sums accumulate across input maps",
+                           choices=LOOP_ORDERS)
 
     def __post_init__(self):
         for mac, grid in (("mac_rows", "grid_rows"), ("mac_cols", "grid_cols")):
@@ -86,6 +102,12 @@ class Params:
     @property
     def macs(self) -> int:
         return self.mac_rows * self.mac_cols
+
+    @property
+    def result_cycles(self) -> int:
+        """Cycles the MAC unit spends moving its M x N registers to or from the result
+        memory (S1512 writes them; the map-major order reads them back, S1505)."""
+        return math.ceil(self.macs / self.result_words_per_cycle)
 
     @property
     def reach(self) -> int:
@@ -151,17 +173,24 @@ class Pass:
     th: int
     tw: int
     pixels: int        # pixels written into the grid (padding and edge zeros included)
-    load: int          # cycles to write them (cycles)
+    pixel_load: int    # cycles to write them (cycles)
+    coef_load: int     # cycles to write the run's th x tw coefficients (cycles)
 
     @property
     def steps(self) -> int:
         return self.th * self.tw
 
+    @property
+    def load(self) -> int:
+        """Cycles until the set is ready: pixels and coefficients load over their own
+        ports at once (cycles)."""
+        return max(self.pixel_load, self.coef_load)
 
-def load_cycles(set_h: int, set_w: int, p: Params) -> int:
-    """Cycles to write a set_h x set_w pixel set: one input row at a time, at most
-    ``load_pixels_per_cycle`` contiguous pixels of it per cycle (cycles)."""
-    return set_h * math.ceil(set_w / p.load_pixels_per_cycle)
+
+def load_cycles(set_h: int, set_w: int, per_cycle: int) -> int:
+    """Cycles to write a set_h x set_w block row by row, at most ``per_cycle`` contiguous
+    elements of one row per cycle (cycles)."""
+    return set_h * math.ceil(set_w / per_cycle)
 
 
 def passes(rows: Axis, cols: Axis, p: Params) -> list[Pass]:
@@ -169,7 +198,8 @@ def passes(rows: Axis, cols: Axis, p: Params) -> list[Pass]:
     out = []
     for (_, th), lh in zip(rows.chunks, rows.set_len, strict=True):
         for (_, tw), lw in zip(cols.chunks, cols.set_len, strict=True):
-            out.append(Pass(th, tw, lh * lw, load_cycles(lh, lw, p)))
+            out.append(Pass(th, tw, lh * lw, load_cycles(lh, lw, p.load_pixels_per_cycle),
+                            load_cycles(th, tw, p.coef_loads_per_cycle)))
     return out
 
 
@@ -185,44 +215,97 @@ def pass_shift_ops(ps: Pass, rates: tuple[int, int], p: Params) -> int:
 @dataclass(frozen=True)
 class Counts:
     """What one layer did on the machine, from the fast model or counted by the emulator.
-    Cycles and steps in cycles; pixels and coefficients in elements."""
+    Cycles and steps in cycles; pixels, coefficients and partial sums in elements."""
 
     cycles: int
     steps: int
     pixel_sets: int
     load_cycles: int
+    coef_load_cycles: int
+    result_cycles: int
     pixels_loaded: int
     ifmap_reads: int
     coef_reads: int
+    output_writes: int
+    psum_writes: int
+    psum_reads: int
     pixel_shift_ops: int
     tiles: int
 
 
-def buffered_cycles(ps: list[Pass], repeats: int, double_buffer: bool) -> int:
-    """Cycles of ``ps`` run ``repeats`` times in a row (the formula of the module doc)."""
-    if not double_buffer:
-        return repeats * sum(q.load + q.steps for q in ps)
-    nxt = [q.load for q in ps[1:]] + [ps[0].load]
-    inner = sum(max(q.steps, n) for q, n in zip(ps[:-1], nxt[:-1], strict=True))
-    return ps[0].load + repeats * inner + (repeats - 1) * max(ps[-1].steps, nxt[-1]) \
-        + ps[-1].steps
+def gap(steps, between, next_load, double_buffer: bool):
+    """Cycles from one pass starting to step to the next one starting: the MAC unit steps
+    ``steps`` then moves its registers for ``between`` cycles; the next set loads in
+    ``next_load`` cycles, from the pass's start when double-buffered, else from the end of
+    its steps (the grid is free then). Scalars or numpy arrays (cycles)."""
+    if double_buffer:
+        return np.maximum(steps + between, next_load)
+    return steps + np.maximum(between, next_load)
 
 
-def count(layer: ConvLayer, p: Params) -> Counts:
-    """The fast model: every count of the machine for ``layer``, in closed form."""
-    rows, cols = plan(layer, p)
+def visit_cycles(layer: ConvLayer, ps: list[Pass], p: Params) -> int:
+    """Cycles from a visit's first pass starting to its last pass starting (cycles)."""
+    db = p.double_buffer
+    one = sum(int(gap(a.steps, 0, b.load, db)) for a, b in zip(ps[:-1], ps[1:], strict=True))
+    if p.loop_order == "map-major":
+        return one
+    return layer.Cg * one + (layer.Cg - 1) * int(gap(ps[-1].steps, 0, ps[0].load, db))
+
+
+def step_index(layer: ConvLayer, tile_rows: int, p: Params) -> tuple[np.ndarray, ...]:
+    """(image, output map, input map of the group, tile row) of every memory step in loop
+    order: one step per (n, k, tile row) in the tile-major order (input map 0 stands for
+    all), per (n, k, input map, tile row) in the map-major order."""
+    cg = layer.Cg if p.loop_order == "map-major" else 1
+    return tuple(np.indices((layer.N, layer.K, cg, tile_rows)).reshape(4, -1))
+
+
+def step_cycles(layer: ConvLayer, ps: list[Pass], tiles: tuple[int, int],
+                p: Params) -> np.ndarray:
+    """Cycles of each memory step, from the cycle its first pass starts stepping to the
+    cycle the next step's does (the first step from cycle 0, the last to the layer's end
+    with its final register write). A step runs a tile row's visits (``tiles[1]``); each
+    visit ends with a register write, and a map-major visit of input map c > 0 starts
+    with a register read, the previous map's partial sums (cycles)."""
+    _, _, c, _ = step_index(layer, tiles[0], p)
+    w, db, first, last = p.result_cycles, p.double_buffer, ps[0], ps[-1]
+    pre = w * (c > 0)
+    pre_next = np.append(pre[1:], 0)
+    per_visit = visit_cycles(layer, ps, p)
+
+    def edge(read):  # from the last pass of a visit starting to the next visit's first
+        return gap(last.steps, w + read, first.load, db)
+
+    out = tiles[1] * per_visit + (tiles[1] - 1) * edge(pre) + edge(pre_next)
+    out[0] += first.load
+    out[-1] += last.steps + w - edge(pre_next[-1:])[0]
+    return out.astype(np.int64)
+
+
+def count(layer: ConvLayer, p: Params, axes: tuple[Axis, Axis] | None = None) -> Counts:
+    """The fast model: every count of the machine for ``layer``, in closed form (``axes``:
+    its ``plan``, if already made)."""
+    rows, cols = axes or plan(layer, p)
     ps = passes(rows, cols, p)
-    tiles = rows.tiles * cols.tiles
-    repeats = layer.N * layer.K * tiles * layer.Cg
+    tiles = layer.N * layer.K * rows.tiles * cols.tiles
+    repeats = tiles * layer.Cg  # (tile, input map) pairs, each running every pass
     maps = layer.N * layer.K * layer.Cg
+    outputs = layer.N * layer.K * layer.P * layer.Q
+    map_major = p.loop_order == "map-major"
+    visits = repeats if map_major else tiles
+    reloads = tiles * (layer.Cg - 1) if map_major else 0
+    psums = outputs * (layer.Cg - 1) if map_major else 0
     return Counts(
-        cycles=buffered_cycles(ps, repeats, p.double_buffer),
+        cycles=int(step_cycles(layer, ps, (rows.tiles, cols.tiles), p).sum()),
         steps=repeats * layer.R * layer.S, pixel_sets=repeats * len(ps),
         load_cycles=repeats * sum(q.load for q in ps),
+        coef_load_cycles=repeats * sum(q.coef_load for q in ps),
+        result_cycles=p.result_cycles * (visits + reloads),
         pixels_loaded=repeats * sum(q.pixels for q in ps),
         ifmap_reads=maps * rows.real * cols.real, coef_reads=repeats * layer.R * layer.S,
+        output_writes=outputs, psum_writes=psums, psum_reads=psums,
         pixel_shift_ops=repeats * sum(pass_shift_ops(q, layer.dilation, p) for q in ps),
-        tiles=layer.N * layer.K * tiles)
+        tiles=tiles)
 
 
 def zero_inserted(layer: ConvLayer) -> ConvLayer:
@@ -240,84 +323,69 @@ def expand_filter(w: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
     return out
 
 
-def _extra(layer: ConvLayer, c: Counts, p: Params) -> dict:
-    zi = zero_inserted(layer)
-    rows, cols = plan(zi, p)
-    zero_steps = layer.N * layer.K * layer.Cg * rows.tiles * cols.tiles * zi.R * zi.S
+def extra(c: Counts, zero_steps: int) -> dict:
+    """The machine's own counters of ``LayerStats.extra`` from its counts and the steps
+    the zero-inserted filter would take (``zero_steps``)."""
     return {"steps": c.steps, "pixel_sets": c.pixel_sets, "load_cycles": c.load_cycles,
-            "load_stall_cycles": c.cycles - c.steps, "pixels_loaded": c.pixels_loaded,
-            "pixel_shift_ops": c.pixel_shift_ops, "output_tiles": c.tiles,
-            "zero_inserted_steps": zero_steps, "skipped_zero_taps": zero_steps - c.steps}
+            "coef_load_cycles": c.coef_load_cycles, "result_cycles": c.result_cycles,
+            "load_stall_cycles": c.cycles - c.steps - c.result_cycles,
+            "pixels_loaded": c.pixels_loaded, "psum_writes": c.psum_writes,
+            "psum_reads": c.psum_reads, "pixel_shift_ops": c.pixel_shift_ops,
+            "output_tiles": c.tiles, "zero_inserted_steps": zero_steps,
+            "skipped_zero_taps": zero_steps - c.steps}
 
 
-def step_cycles(ps: list[Pass], repeats: int, n_steps: int, double_buffer: bool) -> np.ndarray:
-    """Cycles of each of ``n_steps`` steps that run ``ps`` ``repeats`` times each, from the
-    cycle the step's first pass starts stepping to the cycle the next step's does (the
-    first step from cycle 0, the last to the layer's end): their sum is
-    ``buffered_cycles(ps, repeats * n_steps, double_buffer)`` (cycles)."""
-    first, last = ps[0].load, ps[-1].steps
-    if double_buffer:
-        nxt = [q.load for q in ps[1:]] + [first]
-        period = sum(max(q.steps, n) for q, n in zip(ps, nxt, strict=True))
-        tail = last - max(last, first)
-    else:
-        period, tail = sum(q.load + q.steps for q in ps), -first
-    out = np.full(n_steps, repeats * period, np.int64)
-    out[0] += first
-    out[-1] += tail
-    return out
-
-
-def step_index(layer: ConvLayer, tile_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(image, output map, tile row) of every step in loop order: n, k, tile row."""
-    n, k, ty = np.indices((layer.N, layer.K, tile_rows)).reshape(3, -1)
-    return n, k, ty
-
-
-def block_ids(layer: ConvLayer, tile_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Block ids of every step: the ifmap band (image, group, tile row) the step streams,
-    the filter of its output map, and its own output rows."""
-    n, k, ty = step_index(layer, tile_rows)
-    return ((n * layer.groups + k // layer.Kg) * tile_rows + ty, k, np.arange(len(n)))
-
-
-def steps(layer: ConvLayer, p: Params) -> Steps:
-    """The layer as the memory model sees it: one step per (image, output map, tile row),
-    in loop order. A step streams its tile row's input band of the map's group (the rows
-    no earlier tile row loaded, every used column; DRAM bytes of the band), reads the
-    map's coefficients, and writes its outputs; its cycles are those of its passes
-    (``step_cycles``); SRAM bytes are the pixels, coefficients and outputs it moves."""
-    rows, cols = plan(layer, p)
-    ps, elem, cg = passes(rows, cols, p), element_bytes(layer.dtype), layer.Cg
-    _, _, ty = step_index(layer, rows.tiles)
-    ifmap, filt, ofmap = block_ids(layer, rows.tiles)
-    used_cols = int(np.sum(np.array(cols.first)))
+def steps(layer: ConvLayer, p: Params, axes: tuple[Axis, Axis] | None = None) -> Steps:
+    """The layer as the memory model sees it: one step per (image, output map, tile row)
+    in the tile-major order, per (image, output map, input map, tile row) in the
+    map-major order. A step streams its tile row's input band (the rows no earlier tile
+    row loaded, every used column) of the channels it reads (the group's, or its input
+    map), reads those channels' coefficients of its output map, and accumulates into its
+    output rows: the final outputs once the group's last input map is in, partial sums
+    (``ACC_BYTES`` each) before. Cycles: ``step_cycles``; SRAM bytes: the pixels written
+    into the grid, the coefficients, the outputs and partial sums written and read.
+    ``axes``: the layer's ``plan``, if already made."""
+    rows, cols = axes or plan(layer, p)
+    ps, elem = passes(rows, cols, p), element_bytes(layer.dtype)
+    n, k, c, ty = step_index(layer, rows.tiles, p)
+    cgs = layer.Cg if p.loop_order == "map-major" else 1
+    channels = layer.Cg // cgs  # input maps one step reads
     outputs = np.array(rows.outputs)[ty] * layer.Q
-    loaded = np.array(rows.per_tile)[ty] * cols.real * cg
-    coefs = cols.tiles * cg * layer.R * layer.S
+    loaded = np.array(rows.per_tile)[ty] * cols.real * channels
+    coefs = cols.tiles * channels * layer.R * layer.S
+    written = outputs * np.where(c == cgs - 1, elem, ACC_BYTES)
+    reread = outputs * ACC_BYTES * (c > 0)
     return Steps(
-        compute=step_cycles(ps, cols.tiles * cg, len(ty), p.double_buffer),
-        ifmap=ifmap, ifmap_bytes=np.array(rows.first)[ty] * used_cols * cg * elem,
-        filter=filt, filter_bytes=cg * layer.R * layer.S * elem,
-        ofmap=ofmap, ofmap_bytes=outputs * elem,
-        sram_bytes=(loaded + coefs + outputs) * elem)
+        compute=step_cycles(layer, ps, (rows.tiles, cols.tiles), p),
+        ifmap=((n * layer.groups + k // layer.Kg) * cgs + c) * rows.tiles + ty,
+        ifmap_bytes=np.array(rows.first)[ty] * int(np.sum(cols.first)) * channels * elem,
+        filter=k * cgs + c, filter_bytes=channels * layer.R * layer.S * elem,
+        ofmap=(n * layer.K + k) * rows.tiles + ty, ofmap_bytes=outputs * elem,
+        psum_bytes=outputs * ACC_BYTES if cgs > 1 else 0,
+        sram_bytes=(loaded + coefs) * elem + written + reread)
 
 
-def layer_stats(layer: ConvLayer, arch, c: Counts, st: Steps) -> stats.LayerStats:
-    """LayerStats of ``layer`` from its counts and steps, priced by ``stats.price``. SRAM:
-    every real pixel written into the grid and every coefficient into the coefficient
-    storage is one read; each output written once. DRAM and stalls: the memory model on
-    ``st``. Bytes, cycles, pJ."""
+def layer_stats(layer: ConvLayer, arch) -> stats.LayerStats:
+    """The fast model's LayerStats of ``layer``, priced by ``stats.price``: useful MACs the
+    layer's, every lane of every step a product, mapped multiplier-cycles those on stride-1
+    positions inside the map; SRAM: every real pixel written into the grid, every
+    coefficient into the coefficient storage, every output (element bytes) and partial sum
+    (``ACC_BYTES``) written or read. DRAM and stalls: the memory model on ``steps``.
+    Bytes, cycles, pJ."""
     p = arch.params(Params)
     elem = element_bytes(layer.dtype)
-    rows, cols = plan(layer, p)
-    mapped = layer.N * layer.K * layer.Cg * layer.R * layer.S * rows.dense * cols.dense
+    axes = rows, cols = plan(layer, p)
+    c = count(layer, p, axes)
+    zi = zero_inserted(layer)  # same outputs, so the same tiles, each stepping every tap
+    zero_steps = layer.N * layer.K * layer.Cg * rows.tiles * cols.tiles * zi.R * zi.S
     counts = stats.Counts(
         NAME, macs=layer.macs, dense_macs=layer.macs, multipliers=p.macs,
-        mapped_pe_cycles=mapped, sram_ifmap_bytes=c.ifmap_reads * elem,
+        mapped_pe_cycles=layer.N * layer.K * layer.Cg * layer.R * layer.S * rows.dense
+        * cols.dense, products=c.steps * p.macs, sram_ifmap_bytes=c.ifmap_reads * elem,
         sram_filter_bytes=c.coef_reads * elem,
-        sram_ofmap_bytes=layer.N * layer.K * layer.P * layer.Q * elem, extra=_extra(layer, c, p))
-    return stats.price(layer, counts, st, arch)
+        sram_ofmap_bytes=c.output_writes * elem + (c.psum_writes + c.psum_reads) * ACC_BYTES,
+        extra=extra(c, zero_steps))
+    return stats.price(layer, counts, steps(layer, p, axes), arch)
 
 
 def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -331,7 +399,10 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
     out = np.zeros((layer.N, G, Kg, pq), acc)
     for r, s in shift_grid.serpentine(layer.R, layer.S):
         win = np.ascontiguousarray(tap_window(xp, layer, r, s)).reshape(layer.N, G, Cg, pq)
-        out += np.matmul(wg[:, :, :, r, s], win)
+        if Cg == 1:  # depthwise: one product per output, a broadcast not G tiny GEMMs
+            out += wg[None, :, :, 0, r, s, None] * win
+        else:
+            out += np.matmul(wg[:, :, :, r, s], win)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
@@ -352,15 +423,13 @@ class DilatedGrid(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
-        p = arch.params(Params)
-        return layer_stats(layer, arch, count(layer, p), steps(layer, p))
+        return layer_stats(layer, arch)
 
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""
-        from ..emulate.dilated_grid import emulate
+        from ..emulate.dilated_grid import emulate_stats
 
-        out, counts, st = emulate(layer, x, w, bias, arch.params(Params))
-        return out, layer_stats(layer, arch, counts, st)
+        return emulate_stats(layer, x, w, bias, arch)
 
     def hardware(self, arch, dtype):
         """The pixel storage grid (twice over when double-buffered), the coefficient
@@ -375,12 +444,15 @@ class DilatedGrid(Machine):
                         sram_kib=memory_kib(arch.memory), mux_bits=p.links * bits)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
-        """Pixel-set load cycles the double buffer did not hide, the pixel sets loaded, and
-        the zero taps of the zero-inserted kernels the grid skipped."""
+        """Pixel-set load cycles the double buffer did not hide, the MAC unit's cycles moving
+        registers to and from the result memory, the pixel sets loaded, and the zero taps
+        of the zero-inserted kernels the grid skipped."""
         e = total.extra
         skipped, inserted = e.get("skipped_zero_taps", 0), e.get("zero_inserted_steps", 0)
         return [("load cycles not hidden", f"{int(e.get('load_stall_cycles', 0)):,} of "
                                            f"{int(e.get('load_cycles', 0)):,} load cycles"),
+                ("result memory cycles", f"{int(e.get('result_cycles', 0)):,} (partial sums "
+                                         f"written {int(e.get('psum_writes', 0)):,})"),
                 ("pixel sets", f"{int(e.get('pixel_sets', 0)):,}"),
                 ("zero taps skipped", f"{int(skipped):,} of {int(inserted):,} "
                                       f"zero-inserted steps ({percent(skipped, inserted)})")]

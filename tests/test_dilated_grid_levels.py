@@ -1,0 +1,115 @@
+"""The dilated-grid cycle emulator against the fast model on every LayerStats field
+(cycles, MACs, products, bytes per operand at SRAM and DRAM, stalls by cause, energy,
+the machine's own counters), on random layers and machines, with buffers that overflow
+and all-zero tensors; and proof that the two levels are independent: a fault planted in
+one of them (the fast model's tap runs, its DRAM ifmap bytes) makes them disagree."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import conv_layers, tensors
+from test_dilated_grid import arch_with, machines
+
+from npusim.dataflows import dilated_grid, get, shift_grid
+from npusim.emulate import dilated_grid as emu
+from npusim.ir import ConvLayer
+from npusim.memory import Steps
+
+DF = get("dilated-grid")
+
+
+def differing_fields(a, b) -> dict:
+    """{field: (a's, b's)} of the LayerStats fields (extra key by key) that differ."""
+    out = {f.name: (getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+           if f.name != "extra" and getattr(a, f.name) != getattr(b, f.name)}
+    keys = set(a.extra) | set(b.extra)
+    out.update({k: (a.extra.get(k), b.extra.get(k)) for k in keys
+                if a.extra.get(k) != b.extra.get(k)})
+    return out
+
+
+def levels_agree(layer, x, w, b, arch) -> None:
+    """Emulator == fast model on every field; the assertion names the fields that differ."""
+    _, emulated = DF.emulate(layer, x, w, b, arch)
+    estimated = DF.estimate(layer, None, None, arch)
+    assert emulated == estimated, differing_fields(emulated, estimated)
+
+
+def small_memory(p, bandwidth, kib: int, double: bool):
+    """The flat preset with machine ``p``, ``kib`` KiB buffers and DRAM ``bandwidth``."""
+    arch = arch_with(bandwidth, {"ifmap_sram_kb": kib, "filter_sram_kb": kib,
+                                 "ofmap_sram_kb": kib, "double_buffered": double})
+    return dataclasses.replace(arch, sections={"dilated-grid": p})
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), machines(), st.integers(0, 2 ** 16),
+       st.sampled_from(["unlimited", 0.3, 4.0]), st.sampled_from([1, 64]), st.booleans(),
+       st.sampled_from([1.0, 0.5, 0.0]), st.sampled_from(["float32", "int8"]))
+def test_emulator_equals_fast_model_on_every_field(layer, p, seed, bandwidth, kib, double,
+                                                   density, dtype):
+    """Random strides, dilations, pads, groups, channel counts; 1 KiB buffers overflow
+    (inputs refetched, map-major partial sums spilled), 64 KiB hold them; density 0 gives
+    all-zero tensors."""
+    layer = layer.with_dtype(dtype)
+    x, w, b = tensors(layer, seed, dtype, density)
+    levels_agree(layer, x, w, b, small_memory(p, bandwidth, kib, double))
+
+
+def test_all_zero_tensors_cost_what_dense_ones_do():
+    """The grid steps every real tap whatever its value: zeros change no count."""
+    layer = ConvLayer(1, 2, 9, 9, 3, 3, 3, padding=2, dilation=2)
+    arch = small_memory(dilated_grid.Params(loop_order="map-major"), 0.5, 1, True)
+    zeros = np.zeros(layer.input_shape, np.float32), np.zeros(layer.weight_shape, np.float32)
+    out, zero_stats = DF.emulate(layer, *zeros, None, arch)
+    x, w, _ = tensors(layer, 1)
+    _, dense_stats = DF.emulate(layer, x, w, None, arch)
+    assert not out.any() and zero_stats == dense_stats
+    levels_agree(layer, *zeros, None, arch)
+
+
+def test_a_fast_model_cutting_every_tap_into_its_own_run_is_caught(monkeypatch):
+    """The emulator cuts its tap runs itself: forcing the fast model's ``axis_chunks`` to
+    one tap per run moves the fast model alone (3 x 3 at R = 1: 1 pass per tile, not 9)."""
+    layer = ConvLayer(1, 2, 8, 8, 2, 3, 3)
+    arch = small_memory(dilated_grid.Params(), "unlimited", 64, True)
+    x, w, _ = tensors(layer, 2)
+    levels_agree(layer, x, w, None, arch)
+    monkeypatch.setattr(shift_grid, "axis_chunks",
+                        lambda taps, *_: [(t, 1) for t in range(taps)])
+    with pytest.raises(AssertionError, match="cycles"):
+        levels_agree(layer, x, w, None, arch)
+    _, emulated = DF.emulate(layer, x, w, None, arch)
+    assert emulated.extra["pixel_sets"] == 2 * 2 * 9  # 2 maps x 2 input maps x 9 tiles
+
+
+def test_a_fast_model_fetching_its_input_twice_is_caught(monkeypatch):
+    """The emulator logs its own DRAM blocks: doubling the fast model's DRAM ifmap bytes
+    moves the fast model alone."""
+    layer = ConvLayer(1, 2, 8, 8, 2, 3, 3, dtype="int8")
+    arch = small_memory(dilated_grid.Params(), 2.0, 64, True)
+    x, w, _ = tensors(layer, 3, "int8")
+    levels_agree(layer, x, w, None, arch)
+    fast_steps = dilated_grid.steps
+
+    def doubled(layer, p, axes=None) -> Steps:
+        s = fast_steps(layer, p, axes)
+        return dataclasses.replace(s, ifmap_bytes=2 * s.ifmap_bytes,
+                                   ifmap_size=2 * s.ifmap_size)
+
+    monkeypatch.setattr(dilated_grid, "steps", doubled)
+    with pytest.raises(AssertionError, match="dram_ifmap_bytes"):
+        levels_agree(layer, x, w, None, arch)
+
+
+def test_the_emulator_cuts_tap_runs_by_the_grid_and_the_coefficient_storage():
+    """By hand: 5 taps at R = 2 with 2 lanes on a 6-unit grid: a run of t taps needs
+    2 (t - 1) + 2 units, so 3 fit (6 units); a 2-unit coefficient storage holds 2; a rate
+    beyond the shifter's reach makes one-tap runs."""
+    assert emu.tap_runs(5, 2, 6, 2, 3, 2) == [(0, 3), (3, 2)]
+    assert emu.tap_runs(5, 2, 6, 2, 2, 2) == [(0, 2), (2, 2), (4, 1)]
+    assert emu.tap_runs(3, 3, 16, 2, 3, 2) == [(0, 1), (1, 1), (2, 1)]
+    assert emu.reach(dilated_grid.Params(shifter="hierarchical", levels=3)) == 7
