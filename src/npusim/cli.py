@@ -564,12 +564,13 @@ def cmd_compare(args) -> int:
                                  dtype=args.dtype, keep_outputs=_wants_figures(args),
                                  emulate_limit=args.emulate_limit or _emulate_limit())
     if not args.quiet:
-        text = compare.report(result, f"{args.model} | {args.dtype} | mode {args.mode} | "
-                                      f"input: {source}")
         console = _stdout(stderr=_report_to_stdout(args))
-        if not console.is_terminal:  # a file or pipe: as wide as the table, never cut
-            width = max(console.width, console.measure(text).maximum)
-            console = Console(stderr=_report_to_stdout(args), width=width)
+        terminal = console.is_terminal  # a file or pipe gets the wide table, never cut
+        text = compare.report(result, f"{args.model} | {args.dtype} | mode {args.mode} | "
+                              f"input: {source}", console.width if terminal else None)
+        if not terminal:
+            console = Console(stderr=_report_to_stdout(args),
+                              width=max(console.width, console.measure(text).maximum))
         console.print(text)
     facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
     for flag, path, text in (("--json", args.json, lambda: compare.to_json(

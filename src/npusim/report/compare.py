@@ -53,6 +53,10 @@ class Comparison:
         names = [r.arch.name for r in self.results]
         return [n if names.count(n) == 1 else f"{n}#{i + 1}" for i, n in enumerate(names)]
 
+    def labelled(self) -> list[tuple[str, object]]:
+        """(label, SimResult) of each arch, baseline first."""
+        return list(zip(self.labels, self.results, strict=True))
+
     def rows(self) -> list[tuple[str, list[LayerStats]]]:
         """(row name, one LayerStats per arch): conv layers, the vector unit, the total."""
         rows = [(s.name, [r.conv_layers[i] for r in self.results])
@@ -66,14 +70,15 @@ class Comparison:
     def notes(self) -> list[str]:
         """What differs besides the machines: memories, clocks (empty if nothing)."""
         archs = [r.arch for r in self.results]
+        named = list(zip(self.labels, archs, strict=True))
         out = []
         if not same_memory(archs):
             out.append("the archs' memories differ, so the cycles compare memories as well as "
                        "machines: " + "; ".join(f"{label}: {describe(a.memory)}"
-                                                for label, a in zip(self.labels, archs)))
+                                                for label, a in named))
         if len({a.clock_mhz for a in archs}) > 1:
             out.append("the clocks differ (" + ", ".join(
-                f"{label} {a.clock_mhz:g} MHz" for label, a in zip(self.labels, archs))
+                f"{label} {a.clock_mhz:g} MHz" for label, a in named)
                 + "): speed-ups are in cycles; the totals give the time too")
         return out
 
@@ -137,21 +142,44 @@ def summary_lines(cmp: Comparison) -> list[str]:
     and the notes."""
     base = cmp.results[0].total
     lines = []
-    for label, r in zip(cmp.labels, cmp.results):
+    for label, r in cmp.labelled():
         t = r.total
         ratio = ("baseline" if r is cmp.results[0] else
                  f"speed-up {fmt_ratio(speedup(base, t))}, "
                  f"energy {fmt_ratio(energy_ratio(base, t))}")
         lines.append(f"{label}: {t.cycles:,} cycles ({r.arch.seconds(t.cycles) * 1e3:.3g} ms "
                      f"at {r.arch.clock_mhz:g} MHz), {fmt_energy(t.energy_pj)}; {ratio}")
-    lines += [where_time_goes(label, r.total) for label, r in zip(cmp.labels, cmp.results)]
+    lines += [where_time_goes(label, r.total) for label, r in cmp.labelled()]
     return lines + [f"note: {n}" for n in cmp.notes()]
 
 
-def report(cmp: Comparison, title: str | None = None) -> Group:
-    """The terminal report: title, the side-by-side table, the summary lines."""
+def long_table(cmp: Comparison) -> Table:
+    """The same cells as ``layer_table``, one row per layer and arch (for narrow screens)."""
+    table = Table(box=None, header_style="bold", padding=(0, 1))
+    for head in ("layer", "arch", "cycles", "bound", "util %", "energy", "speed-up",
+                 "energy x"):
+        table.add_column(head, no_wrap=True,
+                         justify="left" if head in ("layer", "arch", "bound") else "right")
+    for name, stats in cmp.rows():
+        for i, (label, s) in enumerate(zip(cmp.labels, stats, strict=True)):
+            table.add_row(name if i == 0 else "", label, f"{s.cycles:,}", s.bound or "-",
+                          fmt_percent(s.utilisation), fmt_energy(s.energy_pj),
+                          fmt_ratio(speedup(stats[0], s)), fmt_ratio(energy_ratio(stats[0], s)),
+                          style="bold" if name == "total" else "",
+                          end_section=i == len(stats) - 1)
+    return table
+
+
+def report(cmp: Comparison, title: str | None = None, width: int | None = None) -> Group:
+    """The terminal report: title, the side-by-side table (one row per layer and arch if
+    that is wider than ``width`` columns), the summary lines."""
+    from rich.console import Console
+
     head = [Text(title, style="bold")] if title else []
-    return Group(*head, layer_table(cmp), "", *[Text(line) for line in summary_lines(cmp)])
+    table = layer_table(cmp)
+    if width is not None and Console(width=width).measure(table).maximum > width:
+        table = long_table(cmp)
+    return Group(*head, table, "", *[Text(line) for line in summary_lines(cmp)])
 
 
 def to_json(cmp: Comparison, *, version: str, run: dict | None = None) -> str:
@@ -165,7 +193,7 @@ def to_json(cmp: Comparison, *, version: str, run: dict | None = None) -> str:
              "stall_cycles": s.stall_cycles, "bound": s.bound, "utilisation": s.utilisation,
              "energy_pj": s.energy_pj, "speedup": _number(speedup(stats[0], s)),
              "energy_ratio": _number(energy_ratio(stats[0], s))}
-            for label, s in zip(cmp.labels, stats)]})
+            for label, s in zip(cmp.labels, stats, strict=True)]})
     doc = {"schema_version": SCHEMA_VERSION, "npusim_version": version, "model": cmp.model,
            "mode": base.mode, "dtype": base.dtype, **(run or {}),
            "baseline": cmp.labels[0],
@@ -174,7 +202,7 @@ def to_json(cmp: Comparison, *, version: str, run: dict | None = None) -> str:
                       "speedup": _number(speedup(base.total, r.total)),
                       "energy_ratio": _number(energy_ratio(base.total, r.total)),
                       "time_split": time_split(r.total)}
-                     for label, r in zip(cmp.labels, cmp.results)],
+                     for label, r in cmp.labelled()],
            "notes": cmp.notes(), "layers": layers}
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
@@ -194,7 +222,7 @@ def to_csv(cmp: Comparison) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(("layer", "arch") + CSV_FIELDS)
     for name, stats in cmp.rows():
-        for label, s in zip(cmp.labels, stats):
+        for label, s in zip(cmp.labels, stats, strict=True):
             writer.writerow((name, label, s.cycles, s.compute_cycles, s.stall_cycles, s.bound,
                              s.utilisation, s.energy_pj, speedup(stats[0], s),
                              energy_ratio(stats[0], s)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..memory import describe
 from . import plots
@@ -144,7 +144,7 @@ def figures_html(figs: list) -> str:
 
 
 def page(title: str, body: str, version: str) -> str:
-    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{_e(title)}</h1>{body}<p class=\"note\">npusim {_e(version)}, {made}</p>"
@@ -197,9 +197,9 @@ def compare_report(cmp, *, version: str, facts: list[tuple[str, str]] = (),
     figs = plots.figures(cmp.results, density)
     try:
         archs = "".join(f"<h3>{_e(label)}</h3>" + _dl(arch_items(r))
-                        for label, r in zip(cmp.labels, cmp.results))
+                        for label, r in cmp.labelled())
         per_arch = "".join(f"<h3>{_e(label)}</h3>" + layer_table(r, f"layers-{i}")
-                           for i, (label, r) in enumerate(zip(cmp.labels, cmp.results)))
+                           for i, (label, r) in enumerate(cmp.labelled()))
         body = (_dl([("npusim version", version), ("mode", cmp.results[0].mode),
                      ("dtype", cmp.results[0].dtype), ("baseline", cmp.labels[0]), *facts])
                 + "<h2>Archs</h2>" + archs

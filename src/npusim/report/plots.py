@@ -28,7 +28,6 @@ import numpy as np
 from .. import outfile
 from ..errors import OutputError
 from ..memory import unlimited
-from ..stats import LayerStats
 from .table import VECTOR_ROW, vector_row
 
 CAUSES = (("compute", "compute_cycles"), ("DRAM ifmap stall", "stall_dram_ifmap_cycles"),
@@ -137,9 +136,9 @@ def draw_cycles(results) -> Figure:
     """Stacked bars of cycles by cause, one panel per arch (one y scale)."""
     plt = _pyplot()
     names, _ = cycle_breakdown(results[0])
-    fig, axes = plt.subplots(len(results), 1, figsize=(_width(len(names)), 2.2 + 2.6 * len(results)),
-                             sharex=True, sharey=True, squeeze=False)
-    for ax, label, result in zip(axes[:, 0], _label(results), results):
+    fig, axes = plt.subplots(len(results), 1, sharex=True, sharey=True, squeeze=False,
+                             figsize=(_width(len(names)), 2.2 + 2.6 * len(results)))
+    for ax, label, result in zip(axes[:, 0], _label(results), results, strict=True):
         names, parts = cycle_breakdown(result)
         bottom = np.zeros(len(names))
         for i, (cause, values) in enumerate(parts.items()):
@@ -163,12 +162,23 @@ def _layer_ticks(ax, names: list[str]) -> None:
     ax.set_xlabel("layer")
 
 
+def _percent_axes(fig, ax, names: list[str], ylabel: str, title: str) -> None:
+    """Layer ticks, a 0..100 % y axis, title, grid and legend of a per-layer bar chart."""
+    _layer_ticks(ax, names)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 105)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+
+
 def draw_roofline(results) -> Figure:
     """One roofline panel per arch, log-log."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.6), squeeze=False)
     notes = []
-    for ax, label, result in zip(axes[0], _label(results), results):
+    for ax, label, result in zip(axes[0], _label(results), results, strict=True):
         data = roofline(result)
         xs = np.array([p[1] for p in data["points"]] or [1.0])
         lo, hi = xs.min() / 4, xs.max() * 4
@@ -205,17 +215,12 @@ def draw_utilisation(results) -> Figure:
     names, _ = utilisation(results[0])
     fig, ax = plt.subplots(figsize=(_width(len(names) * len(results) / 1.5), 4.4))
     width = 0.8 / len(results)
-    for i, (label, result) in enumerate(zip(_label(results), results)):
+    for i, (label, result) in enumerate(zip(_label(results), results, strict=True)):
         _, values = utilisation(result)
         ax.bar(np.arange(len(names)) + (i - (len(results) - 1) / 2) * width,
                100 * np.asarray(values), width, label=label, color=f"C{i}")
-    _layer_ticks(ax, names)
-    ax.set_ylabel("utilisation (% of multiplier-cycles doing useful MACs)")
-    ax.set_ylim(0, 105)
-    ax.set_title("Utilisation per conv layer")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    _percent_axes(fig, ax, names, "utilisation (% of multiplier-cycles doing useful MACs)",
+                  "Utilisation per conv layer")
     return Figure("utilisation", "Utilisation per conv layer", fig)
 
 
@@ -230,19 +235,14 @@ def draw_densities(data) -> Figure:
     pos = np.arange(len(names))
     ax.bar(pos - 0.2, 100 * np.asarray(weights), 0.4, label="weights", color="C0")
     ax.bar(pos + 0.2, 100 * np.asarray(acts), 0.4, label="input activations", color="C1")
-    _layer_ticks(ax, names)
-    ax.set_ylabel("non-zero share (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("Weight and activation density per conv layer")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    _percent_axes(fig, ax, names, "non-zero share (%)",
+                  "Weight and activation density per conv layer")
     return Figure("density", "Weight and activation density per conv layer", fig)
 
 
 def draw_unit_busy(results) -> Figure:
     """Per-unit busy cycles of each arch's worst layer, for the archs that record them."""
-    found = [(label, r, unit_busy(r)) for label, r in zip(_label(results), results)]
+    found = [(label, r, unit_busy(r)) for label, r in zip(_label(results), results, strict=True)]
     have = [(label, r, d) for label, r, d in found if d is not None]
     missing = [f"{label} ({r.dataflow})" for label, r, d in found if d is None]
     note = (f"no per-unit counts on {', '.join(missing)}: the machine does not deal work to "
@@ -251,7 +251,7 @@ def draw_unit_busy(results) -> Figure:
         return Figure("units", "Per-unit busy cycles", None, note)
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(have), figsize=(6.0 * len(have), 4.2), squeeze=False)
-    for ax, (label, r, d) in zip(axes[0], have):
+    for ax, (label, _, d) in zip(axes[0], have, strict=True):
         cycles = np.asarray(d["cycles"])
         ax.bar(range(len(cycles)), cycles, color="C2", label="busy cycles")
         ax.axhline(cycles.max(), color="k", lw=1, ls="--", label=f"busiest {cycles.max():,}")
