@@ -33,7 +33,7 @@ th,td{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right;white-spac
 th{background:#f2f2f2}th.sortable{cursor:pointer}th.sortable:hover{background:#e2e2ff}
 td:first-child,th:first-child{text-align:left}tr.total td{font-weight:bold}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}
-img{max-width:100%;border:1px solid #ddd;margin:.4em 0}.note{color:#666;font-style:italic}
+.scroll{overflow-x:auto}img{max-width:100%;border:1px solid #ddd;margin:.4em 0}.note{color:#666;font-style:italic}
 """
 
 # Sorts a table's body rows by the clicked column: numbers by their data-v value, text
@@ -79,8 +79,8 @@ def table(heads: list[str], rows: list[tuple[list[str], str]], table_id: str) ->
     """A sortable table; ``rows`` are (cells made by ``_cell``, row class)."""
     head = "".join(f"<th>{_e(h)}</th>" for h in heads)
     body = "".join(f'<tr class="{cls}">{"".join(cells)}</tr>' for cells, cls in rows)
-    return (f'<table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    return (f'<div class="scroll"><table class="sortable" id="{table_id}"><thead><tr>{head}'
+            f"</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 LAYER_HEADS = ["layer", "shape", "dense MACs", "MACs", "compute cycles", "stall cycles",

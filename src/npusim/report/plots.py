@@ -137,7 +137,7 @@ def draw_cycles(results) -> Figure:
     plt = _pyplot()
     names, _ = cycle_breakdown(results[0])
     fig, axes = plt.subplots(len(results), 1, sharex=True, sharey=True, squeeze=False,
-                             figsize=(_width(len(names)), 2.2 + 2.6 * len(results)))
+                             figsize=(_width(len(names)) + 1.9, 2.2 + 2.6 * len(results)))
     for ax, label, result in zip(axes[:, 0], _label(results), results, strict=True):
         names, parts = cycle_breakdown(result)
         bottom = np.zeros(len(names))
@@ -150,9 +150,9 @@ def draw_cycles(results) -> Figure:
     _layer_ticks(axes[-1, 0], names)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle("Cycles per layer: compute and memory stalls")
-    fig.tight_layout(rect=(0, 0, 1, 0.94 if len(results) == 1 else 0.96))
-    fig.legend(handles, labels, fontsize=8, ncol=len(CAUSES), loc="upper center",
-               bbox_to_anchor=(0.5, 0.965 if len(results) == 1 else 0.975))
+    right = 1 - 1.9 / fig.get_figwidth()  # room for the legend beside the panels
+    fig.tight_layout(rect=(0, 0, right, 0.97))
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(right, 0.5))
     return Figure("cycles", "Cycles per layer by compute and stall cause", fig)
 
 
@@ -259,7 +259,7 @@ def draw_unit_busy(results) -> Figure:
         ax.set_title(f"{label}: {d['layer']} ({d['key']})", fontsize=9)
         ax.set_xlabel("unit")
         ax.set_ylabel("busy cycles")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best", framealpha=0.9)
     fig.suptitle("Work per unit in the layer with the most idle unit-cycles")
     fig.tight_layout()
     return Figure("units", "Per-unit busy cycles of the worst layer", fig, note)
