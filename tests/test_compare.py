@@ -99,6 +99,17 @@ def test_totals_speedups_and_where_the_time_goes(compared, runs):
     assert doc["baseline"] == LABELS[0]
 
 
+def test_table_to_a_pipe_is_never_cut(compared):
+    out, doc, _ = compared
+    lines = out.splitlines()
+    for row in doc["layers"]:
+        (line,) = [x for x in lines if x.split() and x.split()[0] == row["name"].split()[0]]
+        words, at = line.split(), 0
+        for cell in row["archs"]:  # each arch's cycles, in order along the line
+            at = words.index(f"{cell['cycles']:,}", at) + 1
+    assert "…" not in out
+
+
 def test_unequal_memories_are_said(compared):
     out, doc, _ = compared
     (note,) = doc["notes"]

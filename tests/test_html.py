@@ -184,3 +184,10 @@ def test_screenshot_shows_the_page(reports, tmp_path, chromium):
         assert im.size == (1280, 900)
         grey = np.asarray(im.convert("L"))
         assert len(np.unique(grey)) > 20  # text and colours, not a blank page
+
+
+def test_html_on_the_json_path_is_refused(tmp_path):
+    code, _, err = _cli("run", "Resnet18.csv", "-q", "--json", tmp_path / "r",
+                        "--html", tmp_path / "r")
+    assert code == 2 and "--html" in err and "another report" in err
+    assert not (tmp_path / "r").exists()

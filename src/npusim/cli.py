@@ -366,6 +366,8 @@ def _check_flags(args) -> None:
         raise UsageError("--emulate-limit applies to --mode emulate only")
     if args.json and args.csv and args.json.resolve() == args.csv.resolve():
         raise UsageError(f"--json and --csv both name {args.json}")
+    if args.html and args.html.resolve() in {p.resolve() for p in (args.json, args.csv) if p}:
+        raise UsageError(f"--html {args.html}: another report is written there too")
     for flag, path in (("--json", args.json), ("--csv", args.csv), ("--html", args.html)):
         if path is not None:
             outfile.check_target(path, flag)
@@ -376,8 +378,8 @@ def _check_flags(args) -> None:
 
 
 def _report_to_stdout(args) -> bool:
-    """Whether ``--json -`` or ``--csv -`` sends a report to standard output."""
-    return any(p is not None and outfile.is_stdout(p) for p in (args.json, args.csv))
+    """Whether ``--json -``, ``--csv -`` or ``--html -`` sends a report to standard output."""
+    return any(p is not None and outfile.is_stdout(p) for p in (args.json, args.csv, args.html))
 
 
 def _check_topology_flags(args) -> None:
@@ -569,8 +571,8 @@ def cmd_compare(args) -> int:
         text = compare.report(result, f"{args.model} | {args.dtype} | mode {args.mode} | "
                               f"input: {source}", console.width if terminal else None)
         if not terminal:
-            console = Console(stderr=_report_to_stdout(args),
-                              width=max(console.width, console.measure(text).maximum))
+            table = Console(width=100_000).measure(compare.layer_table(result)).maximum
+            console = Console(stderr=_report_to_stdout(args), width=max(console.width, table))
         console.print(text)
     facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
     for flag, path, text in (("--json", args.json, lambda: compare.to_json(

@@ -230,10 +230,13 @@ def to_csv(cmp: Comparison) -> str:
 
 
 def compare(model, x, archs, *, model_name: str = "", mode: str = "run",
-            dtype: str = "float32", progress=None, **simulate_kwargs) -> Comparison:
+            dtype: str = "float32", keep_outputs: bool = False, progress=None,
+            **simulate_kwargs) -> Comparison:
     """Run the Graph ``model`` on input ``x`` on each of ``archs`` (Arch or preset name),
     each with its own dataflow; or, for a list of ConvLayers, shape-only
-    (``simulate_shapes``). ``progress(i, n, arch_name)`` before each arch."""
+    (``simulate_shapes``). ``keep_outputs``: the baseline's run keeps every node's output
+    (for ``plots.densities``; the others do not, the network being the same).
+    ``progress(i, n, arch_name)`` before each arch."""
     from ..arch import load_arch
     from ..ir import Graph
     from ..simulate import simulate, simulate_shapes
@@ -244,7 +247,8 @@ def compare(model, x, archs, *, model_name: str = "", mode: str = "run",
         if progress:
             progress(i, len(archs), arch.name)
         if isinstance(model, Graph):
-            results.append(simulate(model, x, arch, mode=mode, dtype=dtype, **simulate_kwargs))
+            results.append(simulate(model, x, arch, mode=mode, dtype=dtype,
+                                    keep_outputs=keep_outputs and i == 0, **simulate_kwargs))
         else:
             results.append(simulate_shapes(model, arch, dtype=dtype))
     name = model_name or (model.name if isinstance(model, Graph) else "topology")

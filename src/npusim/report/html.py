@@ -33,7 +33,8 @@ th,td{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right;white-spac
 th{background:#f2f2f2}th.sortable{cursor:pointer}th.sortable:hover{background:#e2e2ff}
 td:first-child,th:first-child{text-align:left}tr.total td{font-weight:bold}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}
-.scroll{overflow-x:auto}img{max-width:100%;border:1px solid #ddd;margin:.4em 0}.note{color:#666;font-style:italic}
+.scroll{overflow-x:auto}img{max-width:100%;border:1px solid #ddd;margin:.4em 0}
+.note{color:#666;font-style:italic}
 """
 
 # Sorts a table's body rows by the clicked column: numbers by their data-v value, text
