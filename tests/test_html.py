@@ -5,6 +5,7 @@ import base64
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -112,6 +113,8 @@ def test_page_is_self_contained_with_every_figure(reports, kind, tmp_path):
         path.write_bytes(base64.b64decode(src.split(",", 1)[1]))
         with Image.open(path) as im:
             im.verify()
+    values = re.findall(r'data-v="([^"]*)"', page)
+    assert values and all(math.isfinite(float(v)) for v in values)  # what the sort reads
     assert f"npusim {npusim.__version__}" in page
     archs = [a["label"] for a in doc["archs"]] if kind == "cmp" else [doc["arch"]["name"]]
     for name in archs:

@@ -72,7 +72,7 @@ def _e(text) -> str:
 
 def _cell(text, value=None) -> str:
     """A table cell showing ``text``, sorted by the number ``value`` if given."""
-    sort = "" if value is None or value != value else f' data-v="{value!r}"'
+    sort = "" if value is None or value != value else f' data-v="{float(value)!r}"'
     return f"<td{sort}>{_e(text)}</td>"
 
 
