@@ -155,3 +155,29 @@ def test_topology_compare_runs_shape_only(tmp_path):
     doc = json.loads((tmp_path / "c.json").read_text())
     ws, os_ = (a["totals"]["cycles"] for a in doc["archs"])
     assert doc["layers"][0]["archs"][1]["speedup"] == pytest.approx(ws / os_)
+
+
+def test_narrow_terminal_gets_one_row_per_layer_and_arch(tmp_path):
+    from rich.console import Console
+
+    from npusim.frontends import load_model
+    from npusim.report import compare
+
+    topo = tmp_path / "net.csv"
+    topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\nc1, 18, 18, 3, 3, 8, 16, 1,\n"
+                    "c2, 16, 16, 3, 3, 16, 16, 1,\n")
+    archs = ["systolic-32x32-ws", "systolic-32x32-os", "systolic-32x32-is"]
+    cmp = compare.compare(load_model(str(topo)), None, archs)
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(compare.report(cmp, "title", 80))
+    text = console.file.getvalue()
+    table = text.split("\n\n")[0].splitlines()
+    assert all(len(line) <= 80 for line in table)
+    for name, stats in cmp.rows():
+        base = stats[0].cycles
+        for arch, s in zip(archs, stats, strict=True):
+            (line,) = [x for x in table if f" {arch} " in f" {x} " and f"{s.cycles:,}" in x
+                       and (x.split()[0] == name or x.split()[0] == arch)
+                       and f"{base / s.cycles:.2f}x" in x]
+            assert line

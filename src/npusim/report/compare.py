@@ -177,7 +177,7 @@ def report(cmp: Comparison, title: str | None = None, width: int | None = None) 
 
     head = [Text(title, style="bold")] if title else []
     table = layer_table(cmp)
-    if width is not None and Console(width=width).measure(table).maximum > width:
+    if width is not None and Console(width=100_000).measure(table).maximum > width:
         table = long_table(cmp)
     return Group(*head, table, "", *[Text(line) for line in summary_lines(cmp)])
 
