@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a network on an accelerator and report its costs")
     _add_run_arguments(run)
+    _add_figure_arguments(run)
     run.set_defaults(func=cmd_run)
+    _add_compare_parser(sub, run)
     sub.add_parser("models", help="list the built-in models").set_defaults(func=cmd_models)
     sub.add_parser("archs", help="list the built-in arch presets").set_defaults(func=cmd_archs)
     tune = sub.add_parser("tune-groups", help="group sizes that fill a group tile's MACs, "
@@ -162,6 +164,30 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--json", metavar="FILE", type=Path, help="write the JSON report here")
     run.add_argument("--csv", metavar="FILE", type=Path, help="write the CSV report here")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no tables")
+
+
+def _add_figure_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plots", metavar="DIR", type=Path,
+                        help="write the figures (cycles by cause, roofline, utilisation, "
+                             "density, per-unit work) as PNG and SVG into DIR")
+    parser.add_argument("--html", metavar="FILE", type=Path,
+                        help="write a self-contained HTML report (tables, figures) here")
+
+
+NOT_COMPARED = ("help", "arch", "dataflow", "check")  # run's flags that compare does not take
+
+
+def _add_compare_parser(sub, run: argparse.ArgumentParser) -> None:
+    """``npusim compare``: run's model, input and report flags, ``--arch`` repeated."""
+    compare = sub.add_parser("compare", help="run one network, weights and input on several "
+                             "archs and compare them layer by layer (docs/report.md)")
+    compare.add_argument("--arch", metavar="NAME|FILE", action="append", required=True,
+                         help="an arch preset or TOML file; give two or more, the first is "
+                              "the baseline")
+    for action in run._actions:
+        if action.dest not in NOT_COMPARED:
+            compare._add_action(action)
+    compare.set_defaults(func=cmd_compare, dataflow=None, check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,6 +337,7 @@ def cmd_run(args) -> int:
         "input": source, "input_shape": None if x is None else list(x.shape),
         "batch": args.batch, "density": args.density, "seed": args.seed,
         "check": check.as_dict() if check else None})
+    _write_figures(args, result, _figure_density(model, x, result), source)
     return EXIT_CHECK_FAILED if check and not check.passed else EXIT_OK
 
 
@@ -340,16 +367,20 @@ def _check_flags(args) -> None:
         raise UsageError("--emulate-limit applies to --mode emulate only")
     if args.json and args.csv and args.json.resolve() == args.csv.resolve():
         raise UsageError(f"--json and --csv both name {args.json}")
-    for flag, path in (("--json", args.json), ("--csv", args.csv)):
+    if args.html and args.html.resolve() in {p.resolve() for p in (args.json, args.csv) if p}:
+        raise UsageError(f"--html {args.html}: another report is written there too")
+    for flag, path in (("--json", args.json), ("--csv", args.csv), ("--html", args.html)):
         if path is not None:
             outfile.check_target(path, flag)
+    if args.plots is not None and args.plots.exists() and not args.plots.is_dir():
+        raise UsageError(f"--plots {args.plots}: is no folder; give a folder for the figures")
     if Path(args.model).suffix == ".csv":
         _check_topology_flags(args)
 
 
 def _report_to_stdout(args) -> bool:
-    """Whether ``--json -`` or ``--csv -`` sends a report to standard output."""
-    return any(p is not None and outfile.is_stdout(p) for p in (args.json, args.csv))
+    """Whether ``--json -``, ``--csv -`` or ``--html -`` sends a report to standard output."""
+    return any(p is not None and outfile.is_stdout(p) for p in (args.json, args.csv, args.html))
 
 
 def _check_topology_flags(args) -> None:
@@ -431,7 +462,7 @@ def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
     bar = _ProgressBar(_interactive(args))
     try:
         return simulate(graph, x, arch, mode=args.mode, dtype=args.dtype, dataflow=dataflow,
-                        keep_outputs=args.check, progress=bar,
+                        keep_outputs=args.check or _wants_figures(args), progress=bar,
                         emulate_limit=args.emulate_limit or EMULATE_LIMIT)
     finally:
         bar.close()
@@ -474,3 +505,87 @@ def _write_reports(args, result, run_facts: dict) -> None:
         texts.append(("--csv", args.csv, to_csv(result)))
     for flag, path, text in texts:
         outfile.write_text(path, text, flag)
+
+
+# ---- figures and the HTML report (docs/report.md) -----------------------------------------
+
+def _wants_figures(args) -> bool:
+    return args.plots is not None or args.html is not None
+
+
+def _figure_density(model, x, result):
+    """``plots.densities`` of a run that kept its outputs, else None (shape-only run)."""
+    if not isinstance(model, Graph) or not result.outputs:
+        return None
+    from .report.plots import densities
+
+    return densities(model, x, result.outputs)
+
+
+def _write_figures(args, run, density, source: str) -> None:
+    """``--plots DIR`` and ``--html FILE`` of ``run`` (a SimResult or a Comparison)."""
+    if not _wants_figures(args):
+        return
+    from .report import html, plots
+
+    results = getattr(run, "results", run)
+    if args.plots is not None:
+        figs = plots.figures(results, density)
+        try:
+            plots.write_plots(figs, args.plots)
+        finally:
+            plots.close(figs)
+    if args.html is not None:
+        facts = [("input", source)]
+        text = (html.run_report(run, model=args.model, version=__version__, facts=facts,
+                                density=density) if run is results else
+                html.compare_report(run, version=__version__, facts=facts, density=density))
+        outfile.write_text(args.html, text, "--html")
+
+
+# ---- npusim compare -------------------------------------------------------------------------
+
+def cmd_compare(args) -> int:
+    """``npusim compare``: the same network, weights and input on every ``--arch``; the
+    side-by-side table, JSON, CSV, figures."""
+    from .arch import load_arch
+    from .report import compare
+
+    _check_flags(args)
+    if len(args.arch) < 2:
+        raise UsageError("compare needs two or more --arch (the first is the baseline)")
+    archs = [load_arch(a) for a in args.arch]
+    if args.bandwidth is not None:
+        archs = [a.with_memory(dram_bytes_per_cycle=args.bandwidth) for a in archs]
+    with _status(args, f"loading {args.model}"):
+        model = _load_model(args)
+    args.batch = model.input_shape[0] if isinstance(model, Graph) else model[0].N
+    x, source = ((None, "shapes only (topology CSV)") if not isinstance(model, Graph)
+                 else _input_tensor(args, model))
+    with _status(args, f"running {args.model} on {len(archs)} archs"):
+        result = compare.compare(model, x, archs, model_name=args.model, mode=args.mode,
+                                 dtype=args.dtype, keep_outputs=_wants_figures(args),
+                                 emulate_limit=args.emulate_limit or _emulate_limit())
+    if not args.quiet:
+        console = _stdout(stderr=_report_to_stdout(args))
+        terminal = console.is_terminal  # a file or pipe gets the wide table, never cut
+        text = compare.report(result, f"{args.model} | {args.dtype} | mode {args.mode} | "
+                              f"input: {source}", console.width if terminal else None)
+        if not terminal:
+            table = Console(width=100_000).measure(compare.layer_table(result)).maximum
+            console = Console(stderr=_report_to_stdout(args), width=max(console.width, table))
+        console.print(text)
+    facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
+    for flag, path, text in (("--json", args.json, lambda: compare.to_json(
+                                 result, version=__version__, run=facts)),
+                             ("--csv", args.csv, lambda: compare.to_csv(result))):
+        if path is not None:
+            outfile.write_text(path, text(), flag)
+    _write_figures(args, result, _figure_density(model, x, result.results[0]), source)
+    return EXIT_OK
+
+
+def _emulate_limit() -> int:
+    from .simulate import EMULATE_LIMIT
+
+    return EMULATE_LIMIT

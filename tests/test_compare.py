@@ -1,0 +1,183 @@
+"""``npusim compare``: every figure of its table, JSON and CSV against separate ``npusim run``s
+of each arch (the same model, weights and input), ratios recomputed here."""
+
+import contextlib
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from npusim import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ["mtcnn-rnet", "--density", "0.5"]  # real weights, pruned: zeros for sparse-pairs
+# examples/my_npu.toml has DRAM 10 B/cycle, the presets 17.064: unequal memories.
+ARCHS = ["systolic-32x32-ws", "sparse-pairs-32x32", str(ROOT / "examples" / "my_npu.toml")]
+LABELS = ["systolic-32x32-ws", "sparse-pairs-32x32", "my-npu"]
+
+
+def _cli(*argv) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``npusim argv`` in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """(stdout, JSON report, CSV rows) of one ``npusim compare`` of the three archs."""
+    tmp = tmp_path_factory.mktemp("compare")
+    arch_flags = [f for a in ARCHS for f in ("--arch", a)]
+    code, out, err = _cli("compare", *MODEL, *arch_flags, "--json", tmp / "c.json",
+                          "--csv", tmp / "c.csv")
+    assert code == 0, err
+    rows = list(csv.DictReader((tmp / "c.csv").open()))
+    return out, json.loads((tmp / "c.json").read_text()), rows
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The JSON report of a separate ``npusim run`` on each arch."""
+    tmp = tmp_path_factory.mktemp("runs")
+    docs = []
+    for i, arch in enumerate(ARCHS):
+        code, _, err = _cli("run", *MODEL, "--arch", arch, "-q", "--json", tmp / f"{i}.json")
+        assert code == 0, err
+        docs.append(json.loads((tmp / f"{i}.json").read_text()))
+    return docs
+
+
+def _convs(doc) -> list[dict]:
+    return [r for r in doc["layers"] if r["dataflow"] != "vector"]
+
+
+def test_every_layer_matches_its_own_run_with_ratios_against_the_first(compared, runs):
+    _, doc, _ = compared
+    base = _convs(runs[0])
+    convs = [row for row in doc["layers"] if row["name"] != "vector unit"]
+    assert [row["name"] for row in convs] == [r["name"] for r in base]
+    for row, layers in zip(convs, zip(*[_convs(r) for r in runs], strict=True), strict=True):
+        for cell, run_layer, label in zip(row["archs"], layers, LABELS, strict=True):
+            assert cell["arch"] == label
+            assert cell["cycles"] == run_layer["cycles"]
+            assert cell["bound"] == run_layer["bound"]
+            assert cell["utilisation"] == pytest.approx(run_layer["macs"] / run_layer["pe_cycles"])
+            assert cell["energy_pj"] == pytest.approx(run_layer["energy_pj"])
+            assert cell["speedup"] == pytest.approx(layers[0]["cycles"] / run_layer["cycles"])
+            assert cell["energy_ratio"] == pytest.approx(
+                run_layer["energy_pj"] / layers[0]["energy_pj"])
+
+
+def test_vector_row_sums_the_non_conv_ops(compared, runs):
+    _, doc, _ = compared
+    (vector,) = [row for row in doc["layers"] if row["name"] == "vector unit"]
+    for cell, run in zip(vector["archs"], runs, strict=True):
+        assert cell["cycles"] == sum(r["cycles"] for r in run["layers"]
+                                     if r["dataflow"] == "vector")
+
+
+def test_totals_speedups_and_where_the_time_goes(compared, runs):
+    out, doc, _ = compared
+    base = runs[0]["totals"]
+    for entry, run, label in zip(doc["archs"], runs, LABELS, strict=True):
+        t = run["totals"]
+        assert entry["label"] == label
+        assert entry["totals"]["cycles"] == t["cycles"]
+        assert entry["speedup"] == pytest.approx(base["cycles"] / t["cycles"])
+        assert entry["energy_ratio"] == pytest.approx(t["energy_pj"] / base["energy_pj"])
+        split = entry["time_split"]
+        assert split["compute"] == pytest.approx(t["compute_cycles"] / t["cycles"])
+        assert split["DRAM ifmap"] == pytest.approx(t["stall_dram_ifmap_cycles"] / t["cycles"])
+        assert split["DRAM ofmap"] == pytest.approx(t["stall_dram_ofmap_cycles"] / t["cycles"])
+        assert sum(split.values()) == pytest.approx(1.0)
+        assert f"{label}: {100 * t['compute_cycles'] / t['cycles']:.1f} % compute" in out
+        assert f"{label}: {t['cycles']:,} cycles" in out
+    assert doc["baseline"] == LABELS[0]
+
+
+def test_table_to_a_pipe_is_never_cut(compared):
+    out, doc, _ = compared
+    lines = out.splitlines()
+    for row in doc["layers"]:
+        (line,) = [x for x in lines if x.split() and x.split()[0] == row["name"].split()[0]]
+        words, at = line.split(), 0
+        for cell in row["archs"]:  # each arch's cycles, in order along the line
+            at = words.index(f"{cell['cycles']:,}", at) + 1
+    assert "…" not in out
+
+
+def test_unequal_memories_are_said(compared):
+    out, doc, _ = compared
+    (note,) = doc["notes"]
+    assert "memories differ" in note and "DRAM 10 B/cycle" in note and "17.064" in note
+    assert "note: the archs' memories differ" in out
+
+
+def test_equal_memories_say_nothing(tmp_path):
+    code, out, err = _cli("compare", *MODEL, "--arch", ARCHS[0], "--arch", ARCHS[2],
+                          "--bandwidth", "10", "--json", tmp_path / "c.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "c.json").read_text())["notes"] == []
+    assert "note:" not in out
+
+
+def test_csv_has_a_row_per_layer_and_arch(compared):
+    _, doc, rows = compared
+    assert len(rows) == (len(doc["layers"]) + 1) * len(ARCHS)
+    by_key = {(r["layer"], r["arch"]): r for r in rows}
+    for layer in doc["layers"]:
+        for cell in layer["archs"]:
+            row = by_key[layer["name"], cell["arch"]]
+            assert int(row["cycles"]) == cell["cycles"]
+            assert math.isclose(float(row["speedup"]), cell["speedup"], rel_tol=1e-12)
+    totals = [r for r in rows if r["layer"] == "total"]
+    assert [int(r["cycles"]) for r in totals] == [a["totals"]["cycles"] for a in doc["archs"]]
+
+
+def test_one_arch_is_refused_before_any_run(tmp_path):
+    code, out, err = _cli("compare", *MODEL, "--arch", ARCHS[0], "--json", tmp_path / "c.json")
+    assert code == 2
+    assert "compare needs two or more --arch" in err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_topology_compare_runs_shape_only(tmp_path):
+    topo = tmp_path / "net.csv"
+    topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\nc1, 18, 18, 3, 3, 8, 16, 1,\n")
+    code, out, err = _cli("compare", topo, "--arch", "systolic-32x32-ws",
+                          "--arch", "systolic-32x32-os", "--json", tmp_path / "c.json")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "c.json").read_text())
+    ws, os_ = (a["totals"]["cycles"] for a in doc["archs"])
+    assert doc["layers"][0]["archs"][1]["speedup"] == pytest.approx(ws / os_)
+
+
+def test_narrow_terminal_gets_one_row_per_layer_and_arch(tmp_path):
+    from rich.console import Console
+
+    from npusim.frontends import load_model
+    from npusim.report import compare
+
+    topo = tmp_path / "net.csv"
+    topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\nc1, 18, 18, 3, 3, 8, 16, 1,\n"
+                    "c2, 16, 16, 3, 3, 16, 16, 1,\n")
+    archs = ["systolic-32x32-ws", "systolic-32x32-os", "systolic-32x32-is"]
+    cmp = compare.compare(load_model(str(topo)), None, archs)
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(compare.report(cmp, "title", 80))
+    text = console.file.getvalue()
+    table = text.split("\n\n")[0].splitlines()
+    assert all(len(line) <= 80 for line in table)
+    for name, stats in cmp.rows():
+        base = stats[0].cycles
+        for arch, s in zip(archs, stats, strict=True):
+            (line,) = [x for x in table if f" {arch} " in f" {x} " and f"{s.cycles:,}" in x
+                       and (x.split()[0] == name or x.split()[0] == arch)
+                       and f"{base / s.cycles:.2f}x" in x]
+            assert line
