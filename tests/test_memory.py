@@ -204,3 +204,8 @@ def test_old_style_layer_stats_keep_working_and_sum():
     t = total([a, b])
     assert (t.cycles, t.compute_cycles, t.stall_cycles, t.bound) == (40, 30, 10, "")
     assert t.as_dict()["stalled_share"] == pytest.approx(0.25)
+
+
+def test_default_dram_bandwidth_is_one_lpddr4x_channel():
+    """No [memory] given: one LPDDR4X-4266 x32 channel at 1000 MHz, 4266 MT/s x 4 bytes."""
+    assert Memory().dram_bytes_per_cycle == pytest.approx(4266e6 * 4 / 1e9)
