@@ -24,6 +24,9 @@ turns that into time on an ``arch.Memory``:
   ``dram_channels = "per-operand"`` (SCALE-Sim's memory), each has its own channel of
   the same bandwidth and the slowest sets the time.
 - **Unlimited** DRAM bandwidth is the stall-free machine: cycles == compute cycles.
+- **Reconfiguration.** When a layer starts, each of the machine's units loads its
+  kernels, coefficients and mappings: ``reconfig_cycles`` per unit, exposed (0 by
+  default: SCALE-Sim counts none, and neither do the results npusim's docs quote).
 
 All per-step work is numpy over the step arrays (no Python loop per step).
 Units: cycles, bytes, bytes/cycle.
@@ -31,6 +34,7 @@ Units: cycles, bytes, bytes/cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -112,7 +116,8 @@ class Steps:
 class Timing:
     """A layer's time on a memory: compute, stalls by cause, total, bound, DRAM traffic.
 
-    Cycles are integers; ``cycles = compute_cycles + the four stall counts``.
+    Cycles are integers; ``cycles = compute_cycles + the five stall counts`` (the fifth,
+    ``stall_reconfig_cycles``: loading the layer's configuration into its units).
     DRAM bytes are what the residency rules move: ifmap and filter reads, ofmap
     writes plus any partial sums spilled and read back.
     """
@@ -126,11 +131,13 @@ class Timing:
     dram_ifmap_bytes: int
     dram_filter_bytes: int
     dram_ofmap_bytes: int
+    stall_reconfig_cycles: int = 0
 
     @property
     def stall_cycles(self) -> int:
         return (self.stall_dram_ifmap_cycles + self.stall_dram_filter_cycles
-                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles)
+                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles
+                + self.stall_reconfig_cycles)
 
     @property
     def cycles(self) -> int:
@@ -258,8 +265,25 @@ def _integers(stalls: list[float]) -> list[int]:
     return out
 
 
-def time_layer(steps: Steps, memory) -> Timing:
-    """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc."""
+def reconfig_cycles(units: int, memory) -> int:
+    """Cycles a layer waits, before its first step, while ``units`` units load its kernels,
+    coefficients and mappings: ``memory.reconfig_cycles`` per unit, the units one after
+    another (one configuration port), not overlapped with the first fetch."""
+    return units * memory.reconfig_cycles
+
+
+def time_layer(steps: Steps, memory, units: int = 0) -> Timing:
+    """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc.
+    ``units``: how many units load a configuration when the layer starts
+    (``reconfig_cycles``)."""
+    t = _time_steps(steps, memory)
+    if units and memory.reconfig_cycles:
+        t = dataclasses.replace(t, stall_reconfig_cycles=reconfig_cycles(units, memory))
+    return t
+
+
+def _time_steps(steps: Steps, memory) -> Timing:
+    """The layer's Timing on ``memory`` without the reconfiguration."""
     if not (steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
         return _on_chip(steps, memory)
     t = traffic(steps, memory)

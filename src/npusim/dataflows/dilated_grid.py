@@ -58,6 +58,7 @@ NAME = "dilated-grid"
 @dataclass(frozen=True)
 class Params:
     """The ``[dilated-grid]`` section of an arch file. MACs = mac_rows x mac_cols."""
+    reconfig_units = 1  # one grid loads its coefficients
 
     grid_rows: int = spec(6, "pixel storage units (vertical)", min=1, max=MAX_SIDE)
     grid_cols: int = spec(6, "pixel storage units (horizontal)", min=1,

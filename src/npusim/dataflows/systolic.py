@@ -45,6 +45,7 @@ class Params:
     stationary: str = spec("ws", "operand held in the PEs", choices=("os", "ws", "is"))
     stream_tile: int = spec(0, "streamed vectors per fold in WS/IS (0: all, as SCALE-Sim)",
                             min=0, max=MAX_UNITS)
+    reconfig_units = 1  # the array loads one mapping per layer (memory.reconfig_cycles)
 
 
 @dataclass(frozen=True)
