@@ -4,23 +4,17 @@ baselines beside it: ResNet-18 at 0.3 density, AlexNet and VGG-16 at deep-compre
 Cycles are the conv and fully connected layers' (the machines' own work), from
 ``simulate(mode="estimate")``; speed-ups are over ``systolic-32x32-ws`` both ways. The
 dilated-grid and group-tile presets have 4 and 64 MACs, not 1024: theirs are not
-equal-multiplier ratios. Run: ``python bench/bench_memory.py [resnet18 alexnet vgg16 cost]``.
-
-``cost``: the memory model's share of a whole ``simulate(mode="estimate")`` of ResNet-50 on
-each machine: the time spent building ``Steps`` (validating the arrays) and in
-``time_layer``, over the wall time of the run (best of 3; target at most 10 %).
+equal-multiplier ratios. Run: ``python bench/bench_memory.py [resnet18 alexnet vgg16]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 
 from common import memory_line
 
 import npusim
-from npusim import memory, stats
 from npusim.arch import load_arch
 from npusim.frontends import zoo
 from npusim.frontends.prune import prune
@@ -64,58 +58,11 @@ def table(name: str, density) -> None:
               f"{base[0] / free:>14.2f}x{base[1] / timed:>13.2f}x")
 
 
-class MemoryClock:
-    """Seconds spent in the memory model while installed: ``Steps`` construction and
-    ``time_layer`` (as ``stats.price`` calls it)."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self._saved = (memory.Steps.__post_init__, stats.time_layer)
-
-    def _timed(self, fn):
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - start
-        return wrapper
-
-    def __enter__(self):
-        post_init, time_layer = self._saved
-        memory.Steps.__post_init__ = self._timed(post_init)
-        stats.time_layer = self._timed(time_layer)
-        return self
-
-    def __exit__(self, *exc):
-        memory.Steps.__post_init__, stats.time_layer = self._saved
-
-
-def memory_cost(network: str = "resnet50", repeat: int = 3) -> None:
-    """The memory model's share of a whole estimate of ``network`` on each machine."""
-    graph, x = zoo.build(network), zoo.input_for(network)
-    print(f"\nmemory model's share of simulate(mode='estimate') of {network} (best of {repeat})")
-    print(f"{'machine':<24}{'simulate s':>12}{'memory s':>10}{'ratio':>8}")
-    for preset in MACHINES:
-        arch = load_arch(preset)
-        npusim.simulate(graph, x, arch, mode="estimate")  # warm-up
-        runs = []
-        for _ in range(repeat):
-            with MemoryClock() as clock:
-                start = time.perf_counter()
-                npusim.simulate(graph, x, arch, mode="estimate")
-                runs.append((time.perf_counter() - start, clock.seconds))
-        whole, spent = min(runs)
-        print(f"{preset:<24}{whole:>12.3f}{spent:>10.3f}{100 * spent / whole:>7.1f}%")
-
-
 def main() -> None:
     wanted = sys.argv[1:] or [n for n, _ in NETWORKS]
     for name, density in NETWORKS:
         if name in wanted:
             table(name, density)
-    if "cost" in wanted:
-        memory_cost()
 
 
 if __name__ == "__main__":
