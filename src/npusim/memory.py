@@ -386,10 +386,8 @@ def used_input_pixels(layer) -> int:
 
 def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
     """How many of ``size`` input positions a strided, dilated window touches."""
-    taps = (np.arange(out)[:, None] * stride + np.arange(k)[None, :] * dil - pad).ravel()
-    touched = np.zeros(size, bool)
-    touched[taps[(taps >= 0) & (taps < size)]] = True
-    return int(touched.sum())
+    taps = {o * stride + t * dil - pad for o in range(out) for t in range(k)}
+    return sum(1 for x in taps if 0 <= x < size)
 
 
 def dense_dram_bytes(layer, elem: int) -> tuple[int, int, int]:
