@@ -14,6 +14,7 @@ SCALE-Sim", lists every layer and why); what must agree is checked here:
 """
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,10 @@ def cases() -> list[dict]:
         return [r for r in csv.DictReader(f) if r["status"] == "ok"]
 
 
-def npusim_stats(row: dict, tmp_path):
+def npusim_stats(row: dict, tmp_path, model: str = "npusim"):
     """npusim's systolic on the row's layer and config: SCALE-Sim's shape rules (the topology
-    reader), int8 (1-byte words), one DRAM channel of B bytes/cycle per operand."""
+    reader), int8 (1-byte words), one DRAM channel of B bytes/cycle per operand; ``model``
+    the ``[memory] model``."""
     path = tmp_path / "layer.csv"
     path.write_text(HEADER + ", ".join(row[k] for k in (
         "layer", "ifmap_h", "ifmap_w", "filter_h", "filter_w", "channels", "num_filter",
@@ -71,7 +73,7 @@ def npusim_stats(row: dict, tmp_path):
         ifmap_sram_kb=int(row["ifmap_sram_kb"]), filter_sram_kb=int(row["filter_sram_kb"]),
         ofmap_sram_kb=int(row["ofmap_sram_kb"]),
         dram_bytes_per_cycle=float(row["bandwidth_words_per_cycle"]),
-        dram_channels="per-operand")
+        dram_channels="per-operand", model=model)
     return layer, Systolic().stats(layer, arch)
 
 
@@ -144,3 +146,22 @@ def test_a_weight_stream_takes_the_same_time_in_both(tmp_path):
     _, s = npusim_stats(row, tmp_path)
     assert s.dram_filter_bytes == 512_000 and s.bound == "dram"
     assert s.cycles == pytest.approx(int(row["total_cycles"]), rel=0.01)
+
+
+# The replay of SCALE-Sim's trace runs row by row in Python like SCALE-Sim itself; these
+# runs are checked in the default suite (the larger ones by NPUSIM_SCALESIM_ALL=1).
+QUICK_ROWS = 30_000
+
+
+def replayed_cases() -> list[dict]:
+    every = os.environ.get("NPUSIM_SCALESIM_ALL") == "1"
+    return [r for r in cases() if every or int(r["compute_cycles_stall_free"]) < QUICK_ROWS]
+
+
+@pytest.mark.parametrize("row", replayed_cases(), ids=lambda r: "-".join(map(str, key(r))))
+def test_scalesim_memory_model_equals_scalesim_per_layer(row, tmp_path):
+    """``[memory] model = "scalesim"``: SCALE-Sim's own trace and buffers, rebuilt in
+    npusim (npusim.memory_scalesim), give its total and stall cycles exactly."""
+    _, s = npusim_stats(row, tmp_path, model="scalesim")
+    assert (s.cycles, s.stall_cycles) == (int(row["total_cycles"]), int(row["stall_cycles"]))
+    assert s.compute_cycles == int(row["compute_cycles_stall_free"])

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import LayerError
+from .errors import ConfigError, LayerError
 
 UNLIMITED = "unlimited"
 _EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
@@ -297,10 +297,19 @@ def time_layer(steps: Steps, memory, units: int = 0) -> Timing:
     """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc.
     ``units``: how many units load a configuration when the layer starts
     (``reconfig_cycles``)."""
-    t = _time_steps(steps, memory)
+    if memory.model != "npusim" and (steps.ifmap.max() >= 0 or steps.filter.max() >= 0
+                                     or steps.ofmap.max() >= 0):
+        raise ConfigError(f'[memory] model = "{memory.model}" replays SCALE-Sim\'s address trace '
+                          'of the systolic array (stationary = "os"); this machine describes '
+                          'its layers as steps: use model = "npusim"')
+    return with_reconfig(_time_steps(steps, memory), units, memory)
+
+
+def with_reconfig(timing: Timing, units: int, memory) -> Timing:
+    """``timing`` plus the wait while ``units`` units load the layer's configuration."""
     if units and memory.reconfig_cycles:
-        t = dataclasses.replace(t, stall_reconfig_cycles=reconfig_cycles(units, memory))
-    return t
+        return dataclasses.replace(timing, stall_reconfig_cycles=reconfig_cycles(units, memory))
+    return timing
 
 
 def _time_steps(steps: Steps, memory) -> Timing:

@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 from .errors import ConfigError
+from .memory import Timing, unlimited
 
 SETS = 100          # read_buffer: a buffer is cut into 100 sets of addresses
 ACTIVE = 0.5        # single_layer_sim: half of each SRAM active, half prefetching/draining
@@ -43,7 +44,6 @@ def check_layer(layer, stationary: str) -> None:
     """A ConfigError unless SCALE-Sim can describe ``layer`` on this array."""
     pad = layer.padding
     problems = [why for bad, why in (
-        (stationary != "os", f"stationary = {stationary!r} (only \"os\" is rebuilt)"),
         (layer.N != 1, f"batch {layer.N}"), (layer.groups != 1, f"groups = {layer.groups}"),
         (layer.dilation != (1, 1), f"dilation {layer.dilation}"),
         (pad[0] or pad[2], f"padding {pad} on the top or left"),
@@ -120,6 +120,63 @@ def os_trace(layer, rows: int, cols: int):
             out[:block.shape[0], :block.shape[1]] = block
             demands[2].append(_skew(np.concatenate([gap_o, out[::-1]])))
     return (ifmap_fetch, filter_fetch, *(np.concatenate(d) for d in demands))
+
+
+def _pad(block: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``block`` in the top-left of a rows x cols matrix of -1 (no request)."""
+    out = np.full((rows, cols), -1, np.int64)
+    out[:block.shape[0], :block.shape[1]] = block
+    return out
+
+
+def _gap(rows: int, cols: int) -> np.ndarray:
+    """Rows of no request."""
+    return np.full((rows, cols), -1, np.int64)
+
+
+def ws_trace(layer, rows: int, cols: int):
+    """The weight-stationary array's trace: reduction (K) on rows, filters on columns,
+    the P pixels streamed; the filter tile enters bottom row first."""
+    ifmap, filt, ofmap = operand_matrices(layer)
+    T, K = ifmap.shape
+    term_tiles = _tiles(ifmap, rows)              # T x rows each
+    ifmap_fetch = _diagonal_order(np.concatenate(term_tiles))
+    filter_fetch = np.concatenate(_tiles(filt, cols)).ravel()
+    demands = ([], [], [])
+    for fc in range(0, filt.shape[1], cols):
+        for fr, tile in zip(range(0, K, rows), term_tiles, strict=True):
+            demands[0].append(_skew(np.concatenate([_gap(rows, rows), tile,
+                                                    _gap(cols - 1, rows)])))
+            held = _pad(filt[fr:fr + rows, fc:fc + cols], rows, cols)[::-1]
+            demands[1].append(np.concatenate([held, _gap(rows + cols + T - 2, cols)]))
+            out = _pad(ofmap[:, fc:fc + cols], T, cols)
+            demands[2].append(_skew(np.concatenate([_gap(2 * rows - 1, cols), out])))
+    return (ifmap_fetch, filter_fetch, *(np.concatenate(d) for d in demands))
+
+
+def is_trace(layer, rows: int, cols: int):
+    """The input-stationary array's trace: reduction (K) on rows, pixels on columns, the
+    filters streamed; the ifmap tile enters bottom row first."""
+    ifmap, filt, ofmap = operand_matrices(layer)
+    P, K = ifmap.shape
+    T = filt.shape[1]
+    terms = ifmap.T                                # K x P
+    ifmap_fetch = np.concatenate(_tiles(terms, cols)).ravel()
+    filter_tiles = [_pad(filt[k:k + rows].T, T, rows) for k in range(0, K, rows)]
+    filter_fetch = _diagonal_order(np.concatenate(filter_tiles))
+    demands = ([], [], [])
+    for pc in range(0, P, cols):
+        for fr, tile in zip(range(0, K, rows), filter_tiles, strict=True):
+            held = _pad(terms[fr:fr + rows, pc:pc + cols], rows, cols)[::-1]
+            demands[0].append(np.concatenate([held, _gap(rows + cols + T - 2, cols)]))
+            demands[1].append(_skew(np.concatenate([_gap(rows, rows), tile,
+                                                    _gap(cols - 1, rows)])))
+            out = _pad(ofmap[pc:pc + cols].T, T, cols)
+            demands[2].append(_skew(np.concatenate([_gap(2 * rows - 1, cols), out])))
+    return (ifmap_fetch, filter_fetch, *(np.concatenate(d) for d in demands))
+
+
+TRACES = {"os": os_trace, "ws": ws_trace, "is": is_trace}
 
 
 class ReadBuffer:
@@ -210,15 +267,15 @@ class WriteBuffer:
         return offset
 
 
-def replay(layer, rows: int, cols: int, memory) -> dict:
-    """The layer on the OS array through SCALE-Sim's buffers: compute cycles (rows - 1),
+def replay(layer, rows: int, cols: int, stationary: str, memory) -> dict:
+    """The layer on the array through SCALE-Sim's buffers: compute cycles (rows - 1),
     stall cycles per operand that set them, words each interface moved."""
     bandwidth = memory.dram_bytes_per_cycle
     if bandwidth != int(bandwidth):
         raise ConfigError(f"[memory] model = \"scalesim\": dram_bytes_per_cycle = {bandwidth}: "
                           "SCALE-Sim's Bandwidth is a whole number of words per cycle")
     bandwidth = int(bandwidth)
-    ifmap_fetch, filter_fetch, ifmap, filt, ofmap = os_trace(layer, rows, cols)
+    ifmap_fetch, filter_fetch, ifmap, filt, ofmap = TRACES[stationary](layer, rows, cols)
     readers = (ReadBuffer(ifmap_fetch, memory.ifmap_sram_kb * 1024, bandwidth),
                ReadBuffer(filter_fetch, memory.filter_sram_kb * 1024, bandwidth))
     writer = WriteBuffer(memory.ofmap_sram_kb * 1024, bandwidth)
@@ -236,3 +293,17 @@ def replay(layer, rows: int, cols: int, memory) -> dict:
     return {"compute": len(rows_i) - 1, "stalls": stalls,
             "words": (readers[0].words_fetched, readers[1].words_fetched,
                       writer.words_written)}
+
+
+def time_layer(layer, rows: int, cols: int, stationary: str, memory) -> Timing | None:
+    """The layer's ``Timing`` through SCALE-Sim's buffers on a ``rows x cols`` array; None
+    with unlimited bandwidth (SCALE-Sim's ``CALC`` mode: npusim's stall-free count is its
+    count). Stalls are charged to the operand whose wait set each row's; DRAM bytes are
+    the words the read buffers fetched (distinct addresses per set) and the writes."""
+    if unlimited(memory.dram_bytes_per_cycle):
+        return None
+    check_layer(layer, stationary)
+    out = replay(layer, rows, cols, stationary, memory)
+    words, bandwidth = out["words"], memory.dram_bytes_per_cycle
+    busy = {"compute": out["compute"], "dram": max(words) / bandwidth}
+    return Timing(out["compute"], *out["stalls"], 0, max(busy, key=busy.get), *words)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
-from .memory import Steps, time_layer
+from .memory import Steps, Timing, time_layer, with_reconfig
 
 TENSORS = ("ifmap", "filter", "ofmap")
 
@@ -193,14 +193,18 @@ class Op:
         return self.shape
 
 
-def price(layer, counts: Counts, steps: Steps, arch) -> LayerStats:
+def price(layer, counts: Counts, steps: Steps, arch, timing: Timing | None = None) -> LayerStats:
     """The ``LayerStats`` of what a machine counted: time through the memory model
     (``memory.time_layer`` on ``arch.memory``), energy through ``energy_pj``.
 
     ``layer`` (a ``ConvLayer``, or an ``Op``) supplies the name, the shape text
-    (``describe()``) and the dtype. Units: cycles, bytes, pJ.
+    (``describe()``) and the dtype; ``timing``, when given, is the layer's time from
+    another memory discipline (``memory_scalesim``), used instead of the steps'.
+    Units: cycles, bytes, pJ.
     """
-    t = time_layer(steps, arch.memory, units=reconfig_units(layer, counts, arch))
+    units = reconfig_units(layer, counts, arch)
+    t = (time_layer(steps, arch.memory, units=units) if timing is None
+         else with_reconfig(timing, units, arch.memory))
     cycles = t.cycles
     stretch = cycles / t.compute_cycles if t.compute_cycles else 1.0
     sram = counts.sram_ifmap_bytes + counts.sram_filter_bytes + counts.sram_ofmap_bytes

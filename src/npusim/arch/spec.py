@@ -160,6 +160,8 @@ class Memory:
     double_buffered: bool = spec(True, "fetch of the next step overlaps this one")
     dram_channels: str = spec("shared", "one DRAM channel, or one per operand",
                               choices=("shared", "per-operand"))
+    model: str = spec("npusim", "memory discipline: npusim's block model, or SCALE-Sim 3.0.0's "
+                      "address-trace replay (systolic, os)", choices=("npusim", "scalesim"))
     reconfig_cycles: int = spec(0, "cycles per unit to load a layer's kernels, coefficients "
                                 "and mappings when the layer starts", min=0, max=MAX_LATENCY)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import engine
+from .. import engine, memory_scalesim
 from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
@@ -252,6 +252,15 @@ def counts(layer: ConvLayer, arch, folds: int, busy_cycles: int, mapped_pe_busy_
                   sram_ofmap_bytes=sram[2], extra={"folds": folds})
 
 
+def scalesim_timing(layer: ConvLayer, arch):
+    """The layer's Timing through SCALE-Sim's buffers when ``[memory] model = "scalesim"``
+    (``npusim.memory_scalesim``), else None (npusim's memory model times the folds)."""
+    if arch.memory.model != "scalesim":
+        return None
+    p = arch.params("systolic")
+    return memory_scalesim.time_layer(layer, p.rows, p.cols, p.stationary, arch.memory)
+
+
 @register
 class Systolic(Machine):
     name = "systolic"
@@ -277,7 +286,7 @@ class Systolic(Machine):
         run = emulate_layer(layer, x, w, bias, arch.params(self.name))
         emulated = counts(layer, arch, run.folds, run.busy_cycles, run.mapped_pe_busy_cycles,
                           run.words)
-        return run.output, price(layer, emulated, run.steps, arch)
+        return run.output, price(layer, emulated, run.steps, arch, scalesim_timing(layer, arch))
 
     def stats(self, layer: ConvLayer, arch) -> LayerStats:
         """Costs of the layer: cycles (through the memory model), utilisation, SRAM/DRAM
@@ -286,7 +295,7 @@ class Systolic(Machine):
         steps = fold_steps(layer, m, element_bytes(layer.dtype))
         counted = counts(layer, arch, m.folds, m.busy_cycles, m.mapped_pe_busy_cycles,
                          sram_words(layer, m))
-        return price(layer, counted, steps, arch)
+        return price(layer, counted, steps, arch, scalesim_timing(layer, arch))
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Mapping efficiency (mapped PE-cycles / PE-cycles) and the folds the layers
