@@ -17,6 +17,7 @@ import csv
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from npusim.arch import load_arch
@@ -165,3 +166,25 @@ def test_scalesim_memory_model_equals_scalesim_per_layer(row, tmp_path):
     _, s = npusim_stats(row, tmp_path, model="scalesim")
     assert (s.cycles, s.stall_cycles) == (int(row["total_cycles"]), int(row["stall_cycles"]))
     assert s.compute_cycles == int(row["compute_cycles_stall_free"])
+
+
+def test_scalesim_memory_model_refuses_what_scalesim_cannot_describe():
+    """Groups, a fractional bandwidth or another machine: a ConfigError naming what."""
+    from npusim.dataflows import get
+    from npusim.errors import ConfigError
+    from npusim.ir import ConvLayer
+
+    arch = load_arch("systolic-32x32-os").with_memory(model="scalesim", dram_bytes_per_cycle=8)
+    grouped = ConvLayer(1, 4, 6, 6, 4, 3, 3, groups=2, name="g").with_dtype("int8")
+    with pytest.raises(ConfigError, match="'g'.*groups = 2"):
+        Systolic().stats(grouped, arch)
+    plain = ConvLayer(1, 4, 6, 6, 4, 3, 3, name="c").with_dtype("int8")
+    with pytest.raises(ConfigError, match="whole number"):
+        Systolic().stats(plain, arch.with_memory(dram_bytes_per_cycle=17.064))
+    other = load_arch("input-reuse-1024").with_memory(model="scalesim")
+    with pytest.raises(ConfigError, match='model = "npusim"'):
+        get("input-reuse").estimate(plain, np.ones((1, 4, 6, 6), bool),
+                                    np.ones((4, 4, 3, 3), bool), other)
+    free = arch.with_memory(dram_bytes_per_cycle="unlimited")
+    assert Systolic().stats(plain, free) == Systolic().stats(
+        plain, free.with_memory(model="npusim"))

@@ -297,11 +297,11 @@ def time_layer(steps: Steps, memory, units: int = 0) -> Timing:
     """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc.
     ``units``: how many units load a configuration when the layer starts
     (``reconfig_cycles``)."""
-    if memory.model != "npusim" and (steps.ifmap.max() >= 0 or steps.filter.max() >= 0
-                                     or steps.ofmap.max() >= 0):
+    if memory.model != "npusim" and not unlimited(memory.dram_bytes_per_cycle) and (
+            steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
         raise ConfigError(f'[memory] model = "{memory.model}" replays SCALE-Sim\'s address trace '
-                          'of the systolic array (stationary = "os"); this machine describes '
-                          'its layers as steps: use model = "npusim"')
+                          'of the systolic array; this machine describes its layers as steps: '
+                          'use model = "npusim"')
     return with_reconfig(_time_steps(steps, memory), units, memory)
 
 
