@@ -106,7 +106,7 @@ BAD = [
     ("unknown key in part", "[memory]\nsram_kb = 4\n",
      r"npu\.toml: memory: unknown key\(s\) sram_kb; valid keys: double_buffered, "
      r"dram_bytes_per_cycle, dram_channels, dram_latency_cycles, filter_sram_kb, ifmap_sram_kb, "
-     r"ofmap_sram_kb, sram_bytes_per_cycle"),
+     r"model, ofmap_sram_kb, reconfig_cycles, sram_bytes_per_cycle"),
     ("word for a bandwidth", '[memory]\ndram_bytes_per_cycle = "fast"\n',
      r"npu\.toml: memory\.dram_bytes_per_cycle='fast': must be a number or \"unlimited\" "
      r"\(bytes/cycle\)"),

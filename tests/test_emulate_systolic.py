@@ -143,3 +143,65 @@ def test_stream_tiles_keep_partial_sums_on_chip():
     assert tiled.dram_ofmap_bytes == outputs
     assert tiled.compute_cycles > untiled.compute_cycles  # more fills and drains
     assert tiled.cycles < untiled.cycles
+
+
+MEMORIES = [  # 1 KiB buffers (512 B active when double buffered): small float32 layers overflow
+    dict(ifmap_sram_kb=1, filter_sram_kb=1, ofmap_sram_kb=1, dram_bytes_per_cycle=0.5),
+    dict(ifmap_sram_kb=1, filter_sram_kb=1, ofmap_sram_kb=1, dram_bytes_per_cycle=3.0,
+         double_buffered=False, dram_latency_cycles=7),
+    dict(ifmap_sram_kb=1, filter_sram_kb=2, ofmap_sram_kb=1, dram_bytes_per_cycle=1.5,
+         dram_channels="per-operand", sram_bytes_per_cycle=2.0),
+    dict(dram_bytes_per_cycle=17.064),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv_layers(max_hw=6, max_c=4, max_k=4, max_rs=3), st.sampled_from(ARRAYS),
+       st.sampled_from(STATIONARY), st.integers(0, 2), st.sampled_from(MEMORIES),
+       st.sampled_from(["float32", "int8"]), st.integers(0, 99))
+def test_emulator_memory_events_equal_the_fast_model_with_sram_overflow(
+        layer, shape, stationary, tile, memory, dtype, seed):
+    """The emulator's own fold log (blocks met, bytes fetched, partial sums) timed by the
+    memory model equals the fast model's ``fold_steps`` on every field: DRAM bytes per
+    operand, each stall, energy, on buffers the layers overflow."""
+    layer = layer.with_dtype(dtype)
+    x, w, b = tensors(layer, seed, dtype)
+    arch = dataclasses.replace(load_arch("systolic-32x32-os"),
+                               sections={"systolic": Params(*shape, stationary, tile)})
+    arch = arch.with_memory(**memory)
+    _, emulated = Systolic().emulate(layer, x, w, b, arch)
+    assert emulated == Systolic().stats(layer, arch)
+
+
+def overflowing_case(stationary):
+    """A float32 layer whose three operands overflow 1 KiB buffers at 2 bytes/cycle."""
+    layer = ConvLayer(1, 4, 6, 6, 4, 3, 3, 1, 1, name="c").with_dtype("float32")
+    arch = dataclasses.replace(load_arch("systolic-32x32-os"),
+                               sections={"systolic": Params(2, 3, stationary)})
+    arch = arch.with_memory(ifmap_sram_kb=1, filter_sram_kb=1, ofmap_sram_kb=1,
+                            dram_bytes_per_cycle=2.0)
+    return (layer, *tensors(layer, 5)), arch
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+@pytest.mark.parametrize("breakage", ["one block", "filter bytes x2", "ofmap bytes x2"])
+def test_a_broken_fold_steps_is_caught_by_the_emulator(monkeypatch, stationary, breakage):
+    """The emulator does not use ``fold_steps``: break it and the two levels disagree."""
+    from npusim.dataflows import systolic
+
+    (layer, x, w, b), arch = overflowing_case(stationary)
+    assert Systolic().emulate(layer, x, w, b, arch)[1] == Systolic().stats(layer, arch)
+    honest = systolic.fold_steps
+
+    def broken(*args):
+        s = honest(*args)
+        change = {"one block": dict(ifmap=0, filter=0),
+                  "filter bytes x2": dict(filter_bytes=2 * s.filter_bytes,
+                                          filter_size=2 * s.filter_size),
+                  "ofmap bytes x2": dict(ofmap_bytes=2 * s.ofmap_bytes)}[breakage]
+        return dataclasses.replace(s, **change)
+
+    monkeypatch.setattr(systolic, "fold_steps", broken)
+    fast = Systolic().stats(layer, arch)
+    emulated = Systolic().emulate(layer, x, w, b, arch)[1]
+    assert (fast.dram_bytes, fast.cycles) != (emulated.dram_bytes, emulated.cycles)

@@ -204,3 +204,38 @@ def test_old_style_layer_stats_keep_working_and_sum():
     t = total([a, b])
     assert (t.cycles, t.compute_cycles, t.stall_cycles, t.bound) == (40, 30, 10, "")
     assert t.as_dict()["stalled_share"] == pytest.approx(0.25)
+
+
+def test_default_dram_bandwidth_is_one_lpddr4x_channel():
+    """No [memory] given: one LPDDR4X-4266 x32 channel at 1000 MHz, 4266 MT/s x 4 bytes."""
+    assert Memory().dram_bytes_per_cycle == pytest.approx(4266e6 * 4 / 1e9)
+
+
+@pytest.mark.parametrize("preset, dataflow, units", [
+    ("systolic-32x32-ws", "systolic", 1),           # one array
+    ("input-reuse-1024", "input-reuse", 16),        # operation_units = 16
+    ("sparse-pairs-32x32", "sparse-pairs", 32),     # processor_groups = 32
+    ("group-tile-32mac", "group-tile", 1),          # tiles = 1
+    ("dilated-grid-2x2", "dilated-grid", 1),        # one grid
+])
+def test_reconfiguration_costs_cycles_per_unit_at_each_layer(preset, dataflow, units):
+    """reconfig_cycles = 37: a conv layer waits 37 x units cycles more, counted as
+    stall_reconfig_cycles; everything else is unchanged, and a vector op pays nothing."""
+    from npusim.dataflows import get
+
+    base = load_arch(preset)
+    slow = base.with_memory(reconfig_cycles=37)
+    layer = ConvLayer(1, 4, 6, 6, 4, 3, 3, 1, 1, name="c")
+    rng = np.random.default_rng(3)
+    masks = (rng.random((1, 4, 6, 6)) < 0.7, rng.random((4, 4, 3, 3)) < 0.7)
+    machine = get(dataflow)
+    masks = masks if machine.reads_masks else (None, None)
+    fast, loaded = (machine.estimate(layer, *masks, a) for a in (base, slow))
+    assert loaded.stall_reconfig_cycles == 37 * units
+    assert loaded.cycles == fast.cycles + 37 * units
+    assert dataclasses.replace(loaded, cycles=fast.cycles, pe_cycles=fast.pe_cycles,
+                               mapped_pe_cycles=fast.mapped_pe_cycles,
+                               stall_reconfig_cycles=0) == fast
+    vec = price(Op("relu", "Relu", "int8"), Counts("vector", 0, 0, 0, vector_ops=64),
+                Steps(compute=[2]), slow)
+    assert (vec.cycles, vec.stall_reconfig_cycles) == (2, 0)

@@ -14,8 +14,10 @@ SCALE-Sim", lists every layer and why); what must agree is checked here:
 """
 
 import csv
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from npusim.arch import load_arch
@@ -58,9 +60,10 @@ def cases() -> list[dict]:
         return [r for r in csv.DictReader(f) if r["status"] == "ok"]
 
 
-def npusim_stats(row: dict, tmp_path):
+def npusim_stats(row: dict, tmp_path, model: str = "npusim"):
     """npusim's systolic on the row's layer and config: SCALE-Sim's shape rules (the topology
-    reader), int8 (1-byte words), one DRAM channel of B bytes/cycle per operand."""
+    reader), int8 (1-byte words), one DRAM channel of B bytes/cycle per operand; ``model``
+    the ``[memory] model``."""
     path = tmp_path / "layer.csv"
     path.write_text(HEADER + ", ".join(row[k] for k in (
         "layer", "ifmap_h", "ifmap_w", "filter_h", "filter_w", "channels", "num_filter",
@@ -71,7 +74,7 @@ def npusim_stats(row: dict, tmp_path):
         ifmap_sram_kb=int(row["ifmap_sram_kb"]), filter_sram_kb=int(row["filter_sram_kb"]),
         ofmap_sram_kb=int(row["ofmap_sram_kb"]),
         dram_bytes_per_cycle=float(row["bandwidth_words_per_cycle"]),
-        dram_channels="per-operand")
+        dram_channels="per-operand", model=model)
     return layer, Systolic().stats(layer, arch)
 
 
@@ -144,3 +147,44 @@ def test_a_weight_stream_takes_the_same_time_in_both(tmp_path):
     _, s = npusim_stats(row, tmp_path)
     assert s.dram_filter_bytes == 512_000 and s.bound == "dram"
     assert s.cycles == pytest.approx(int(row["total_cycles"]), rel=0.01)
+
+
+# The replay of SCALE-Sim's trace runs row by row in Python like SCALE-Sim itself; these
+# runs are checked in the default suite (the larger ones by NPUSIM_SCALESIM_ALL=1).
+QUICK_ROWS = 30_000
+
+
+def replayed_cases() -> list[dict]:
+    every = os.environ.get("NPUSIM_SCALESIM_ALL") == "1"
+    return [r for r in cases() if every or int(r["compute_cycles_stall_free"]) < QUICK_ROWS]
+
+
+@pytest.mark.parametrize("row", replayed_cases(), ids=lambda r: "-".join(map(str, key(r))))
+def test_scalesim_memory_model_equals_scalesim_per_layer(row, tmp_path):
+    """``[memory] model = "scalesim"``: SCALE-Sim's own trace and buffers, rebuilt in
+    npusim (npusim.memory_scalesim), give its total and stall cycles exactly."""
+    _, s = npusim_stats(row, tmp_path, model="scalesim")
+    assert (s.cycles, s.stall_cycles) == (int(row["total_cycles"]), int(row["stall_cycles"]))
+    assert s.compute_cycles == int(row["compute_cycles_stall_free"])
+
+
+def test_scalesim_memory_model_refuses_what_scalesim_cannot_describe():
+    """Groups, a fractional bandwidth or another machine: a ConfigError naming what."""
+    from npusim.dataflows import get
+    from npusim.errors import ConfigError
+    from npusim.ir import ConvLayer
+
+    arch = load_arch("systolic-32x32-os").with_memory(model="scalesim", dram_bytes_per_cycle=8)
+    grouped = ConvLayer(1, 4, 6, 6, 4, 3, 3, groups=2, name="g").with_dtype("int8")
+    with pytest.raises(ConfigError, match="'g'.*groups = 2"):
+        Systolic().stats(grouped, arch)
+    plain = ConvLayer(1, 4, 6, 6, 4, 3, 3, name="c").with_dtype("int8")
+    with pytest.raises(ConfigError, match="whole number"):
+        Systolic().stats(plain, arch.with_memory(dram_bytes_per_cycle=17.064))
+    other = load_arch("input-reuse-1024").with_memory(model="scalesim")
+    with pytest.raises(ConfigError, match='model = "npusim"'):
+        get("input-reuse").estimate(plain, np.ones((1, 4, 6, 6), bool),
+                                    np.ones((4, 4, 3, 3), bool), other)
+    free = arch.with_memory(dram_bytes_per_cycle="unlimited")
+    assert Systolic().stats(plain, free) == Systolic().stats(
+        plain, free.with_memory(model="npusim"))

@@ -24,6 +24,9 @@ turns that into time on an ``arch.Memory``:
   ``dram_channels = "per-operand"`` (SCALE-Sim's memory), each has its own channel of
   the same bandwidth and the slowest sets the time.
 - **Unlimited** DRAM bandwidth is the stall-free machine: cycles == compute cycles.
+- **Reconfiguration.** When a layer starts, each of the machine's units loads its
+  kernels, coefficients and mappings: ``reconfig_cycles`` per unit, exposed (0 by
+  default: SCALE-Sim counts none, and neither do the results npusim's docs quote).
 
 All per-step work is numpy over the step arrays (no Python loop per step).
 Units: cycles, bytes, bytes/cycle.
@@ -31,12 +34,13 @@ Units: cycles, bytes, bytes/cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import LayerError
+from .errors import ConfigError, LayerError
 
 UNLIMITED = "unlimited"
 _EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
@@ -95,10 +99,13 @@ class Steps:
                 value = getattr(self, name.replace("_size", "_bytes"))
             arr = np.asarray(value, np.int64)
             if arr.ndim == 0:
+                negative = int(arr) < 0
                 arr = np.full(n, int(arr), np.int64)
-            if arr.shape != (n,):
+            elif arr.shape != (n,):
                 raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like compute")
-            if name not in _IDS and (arr < 0).any():
+            else:
+                negative = arr.min() < 0
+            if name not in _IDS and negative:
                 raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
             object.__setattr__(self, name, arr)
         if self.compute_bound not in ("compute", "bus"):
@@ -112,7 +119,8 @@ class Steps:
 class Timing:
     """A layer's time on a memory: compute, stalls by cause, total, bound, DRAM traffic.
 
-    Cycles are integers; ``cycles = compute_cycles + the four stall counts``.
+    Cycles are integers; ``cycles = compute_cycles + the five stall counts`` (the fifth,
+    ``stall_reconfig_cycles``: loading the layer's configuration into its units).
     DRAM bytes are what the residency rules move: ifmap and filter reads, ofmap
     writes plus any partial sums spilled and read back.
     """
@@ -126,11 +134,13 @@ class Timing:
     dram_ifmap_bytes: int
     dram_filter_bytes: int
     dram_ofmap_bytes: int
+    stall_reconfig_cycles: int = 0
 
     @property
     def stall_cycles(self) -> int:
         return (self.stall_dram_ifmap_cycles + self.stall_dram_filter_cycles
-                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles)
+                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles
+                + self.stall_reconfig_cycles)
 
     @property
     def cycles(self) -> int:
@@ -147,18 +157,24 @@ def unlimited(value) -> bool:
 
 
 def _first_last(v: np.ndarray):
-    """For the used positions' ids ``v``: inverse index into the unique ids, and each
-    unique id's first and last position."""
+    """For the used positions' ids ``v``: inverse index into the unique ids, each unique
+    id's first and last position, where a step's id differs from the previous step's
+    (bool per step), and each block's most bytes held at once as a function of the
+    blocks' sizes (``peak(sizes_at_first)``)."""
+    change = np.empty(len(v), bool)
+    change[0] = True
+    np.not_equal(v[1:], v[:-1], out=change[1:])
     if len(v) < 2 or (v[1:] >= v[:-1]).all():  # blocks in runs, in order: no sort needed
-        start = np.ones(len(v), bool)
-        start[1:] = v[1:] != v[:-1]
-        first = np.flatnonzero(start)
-        last = np.append(first[1:] - 1, len(v) - 1)
-        return np.cumsum(start) - 1, first, last
+        first = np.flatnonzero(change)
+        last = np.empty(len(first), np.int64)
+        last[:-1] = first[1:] - 1
+        last[-1] = len(v) - 1
+        # one run per block: lifetimes never overlap, the peak is the largest block
+        return np.cumsum(change) - 1, first, last, change, lambda sizes: int(sizes.max())
     uniq, first, inverse = np.unique(v, return_index=True, return_inverse=True)
     last = np.empty(len(uniq), np.int64)
     last[inverse] = np.arange(len(v))  # later positions overwrite earlier ones
-    return inverse, first, last
+    return inverse, first, last, change, lambda sizes: _max_live(first, last, sizes, len(v))
 
 
 def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -> int:
@@ -168,48 +184,59 @@ def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -
     return int(round(np.cumsum(diff).max()))
 
 
+def _used_positions(ids: np.ndarray):
+    """The positions of the steps that use a block (``ids >= 0``), or None when all do."""
+    if ids[0] >= 0 and ids.min() >= 0:
+        return None
+    return np.flatnonzero(ids >= 0)
+
+
 def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
                    capacity: float) -> np.ndarray:
     """DRAM bytes of one input operand fetched before each step (see the module doc):
     ``nbytes`` what a step fetches of a block not resident, ``size`` the whole block."""
     out = np.zeros(len(ids), np.int64)
-    pos = np.flatnonzero(ids >= 0)
-    if len(pos) == 0:
+    pos = _used_positions(ids)
+    if pos is None:
+        v, b, whole, where = ids, nbytes, size, slice(None)
+    elif len(pos) == 0:
         return out
-    v, b, whole = ids[pos], nbytes[pos], size[pos]
-    _, first, last = _first_last(v)
-    if _max_live(first, last, whole[first], len(v)) <= capacity:
-        out[pos[first]] = whole[first]
     else:
-        change = np.ones(len(v), bool)
-        change[1:] = v[1:] != v[:-1]
+        v, b, whole, where = ids[pos], nbytes[pos], size[pos], pos
+    _, first, last, change, peak = _first_last(v)
+    at = out[where]  # a copy when ``where`` selects positions: written back below
+    if peak(whole[first]) <= capacity:
+        at[first] = whole[first]
+    else:
         change |= whole > capacity  # a block larger than its buffer streams every use
-        out[pos[change]] = b[change]
+        at[change] = b[change]
+    out[where] = at
     return out
 
 
 def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float):
     """(partial-sum bytes read back before each step, bytes written after each step)."""
     reads, writes = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
-    pos = np.flatnonzero(ids >= 0)
-    if len(pos) == 0:
+    pos = _used_positions(ids)
+    if pos is not None and len(pos) == 0:
         return reads, writes
-    v = ids[pos]
-    psum = np.where(psum_bytes[pos] > 0, psum_bytes[pos], out_bytes[pos])
-    inverse, first, last = _first_last(v)
-    writes[pos[last]] = out_bytes[pos[last]]
-    occupancy = np.maximum(psum, out_bytes[pos])[first]
-    if _max_live(first, last, occupancy, len(v)) > capacity:
+    where = slice(None) if pos is None else pos
+    v, out_b, psum_b = ids[where], out_bytes[where], psum_bytes[where]
+    psum = np.where(psum_b > 0, psum_b, out_b)
+    inverse, first, last, change, peak = _first_last(v)
+    w, r = np.zeros(len(v), np.int64), np.zeros(len(v), np.int64)
+    w[last] = out_b[last]
+    occupancy = np.maximum(psum, out_b)[first]
+    if peak(occupancy) > capacity:
         k = np.arange(len(v))
         huge = occupancy[inverse] > capacity  # cannot stay even between consecutive steps
         leave = np.zeros(len(v), bool)
-        leave[:-1] = v[:-1] != v[1:]
+        leave[:-1] = change[1:]
         leave = (leave | huge) & (k != last[inverse])
-        enter = np.zeros(len(v), bool)
-        enter[1:] = v[1:] != v[:-1]
-        enter = (enter | huge) & (k != first[inverse])
-        writes[pos[leave]] += psum[leave]
-        reads[pos[enter]] += psum[enter]
+        enter = (change | huge) & (k != first[inverse])
+        w[leave] += psum[leave]
+        r[enter] += psum[enter]
+    writes[where], reads[where] = w, r
     return reads, writes
 
 
@@ -240,11 +267,12 @@ def _transfer(parts: np.ndarray, memory) -> tuple[np.ndarray, np.ndarray]:
     once per non-empty transfer."""
     bw, lat = memory.dram_bytes_per_cycle, memory.dram_latency_cycles
     if memory.dram_channels == "per-operand":
-        times = parts / bw + lat * (parts > 0)
+        times = parts / bw + lat * (parts > 0) if lat else parts / bw
         worst = times.argmax(axis=0)
         return times.max(axis=0), worst == np.arange(len(parts))[:, None]
     whole = parts.sum(axis=0)
-    return whole / bw + lat * (whole > 0), parts / np.where(whole > 0, whole, 1)
+    time = whole / bw + lat * (whole > 0) if lat else whole / bw
+    return time, parts / np.where(whole > 0, whole, 1)
 
 
 def _integers(stalls: list[float]) -> list[int]:
@@ -258,18 +286,44 @@ def _integers(stalls: list[float]) -> list[int]:
     return out
 
 
-def time_layer(steps: Steps, memory) -> Timing:
-    """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc."""
+def reconfig_cycles(units: int, memory) -> int:
+    """Cycles a layer waits, before its first step, while ``units`` units load its kernels,
+    coefficients and mappings: ``memory.reconfig_cycles`` per unit, the units one after
+    another (one configuration port), not overlapped with the first fetch."""
+    return units * memory.reconfig_cycles
+
+
+def time_layer(steps: Steps, memory, units: int = 0) -> Timing:
+    """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc.
+    ``units``: how many units load a configuration when the layer starts
+    (``reconfig_cycles``)."""
+    if memory.model != "npusim" and not unlimited(memory.dram_bytes_per_cycle) and (
+            steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
+        raise ConfigError(f'[memory] model = "{memory.model}" replays SCALE-Sim\'s address trace '
+                          'of the systolic array; this machine describes its layers as steps: '
+                          'use model = "npusim"')
+    return with_reconfig(_time_steps(steps, memory), units, memory)
+
+
+def with_reconfig(timing: Timing, units: int, memory) -> Timing:
+    """``timing`` plus the wait while ``units`` units load the layer's configuration."""
+    if units and memory.reconfig_cycles:
+        return dataclasses.replace(timing, stall_reconfig_cycles=reconfig_cycles(units, memory))
+    return timing
+
+
+def _time_steps(steps: Steps, memory) -> Timing:
+    """The layer's Timing on ``memory`` without the reconfiguration."""
     if not (steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
         return _on_chip(steps, memory)
     t = traffic(steps, memory)
     compute = steps.compute.astype(np.float64)
     dram = {"ifmap": int(t["ifmap"].sum()), "filter": int(t["filter"].sum()),
             "ofmap": int(t["psum_in"].sum() + t["ofmap_out"].sum())}
-    sram = (np.zeros(len(steps)) if unlimited(memory.sram_bytes_per_cycle)
+    sram = (None if unlimited(memory.sram_bytes_per_cycle)  # None: the ports never wait
             else steps.sram_bytes / memory.sram_bytes_per_cycle)
     if unlimited(memory.dram_bytes_per_cycle):
-        stalls = [0.0, 0.0, 0.0, float(np.maximum(sram - compute, 0).sum())]
+        stalls = [0.0, 0.0, 0.0, _port_stall(sram, compute)]
         busy_dram = 0.0
     else:
         bw = memory.dram_bytes_per_cycle
@@ -279,7 +333,7 @@ def time_layer(steps: Steps, memory) -> Timing:
                      else sum(per_channel)) / bw
     ints = _integers(stalls)
     busy = {steps.compute_bound: float(compute.sum()), "dram": busy_dram,
-            "sram": float(sram.sum())}
+            "sram": 0.0 if sram is None else float(sram.sum())}
     bound = max(busy, key=lambda k: (busy[k], k == steps.compute_bound))
     return Timing(int(steps.compute.sum()), *ints, bound, dram["ifmap"], dram["filter"],
                   dram["ofmap"])
@@ -299,7 +353,8 @@ def _on_chip(steps: Steps, memory) -> Timing:
 
 
 def _overlapped(t, compute, sram, memory) -> list[float]:
-    """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered: step i overlaps
+    """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered (``sram``: cycles
+    each step's SRAM traffic takes, None when unlimited): step i overlaps
     the fetch for step i+1 and the write-back of step i-1; the first fetch and the last
     write-back are exposed."""
     fetch = np.stack([t["ifmap"], t["filter"], t["psum_in"]])
@@ -307,14 +362,19 @@ def _overlapped(t, compute, sram, memory) -> list[float]:
     parts[:, :-1] = fetch[:, 1:]
     parts[2, 1:] += t["ofmap_out"][:-1]
     mem, shares = _transfer(parts, memory)
-    busy = np.maximum(compute, sram)
+    busy = compute if sram is None else np.maximum(compute, sram)
     waits = mem > busy
     dram_stall = np.where(waits, mem - compute, 0.0)
     pro, pro_shares = _transfer(fetch[:, :1], memory)
     epi, _ = _transfer(t["ofmap_out"][None, -1:], memory)
     out = [float(x) for x in (shares * dram_stall).sum(axis=1) + (pro_shares * pro).sum(axis=1)]
     out[2] += float(epi.sum())
-    return out + [float(np.where(waits, 0.0, busy - compute).sum())]
+    return out + [0.0 if sram is None else float(np.where(waits, 0.0, busy - compute).sum())]
+
+
+def _port_stall(sram, compute) -> float:
+    """Cycles the steps wait on the SRAM ports when nothing overlaps them (0 if unlimited)."""
+    return 0.0 if sram is None else float(np.maximum(sram - compute, 0).sum())
 
 
 def _serial(t, compute, sram, memory) -> list[float]:
@@ -323,7 +383,7 @@ def _serial(t, compute, sram, memory) -> list[float]:
     write, _ = _transfer(t["ofmap_out"][None], memory)
     out = [float(x) for x in (shares * fetch).sum(axis=1)]
     out[2] += float(write.sum())
-    return out + [float(np.maximum(sram - compute, 0).sum())]
+    return out + [_port_stall(sram, compute)]
 
 
 def used_input_pixels(layer) -> int:

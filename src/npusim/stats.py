@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
-from .memory import Steps, time_layer
+from .memory import Steps, Timing, time_layer, with_reconfig
 
 TENSORS = ("ifmap", "filter", "ofmap")
 
@@ -26,8 +26,8 @@ class LayerStats:
     ``macs`` = useful multiply-accumulates; ``products`` = every multiply performed
     (>= ``macs``; the energy of the multipliers is charged on it).
     ``cycles`` = ``compute_cycles`` (the datapath busy, stall-free) + the stall cycles
-    by cause (waiting on DRAM for the ifmap, the filters, the ofmap write-back, or on
-    the SRAM ports); ``bound`` names the resource busiest over the layer: ``compute``,
+    by cause (waiting on DRAM for the ifmap, the filters, the ofmap write-back, on
+    the SRAM ports, or on loading the layer's configuration into the units); ``bound`` names the resource busiest over the layer: ``compute``,
     ``bus`` (the interconnect sets the compute time), ``dram`` or ``sram`` ("" in a
     sum of layers with different bounds). Without ``compute_cycles`` it is
     ``cycles`` minus the stalls.
@@ -58,6 +58,7 @@ class LayerStats:
     stall_dram_ofmap_cycles: int = 0
     stall_sram_cycles: int = 0
     bound: str = ""
+    stall_reconfig_cycles: int = 0
     extra: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -68,7 +69,8 @@ class LayerStats:
     def stall_cycles(self) -> int:
         """Cycles the datapath waits on memory (DRAM or SRAM ports)."""
         return (self.stall_dram_ifmap_cycles + self.stall_dram_filter_cycles
-                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles)
+                + self.stall_dram_ofmap_cycles + self.stall_sram_cycles
+                + self.stall_reconfig_cycles)
 
     @property
     def stalled_share(self) -> float:
@@ -191,14 +193,18 @@ class Op:
         return self.shape
 
 
-def price(layer, counts: Counts, steps: Steps, arch) -> LayerStats:
+def price(layer, counts: Counts, steps: Steps, arch, timing: Timing | None = None) -> LayerStats:
     """The ``LayerStats`` of what a machine counted: time through the memory model
     (``memory.time_layer`` on ``arch.memory``), energy through ``energy_pj``.
 
     ``layer`` (a ``ConvLayer``, or an ``Op``) supplies the name, the shape text
-    (``describe()``) and the dtype. Units: cycles, bytes, pJ.
+    (``describe()``) and the dtype; ``timing``, when given, is the layer's time from
+    another memory discipline (``memory_scalesim``), used instead of the steps'.
+    Units: cycles, bytes, pJ.
     """
-    t = time_layer(steps, arch.memory)
+    units = reconfig_units(layer, counts, arch)
+    t = (time_layer(steps, arch.memory, units=units) if timing is None
+         else with_reconfig(timing, units, arch.memory))
     cycles = t.cycles
     stretch = cycles / t.compute_cycles if t.compute_cycles else 1.0
     sram = counts.sram_ifmap_bytes + counts.sram_filter_bytes + counts.sram_ofmap_bytes
@@ -217,4 +223,14 @@ def price(layer, counts: Counts, steps: Steps, arch) -> LayerStats:
         compute_cycles=t.compute_cycles, stall_dram_ifmap_cycles=t.stall_dram_ifmap_cycles,
         stall_dram_filter_cycles=t.stall_dram_filter_cycles,
         stall_dram_ofmap_cycles=t.stall_dram_ofmap_cycles,
-        stall_sram_cycles=t.stall_sram_cycles, bound=t.bound, extra=dict(counts.extra))
+        stall_sram_cycles=t.stall_sram_cycles, bound=t.bound,
+        stall_reconfig_cycles=t.stall_reconfig_cycles, extra=dict(counts.extra))
+
+
+def reconfig_units(layer, counts: Counts, arch) -> int:
+    """How many units load a configuration when ``layer`` starts: the machine's
+    ``Params.reconfig_units`` (each machine says what its units are); none for a
+    vector-unit op (``Op``), which loads no kernels."""
+    if not arch.memory.reconfig_cycles or isinstance(layer, Op):
+        return 0
+    return arch.params(counts.dataflow).reconfig_units

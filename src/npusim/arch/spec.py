@@ -171,13 +171,19 @@ class Memory:
     ifmap_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
     filter_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
     ofmap_sram_kb: int = spec(64, "KiB", min=1, max=MAX_KIB)
-    dram_bytes_per_cycle: Bandwidth = spec(10.0, "bytes/cycle", min=1e-9, max=MAX_BYTES_PER_CYCLE)
+    # one LPDDR4X-4266 x32 channel (JEDEC JESD209-4): 4266 MT/s x 4 bytes at 1000 MHz
+    dram_bytes_per_cycle: Bandwidth = spec(4266 * 4 / 1000, "bytes/cycle", min=1e-9,
+                                           max=MAX_BYTES_PER_CYCLE)
     dram_latency_cycles: int = spec(0, "cycles per DRAM transfer", min=0, max=MAX_LATENCY)
     sram_bytes_per_cycle: Bandwidth = spec("unlimited", "bytes/cycle, all SRAM ports", min=1e-9,
                                            max=MAX_BYTES_PER_CYCLE)
     double_buffered: bool = spec(True, "fetch of the next step overlaps this one")
     dram_channels: str = spec("shared", "one DRAM channel, or one per operand",
                               choices=("shared", "per-operand"))
+    model: str = spec("npusim", "memory discipline: npusim's block model, or SCALE-Sim 3.0.0's "
+                      "address-trace replay (systolic, os)", choices=("npusim", "scalesim"))
+    reconfig_cycles: int = spec(0, "cycles per unit to load a layer's kernels, coefficients "
+                                "and mappings when the layer starts", min=0, max=MAX_LATENCY)
 
 
 @dataclass(frozen=True)

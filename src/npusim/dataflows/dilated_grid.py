@@ -68,6 +68,7 @@ ACC_BYTES = 4  # a partial sum in the result memory: int32 or float32 accumulato
 @dataclass(frozen=True)
 class Params:
     """The ``[dilated-grid]`` section of an arch file. MACs = mac_rows x mac_cols."""
+    reconfig_units = 1  # one grid loads its coefficients
 
     grid_rows: int = spec(6, "pixel storage units (vertical)", min=1, max=MAX_SIDE)
     grid_cols: int = spec(6, "pixel storage units (horizontal)", min=1,

@@ -67,6 +67,7 @@ WORD_BYTES = 4  # the wide memory's word: 32 bits
 @dataclass(frozen=True)
 class Params:
     """The ``[group-tile]`` section of an arch file."""
+    reconfig_units = property(lambda p: p.tiles)  # each loads its parameters
 
     macs: int = spec(64, "MAC cells per tile (compute unit), e.g. 32 or 64", min=1,
                      max=MAX_SIDE)

@@ -53,6 +53,7 @@ ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
 @dataclass(frozen=True)
 class Params:
     """The ``[input-reuse]`` section of an arch file."""
+    reconfig_units = property(lambda p: p.operation_units)  # each loads its kernels
 
     region_rows: int = spec(4, "pixels (n of an n x m region)", min=1, max=MAX_REGION)
     region_cols: int = spec(4, "pixels (m of an n x m region)", min=1, max=MAX_REGION)

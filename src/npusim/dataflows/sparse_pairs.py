@@ -62,6 +62,7 @@ NAME = "sparse-pairs"
 @dataclass(frozen=True)
 class Params:
     """The ``[sparse-pairs]`` section of an arch file. Multipliers = groups x processors."""
+    reconfig_units = property(lambda p: p.processor_groups)  # each loads its weight group
 
     processor_groups: int = spec(32, "processor groups", min=1, max=MAX_SIDE)
     processors_per_group: int = spec(32, "processors (one multiplier each) per group", min=1,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import engine
+from .. import engine, memory_scalesim
 from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
@@ -45,6 +45,7 @@ class Params:
     stationary: str = spec("ws", "operand held in the PEs", choices=("os", "ws", "is"))
     stream_tile: int = spec(0, "streamed vectors per fold in WS/IS (0: all, as SCALE-Sim)",
                             min=0, max=MAX_UNITS)
+    reconfig_units = 1  # the array loads one mapping per layer (memory.reconfig_cycles)
 
 
 @dataclass(frozen=True)
@@ -149,12 +150,11 @@ def sram_words(layer: ConvLayer, m: Mapping) -> tuple[int, int, int]:
     return tuple(layer.groups * w for w in words)  # type: ignore[return-value]
 
 
-def fold_steps(layer: ConvLayer, m: Mapping, elem: int, fold_compute=None) -> Steps:
+def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
     """The layer as the array runs it, one step per fold in loop order (group, column
     fold, stream tile, row fold; one stream tile unless ``stream_tile`` is set), for the
-    memory model; ``fold_compute`` (one count per fold) replaces the model's fold cycles
-    (the emulator passes its own). The last fold counts one cycle less: SCALE-Sim's
-    count is the index of the last busy cycle.
+    memory model (the emulator logs its own, ``emulate.systolic.FoldLog``). The last
+    fold counts one cycle less: SCALE-Sim's count is the index of the last busy cycle.
 
     Blocks (equal ids = the same data):
 
@@ -200,10 +200,7 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int, fold_compute=None) -> St
         filt, filt_b = (g * R + r) * NT + tt, a_in * t_in * elem
         ofmap, out_words = (g * C + c) * NT + tt, b_in * t_in
         words = (a_in * b_in, t_in * a_in, t_in * b_in)
-    if fold_compute is None:
-        compute = np.asarray(m.tile_cycles, np.int64)[tt]
-    else:
-        compute = np.asarray(fold_compute, np.int64).copy()
+    compute = np.asarray(m.tile_cycles, np.int64)[tt]
     compute[-1] -= 1
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_b, ifmap_size=ifmap_size,
                  filter=filt, filter_bytes=filt_b, ofmap=ofmap, ofmap_bytes=out_words * elem,
@@ -234,22 +231,34 @@ def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
     return ids, np.minimum(t_in * terms * elem, size), size
 
 
-def counts(layer: ConvLayer, arch, m: Mapping, compute_cycles: int, words) -> Counts:
-    """What the array counted: every MAC (a dense machine skips nothing), SRAM bytes per
-    operand from ``words`` (ifmap, filter, ofmap), mapped PE-cycles.
+def counts(layer: ConvLayer, arch, folds: int, busy_cycles: int, mapped_pe_busy_cycles: int,
+           words) -> Counts:
+    """What the array counted, as ``price`` takes it: every MAC (a dense machine skips
+    nothing), SRAM bytes per operand from ``words`` (ifmap, filter, ofmap), the folds,
+    and the mapped PE-cycles from the sum over folds of mapped PEs x fold cycles
+    (``mapped_pe_busy_cycles``) over the ``busy_cycles``.
 
     Mapping efficiency is SCALE-Sim's mean over folds of mapped PEs / PEs: each fold's
-    mapped PEs times its cycles, scaled to the stall-free ``compute_cycles`` (without
-    stream tiles every fold lasts as long: the mapped PE-folds spread over the cycles).
+    mapped PEs times its cycles, scaled to the stall-free cycles (``busy_cycles - 1``;
+    without stream tiles every fold lasts as long: the mapped PE-folds spread over them).
     """
     p = arch.params(Params)
     elem = element_bytes(layer.dtype)
     sram = [w * elem for w in words]
     return Counts("systolic", macs=layer.macs, dense_macs=layer.macs,
                   multipliers=p.rows * p.cols,
-                  mapped_pe_cycles=m.mapped_pe_busy_cycles * compute_cycles / m.busy_cycles,
+                  mapped_pe_cycles=mapped_pe_busy_cycles * (busy_cycles - 1) / busy_cycles,
                   sram_ifmap_bytes=sram[0], sram_filter_bytes=sram[1],
-                  sram_ofmap_bytes=sram[2], extra={"folds": m.folds})
+                  sram_ofmap_bytes=sram[2], extra={"folds": folds})
+
+
+def scalesim_timing(layer: ConvLayer, arch):
+    """The layer's Timing through SCALE-Sim's buffers when ``[memory] model = "scalesim"``
+    (``npusim.memory_scalesim``), else None (npusim's memory model times the folds)."""
+    if arch.memory.model != "scalesim":
+        return None
+    p = arch.params(Params)
+    return memory_scalesim.time_layer(layer, p.rows, p.cols, p.stationary, arch.memory)
 
 
 @register
@@ -270,21 +279,23 @@ class Systolic(Machine):
         return self.stats(layer, arch)
 
     def emulate(self, layer, x, w, bias, arch):
-        """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``)."""
+        """Outputs and costs from the cycle-by-cycle array (``npusim.emulate.systolic``):
+        its folds, cycles, words and memory steps, as it counted them."""
         from ..emulate.systolic import emulate_layer
 
-        m = gemm_mapping(layer, arch.params(Params))
         run = emulate_layer(layer, x, w, bias, arch.params(Params))
-        steps = fold_steps(layer, m, element_bytes(layer.dtype), run.fold_cycles)
-        return run.output, price(layer, counts(layer, arch, m, run.busy_cycles - 1, run.words),
-                                 steps, arch)
+        emulated = counts(layer, arch, run.folds, run.busy_cycles, run.mapped_pe_busy_cycles,
+                          run.words)
+        return run.output, price(layer, emulated, run.steps, arch, scalesim_timing(layer, arch))
 
     def stats(self, layer: ConvLayer, arch) -> LayerStats:
         """Costs of the layer: cycles (through the memory model), utilisation, SRAM/DRAM
         bytes, energy (pJ)."""
         m = gemm_mapping(layer, arch.params(Params))
         steps = fold_steps(layer, m, element_bytes(layer.dtype))
-        return price(layer, counts(layer, arch, m, m.cycles, sram_words(layer, m)), steps, arch)
+        counted = counts(layer, arch, m.folds, m.busy_cycles, m.mapped_pe_busy_cycles,
+                         sram_words(layer, m))
+        return price(layer, counted, steps, arch, scalesim_timing(layer, arch))
 
     def hardware(self, arch, dtype):
         """rows x cols PEs, each a MAC with an input, a weight and an accumulator register
