@@ -392,8 +392,8 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones(tmp
     with pytest.raises(ModelError) as err:
         from_onnx(path)
     assert str(err.value) == (
-        f"{path}: cannot import: unsupported ops: Exp x1 ('exp_s'), Sin x1 ('sin_y'). "
-        f"Supported: {', '.join(sorted(onnx_import.supported_ops()))}")
+        f"{path}: cannot import: unsupported ops: Exp x1 ('exp_s'), Sin x1 ('sin_y') "
+        f"(fallback=True, --fallback: compute them in the source framework). Supported: {', '.join(sorted(onnx_import.supported_ops()))}")
 
 
 def test_unsupported_ops_and_parameters_share_one_message(tmp_path):
@@ -507,8 +507,8 @@ def test_refusal_groups_by_op_type_with_counts_and_three_names(tmp_path):
     assert text.startswith(
         f"{path}: cannot import: unsupported ops: Exp x40 ('exp_s0', 'exp_s1', "
         "'exp_s2', ...), Log x40 ('log_m0', 'log_m1', 'log_m2', ...); unsupported "
-        "parameters: Softmax x1 (node 'softmax_y': softmax over the batch axis). "
-        "Supported: Add, ")
+        "parameters: Softmax x1 (node 'softmax_y': softmax over the batch axis) "
+        "(fallback=True, --fallback: compute them in the source framework). Supported: Add, ")
     assert "\n" not in text and len(text) < 900
 
 

@@ -243,7 +243,8 @@ class Lowering:
         if self.problems:
             parts.append("unsupported parameters: " + _grouped(
                 [(k, f"node {n!r}: {why}") for k, n, why in self.problems], "; "))
-        return ModelError(f"{where}: cannot import: {'; '.join(parts)}. Supported: "
+        return ModelError(f"{where}: cannot import: {'; '.join(parts)} (fallback=True, "
+                          f"--fallback: compute them in the source framework). Supported: "
                           f"{', '.join(supported)}")
 
     def graph(self, input_shape, outputs: str | dict[str, str], where: str, source: str,
