@@ -162,6 +162,14 @@ def softmax(axis: int, ndim: int) -> ops.Op:
     return ops.Softmax(axis % ndim)
 
 
+def upsample_to(hw, pq, mode: str, align_corners: bool) -> ops.Upsample:
+    """Resampling H x W (``hw``) to ``pq``: by integer factors where they divide, else to
+    the size itself ('nearest' or 'bilinear')."""
+    if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
+        return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, bool(align_corners))
+    return ops.Upsample(1, mode, bool(align_corners), tuple(pq))
+
+
 def reduce(kind: str, axes, keepdims: bool, x_shape) -> ops.Op:
     """Mean or max over ``axes`` (None: all axes but the batch)."""
     axes = tuple(range(1, len(x_shape))) if axes is None else axes

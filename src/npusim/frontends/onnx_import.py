@@ -479,7 +479,8 @@ def _resample(c: _Node, mode: str, transform: str, rounding: str, scales) -> ops
     want = [_onnx_axis(n, m, s, mode, transform, rounding)
             for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
     for align in (False,) if mode == "nearest" else (False, True):
-        op = _upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear", align)
+        op = rules.upsample_to(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
+                               align)
         if all(np.allclose(_ir_axis(op, n, m), w, rtol=0, atol=1e-6)
                for n, m, w in zip(x[2:], out[2:], want, strict=True)):
             return op
@@ -487,12 +488,6 @@ def _resample(c: _Node, mode: str, transform: str, rounding: str, scales) -> ops
                    f"nearest_mode={rounding!r} from {x[2:]} to {out[2:]} samples differently "
                    "from the IR's Upsample (nearest: floor(dst * in/out); linear: half-pixel "
                    "or align_corners)")
-
-
-def _upsample(hw, pq, mode: str, align: bool) -> ops.Upsample:
-    if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
-        return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, align)
-    return ops.Upsample(1, mode, align, tuple(pq))
 
 
 def _ir_axis(op: ops.Upsample, n_in: int, n_out: int) -> np.ndarray:

@@ -401,10 +401,8 @@ def _interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_c
                        "'nearest' or 'bilinear' (no antialias)")
     if scale_factor is not None and not recompute_scale_factor:
         op = ops.Upsample(scale_factor, mode, bool(align_corners))  # samples at 1/scale
-    elif p % h == 0 and q % w == 0:
-        op = ops.Upsample((p // h, q // w), mode, bool(align_corners))
     else:
-        op = ops.Upsample(1, mode, bool(align_corners), (p, q))
+        op = rules.upsample_to((h, w), (p, q), mode, bool(align_corners))
     _check_resampling(op, (h, w), lambda t: F.interpolate(
         t, size, scale_factor, mode, align_corners, recompute_scale_factor))
     return op
