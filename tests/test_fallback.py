@@ -10,7 +10,6 @@ import json
 import pickle
 import warnings
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

@@ -393,7 +393,8 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones(tmp
         from_onnx(path)
     assert str(err.value) == (
         f"{path}: cannot import: unsupported ops: Exp x1 ('exp_s'), Sin x1 ('sin_y') "
-        f"(fallback=True, --fallback: compute them in the source framework). Supported: {', '.join(sorted(onnx_import.supported_ops()))}")
+        f"(fallback=True, --fallback: compute them in the source framework). Supported: "
+        f"{', '.join(sorted(onnx_import.supported_ops()))}")
 
 
 def test_unsupported_ops_and_parameters_share_one_message(tmp_path):

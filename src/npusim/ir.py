@@ -16,7 +16,7 @@ import numpy as np
 
 from . import ops as _ops
 from .errors import LayerError
-from .geometry import Padding, Pair, pair, padding4, used_pixels
+from .geometry import Padding, Pair, padding4, pair, used_pixels
 
 Shape = tuple[int, ...]
 DTYPES = ("float32", "int8")

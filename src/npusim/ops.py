@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LayerError
-from .geometry import Padding, Pair, pair, padding4, used_pixels
+from .geometry import Padding, Pair, padding4, pair, used_pixels
 
 Shape = tuple[int, ...]
 
@@ -831,7 +831,8 @@ class Fallback(Op):
     def out_shape(self, in_shapes, name):
         batch = in_shapes[0][0] if in_shapes and in_shapes[0] else None
         if len(in_shapes) != len(self.in_shapes) or any(
-                tuple(a[1:]) != tuple(b[1:]) for a, b in zip(in_shapes, self.in_shapes)):
+                tuple(a[1:]) != tuple(b[1:])
+                for a, b in zip(in_shapes, self.in_shapes, strict=True)):
             raise LayerError(f"{name}: fallback op {self.source} was imported for inputs "
                              f"{list(self.in_shapes)}, got {list(in_shapes)} (only the batch "
                              "size may change)")
@@ -841,8 +842,7 @@ class Fallback(Op):
         return sum(_numel(s) for s in in_shapes) + _numel(out_shape)
 
     def __call__(self, *xs):
-        out = np.asarray(self.compute(*[np.asarray(x, np.float32) for x in xs]), np.float32)
-        return out
+        return np.asarray(self.compute(*[np.asarray(x, np.float32) for x in xs]), np.float32)
 
 
 OPS: dict[str, type] = {
