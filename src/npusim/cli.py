@@ -161,6 +161,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="seed of generated weights (default 0)")
     run.add_argument("--check", action="store_true",
                      help="compare every layer's output with PyTorch's; exit 1 above tolerance")
+    run.add_argument("--fallback", action="store_true",
+                     help="compute an op npusim does not model with the framework it came from "
+                          "(torch, onnxruntime), costed as vector work, instead of refusing it")
     run.add_argument("--json", metavar="FILE", type=Path, help="write the JSON report here")
     run.add_argument("--csv", metavar="FILE", type=Path, help="write the CSV report here")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no tables")
@@ -333,12 +336,25 @@ def cmd_run(args) -> int:
         _print_report(result, args.model, source, human)
     if check:
         print(check.line(), file=human)
+    fallbacks = _fallbacks(model)
+    if fallbacks and not args.quiet:
+        print(f"fallback: {len(fallbacks)} ops computed by the source framework, costed as "
+              f"vector work: {', '.join(f'{n} ({k})' for n, k in fallbacks.items())}",
+              file=human)
     _write_reports(args, result, {
         "input": source, "input_shape": None if x is None else list(x.shape),
         "batch": args.batch, "density": args.density, "seed": args.seed,
-        "check": check.as_dict() if check else None})
+        "check": check.as_dict() if check else None, "fallback": fallbacks})
     _write_figures(args, result, _figure_density(model, x, result), source)
     return EXIT_CHECK_FAILED if check and not check.passed else EXIT_OK
+
+
+def _fallbacks(model) -> dict[str, str]:
+    """Node -> source op of each op computed by its framework (``--fallback``)."""
+    from .ops import Fallback
+
+    nodes = model.nodes if isinstance(model, Graph) else []
+    return {n.name: n.op.source for n in nodes if isinstance(n.op, Fallback)}
 
 
 def _run_model(args, model, arch, dataflow: str):
@@ -398,7 +414,7 @@ def _load_model(args):
     from .frontends import load_model
 
     model = load_model(args.model, batch=args.batch, input_shape=args.input_shape,
-                       seed=args.seed)
+                       seed=args.seed, fallback=args.fallback)
     if not isinstance(model, Graph):
         return model
     if args.input_shape and model.input_shape != args.input_shape:

@@ -16,32 +16,13 @@ import numpy as np
 
 from . import ops as _ops
 from .errors import LayerError
+from .geometry import Padding, Pair, padding4, pair, used_pixels
 
 Shape = tuple[int, ...]
 DTYPES = ("float32", "int8")
 
 
-def _pair(value, name: str, layer: str) -> tuple[int, int]:
-    if isinstance(value, (int, np.integer)):
-        return (int(value), int(value))
-    try:
-        a, b = value
-        return (int(a), int(b))
-    except (TypeError, ValueError):
-        raise LayerError(f"{layer}.{name}={value!r}: must be an int or a pair of ints") from None
-
-
-def _padding4(value, layer: str) -> tuple[int, int, int, int]:
-    """Padding as (top, bottom, left, right) from an int, (h, w) or a 4-tuple."""
-    if isinstance(value, (int, np.integer)):
-        return (int(value),) * 4
-    values = tuple(int(v) for v in value)
-    if len(values) == 2:
-        return (values[0], values[0], values[1], values[1])
-    if len(values) == 4:
-        return values  # type: ignore[return-value]
-    raise LayerError(f"{layer}.padding={value!r}: must be an int, (h, w) or "
-                     "(top, bottom, left, right)")
+# simulate.py still reads these two under their old private names
 
 
 @dataclass(frozen=True)
@@ -59,9 +40,9 @@ class ConvLayer:
     K: int
     R: int
     S: int
-    stride: tuple[int, int] = (1, 1)
-    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
-    dilation: tuple[int, int] = (1, 1)
+    stride: Pair = (1, 1)
+    padding: Padding = (0, 0, 0, 0)
+    dilation: Pair = (1, 1)
     groups: int = 1
     bias: bool = False
     name: str = "conv"
@@ -71,9 +52,9 @@ class ConvLayer:
         if self.dtype not in DTYPES:
             raise LayerError(f"{self.name}.dtype={self.dtype!r}: must be one of "
                              f"{', '.join(DTYPES)}")
-        object.__setattr__(self, "stride", _pair(self.stride, "stride", self.name))
-        object.__setattr__(self, "dilation", _pair(self.dilation, "dilation", self.name))
-        object.__setattr__(self, "padding", _padding4(self.padding, self.name))
+        object.__setattr__(self, "stride", pair(self.stride, "stride", self.name))
+        object.__setattr__(self, "dilation", pair(self.dilation, "dilation", self.name))
+        object.__setattr__(self, "padding", padding4(self.padding, self.name))
         for f in ("N", "C", "H", "W", "K", "R", "S", "groups"):
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
@@ -100,15 +81,15 @@ class ConvLayer:
     def P(self) -> int:
         """Output height in pixels."""
         top, bottom, _, _ = self.padding
-        span = self.dilation[0] * (self.R - 1) + 1
-        return (self.H + top + bottom - span) // self.stride[0] + 1
+        return (self.H + top + bottom - used_pixels(1, self.R, 1, self.dilation[0])) \
+            // self.stride[0] + 1
 
     @property
     def Q(self) -> int:
         """Output width in pixels."""
         _, _, left, right = self.padding
-        span = self.dilation[1] * (self.S - 1) + 1
-        return (self.W + left + right - span) // self.stride[1] + 1
+        return (self.W + left + right - used_pixels(1, self.S, 1, self.dilation[1])) \
+            // self.stride[1] + 1
 
     @property
     def Cg(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import LayerError
+from .geometry import Padding, Pair, padding4, pair, used_pixels
 
 Shape = tuple[int, ...]
 
@@ -59,10 +60,16 @@ class Conv(Op):
 
     weight: np.ndarray
     bias: np.ndarray | None = None
-    stride: object = 1
-    padding: object = 0
-    dilation: object = 1
+    stride: Pair = (1, 1)
+    padding: Padding = (0, 0, 0, 0)  # (top, bottom, left, right) pixels
+    dilation: Pair = (1, 1)
     groups: int = 1
+
+    def __post_init__(self):  # an int or (h, w) given: normalised once, here
+        object.__setattr__(self, "stride", pair(self.stride, "stride", "conv"))
+        object.__setattr__(self, "padding", padding4(self.padding, "conv"))
+        object.__setattr__(self, "dilation", pair(self.dilation, "dilation", "conv"))
+        object.__setattr__(self, "groups", int(self.groups))
 
     def layer(self, in_shapes: list[Shape], name: str):
         from .ir import ConvLayer
@@ -168,19 +175,22 @@ class Pool(Op):
     ``count_include_pad``, else by the number of real pixels in the window.
     """
 
-    kernel: object
-    stride: object = None
-    padding: object = 0
+    kernel: Pair
+    stride: Pair | None = None  # None: the kernel
+    padding: Padding = (0, 0, 0, 0)
     ceil_mode: bool = False
     kind: str = "max"
     count_include_pad: bool = True
 
-    def _geometry(self):
-        from .ir import _padding4, _pair
+    def __post_init__(self):  # an int or (h, w) given: normalised once, here
+        object.__setattr__(self, "kernel", pair(self.kernel, "kernel", "pool"))
+        object.__setattr__(self, "stride", self.kernel if self.stride is None
+                           else pair(self.stride, "stride", "pool"))
+        object.__setattr__(self, "padding", padding4(self.padding, "pool"))
 
-        k = _pair(self.kernel, "kernel", "pool")
-        s = _pair(self.stride if self.stride is not None else self.kernel, "stride", "pool")
-        return k, s, _padding4(self.padding, "pool")
+    def geometry(self) -> tuple[Pair, Pair, Padding]:
+        """(kernel, stride, padding) in pixels."""
+        return self.kernel, self.stride, self.padding
 
     def _out(self, size, k, s, lo, hi):
         span = size + lo + hi - k
@@ -192,7 +202,7 @@ class Pool(Op):
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Pool")
         _expect_4d(in_shapes[0], name, "Pool")
-        (kh, kw), (sh, sw), (t, b, l, r) = self._geometry()
+        (kh, kw), (sh, sw), (t, b, l, r) = self.geometry()
         if max(t, b) >= kh or max(l, r) >= kw:
             raise LayerError(f"{name}: pool padding {(t, b, l, r)} must be smaller than the "
                              f"window {kh}x{kw} (a window may not lie wholly in the padding)")
@@ -203,16 +213,16 @@ class Pool(Op):
         return (n, c, p, q)
 
     def vector_ops(self, in_shapes, out_shape):
-        (kh, kw), _, _ = self._geometry()
+        (kh, kw), _, _ = self.geometry()
         return _numel(out_shape) * kh * kw
 
     def __call__(self, x):
-        (kh, kw), (sh, sw), (t, b, l, r) = self._geometry()
+        (kh, kw), (sh, sw), (t, b, l, r) = self.geometry()
         n, c, h, w = x.shape
         p, q = self._out(h, kh, sh, t, b), self._out(w, kw, sw, l, r)
         # extra bottom/right padding so that ceil-mode windows exist
-        eb = max(0, (p - 1) * sh + kh - (h + t + b))
-        er = max(0, (q - 1) * sw + kw - (w + l + r))
+        eb = max(0, used_pixels(p, kh, sh) - (h + t + b))
+        er = max(0, used_pixels(q, kw, sw) - (w + l + r))
         pad = ((0, 0), (0, 0), (t, b + eb), (l, r + er))
         fill = -np.inf if self.kind == "max" else 0.0
         xp = np.pad(x, pad, constant_values=fill)
@@ -803,6 +813,36 @@ class GroupNorm(Op):
         y = _standardise(g, (2,), self.eps).reshape(x.shape)
         per = (1, c) + (1,) * (x.ndim - 2)
         return (y * self.weight.reshape(per) + self.bias.reshape(per)).astype(x.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Fallback(Op):
+    """An op the IR does not model, computed by the framework it came from: ``compute``
+    maps float32 numpy inputs to the output (a torch call, an onnxruntime session on the
+    one node). ``source`` names it as the framework does ('nn.Softplus', 'ONNX Softplus');
+    ``in_shapes`` and ``shape`` are the shapes it was imported at (another batch size is
+    allowed). Costed as vector work: one op per input and per output element."""
+
+    source: str
+    compute: object
+    in_shapes: tuple
+    shape: Shape
+
+    def out_shape(self, in_shapes, name):
+        batch = in_shapes[0][0] if in_shapes and in_shapes[0] else None
+        if len(in_shapes) != len(self.in_shapes) or any(
+                tuple(a[1:]) != tuple(b[1:])
+                for a, b in zip(in_shapes, self.in_shapes, strict=True)):
+            raise LayerError(f"{name}: fallback op {self.source} was imported for inputs "
+                             f"{list(self.in_shapes)}, got {list(in_shapes)} (only the batch "
+                             "size may change)")
+        return (batch,) + tuple(self.shape[1:]) if batch is not None else tuple(self.shape)
+
+    def vector_ops(self, in_shapes, out_shape):
+        return sum(_numel(s) for s in in_shapes) + _numel(out_shape)
+
+    def __call__(self, *xs):
+        return np.asarray(self.compute(*[np.asarray(x, np.float32) for x in xs]), np.float32)
 
 
 OPS: dict[str, type] = {

@@ -33,7 +33,8 @@ from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
 from .dataflows import Dataflow
 from .errors import InputError, NpusimError
-from .ir import DTYPES, ConvLayer, Graph, _padding4, _pair
+from .geometry import pair, padding4, same_padding
+from .ir import DTYPES, ConvLayer, Graph
 from .memory import Steps
 from .parallel import cores
 from .stats import Counts, LayerStats, Op, price, total
@@ -379,15 +380,6 @@ def _release(values: dict, model: Graph, i: int) -> None:
         del values[name]
 
 
-def same_padding(kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int, int, int]:
-    """'same' padding for stride 1: total d*(k-1) per axis, the odd pixel at the end."""
-    out = []
-    for k, d in zip(kernel, dilation, strict=True):
-        tot = d * (k - 1)
-        out += [tot // 2, tot - tot // 2]
-    return tuple(out)  # type: ignore[return-value]
-
-
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
            dataflow: str = "systolic", arch: Arch | str | None = None,
            dtype: str = "float32", emulate: bool = False,
@@ -403,7 +395,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim != 4 or w.ndim != 4:
         raise InputError(f"conv2d: x and w must be 4-D (NCHW, KCRS), got {x.shape} and {w.shape}")
-    dil = _pair(dilation, "dilation", "conv2d")
+    dil = pair(dilation, "dilation", "conv2d")
     if isinstance(padding, str):
         if padding not in ("same", "valid"):
             raise InputError(f"conv2d.padding={padding!r}: must be 'same', 'valid' or integers")
@@ -411,7 +403,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
     cfg = RunConfig.of(arch, dataflow, mode="emulate" if emulate else "run", dtype=dtype,
                        emulate_limit=emulate_limit)
     layer = ConvLayer(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2],
-                      w.shape[3], stride, _padding4(padding, "conv2d"), dil, groups,
+                      w.shape[3], stride, padding4(padding, "conv2d"), dil, groups,
                       bias is not None, "conv2d", dtype)
     if w.shape[1] * groups != x.shape[1]:
         raise InputError(f"conv2d: w has {w.shape[1]} channels per group x groups={groups}, "

@@ -19,7 +19,8 @@ import numpy as np
 
 from . import ops
 from .errors import ModelError
-from .ir import Graph, _padding4, _pair
+from .geometry import used_pixels
+from .ir import Graph
 
 try:
     import torch
@@ -51,11 +52,10 @@ if torch is not None:
             self.weight = nn.Parameter(_tensor(op.weight))
             self.bias = None if op.bias is None else nn.Parameter(_tensor(op.bias))
             self.flat = flat_input
-            t, b, l, r = _padding4(op.padding, "conv")
+            t, b, l, r = op.padding
             self.symmetric = t == b and l == r
             self.pad, self.pad4 = (t, l), (l, r, t, b)
-            self.stride, self.dilation = _pair(op.stride, "stride", "conv"), \
-                _pair(op.dilation, "dilation", "conv")
+            self.stride, self.dilation = op.stride, op.dilation
             self.groups = op.groups
 
         def forward(self, x):
@@ -72,15 +72,15 @@ if torch is not None:
 
         def __init__(self, op: ops.Pool, in_hw: tuple[int, int], out_hw: tuple[int, int]):
             super().__init__()
-            (self.k, self.s, pad4) = op._geometry()
+            (self.k, self.s, pad4) = op.geometry()
             self.kind, self.cip = op.kind, op.count_include_pad
             t, b, l, r = pad4
             self.pad, self.pad4 = (t, l), (l, r, t, b)
             # extra bottom/right so the last ceil-mode window exists: explicit, because
             # ONNX's ceil-mode rule differs from torch's (an exported model must agree)
             h, w = in_hw
-            self.extra = (0, max(0, (out_hw[1] - 1) * self.s[1] + self.k[1] - (w + l + r)),
-                          0, max(0, (out_hw[0] - 1) * self.s[0] + self.k[0] - (h + t + b)))
+            self.extra = (0, max(0, used_pixels(out_hw[1], self.k[1], self.s[1]) - (w + l + r)),
+                          0, max(0, used_pixels(out_hw[0], self.k[0], self.s[0]) - (h + t + b)))
             self.out_hw = tuple(out_hw)  # npusim's ceil rule may drop a floor-mode window too
             self.native = (t == b and l == r and 2 * t <= self.k[0] and 2 * l <= self.k[1]
                            and not any(self.extra))
@@ -204,6 +204,11 @@ def _group_norm(op: ops.GroupNorm):
     return lambda x: F.group_norm(x, op.groups, weight, bias, op.eps)
 
 
+def _fallback(op: ops.Fallback):
+    """The framework's own computation of an op the IR does not model (numpy in, out)."""
+    return lambda *xs: torch.from_numpy(op(*[x.detach().numpy() for x in xs]))
+
+
 def _sum(*xs):
     out = xs[0]
     for x in xs[1:]:
@@ -255,6 +260,7 @@ def _function(op, out_shape):
         ops.GroupNorm: lambda: _group_norm(op),
         ops.Pad: lambda: _pad(op),
         ops.ZeroInsert: lambda: _zero_insert(op, out_shape[1]),
+        ops.Fallback: lambda: _fallback(op),
     }
     make = table.get(type(op))
     if make is None:

@@ -38,7 +38,7 @@ def model_path(spec: str) -> Path:
 
 def load_model(spec: str, *, batch: int | None = None,
                input_shape: tuple[int, ...] | None = None,
-               seed: int = 0) -> Graph | list[ConvLayer]:
+               seed: int = 0, fallback: bool = False) -> Graph | list[ConvLayer]:
     """A network from a zoo name, ``file.csv`` (SCALE-Sim topology, or the name of one npusim
     ships), ``file.onnx``, or ``file.py:factory`` (a function returning a torch ``nn.Module``).
     ``input_shape`` sets an imported model's input, or the side of a zoo model's square input
@@ -47,7 +47,8 @@ def load_model(spec: str, *, batch: int | None = None,
     ``batch`` means the same for every model: the batch it is built for, where the model
     leaves it free (zoo models, topology CSVs, PyTorch factories, an ONNX file's dynamic
     batch); an ONNX file whose batch is fixed to another value is refused. None: the
-    model's own (``input_shape``'s N, the ONNX file's fixed batch, else 1)."""
+    model's own (``input_shape``'s N, the ONNX file's fixed batch, else 1). ``fallback``:
+    an imported op npusim does not model is computed by its framework, not refused."""
     path = model_path(spec)
     if batch is not None and input_shape and input_shape[0] != batch:
         raise ModelError(f"{spec}: batch={batch} contradicts input_shape N={input_shape[0]}")
@@ -58,12 +59,13 @@ def load_model(spec: str, *, batch: int | None = None,
     if path.suffix == ".onnx":
         from .onnx_import import from_onnx
 
-        return from_onnx(path, input_shape=input_shape, batch=batch)
+        return from_onnx(path, input_shape=input_shape, batch=batch, fallback=fallback)
     if path.suffix == ".py":
         from .torch_import import DEFAULT_INPUT_SHAPE, from_factory
 
         shape = tuple(input_shape or DEFAULT_INPUT_SHAPE)
-        return from_factory(spec, input_shape=(batch or shape[0],) + shape[1:])
+        return from_factory(spec, input_shape=(batch or shape[0],) + shape[1:],
+                            fallback=fallback)
     return _zoo_model(spec, batch or (input_shape[0] if input_shape else 1), input_shape, seed)
 
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, Node, _padding4, fold_batchnorm
+from ..geometry import Padding, add_padding
+from ..ir import Graph, Node, fold_batchnorm
 
 SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
 
@@ -30,11 +31,70 @@ def clip(lo: float | None, hi: float | None) -> ops.Op:
     return ops.Clip(lo, hi)
 
 
-def add_padding(padding, extra) -> tuple[int, int, int, int]:
-    """Own padding (int, (h, w) or (top, bottom, left, right)) plus the padding of an absorbed
-    Pad / F.pad: (top, bottom, left, right) in pixels."""
-    return tuple(a + b for a, b in zip(_padding4(padding, "padding"), _padding4(extra, "pad"),
-                                       strict=True))  # type: ignore[return-value]
+@dataclass(frozen=True)
+class Pending:
+    """A constant pad not applied yet (``F.pad``, ONNX ``Pad``): (top, bottom, left, right)
+    pixels and the fill value. Only a conv (fill 0), max pooling (-inf) or average
+    pooling (0, counted) reading the padded tensor absorbs it into its own padding."""
+
+    pads: Padding = (0, 0, 0, 0)
+    fill: float = 0.0
+
+    def __bool__(self) -> bool:
+        return any(self.pads)
+
+    def then(self, pads, fill: float) -> Pending:
+        """This padding followed by another constant one of ``fill``."""
+        if self and self.fill != fill:
+            raise Refusal(f"pads with {fill} what is already padded with {self.fill}")
+        return Pending(add_padding(self.pads, pads), fill)
+
+    def absorb(self, padding, fill: float) -> Padding:
+        """A reader's own ``padding`` plus this one, which must be padded with ``fill``."""
+        if self and self.fill != fill:
+            raise Refusal(f"its input is padded with {self.fill}; only {fill} can be absorbed "
+                          "here")
+        return add_padding(padding, self.pads)
+
+
+NO_PAD = Pending()
+
+
+def not_absorbed(source: str) -> Refusal:
+    """The refusal of a reader that cannot absorb the pending pad ``source`` ('F.pad', 'Pad')."""
+    return Refusal(f"its input comes from {source}; the IR takes explicit padding only into "
+                   "a conv (zeros), max pooling (-inf) or average pooling (zeros, counted)")
+
+
+def pad(pads: Padding, mode: str, fill: float, pending: Pending) -> Pending | ops.Pad:
+    """A pad of (top, bottom, left, right) pixels: constant, held (``Pending``) for the
+    reader to absorb; reflect or replicate, its own ``Pad`` op."""
+    if mode == "constant":
+        return pending.then(pads, fill)
+    if pending:
+        raise Refusal(f"{mode} padding of a constant-padded tensor")
+    return ops.Pad(tuple(pads), mode)
+
+
+def conv(weight, bias, stride, padding, dilation, groups, pending: Pending = NO_PAD) -> ops.Conv:
+    """A convolution, absorbing a pending zero pad of its input."""
+    return ops.Conv(weight, bias, stride, pending.absorb(padding, 0.0), dilation, int(groups))
+
+
+def max_pool(kernel, stride, padding, ceil_mode: bool, pending: Pending = NO_PAD) -> ops.Pool:
+    """Max pooling, absorbing a pending -inf pad of its input."""
+    return ops.MaxPool(kernel, stride, pending.absorb(padding, float("-inf")), bool(ceil_mode))
+
+
+def avg_pool(kernel, stride, padding, ceil_mode: bool, count_include_pad: bool,
+             pending: Pending = NO_PAD) -> ops.Pool:
+    """Average pooling, absorbing a pending zero pad (counted: only where the padded
+    zeros count the same as the pool's own padding)."""
+    if pending and (ceil_mode or not count_include_pad):
+        raise Refusal("averages a constant pad's output with ceil_mode or without "
+                      "count_include_pad: the padded zeros would be counted differently")
+    return ops.AvgPool(kernel, stride, pending.absorb(padding, 0.0), bool(ceil_mode),
+                       bool(count_include_pad))
 
 
 def per_channel(value, x_shape, what: str) -> np.ndarray | None:
@@ -93,6 +153,21 @@ def reshape(x_shape, out_shape) -> ops.Op:
 
 def concat(axis: int, ndim: int) -> ops.Op:
     return ops.Concat(axis % ndim)
+
+
+def softmax(axis: int, ndim: int) -> ops.Op:
+    """Softmax over one ``axis`` (negative counts from the end), not the batch axis."""
+    if axis % ndim == 0:
+        raise Refusal("softmax over the batch axis")
+    return ops.Softmax(axis % ndim)
+
+
+def upsample_to(hw, pq, mode: str, align_corners: bool) -> ops.Upsample:
+    """Resampling H x W (``hw``) to ``pq``: by integer factors where they divide, else to
+    the size itself ('nearest' or 'bilinear')."""
+    if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
+        return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, bool(align_corners))
+    return ops.Upsample(1, mode, bool(align_corners), tuple(pq))
 
 
 def reduce(kind: str, axes, keepdims: bool, x_shape) -> ops.Op:
@@ -176,7 +251,8 @@ class Lowering:
         if self.problems:
             parts.append("unsupported parameters: " + _grouped(
                 [(k, f"node {n!r}: {why}") for k, n, why in self.problems], "; "))
-        return ModelError(f"{where}: cannot import: {'; '.join(parts)}. Supported: "
+        return ModelError(f"{where}: cannot import: {'; '.join(parts)} (fallback=True, "
+                          f"--fallback: compute them in the source framework). Supported: "
                           f"{', '.join(supported)}")
 
     def graph(self, input_shape, outputs: str | dict[str, str], where: str, source: str,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import ModelError
 
 SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
@@ -82,13 +84,14 @@ def load_external(model, path: Path) -> None:
 
 
 def graph_input(model, path: Path):
-    """The one graph input that is not an initialiser (a float tensor)."""
+    """The one graph input that is not an initialiser (a float tensor); the graph must
+    have at least one output."""
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits]
-    if len(inputs) != 1 or len(model.graph.output) != 1:
+    if len(inputs) != 1 or not model.graph.output:
         outputs = [o.name for o in model.graph.output]
         raise ModelError(f"{path}: the graph has inputs {[i.name for i in inputs]} and outputs "
-                         f"{outputs}; npusim networks have one of each")
+                         f"{outputs}; npusim networks have one input and one or more outputs")
     elem = inputs[0].type.tensor_type.elem_type
     if elem not in FLOAT_TYPES:
         raise ModelError(f"{path}: input {inputs[0].name!r} has element type "
@@ -169,3 +172,28 @@ def infer(model, path: Path):
 def opset(model) -> int:
     """The default-domain opset version the model declares."""
     return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+
+class NodeSession:
+    """A one-node ONNX model run by onnxruntime (an ``ops.Fallback``'s computation):
+    float32 numpy inputs (in ``inputs`` order) in, float32 numpy output out. The session
+    is made on first use and not pickled (the model bytes are)."""
+
+    def __init__(self, model_bytes: bytes, inputs: tuple[str, ...]):
+        self.model_bytes, self.inputs, self._session = model_bytes, inputs, None
+
+    def __getstate__(self) -> dict:
+        return {"model_bytes": self.model_bytes, "inputs": self.inputs, "_session": None}
+
+    def __call__(self, *arrays):
+        if self._session is None:
+            try:
+                import onnxruntime
+            except ImportError as e:
+                raise ModelError("a fallback ONNX op needs onnxruntime: pip install "
+                                 "'npusim[onnx]'") from e
+            self._session = onnxruntime.InferenceSession(
+                self.model_bytes, providers=["CPUExecutionProvider"])
+        feeds = {name: np.ascontiguousarray(a, np.float32)
+                 for name, a in zip(self.inputs, arrays, strict=True)}
+        return self._session.run(None, feeds)[0]

@@ -42,12 +42,12 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
+from ..geometry import same_auto_padding
 from ..ir import Graph
 from . import lowering as rules
 from . import onnx_file
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
-from .lowering import add_padding as _plus
 from .onnx_file import SMALL_CONSTANT
 
 WEIGHT_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
@@ -65,7 +65,7 @@ class _Model:
     depends: set
     constants: dict = dataclasses.field(default_factory=dict)
     ir_of: dict = dataclasses.field(default_factory=dict)  # ONNX tensor -> IR node
-    pending: dict = dataclasses.field(default_factory=dict)  # tensor -> (pads, fill) of a Pad
+    pending: dict = dataclasses.field(default_factory=dict)  # tensor -> lowering.Pending
 
 
 @dataclass
@@ -107,13 +107,10 @@ class _Node:
     def out_shape(self) -> tuple[int, ...]:
         return self.shape(self.proto.output[0])
 
-    def take_pad(self, fill: float) -> tuple[int, int, int, int]:
-        """The padding a Pad before input 0 still owes (top, bottom, left, right), absorbed here."""
-        pads, value = self.model.pending.get(self.proto.input[0], ((0, 0, 0, 0), fill))
-        if value != fill:
-            raise _Refusal(f"its input is padded with {value}; only {fill} can be absorbed here")
+    def take_pad(self) -> rules.Pending:
+        """The constant padding a Pad before input 0 still owes, absorbed here."""
         self.absorbed = True
-        return pads
+        return self.model.pending.get(self.proto.input[0], rules.NO_PAD)
 
     def const(self, i: int) -> np.ndarray | None:
         """Constant input ``i`` as a numpy array, or None if the input is absent."""
@@ -198,12 +195,8 @@ def _pads(c: _Node, kernel, strides, dilations) -> tuple[int, int, int, int]:
         return (0, 0, 0, 0)
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise _Refusal(f"auto_pad={auto!r}: must be NOTSET, SAME_UPPER, SAME_LOWER or VALID")
-    out = []
-    for size, k, s, d in zip(c.in_shape(0)[2:], kernel, strides, dilations, strict=True):
-        total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
-        small, big = total // 2, total - total // 2
-        out += [small, big] if auto == "SAME_UPPER" else [big, small]
-    return tuple(out)  # type: ignore[return-value]
+    return same_auto_padding(c.in_shape(0)[2:], kernel, strides, dilations,
+                             auto == "SAME_UPPER")
 
 
 def _pair_attr(c: _Node, key: str, default=(1, 1)) -> tuple[int, int]:
@@ -229,8 +222,8 @@ def _conv(c: _Node) -> ops.Op:
     strides, dilations = _pair_attr(c, "strides"), _pair_attr(c, "dilations")
     if w is None or w.ndim != 4:
         raise _Refusal("only 2-D convolution with a constant K x C x R x S weight is supported")
-    pads = _plus(_pads(c, w.shape[2:], strides, dilations), c.take_pad(0.0))
-    return ops.Conv(w, b, strides, pads, dilations, int(c.attr("group", 1)))
+    return rules.conv(w, b, strides, _pads(c, w.shape[2:], strides, dilations), dilations,
+                      c.attr("group", 1), c.take_pad())
 
 
 def _conv_transpose(c: _Node):
@@ -293,13 +286,9 @@ def _pool(c: _Node) -> ops.Op:
     pads = _pads(c, kernel, strides, (1, 1))
     ceil = bool(c.attr("ceil_mode", 0))
     if c.op_type == "MaxPool":
-        return ops.MaxPool(kernel, strides, _plus(pads, c.take_pad(float("-inf"))), ceil)
-    include = bool(c.attr("count_include_pad", 0))
-    extra = c.take_pad(0.0)
-    if any(extra) and (ceil or not include):
-        raise _Refusal("averages a Pad output with ceil_mode or count_include_pad=0: the padded "
-                       "zeros would be counted differently")
-    return ops.AvgPool(kernel, strides, _plus(pads, extra), ceil, include)
+        return rules.max_pool(kernel, strides, pads, ceil, c.take_pad())
+    return rules.avg_pool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)),
+                          c.take_pad())
 
 
 def _global_avg_pool(c: _Node) -> ops.Op:
@@ -426,20 +415,10 @@ def _softmax(c: _Node) -> ops.Op:
     if c.model.opset < 13 and math.prod(shape[axis + 1:]) > 1:
         raise _Refusal(f"opset {c.model.opset} Softmax over axes {axis}.. of {shape} (flattened); "
                        "the IR normalises one axis")
-    if axis == 0:
-        raise _Refusal("softmax over the batch axis")
-    return ops.Softmax(axis)
+    return rules.softmax(axis, len(shape))
 
 
-@dataclass(frozen=True)
-class _Pad:
-    """A Pad's result: held on the tensor until a Conv or pooling absorbs it."""
-
-    pads: tuple[int, int, int, int]
-    fill: float
-
-
-def _pad(c: _Node) -> _Pad:
+def _pad(c: _Node) -> rules.Pending | ops.Op:
     if c.model.opset < 11:
         pads, fill = c.attr("pads"), c.attr("value", 0.0)
     else:
@@ -453,16 +432,9 @@ def _pad(c: _Node) -> _Pad:
             or any(pads[i] for i in (0, 1, 4, 5)):
         raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect or edge, "
                        "non-negative padding of H and W of a 4-D tensor is supported")
-    if mode != "constant":  # a padding no conv absorbs: its own op
-        if c.proto.input[0] in c.model.pending:
-            raise _Refusal(f"{mode} padding of a Pad output")
-        return ops.Pad((pads[2], pads[6], pads[3], pads[7]),
-                       "replicate" if mode == "edge" else "reflect")
-    before = c.model.pending.get(c.proto.input[0])
-    if before is not None and before[1] != fill:
-        raise _Refusal(f"pads with {fill} what is already padded with {before[1]}")
-    own = (pads[2], pads[6], pads[3], pads[7])
-    return _Pad(_plus(own, before[0]) if before else own, fill)
+    pending = c.model.pending.get(c.proto.input[0], rules.NO_PAD)
+    return rules.pad((pads[2], pads[6], pads[3], pads[7]),
+                     {"edge": "replicate"}.get(mode, mode), float(fill), pending)
 
 
 def _dropout(c: _Node):
@@ -507,7 +479,8 @@ def _resample(c: _Node, mode: str, transform: str, rounding: str, scales) -> ops
     want = [_onnx_axis(n, m, s, mode, transform, rounding)
             for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
     for align in (False,) if mode == "nearest" else (False, True):
-        op = _upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear", align)
+        op = rules.upsample_to(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
+                               align)
         if all(np.allclose(_ir_axis(op, n, m), w, rtol=0, atol=1e-6)
                for n, m, w in zip(x[2:], out[2:], want, strict=True)):
             return op
@@ -515,12 +488,6 @@ def _resample(c: _Node, mode: str, transform: str, rounding: str, scales) -> ops
                    f"nearest_mode={rounding!r} from {x[2:]} to {out[2:]} samples differently "
                    "from the IR's Upsample (nearest: floor(dst * in/out); linear: half-pixel "
                    "or align_corners)")
-
-
-def _upsample(hw, pq, mode: str, align: bool) -> ops.Upsample:
-    if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
-        return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, align)
-    return ops.Upsample(1, mode, align, tuple(pq))
 
 
 def _ir_axis(op: ops.Upsample, n_in: int, n_out: int) -> np.ndarray:
@@ -645,9 +612,9 @@ def _data_inputs(proto) -> list[str]:
     return list(proto.input if count is None else proto.input[:count])
 
 
-def _needed(model, output: str) -> set:
-    """Nodes (by index) on the data path from the graph output back to the input."""
-    wanted, needed = {output}, set()
+def _needed(model, outputs: list[str]) -> set:
+    """Nodes (by index) on the data path from the graph outputs back to the input."""
+    wanted, needed = set(outputs), set()
     for i in reversed(range(len(model.graph.node))):
         n = model.graph.node[i]
         if not wanted.intersection(n.output):
@@ -670,31 +637,71 @@ def _names(model) -> list[str]:
     return names
 
 
-def _convert(model, m: _Model, input_name: str) -> tuple[Lowering, dict]:
+def _output_names(model) -> list[str]:
+    return [o.name for o in model.graph.output]
+
+
+def _convert(model, m: _Model, input_name: str, fallback: bool) -> tuple[Lowering, dict]:
+    """Each node on the data path as IR nodes; with ``fallback``, a node the IR cannot
+    express as a ``Fallback`` running it alone in onnxruntime."""
     build, ir_of = Lowering(), m.ir_of
     ir_of[input_name] = "input"
-    needed, names = _needed(model, model.graph.output[0].name), _names(model)
+    needed, names = _needed(model, _output_names(model)), _names(model)
     for i, proto in enumerate(model.graph.node):
         if i not in needed or not m.depends.intersection(proto.output):
             continue
-        if proto.op_type not in _CONVERTERS or proto.domain not in ("", "ai.onnx"):
-            build.unsupported.append((proto.op_type, names[i]))
-            continue
         c = _Node(proto, names[i], m, build)
+        if proto.op_type not in _CONVERTERS or proto.domain not in ("", "ai.onnx"):
+            if not (fallback and _fall_back(c, model, needed)):
+                build.unsupported.append((proto.op_type, names[i]))
+            continue
         try:
             result = _CONVERTERS[proto.op_type][0](c)
             if proto.op_type != "Split":
                 _check_extra_outputs(proto, model, needed)
             _check_pads_absorbed(c, m)
-            if isinstance(result, (str, _Pad)):  # a pass-through (Identity, Dropout, Pad)
+            if isinstance(result, (str, rules.Pending)):  # a pass-through (Identity, Dropout, Pad)
                 source = proto.input[0]
                 ir_of[proto.output[0]] = ir_of.get(source, source)
                 _carry_pad(m, proto, result)
                 continue
             _add_nodes(c, result)
         except (_Refusal, LayerError) as e:
-            build.problems.append((proto.op_type, names[i], str(e)))
+            if not (fallback and _fall_back(c, model, needed)):
+                build.problems.append((proto.op_type, names[i], str(e)))
     return build, ir_of
+
+
+def _fall_back(c: _Node, model, needed: set) -> bool:
+    """Add node ``c`` as a ``Fallback`` that onnxruntime computes alone (its constant
+    inputs as initialisers); False where it cannot be (an input from Pad, several
+    outputs read, a constant input not evaluable)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    m, proto = c.model, c.proto
+    data = [t for t in proto.input if t and t in m.depends]
+    try:
+        _check_extra_outputs(proto, model, needed)
+        constants = [numpy_helper.from_array(_constant(m, t), t) for t in proto.input
+                     if t and t not in m.depends]
+        shapes = [c.shape(t) for t in data]
+        out_shape = c.out_shape
+    except (_Refusal, LayerError):
+        return False
+    if not data or any(t in m.pending for t in data):
+        return False
+    graph = helper.make_graph(
+        [proto], proto.op_type,
+        [helper.make_tensor_value_info(t, TensorProto.FLOAT, ["N", *s[1:]])
+         for t, s in zip(data, shapes, strict=True)],
+        [helper.make_tensor_value_info(proto.output[0], TensorProto.FLOAT, None)], constants)
+    single = helper.make_model(graph, opset_imports=list(model.opset_import),
+                               ir_version=model.ir_version)
+    call = onnx_file.NodeSession(single.SerializeToString(), tuple(data))
+    op = ops.Fallback(f"ONNX {proto.op_type}", call, tuple(shapes), out_shape)
+    m.ir_of[proto.output[0]] = c.build.add(c.name, op, tuple(m.ir_of[t] for t in data),
+                                           out_shape)
+    return True
 
 
 def _add_nodes(c: _Node, result) -> None:
@@ -714,14 +721,13 @@ def _add_nodes(c: _Node, result) -> None:
 def _check_pads_absorbed(c: _Node, m: _Model) -> None:
     pending = [t for t in c.proto.input if t in m.pending]
     if pending and not (c.absorbed or c.op_type in ("Pad", "Identity", "Dropout", "Slice")):
-        raise _Refusal("its input comes from Pad; the IR takes explicit padding only into Conv "
-                       "(zeros), MaxPool (-inf) or AveragePool (zeros, count_include_pad=1)")
+        raise rules.not_absorbed("Pad")
 
 
 def _carry_pad(m: _Model, proto, result) -> None:
     """Identity/Dropout pass a pending Pad on; a Pad sets (or accumulates) it."""
-    if isinstance(result, _Pad):
-        m.pending[proto.output[0]] = (result.pads, result.fill)
+    if isinstance(result, rules.Pending):
+        m.pending[proto.output[0]] = result
     elif proto.input[0] in m.pending:
         m.pending[proto.output[0]] = m.pending[proto.input[0]]
 
@@ -729,14 +735,14 @@ def _carry_pad(m: _Model, proto, result) -> None:
 def _check_extra_outputs(proto, model, needed: set) -> None:
     """Refuse if a second output (MaxPool indices, Dropout mask, BN statistics) is read."""
     read = {t for i, n in enumerate(model.graph.node) if i in needed for t in n.input}
-    read.add(model.graph.output[0].name)
+    read.update(_output_names(model))
     extra = [t for t in proto.output[1:] if t and t in read]
     if extra:
         raise _Refusal(f"its extra outputs {extra} are used; the IR computes output 0 only")
 
 
 def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
-              batch: int | None = None) -> Graph:
+              batch: int | None = None, fallback: bool = False) -> Graph:
     """The ``Graph`` of an ONNX file, weights as float32, batch norm folded.
 
     ``input_shape`` (N x C x H x W) fixes a dynamic input shape and must agree with
@@ -744,7 +750,9 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     (and is refused where the file fixes the batch to another value). Raises
     ``ModelError`` for a file that is not ONNX or is truncated, a dynamic shape left
     unfixed, and (one message) every unsupported op, grouped by op type with its node
-    names, and the supported list.
+    names, and the supported list; with ``fallback``, each such node is instead run
+    alone by onnxruntime (an ``ops.Fallback`` node, costed as vector work). Every graph
+    output is a ``Graph`` output, in the file's order, labelled by its ONNX name.
     """
     path = Path(path)
     model = onnx_file.load(path)
@@ -757,10 +765,12 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     m.shapes = _shapes(onnx_file.infer(skeleton, path))
     if _fold_small_constants(model, m):  # constants computed from shapes (chunk's Slice ends)
         m.shapes = _shapes(onnx_file.infer(onnx_file.skeleton(model), path))
-    build, ir_of = _convert(model, m, value_info.name)
+    build, ir_of = _convert(model, m, value_info.name, fallback)
     if build.unsupported or build.problems:
         raise build.refusal(str(path), supported_ops())
-    out = model.graph.output[0].name
-    if out not in ir_of or out in m.pending:
-        raise ModelError(f"{path}: output {out!r} is not computed from input {value_info.name!r}")
-    return build.graph(shape, ir_of[out], str(path), "onnx infers", name=path.stem)
+    for out in _output_names(model):
+        if out not in ir_of or out in m.pending:
+            raise ModelError(f"{path}: output {out!r} is not computed from input "
+                             f"{value_info.name!r}")
+    outputs = {out: ir_of[out] for out in _output_names(model)}
+    return build.graph(shape, outputs, str(path), "onnx infers", name=path.stem)

@@ -38,12 +38,11 @@ import numpy as np
 
 from .. import ops
 from ..errors import LayerError, ModelError
-from ..ir import Graph, _pair
-from ..simulate import same_padding
+from ..geometry import pair, same_padding
+from ..ir import Graph
 from . import lowering as rules
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
-from .lowering import add_padding as _plus
 
 try:
     import torch
@@ -59,14 +58,13 @@ DEFAULT_INPUT_SHAPE = (1, 3, 224, 224)
 class _Ref:
     """A tensor computed from the network input: the IR node holding it and its shape.
 
-    After ``F.pad`` it also carries the pending (top, bottom, left, right) padding and
-    its fill value, which only a conv or pooling reading it can absorb.
+    After ``F.pad`` it also carries the pending constant padding (``lowering.Pending``),
+    which only a conv or pooling reading it can absorb.
     """
 
     name: str
     shape: tuple[int, ...]
-    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
-    fill: float = 0.0
+    pad: rules.Pending = rules.NO_PAD
     parts: tuple = ()  # the shapes of a tuple of tensors (chunk, split), else ()
 
 
@@ -88,6 +86,58 @@ class _Call:
     parts: tuple = ()
 
 
+@dataclass(frozen=True)
+class _Slot:
+    """Where input ``index`` of a fallback node goes among its call's arguments."""
+
+    index: int
+
+
+@dataclass(frozen=True, eq=False)
+class _TorchCall:
+    """A node's own torch call (module, function, or Tensor method by name) with the
+    network tensors as ``_Slot`` placeholders: numpy inputs in, float32 numpy out."""
+
+    fn: object
+    method: bool
+    args: tuple
+    kwargs: dict
+
+    def __call__(self, *arrays):
+        tensors = [torch.from_numpy(np.require(a, np.float32, ["C", "W"])) for a in arrays]
+        args, kwargs = torch.fx.node.map_aggregate(
+            (self.args, self.kwargs), lambda v: tensors[v.index] if isinstance(v, _Slot) else v)
+        with torch.no_grad():
+            out = getattr(args[0], self.fn)(*args[1:], **kwargs) if self.method \
+                else self.fn(*args, **kwargs)
+        return out.detach().cpu().to(torch.float32).numpy()
+
+
+def _fallback(gm, n, kind: str, args, kwargs, shape) -> tuple[ops.Fallback, tuple] | None:
+    """Node ``n`` as a ``Fallback`` running its own torch call, or None where it cannot
+    (an input from F.pad or chunk, a result that is not one tensor)."""
+    refs: list[_Ref] = []
+
+    def slot(v):
+        if isinstance(v, _Parts) or isinstance(v, _Ref) and v.pad:
+            raise _Refusal("an input torch alone cannot take")
+        if isinstance(v, _Ref):
+            refs.append(v)
+            return _Slot(len(refs) - 1)
+        return v
+
+    try:
+        args, kwargs = torch.fx.node.map_aggregate((args, kwargs), slot)
+    except _Refusal:
+        return None
+    if not shape or not refs:
+        return None
+    fn = gm.get_submodule(n.target) if n.op == "call_module" else n.target
+    call = _TorchCall(fn, n.op == "call_method", tuple(args), dict(kwargs))
+    op = ops.Fallback(kind, call, tuple(r.shape for r in refs), tuple(shape))
+    return op, tuple(r.name for r in refs)
+
+
 # ---- argument helpers -------------------------------------------------------------------
 
 
@@ -95,24 +145,18 @@ def _data(x, rank: int | None = None) -> _Ref:
     """``x`` as a tensor computed from the network input, optionally of a given rank."""
     if not isinstance(x, _Ref):
         raise _Refusal("its input is a constant, not a tensor computed from the network input")
-    if any(x.pad):
-        raise _Refusal("its input comes from F.pad; the IR takes explicit padding only into a "
-                       "conv (zeros), max pooling (-inf) or average pooling (zeros)")
+    if x.pad:
+        raise rules.not_absorbed("F.pad")
     if rank is not None and len(x.shape) != rank:
         raise _Refusal(f"needs a {rank}-D input, got shape {x.shape}")
     return x
 
 
-def _unpad(x, fill: float) -> tuple[_Ref, tuple[int, int, int, int]]:
-    """A 4-D input and the F.pad padding it still owes (to be added to the reader's padding)."""
-    if isinstance(x, _Ref) and any(x.pad):
-        if x.fill != fill:
-            raise _Refusal(f"its input is padded with {x.fill}; only {fill} can be absorbed here")
-        x, pad = dataclasses.replace(x, pad=(0, 0, 0, 0)), x.pad
-    else:
-        pad = (0, 0, 0, 0)
-    _data(x, 4)
-    return x, pad
+def _unpad(x) -> rules.Pending:
+    """The F.pad padding a 4-D input still owes (for the reader to absorb)."""
+    pending = x.pad if isinstance(x, _Ref) else rules.NO_PAD
+    _data(dataclasses.replace(x, pad=rules.NO_PAD) if pending else x, 4)
+    return pending
 
 
 def _array(value, what: str) -> np.ndarray:
@@ -132,16 +176,16 @@ def _number(value, what: str):
 
 
 def _conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    _, extra = _unpad(input, 0.0)
+    pending = _unpad(input)
     w = _array(weight, "weight")
     if isinstance(padding, str):
         if padding not in ("same", "valid"):
             raise _Refusal(f"padding={padding!r}: must be 'same', 'valid' or integers")
-        padding = same_padding(w.shape[2:], _pair(dilation, "dilation", c.name)) \
+        padding = same_padding(w.shape[2:], pair(dilation, "dilation", c.name)) \
             if padding == "same" else 0
     b = None if bias is None else _array(bias, "bias")
-    return ops.Conv(w, b, tuple(_pair(stride, "stride", c.name)), _plus(padding, extra),
-                    tuple(_pair(dilation, "dilation", c.name)), int(groups))
+    return rules.conv(w, b, pair(stride, "stride", c.name), padding,
+                      pair(dilation, "dilation", c.name), groups, pending)
 
 
 def _conv_module(c, m, x):
@@ -150,7 +194,7 @@ def _conv_module(c, m, x):
     if m.padding_mode not in ("reflect", "replicate") or isinstance(m.padding, str):
         raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: the modes "
                        "are 'zeros', 'reflect' and 'replicate' with integer padding")
-    (ph, pw), x = _pair(m.padding, "padding", c.name), _data(x, 4)
+    (ph, pw), x = pair(m.padding, "padding", c.name), _data(x, 4)
     padded = c.build.add(f"{c.name}_pad", ops.Pad((ph, ph, pw, pw), m.padding_mode), (x.name,))
     return _conv2d(c, x, m.weight, m.bias, m.stride, 0, m.dilation, m.groups), (padded,)
 
@@ -158,13 +202,13 @@ def _conv_module(c, m, x):
 def _conv_transpose2d(c, input, weight, bias=None, stride=1, padding=0, output_padding=0,
                       groups=1, dilation=1):
     x = _data(input, 4)
-    if _pair(dilation, "dilation", c.name) != (1, 1):
+    if pair(dilation, "dilation", c.name) != (1, 1):
         raise _Refusal(f"dilation={dilation}: the IR's transposed convolution has dilation 1")
     b = None if bias is None else _array(bias, "bias")
     return c.build.conv_transpose(c.name, x.name, _array(weight, "weight"), b,
-                                  _pair(stride, "stride", c.name),
-                                  _pair(padding, "padding", c.name),
-                                  _pair(output_padding, "output_padding", c.name), int(groups))
+                                  pair(stride, "stride", c.name),
+                                  pair(padding, "padding", c.name),
+                                  pair(output_padding, "output_padding", c.name), int(groups))
 
 
 def _conv_transpose_module(c, m, x, output_size=None):
@@ -252,24 +296,21 @@ def _prelu(c, input, weight):
 
 def _max_pool2d(c, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                 return_indices=False):
-    _, extra = _unpad(input, float("-inf"))
-    if _pair(dilation, "dilation", c.name) != (1, 1):
+    pending = _unpad(input)
+    if pair(dilation, "dilation", c.name) != (1, 1):
         raise _Refusal(f"dilation={dilation}: the IR's pooling has no dilation")
     if return_indices:
         raise _Refusal("return_indices=True: the IR's pooling returns values only")
-    return ops.MaxPool(kernel_size, stride or None, _plus(padding, extra), bool(ceil_mode))
+    return rules.max_pool(kernel_size, stride or None, padding, ceil_mode, pending)
 
 
 def _avg_pool2d(c, input, kernel_size, stride=None, padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
-    _, extra = _unpad(input, 0.0)
+    pending = _unpad(input)
     if divisor_override:
         raise _Refusal(f"divisor_override={divisor_override}: the IR divides by the window")
-    if any(extra) and (ceil_mode or not count_include_pad):
-        raise _Refusal("averages an F.pad output with ceil_mode or count_include_pad=False: the "
-                       "padded zeros would be counted differently")
-    return ops.AvgPool(kernel_size, stride or None, _plus(padding, extra), bool(ceil_mode),
-                       bool(count_include_pad))
+    return rules.avg_pool(kernel_size, stride or None, padding, ceil_mode, count_include_pad,
+                          pending)
 
 
 def _adaptive_avg_pool2d(c, input, output_size):
@@ -360,10 +401,8 @@ def _interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_c
                        "'nearest' or 'bilinear' (no antialias)")
     if scale_factor is not None and not recompute_scale_factor:
         op = ops.Upsample(scale_factor, mode, bool(align_corners))  # samples at 1/scale
-    elif p % h == 0 and q % w == 0:
-        op = ops.Upsample((p // h, q // w), mode, bool(align_corners))
     else:
-        op = ops.Upsample(1, mode, bool(align_corners), (p, q))
+        op = rules.upsample_to((h, w), (p, q), mode, bool(align_corners))
     _check_resampling(op, (h, w), lambda t: F.interpolate(
         t, size, scale_factor, mode, align_corners, recompute_scale_factor))
     return op
@@ -383,10 +422,7 @@ def _softmax(c, input, dim=None, _stacklevel=3, dtype=None):
     _data(input)
     if dim is None or dtype is not None:
         raise _Refusal(f"dim={dim}, dtype={dtype}: give dim explicitly and no dtype")
-    axis = dim % len(input.shape)
-    if axis == 0:
-        raise _Refusal("softmax over the batch axis")
-    return ops.Softmax(axis)
+    return rules.softmax(dim, len(input.shape))
 
 
 def _pad(c, input, pad, mode="constant", value=None):
@@ -398,13 +434,11 @@ def _pad(c, input, pad, mode="constant", value=None):
                                                                      "replicate"):
         raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect or replicate, "
                        "non-negative padding of H and W is supported")
-    if mode != "constant":  # a padding no conv absorbs: its own op
-        left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
-        return ops.Pad((top, bottom, left, right), mode), (_data(x).name,)
-    if any(x.pad) and x.fill != fill:
-        raise _Refusal(f"pads with {fill} what is already padded with {x.fill}")
     left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
-    return _Ref(x.name, c.out_shape, _plus(x.pad, (top, bottom, left, right)), fill)
+    result = rules.pad((top, bottom, left, right), mode, fill, x.pad)
+    if isinstance(result, rules.Pending):
+        return _Ref(x.name, c.out_shape, result)
+    return result, (x.name,)
 
 
 def _getitem(c, input, index):
@@ -658,22 +692,31 @@ def _kind_and_converter(gm, n):
 # ---- graph building ---------------------------------------------------------------------
 
 
-def _convert(gm, info: dict) -> Lowering:
+def _convert(gm, info: dict, fallback: bool) -> Lowering:
+    """Each node the IR must compute as IR nodes; with ``fallback``, a node the IR cannot
+    express as a ``Fallback`` running its own torch call."""
     build = Lowering()
     for n in gm.graph.nodes:
         if not _needs_op(n, info):
             continue
         kind, conv = _kind_and_converter(gm, n)
-        if conv is None:
-            build.unsupported.append((kind, n.name))
-            continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
         shape = info[n].shape
+        result, why = None, None
         try:
-            result = conv(_Call(n.name, shape, build, info[n].parts), *args, **kwargs)
+            if conv is not None:
+                result = conv(_Call(n.name, shape, build, info[n].parts), *args, **kwargs)
         except (_Refusal, TypeError, LayerError) as e:
-            build.problems.append((kind, n.name, str(e)))
+            why = str(e)
+        if conv is None or why is not None:
+            instead = _fallback(gm, n, kind, args, kwargs, shape) if fallback else None
+            if instead is not None:
+                build.add(n.name, *instead, shape)
+            elif conv is None:
+                build.unsupported.append((kind, n.name))
+            else:
+                build.problems.append((kind, n.name, why))
             continue
         if isinstance(result, (_Ref, _Parts)):  # a pass-through, or parts read by getitem
             info[n] = result
@@ -715,7 +758,7 @@ def _output(gm, info: dict, name: str) -> dict[str, str]:
 def _output_ref(value, info: dict, name: str, what: str) -> _Ref:
     """The ``_Ref`` of one returned value, which must be a tensor computed from the input."""
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
-    if not isinstance(ref, _Ref) or any(ref.pad) or not ref.shape:
+    if not isinstance(ref, _Ref) or ref.pad or not ref.shape:
         kind = "a constant, F.pad's output or a nested container" \
             if isinstance(value, torch.fx.Node) else type(value).__name__
         raise ModelError(f"{name}: {what} {kind}; npusim networks return tensors computed "
@@ -732,7 +775,8 @@ def _example(example_input, name: str):
     return x
 
 
-def from_torch(module, example_input, *, name: str | None = None) -> Graph:
+def from_torch(module, example_input, *, name: str | None = None,
+               fallback: bool = False) -> Graph:
     """The ``Graph`` of a torch ``nn.Module`` traced with torch.fx on ``example_input``.
 
     Weights are copied (float32), batch norm is folded into the conv before it, and
@@ -741,7 +785,8 @@ def from_torch(module, example_input, *, name: str | None = None) -> Graph:
     forward returning a tuple, list or dict of tensors gives a graph with several
     outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or the dict's
     keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
-    list of supported ones.
+    list of supported ones; with ``fallback``, each such call is instead computed by
+    torch itself (an ``ops.Fallback`` node, costed as vector work).
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
@@ -752,7 +797,7 @@ def from_torch(module, example_input, *, name: str | None = None) -> Graph:
     try:
         gm = _trace(module, name)
         info = _record(gm, x, name)
-        build = _convert(gm, info)
+        build = _convert(gm, info, fallback)
         if build.unsupported or build.problems:
             raise build.refusal(name, supported_ops())
         return build.graph(tuple(x.shape), _output(gm, info, name), name, "PyTorch gives")
@@ -791,12 +836,14 @@ def _input_shape(input_shape: Sequence[int] | None, spec: str) -> tuple[int, ...
     return tuple(int(d) for d in shape)
 
 
-def from_factory(spec: str, input_shape: Sequence[int] | None = None) -> Graph:
+def from_factory(spec: str, input_shape: Sequence[int] | None = None, *,
+                 fallback: bool = False) -> Graph:
     """The ``Graph`` of ``path/to/file.py:factory``: a function returning an ``nn.Module``.
 
     The file is imported, ``factory()`` is called with no arguments, the module is
     put in eval mode and traced on a seeded random input of ``input_shape``
-    (default 1 x 3 x 224 x 224). The graph is named after the factory.
+    (default 1 x 3 x 224 x 224). The graph is named after the factory; ``fallback`` as
+    for ``from_torch``.
     """
     file_part, sep, func = spec.rpartition(":")
     if not sep or not file_part.endswith(".py") or not func:
@@ -807,7 +854,7 @@ def from_factory(spec: str, input_shape: Sequence[int] | None = None) -> Graph:
     shape = _input_shape(input_shape, spec)
     net = _call_factory(_load_file(path), func, path, spec).eval()
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    return from_torch(net, x, name=func)
+    return from_torch(net, x, name=func, fallback=fallback)
 
 
 def _call_factory(module, func: str, path: Path, spec: str):

@@ -1,0 +1,77 @@
+"""Window geometry shared by convolutions and pooling: (h, w) pairs, 4-sided padding,
+'same' padding, and how many input pixels a grid of windows reads.
+
+Every op normalises its stride, padding, dilation and kernel through these once, when it
+is built; the rest of npusim reads the normalised tuples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import LayerError
+
+Pair = tuple[int, int]
+Padding = tuple[int, int, int, int]  # (top, bottom, left, right) in pixels
+
+
+def pair(value, name: str, layer: str) -> Pair:
+    """``value`` (an int or a pair of ints) as (h, w); ``LayerError`` naming
+    ``layer.name`` otherwise."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value), int(value))
+    try:
+        a, b = value
+        return (int(a), int(b))
+    except (TypeError, ValueError):
+        raise LayerError(f"{layer}.{name}={value!r}: must be an int or a pair of ints") from None
+
+
+def padding4(value, layer: str) -> Padding:
+    """Padding as (top, bottom, left, right) in pixels from an int, (h, w) or a 4-tuple."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * 4
+    try:
+        values = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        values = ()
+    if len(values) == 2:
+        return (values[0], values[0], values[1], values[1])
+    if len(values) == 4:
+        return values  # type: ignore[return-value]
+    raise LayerError(f"{layer}.padding={value!r}: must be an int, (h, w) or "
+                     "(top, bottom, left, right)")
+
+
+def add_padding(a, b, layer: str = "pad") -> Padding:
+    """The sum of two paddings (each an int, (h, w) or 4-sided), 4-sided."""
+    return tuple(x + y for x, y in zip(padding4(a, layer), padding4(b, layer),
+                                       strict=True))  # type: ignore[return-value]
+
+
+def same_padding(kernel: Pair, dilation: Pair) -> Padding:
+    """'same' padding for stride 1: total d*(k-1) per axis, the odd pixel at the end."""
+    out = []
+    for k, d in zip(kernel, dilation, strict=True):
+        total = d * (k - 1)
+        out += [total // 2, total - total // 2]
+    return tuple(out)  # type: ignore[return-value]
+
+
+def same_auto_padding(size: Pair, kernel: Pair, stride: Pair, dilation: Pair,
+                      upper: bool) -> Padding:
+    """ONNX's SAME_UPPER / SAME_LOWER padding: the output is ceil(size / stride) per
+    axis; the odd pixel at the end (``upper``) or at the start."""
+    out = []
+    for n, k, s, d in zip(size, kernel, stride, dilation, strict=True):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+        small, big = total // 2, total - total // 2
+        out += [small, big] if upper else [big, small]
+    return tuple(out)  # type: ignore[return-value]
+
+
+def used_pixels(out: int, kernel: int, stride: int, dilation: int = 1) -> int:
+    """Input pixels (padding included) spanned along one axis by ``out`` windows of
+    ``kernel`` taps at ``stride`` and ``dilation``: (out - 1) * stride + (kernel - 1) *
+    dilation + 1."""
+    return (out - 1) * stride + (kernel - 1) * dilation + 1

@@ -1,0 +1,137 @@
+"""The named fallback: an op npusim does not model is refused by default, and with
+``fallback=True`` / ``--fallback`` computed by the framework it came from (a torch call, an
+onnxruntime session on the single node), costed as vector work and marked in the reports.
+Networks here return several outputs (a dict in torch, two graph outputs in ONNX), so each
+output is checked by name, end to end against torch and onnxruntime running the whole model."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+from strategies import rel_err  # noqa: E402
+from torch import nn  # noqa: E402
+
+from npusim import cli, simulate  # noqa: E402
+from npusim.errors import ModelError  # noqa: E402
+from npusim.frontends.onnx_import import from_onnx  # noqa: E402
+from npusim.frontends.torch_import import from_torch  # noqa: E402
+
+
+class SoftplusCumsum(nn.Module):
+    """Softplus and a cumulative sum (neither in npusim's IR) between two convs; returns
+    the last conv and the softplus map."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.Softplus(beta=2.0)
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.act(self.conv(x))
+        return {"logits": self.head(torch.cumsum(y, dim=2)), "features": y}
+
+
+def example(batch=2):
+    return torch.randn(batch, 3, 10, 9, generator=torch.Generator().manual_seed(1))
+
+
+def test_torch_refuses_by_default_naming_each_op_and_the_fallback():
+    with pytest.raises(ModelError, match=r"unsupported ops: nn.Softplus x1 \('act'\), "
+                                         r"torch.cumsum x1 \('cumsum'\) \(fallback=True, "
+                                         r"--fallback"):
+        from_torch(SoftplusCumsum().eval(), example())
+
+
+def test_torch_fallback_equals_the_module_output_by_output():
+    net, x = SoftplusCumsum().eval(), example()
+    graph = from_torch(net, x, fallback=True)
+    assert list(graph.outputs) == ["logits", "features"]
+    fallbacks = [n.name for n in graph.nodes if type(n.op).__name__ == "Fallback"]
+    assert fallbacks == ["act", "cumsum"]
+    result = simulate(graph, x.numpy())
+    with torch.no_grad():
+        want = net(x)
+    for label in ("logits", "features"):
+        assert rel_err(result.named_outputs[label], want[label].numpy()) < 1e-5, label
+    # vector work: every input element and every output element once (8 x 10 x 9 maps, N=2)
+    elements = 2 * 8 * 10 * 9
+    costs = {s.name: (s.shape, s.vector_ops, s.macs) for s in result.layers}
+    assert costs["act"] == ("Fallback", 2 * elements, 0)
+    assert costs["cumsum"] == ("Fallback", 2 * elements, 0)
+
+
+def test_torch_fallback_survives_pickling_and_another_batch():
+    net = SoftplusCumsum().eval()
+    graph = pickle.loads(pickle.dumps(from_torch(net, example(), fallback=True)))
+    x = example(batch=3)
+    with torch.no_grad():
+        want = net(x)["logits"].numpy()
+    assert rel_err(simulate(graph.with_batch(3), x.numpy()).named_outputs["logits"], want) < 1e-5
+
+
+def export(tmp_path):
+    path = tmp_path / "fallback.onnx"
+    net, x = SoftplusCumsum().eval(), example()
+
+    class Pair(nn.Module):  # torch.onnx exports a tuple as two graph outputs
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            out = self.net(x)
+            return out["logits"], out["features"]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Pair().eval(), (x,), str(path), input_names=["x"],
+                          output_names=["logits", "features"], dynamo=False,
+                          dynamic_axes={"x": {0: "N"}})
+    return path, x.numpy()
+
+
+def test_onnx_refuses_by_default_and_falls_back_to_onnxruntime(tmp_path):
+    path, x = export(tmp_path)
+    with pytest.raises(ModelError, match=r"unsupported ops: Softplus x1 \('/net/act/Softplus'\), "
+                                         r"CumSum x1 \('/net/CumSum'\) \(fallback=True"):
+        from_onnx(path, batch=2)
+    graph = from_onnx(path, batch=2, fallback=True)
+    assert list(graph.outputs) == ["logits", "features"]
+    # Softplus(beta=2) exports as Mul -> Softplus -> Div: the Mul folds into the conv
+    assert [getattr(n.op, "source", type(n.op).__name__) for n in graph.nodes] == \
+        ["Conv", "ONNX Softplus", "BatchNorm", "ONNX CumSum", "Conv"]
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})
+    result = simulate(pickle.loads(pickle.dumps(graph)), x)
+    for label, ref in zip(("logits", "features"), want, strict=True):
+        assert rel_err(result.named_outputs[label], ref) < 1e-5, label
+
+
+def test_cli_fallback_checks_each_output_and_marks_the_reports(tmp_path, capsys):
+    path, _ = export(tmp_path)
+    report = tmp_path / "r.json"
+    assert cli.main(["run", str(path), "--batch", "1", "-q", "--check", "--json", str(report)]) \
+        == 2
+    assert "--fallback" in capsys.readouterr().err
+    code = cli.main(["run", str(path), "--batch", "1", "--fallback", "--check", "--json",
+                     str(report)])
+    out, _ = capsys.readouterr()
+    assert code == 0, out
+    data = json.loads(report.read_text())
+    assert data["check"]["passed"]
+    errors = data["check"]["output_relative_errors"]
+    assert list(errors) == ["logits", "features"] and max(errors.values()) < 1e-5
+    marked = [r["shape"] for r in data["layers"] if r["name"] in ("/net/act/Softplus",
+                                                                  "/net/CumSum")]
+    assert marked == ["Fallback", "Fallback"]
+    assert data["fallback"] == {"/net/act/Softplus": "ONNX Softplus",
+                                "/net/CumSum": "ONNX CumSum"}
+    assert "fallback: 2 ops computed by the source framework, costed as vector work: " \
+        "/net/act/Softplus (ONNX Softplus), /net/CumSum (ONNX CumSum)" in out
