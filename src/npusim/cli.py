@@ -22,6 +22,7 @@ from rich.table import Table
 
 from . import __version__, outfile
 from .errors import InputError, NpusimError, NpusimWarning
+from .frontends import onnx_source
 from .ir import DTYPES, Graph
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -369,7 +370,7 @@ def _run_model(args, model, arch, dataflow: str):
     check = None
     if args.check:
         with _status(args, "comparing every layer with PyTorch"):
-            check = _check(model, x, result)
+            check = _check(model, x, result, onnx_source(args.model))
     return result, x, source, check
 
 
@@ -484,15 +485,16 @@ def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
         bar.close()
 
 
-def _check(graph: Graph, x: np.ndarray, result):
-    """``--check``: the comparison with PyTorch (``report.check``), which must be installed."""
+def _check(graph: Graph, x: np.ndarray, result, onnx_path=None):
+    """``--check``: the comparison with PyTorch (``report.check``), which must be installed,
+    and with onnxruntime for a model read from an ONNX file."""
     try:
         import torch  # noqa: F401  (only to say clearly that it is missing)
     except ImportError:
         raise NpusimError(TORCH_MISSING) from None
     from .report.check import check
 
-    return check(graph, x, result)
+    return check(graph, x, result, onnx_path)
 
 
 def title(result, model: str, source: str) -> str:

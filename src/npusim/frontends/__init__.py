@@ -82,6 +82,18 @@ def _zoo_model(name: str, batch: int, input_shape, seed: int) -> Graph:
     return zoo.build(name, batch=batch, seed=seed, size=size)
 
 
+def onnx_source(spec: str):
+    """The ONNX file a model spec reads (an ``.onnx`` path, or a trained zoo model's file
+    in its installed wheel), or None: what ``--check`` runs onnxruntime on."""
+    from pathlib import Path
+
+    from . import trained
+
+    if spec in trained.MODELS:
+        return trained.MODELS[spec].path()
+    return Path(spec) if Path(spec).suffix == ".onnx" else None
+
+
 DEFAULT_PHOTO = "chelsea"  # the input of an imported model given no image
 
 

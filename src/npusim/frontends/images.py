@@ -82,6 +82,7 @@ NORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "imagenet": _normalise_imagenet,                # (x/255 - mean) / std per channel
     "mtcnn": lambda x: (x - 127.5) / 128.0,          # MTCNN's [-1, 1) scaling
     "unit": lambda x: x / 255.0,                     # [0, 1]
+    "signed": lambda x: x / 127.5 - 1.0,             # [-1, 1] (PP-OCR's recogniser)
     "none": lambda x: x,                             # raw 0..255
 }
 

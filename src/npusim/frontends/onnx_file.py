@@ -56,10 +56,24 @@ def skeleton(model):
         list(g.node), g.name,
         [*g.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                      for t in big if t.name not in inputs)],
-        list(g.output), [t for t in g.initializer if math.prod(t.dims) <= SMALL_CONSTANT],
-        value_info=list(g.value_info))
+        [_unknown_dims_unset(o) for o in g.output],
+        [t for t in g.initializer if math.prod(t.dims) <= SMALL_CONSTANT],
+        value_info=[_unknown_dims_unset(v) for v in g.value_info])
     return helper.make_model(graph, opset_imports=list(model.opset_import),
                              ir_version=model.ir_version, functions=list(model.functions))
+
+
+def _unknown_dims_unset(value_info):
+    """A copy of ``value_info`` whose dimensions written as -1 or 0 (some exporters' mark of
+    an unknown size, e.g. PaddlePaddle's) are unknown, as ONNX spells it: a dimension left
+    unset, so that shape inference fills it instead of refusing the disagreement."""
+    copy = type(value_info)()
+    copy.CopyFrom(value_info)
+    if copy.type.HasField("tensor_type"):
+        for d in copy.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.Clear()
+    return copy
 
 
 def check(skeleton_model, path: Path) -> None:

@@ -264,6 +264,30 @@ def _digits() -> Entry:
                  default_input=_digits_input)
 
 
+def _trained(name: str) -> Entry:
+    """A real trained network read from an installed wheel (``trained``), its input fixed."""
+    from . import trained
+
+    model = trained.MODELS[name]
+
+    def fixed(size):
+        if size not in (None, model.shape[-1]):
+            raise ModelError(f"{name}: its input is fixed at {model.shape[1]}x{model.shape[2]} "
+                             f"pixels (H x W); size={size} cannot change it")
+
+    def build(batch, seed, size=None):
+        fixed(size)
+        return trained.build(name, batch)
+
+    def shape(size=None):
+        fixed(size)
+        return (1, *model.shape)
+
+    return Entry(build, shape, lambda: f"{model.text}; licence {model.licence}",
+                 model.photo or "astronaut", model.norm, model.shape[0],
+                 default_input=lambda batch, size=None: trained.default_input(name, batch))
+
+
 MODELS: dict[str, Callable[[], Entry]] = {
     "alexnet": lambda: _imagenet(alexnet, "AlexNet (Caffe layout, grouped convs), 224x224"),
     "vgg16": lambda: _imagenet(vgg16, "VGG-16, 224x224"),
@@ -276,6 +300,10 @@ MODELS: dict[str, Callable[[], Entry]] = {
     "lenet-digits": _digits,
     "dilated-segnet": _segnet,
     "edgetpu_v2_like": _edgetpu,
+    "ppocr-v4-det": lambda: _trained("ppocr-v4-det"),
+    "ppocr-v4-rec": lambda: _trained("ppocr-v4-rec"),
+    "ppocr-cls": lambda: _trained("ppocr-cls"),
+    "nudenet-320n": lambda: _trained("nudenet-320n"),
 }
 
 

@@ -11,7 +11,10 @@ The relative error of a node is ``max |npusim - torch| / max |torch|`` over its 
   the verdict is the worst ratio error / bound against 1.
 
 Both report each network output's error against float32 torch end to end (not judged;
-``output_error`` is the largest, ``output_errors`` each by its label).
+``output_error`` is the largest, ``output_errors`` each by its label). A model read from an
+ONNX file is also run by onnxruntime on the same input: its outputs, in the file's order,
+against npusim's end to end (``onnxruntime_error``, the largest); in float32 that is judged
+against the same tolerance.
 Needs the ``torch`` extra.
 """
 
@@ -48,10 +51,13 @@ class CheckOutcome:
     limit: float
     output_error: float
     output_errors: dict = dataclasses.field(default_factory=dict)
+    onnxruntime_error: float | None = None
 
     @property
     def passed(self) -> bool:
-        return self.score <= self.limit
+        ort_ok = (self.onnxruntime_error is None or self.dtype != "float32"
+                  or self.onnxruntime_error <= self.limit)
+        return self.score <= self.limit and ort_ok
 
     def as_dict(self) -> dict:
         """The JSON report's ``check`` object (docs/json-schema.md)."""
@@ -59,18 +65,23 @@ class CheckOutcome:
                 "node": self.node, "nodes_compared": self.nodes, "score": self.score,
                 "score_node": self.score_node, "limit": self.limit,
                 "output_relative_error": self.output_error,
-                "output_relative_errors": self.output_errors, "passed": self.passed}
+                "output_relative_errors": self.output_errors,
+                "onnxruntime_relative_error": self.onnxruntime_error, "passed": self.passed}
 
     def line(self) -> str:
         """The outcome as one line of text, ending in 'ok' or 'FAILED' (then the drift)."""
         verdict = "ok" if self.passed else "FAILED"
+        ort = ("" if self.onnxruntime_error is None else
+               f"; outputs against onnxruntime: {self.onnxruntime_error:.3g}")
         if self.dtype == "float32":
             return (f"check against torch, {self.nodes} nodes: worst relative error "
-                    f"{self.worst:.3g} at {self.node} (tolerance {self.limit:g}): {verdict}")
+                    f"{self.worst:.3g} at {self.node}{ort} (tolerance {self.limit:g}): "
+                    f"{verdict}")
         return (f"check against torch float32, {self.nodes} convs on their own int8-run "
                 f"inputs: worst relative error {self.worst:.3g} at {self.node}; worst error "
                 f"/ int8 rounding bound {self.score:.3g} at {self.score_node} (limit "
-                f"{self.limit:g}): {verdict}; network output vs float32: {self.output_error:.3g}")
+                f"{self.limit:g}): {verdict}; network output vs float32: {self.output_error:.3g}"
+                f"{ort}")
 
 
 def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
@@ -83,11 +94,24 @@ def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
     return diff / scale if scale else diff
 
 
-def check(graph: Graph, x: np.ndarray, result) -> CheckOutcome:
+def onnxruntime_error(onnx_path, graph: Graph, x: np.ndarray, result) -> float:
+    """The largest relative error of npusim's network outputs against onnxruntime's run of
+    the ONNX file on ``x`` (outputs matched in the file's order)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    reference = session.run(None, {session.get_inputs()[0].name: x.astype(np.float32)})
+    ours = [result.outputs[node] for node in graph.outputs.values()]
+    return max(relative_error(a, ref) for a, ref in zip(ours, reference, strict=False))
+
+
+def check(graph: Graph, x: np.ndarray, result, onnx_path=None) -> CheckOutcome:
     """Compare ``result`` (a ``SimResult`` run with ``keep_outputs``) of ``graph`` on ``x``
-    with PyTorch, as the module docstring describes."""
+    with PyTorch, and with onnxruntime when ``onnx_path`` names the file the graph came
+    from, as the module docstring describes."""
     from ..torch_ref import torch_outputs
 
+    ort = None if onnx_path is None else onnxruntime_error(onnx_path, graph, x, result)
     reference = torch_outputs(graph, x)
     output_errors = {label: relative_error(result.outputs[out], reference[out])
                      for label, out in graph.outputs.items()}
@@ -97,12 +121,12 @@ def check(graph: Graph, x: np.ndarray, result) -> CheckOutcome:
                   for n in graph.nodes]
         worst, node = max(errors)
         return CheckOutcome("float32", worst, node, len(errors), worst, node,
-                            FLOAT32_TOLERANCE, output_error, output_errors)
+                            FLOAT32_TOLERANCE, output_error, output_errors, ort)
     rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
             for n in graph.conv_nodes]
     (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
     return CheckOutcome("int8", worst, node, len(rows), score, score_node, INT8_LIMIT,
-                        output_error, output_errors)
+                        output_error, output_errors, ort)
 
 
 def torch_conv(node: Node, op, x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,62 @@
+"""Real trained networks read from installed wheels (the ``models`` extra): each runs on
+every machine preset, its outputs checked against onnxruntime running the same file."""
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim.errors import ModelError
+from npusim.frontends import trained, zoo
+from npusim.report.check import onnxruntime_error
+
+TRAINED = list(trained.MODELS)
+
+
+@pytest.fixture(scope="module", params=TRAINED)
+def model(request):
+    name = request.param
+    return name, zoo.build(name), zoo.input_for(name)
+
+
+@pytest.mark.parametrize("preset", npusim.presets())
+def test_trained_model_on_every_preset_equals_onnxruntime(model, preset):
+    name, graph, x = model
+    result = npusim.simulate(graph, x, preset, mode="run", keep_outputs=True)
+    assert onnxruntime_error(trained.MODELS[name].path(), graph, x, result) <= 1e-4
+    assert result.total.cycles > 0
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_cli_check_runs_onnxruntime_too(name, capsys):
+    from npusim.cli import main
+
+    assert main(["run", name, "--check"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "outputs against onnxruntime" in line and line.endswith("ok"), line
+
+
+def test_weights_are_the_trained_ones_not_seeded():
+    """The seed does not change a trained model, and its weights have real density spread."""
+    a, b = zoo.build("ppocr-cls", seed=0), zoo.build("ppocr-cls", seed=7)
+    wa = [n.op.weight for n in a.conv_nodes]
+    assert all(np.array_equal(p, q.op.weight) for p, q in zip(wa, b.conv_nodes, strict=True))
+    densities = [float(np.count_nonzero(w)) / w.size for w in wa]
+    assert len(set(np.round(densities, 3))) > 3
+
+
+def test_text_input_is_a_rendered_text_line():
+    x = zoo.input_for("ppocr-v4-rec")
+    assert x.shape == (1, 3, 48, 320) and x.min() >= -1.0 and x.max() <= 1.0
+    ink = (x[0, 0] < 0).mean()  # dark pixels: the glyphs
+    assert 0.02 < ink < 0.5
+
+
+def test_fixed_input_size_is_refused_clearly():
+    with pytest.raises(ModelError, match="fixed at 48x320"):
+        zoo.build("ppocr-v4-rec", size=64)
+
+
+def test_missing_wheel_names_the_extra(monkeypatch):
+    monkeypatch.setattr(trained.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelError, match=r"\.\[models\]"):
+        zoo.build("nudenet-320n")
