@@ -133,6 +133,9 @@ def _element_name(dtype) -> str:
     return onnx_file.element_type(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
+MAX_SHAPE_PASSES = 8  # rounds of folding shape-derived constants and inferring again
+
+
 # ---- constants --------------------------------------------------------------------------
 
 
@@ -162,6 +165,8 @@ def _static_shape(model: _Model, node) -> np.ndarray:
     from onnx import helper
 
     shape = model.shapes.get(node.input[0])
+    if (shape is None or None in shape) and node.input[0] not in model.depends:
+        shape = _constant(model, node.input[0]).shape  # a constant computed from shapes
     if shape is None or None in shape:
         raise _Refusal(f"the shape of {node.input[0]!r} is not known yet")
     if node.op_type == "Size":
@@ -612,15 +617,17 @@ def _data_inputs(proto) -> list[str]:
     return list(proto.input if count is None else proto.input[:count])
 
 
-def _needed(model, outputs: list[str]) -> set:
-    """Nodes (by index) on the data path from the graph outputs back to the input."""
+def _needed(model, outputs: list[str], fallback: bool = False) -> set:
+    """Nodes (by index) on the data path from the graph outputs back to the input; with
+    ``fallback``, through every input (a node that falls back may read as data an input its
+    converter takes as a weight, as attention's MatMul of two activations does)."""
     wanted, needed = set(outputs), set()
     for i in reversed(range(len(model.graph.node))):
         n = model.graph.node[i]
         if not wanted.intersection(n.output):
             continue
         needed.add(i)
-        wanted.update(_data_inputs(n))
+        wanted.update(n.input if fallback else _data_inputs(n))
     return needed
 
 
@@ -646,7 +653,7 @@ def _convert(model, m: _Model, input_name: str, fallback: bool) -> tuple[Lowerin
     express as a ``Fallback`` running it alone in onnxruntime."""
     build, ir_of = Lowering(), m.ir_of
     ir_of[input_name] = "input"
-    needed, names = _needed(model, _output_names(model)), _names(model)
+    needed, names = _needed(model, _output_names(model), fallback), _names(model)
     for i, proto in enumerate(model.graph.node):
         if i not in needed or not m.depends.intersection(proto.output):
             continue
@@ -688,7 +695,7 @@ def _fall_back(c: _Node, model, needed: set) -> bool:
         out_shape = c.out_shape
     except (_Refusal, LayerError):
         return False
-    if not data or any(t in m.pending for t in data):
+    if not data or any(t in m.pending or t not in m.ir_of for t in data):
         return False
     graph = helper.make_graph(
         [proto], proto.op_type,
@@ -763,7 +770,9 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     skeleton = onnx_file.skeleton(model)
     onnx_file.check(skeleton, path)
     m.shapes = _shapes(onnx_file.infer(skeleton, path))
-    if _fold_small_constants(model, m):  # constants computed from shapes (chunk's Slice ends)
+    for _ in range(MAX_SHAPE_PASSES):  # constants computed from shapes (chunk's Slice ends,
+        if not _fold_small_constants(model, m):  # a Reshape's target from Shape and Concat)
+            break  # make more shapes known, which may make more such constants foldable
         m.shapes = _shapes(onnx_file.infer(onnx_file.skeleton(model), path))
     build, ir_of = _convert(model, m, value_info.name, fallback)
     if build.unsupported or build.problems:

@@ -33,6 +33,7 @@ class Trained:
     licence: str
     norm: str            # images.NORMS key
     photo: str = ""      # a bundled photo (images.photo_names()), or "" for rendered text
+    fallback: bool = False  # ops the IR cannot express run in onnxruntime (docs/import.md)
 
     def path(self) -> Path:
         """The ONNX file in the installed package, or a ``ModelError`` saying how to get it."""
@@ -56,7 +57,9 @@ MODELS = {
                             "imagenet"),
     "ppocr-v4-rec": Trained(PPOCR, "models/ch_PP-OCRv4_rec_infer.onnx", (3, 48, 320),
                             "PP-OCRv4 text recogniser (SVTR-LCNet, CTC), trained; input: a "
-                            "rendered text line, scaled to [-1, 1]", PPOCR_LICENCE, "signed"),
+                            "rendered text line, scaled to [-1, 1]; its attention's products of two "
+                            "activations run as fallback nodes in onnxruntime", PPOCR_LICENCE,
+                            "signed", fallback=True),
     "ppocr-cls": Trained(PPOCR, "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (3, 48, 192),
                          "PP-OCR mobile v2.0 text-direction classifier (MobileNetV3), trained; "
                          "input: a rendered text line, scaled to [-1, 1]", PPOCR_LICENCE,
@@ -74,7 +77,7 @@ def build(name: str, batch: int) -> object:
     from .onnx_import import from_onnx
 
     model = MODELS[name]
-    return from_onnx(model.path(), input_shape=(batch, *model.shape))
+    return from_onnx(model.path(), input_shape=(batch, *model.shape), fallback=model.fallback)
 
 
 def text_image(height: int, width: int, lines: tuple[str, ...]) -> np.ndarray:
