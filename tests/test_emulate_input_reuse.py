@@ -11,21 +11,21 @@ from test_input_reuse import arch_with
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.dataflows.input_reuse import Params, layer_stats
-from npusim.dataflows.phases import plan
-from npusim.emulate.input_reuse import accumulation_position, datapath, emulate, emulate_layer
+from npusim.emulate.input_reuse import (accumulation_position, datapath, emulate, emulate_layer,
+                                        kernel_taps)
 from npusim.ir import ConvLayer
 
 
 def whole_kernel(R=3, S=3):
-    return plan(ConvLayer(1, 1, R, S, 1, R, S)).parts[0]
+    return kernel_taps(ConvLayer(1, 1, R, S, 1, R, S))
 
 
 def test_fig4_accumulation_positions_are_the_point_reflection():
-    part = whole_kernel()
+    path = datapath((1, 1), 1, whole_kernel())
     # taps in row-major order: (1,1) -> (3,3), (1,2) -> (3,2), (1,3) -> (3,1), (2,1) -> (2,3)
-    got = [accumulation_position(part, t) for t in range(4)]
+    got = [accumulation_position(path, t) for t in range(4)]
     assert got == [(2, 2), (2, 1), (2, 0), (1, 2)]
-    assert all(accumulation_position(part, t) == (2 - part.r[t], 2 - part.s[t]) for t in range(9))
+    assert all(accumulation_position(path, t) == (2 - t // 3, 2 - t % 3) for t in range(9))
 
 
 def test_fig6_inventory_and_mux_fan_in():
@@ -53,7 +53,8 @@ def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
     layer = ConvLayer(1, 1, 4, 4, 1, 3, 3, padding=2, dtype="int8")  # full conv: whole 6x6
     x = np.arange(1, 17, dtype=np.int8).reshape(1, 1, 4, 4)
     w = np.arange(-4, 5, dtype=np.int8).reshape(1, 1, 3, 3)
-    p = Params(region_rows=8, region_cols=8, operation_units=1, processing_units=1)
+    p = Params(region_rows=8, region_cols=8, operation_units=1, processing_units=1,
+               accumulators=100)
     res = emulate_layer(layer, x, w, None, p)
     np.testing.assert_array_equal(res.output, reference.conv2d(x, w, None, layer))
     assert res.counters.unit_busy[0] == 8  # nine taps, the zero weight skipped
@@ -61,12 +62,12 @@ def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
 
 def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal):
     return Params(region_rows=rows, region_cols=cols, region_channels=depth,
-                  operation_units=draw_units, processing_units=pus, kernel_part_rows=part,
+                  operation_units=draw_units, processing_units=pus, accumulators=part,
                   interconnect=link, bus_width=width, output_units=outs, work_stealing=steal)
 
 
 params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
-                   st.integers(1, 4), st.integers(1, 2), st.integers(0, 2),
+                   st.integers(1, 4), st.integers(1, 2), st.sampled_from([16, 20, 36, 400]),
                    st.sampled_from(["full", "bus", "chain"]), st.integers(1, 9),
                    st.integers(1, 3), st.booleans())
 

@@ -58,10 +58,10 @@ def test_int8_bit_identical_to_exact_integer_reference(layer, seed, density):
 
 
 @given(conv_layers(max_hw=12), st.integers(0, 2**31), st.sampled_from([1.0, 0.5, 0.1]),
-       st.sampled_from(["full", "bus", "chain"]), st.integers(0, 2), st.integers(1, 3),
-       st.booleans())
-def test_estimate_from_masks_equals_run(layer, seed, density, link, part_rows, depth, steal):
-    arch = arch_with(interconnect=link, kernel_part_rows=part_rows, region_channels=depth,
+       st.sampled_from(["full", "bus", "chain"]), st.sampled_from([16, 24, 36, 400]),
+       st.integers(1, 3), st.booleans())
+def test_estimate_from_masks_equals_run(layer, seed, density, link, accumulators, depth, steal):
+    arch = arch_with(interconnect=link, accumulators=accumulators, region_channels=depth,
                      work_stealing=steal, operation_units=3, processing_units=2, bus_width=5)
     x, w, b = tensors(layer, seed, density=density)
     _, ran = run(layer, x, w, b, arch)
@@ -122,13 +122,16 @@ def test_one_cycle_saved_per_zero_weight(zeros):
         assert s.extra["zero_weight_cycles_skipped"] == zeros
 
 
-@pytest.mark.parametrize("part_rows, shape", [(0, (3, 12)), (1, (1, 12))])
-def test_fig8_fig9_partial_ofm_of_a_1x10_region(part_rows, shape):
+@pytest.mark.parametrize("accumulators, shape, parts", [(36, (3, 12), 1), (12, (1, 12), 3)])
+def test_fig8_fig9_partial_ofm_of_a_1x10_region(accumulators, shape, parts):
+    """Fig. 8: a 1x10 region and a 3x3 kernel fill a 3x12 partial OFM (36 accumulators);
+    on a datapath of 12 accumulators the kernel runs as three 1x3 parts (Fig. 9: 1x12)."""
     layer = ConvLayer(1, 1, 3, 12, 1, 3, 3)
-    arch = arch_with(region_rows=1, region_cols=10, kernel_part_rows=part_rows)
+    arch = arch_with(region_rows=1, region_cols=10, accumulators=accumulators)
     x, w, _ = tensors(layer, 0)
     _, s = run(layer, x, w, None, arch)
     assert (s.extra["peak_pofm_rows"], s.extra["peak_pofm_cols"]) == shape
+    assert s.extra["peak_kernel_parts"] == parts
 
 
 def test_zero_pixels_cost_no_products_and_no_stream_bytes():
@@ -139,7 +142,8 @@ def test_zero_pixels_cost_no_products_and_no_stream_bytes():
     assert s.extra["products"] == 4 * 9 * 64  # only channel 1: 64 pixels, 9 taps, 4 kernels
     # 8x8 per channel = 4 blocks of 4x4: bitmaps (2 bytes each) for both, values for one
     assert s.dram_ifmap_bytes == 2 * 4 * 2 + 64 * 4
-    assert s.extra["zero_pixel_cycles_skipped"] == 4 * 9 * 9  # 9 regions x 9 taps x 4 kernels
+    # the region grid tiles the real 8x8 map (2x2 regions), not the padded 10x10 (3x3)
+    assert s.extra["zero_pixel_cycles_skipped"] == 4 * 9 * 4  # 4 regions x 9 taps x 4 kernels
 
 
 def test_work_stealing_saves_time_on_uneven_kernels():
@@ -174,8 +178,12 @@ def _two_convs(shape, first, second, seed):
 
 
 def test_peak_pofm_is_a_maximum_in_network_totals():
+    """A 3x3 layer (one 6x6 part) and a 5x5 layer: 8x8 = 64 cells do not fit 36
+    accumulators; 3x3 tiles (4 parts, 6x6 each) are the fewest that fit (5x1: 5 parts of
+    8x4; 2x4: 6 parts of 5x7). Totals: the maxima, not sums."""
     res = _two_convs((1, 2, 8, 8), (3, 2, 3, 3), (2, 3, 5, 5), 0)
-    assert res.total.extra["peak_pofm_rows"] == 8  # 4 + 5 - 1, not 6 + 8
+    assert [s.extra["peak_kernel_parts"] for s in res.conv_layers] == [1, 4]
+    assert res.total.extra["peak_pofm_rows"] == 6 and res.total.extra["peak_kernel_parts"] == 4
     assert res.total.extra["transfers"] == sum(s.extra.get("transfers", 0) for s in res.layers)
 
 
@@ -194,7 +202,10 @@ def test_simulate_modes_agree_on_a_small_network():
 
 
 def test_first_buffer_too_small_is_refused_with_the_reason():
-    with pytest.raises(NpusimError, match=r"need 1600 B of first buffer.*first_buffer_kb=1"):
+    """A 7x7 kernel on the 36-accumulator datapath (4x4 regions): 4x2 tiles are the fewest
+    parts that fit (8: rows 0-3 and 4-6, columns 0-1, 2-3, 4-5, 6), partial OFMs of
+    (7 or 6) x (5, 5, 5 or 4): 13 x 19 = 247 pixels per PU, 4 PUs x 4 B = 3,952 B."""
+    with pytest.raises(NpusimError, match=r"need 3952 B of first buffer.*first_buffer_kb=1"):
         npusim.conv2d(np.ones((1, 1, 8, 8)), np.ones((1, 1, 7, 7)), dataflow="input-reuse",
                       arch=arch_with(first_buffer_kb=1, processing_units=4))
 
@@ -221,8 +232,8 @@ def test_work_stealing_spreads_a_depthwise_kernel_over_the_idle_units():
     one_unit = {"operation_units": 1, "interconnect": "chain"}  # no transfers: compute only
     _, on = run(layer, x, w, None, arch_with(FREE, work_stealing=True, **one_unit))
     _, off = run(layer, x, w, None, arch_with(FREE, work_stealing=False, **one_unit))
-    assert off.cycles == 8 * 9 * 9  # 8 kernel sets of one kernel, 9 regions, 9 taps
-    assert on.cycles == 8 * 9 * 3  # ceil(9 / 4) per region and kernel
+    assert off.cycles == 8 * 4 * 9  # 8 kernel sets of one kernel, 4 regions, 9 taps
+    assert on.cycles == 8 * 4 * 3  # ceil(9 / 4) per region and kernel
 
 
 def test_memory_bytes_by_hand_for_fig5():

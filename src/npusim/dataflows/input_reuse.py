@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine
-from ..arch.spec import MAX_DIM, MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
+from ..arch.spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
 from ..memory import Steps
 from ..reference import pad_input
@@ -62,8 +62,10 @@ class Params:
                                   max=MAX_SIDE)
     processing_units: int = spec(4, "processing units per operation unit (kernels)",
                                    min=1, max=MAX_SIDE)
-    kernel_part_rows: int = spec(0, "kernel rows per pass, 0 = whole kernel (Fig. 9)", min=0,
-                                  max=MAX_DIM)
+    accumulators: int = spec(36, "partial-OFM pixels per processing unit (Fig. 6: MUX, "
+                             "adder and register each)", min=1, max=MAX_UNITS)
+    mux_fan_in: int = spec(9, "products one accumulator's MUX selects from (Fig. 6)", min=1,
+                           max=MAX_UNITS)
     interconnect: str = spec("bus", "partial-OFM links", choices=("full", "bus", "chain"))
     bus_width: int = spec(64, "partial-OFM pixels per transfer cycle", min=1,
                            max=MAX_UNITS)
@@ -81,8 +83,17 @@ class Params:
 
     @property
     def geometry(self) -> Geometry:
-        return Geometry((self.region_rows, self.region_cols), self.region_channels,
-                        self.processing_units, self.kernel_part_rows)
+        return Geometry(self.region, self.region_channels, self.processing_units,
+                        self.accumulators, self.mux_fan_in)
+
+    @property
+    def region(self) -> tuple[int, int]:
+        """Rows and columns of a region (pixels)."""
+        return self.region_rows, self.region_cols
+
+    def plan(self, layer: ConvLayer):
+        """The layer's phases, region grid and kernel parts on this datapath."""
+        return plan(layer, self.region, self.accumulators, self.mux_fan_in)
 
 
 def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -168,18 +179,21 @@ class Jobs:
     """What the memory model needs of a layer's jobs, counted by the fast model or by the
     emulator: every job's end (cycles, global order) and weight cycles (its PUs' sum),
     the layer's stall-free cycles and whether the last transfer ends after the last job,
-    the input's non-zeros (the stream as stored holds them all), those of every region
-    (over its channels and stride phases, in job order), every kernel's non-zero
-    weights, the OFM pixels the compressor stores and the bytes at the SRAM ports."""
+    the bytes of the compressed input stream as stored and its non-zeros, those of every region
+    (over its channels and stride phases, in job order), the compressed bytes of every
+    kernel set (in a region's job order), the compressed OFM's bytes, the accumulator
+    pixels of the partial OFMs in flight and the bytes at the SRAM ports."""
 
     end: np.ndarray
     busy: np.ndarray
     cycles: int
     bus_bound: bool
+    stream_bytes: int
     input_nonzeros: int
     region_nonzeros: np.ndarray
-    kernel_nonzeros: np.ndarray
-    ofm_pixels: int
+    kernel_set_bytes: np.ndarray
+    ofm_bytes: int
+    psum_pixels: int
     sram_total: int
 
 
@@ -236,12 +250,10 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     busy[:n_jobs] = jobs.busy
     ifmap, ifmap_bytes = _ifmap_blocks(layer, p, jobs, first, last, per_region)
     filt, filt_bytes = _filter_blocks(layer, p, jobs, first, last, per_region)
-    pofm = max(np.prod(part.pofm_shape((p.region_rows, p.region_cols)))
-               for part in plan(layer, p.kernel_part_rows).parts)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
                  filter_bytes=filt_bytes, ofmap=np.arange(rows),
-                 ofmap_bytes=_ofmap_bytes(layer, p, jobs, rows),
-                 psum_bytes=p.operation_units * p.processing_units * int(pofm) * ACC_BYTES,
+                 ofmap_bytes=_ofmap_bytes(p, jobs, rows),
+                 psum_bytes=jobs.psum_pixels * ACC_BYTES,
                  sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
                  compute_bound="bus" if jobs.bus_bound else "compute")
 
@@ -249,8 +261,7 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
 def _ifmap_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
     """(id, DRAM bytes) of each row's ifmap block: the regions the row starts, their share
     of the compressed stream, or the region it continues."""
-    elem, region = element_bytes(layer.dtype), (p.region_rows, p.region_cols)
-    stream = compressed_ifm.stream_bytes(layer.input_shape, jobs.input_nonzeros, region, elem)
+    elem, stream = element_bytes(layer.dtype), jobs.stream_bytes
     regions = len(jobs.region_nonzeros)
     bitmaps = stream - jobs.input_nonzeros * elem
     region_bytes = share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
@@ -260,20 +271,17 @@ def _ifmap_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
     return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], region_bytes[hi])
 
 
-def _ofmap_bytes(layer, p: Params, jobs: Jobs, rows: int) -> np.ndarray:
+def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
     """Each row's share of the compressed OFM, by its jobs (one region against one kernel
     set each): the row's partial OFMs, once accumulated, are its block of the output."""
-    out = compressed_ifm.stream_bytes(layer.output_shape, jobs.ofm_pixels,
-                                      (p.region_rows, p.region_cols), element_bytes(layer.dtype))
     per_row = np.full(rows, p.operation_units, np.int64)
     per_row[-1] = len(jobs.end) - (rows - 1) * p.operation_units
-    return share(out, per_row)
+    return share(jobs.ofm_bytes, per_row)
 
 
 def _filter_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
     """(id, DRAM bytes) of each row's filter block: all kernel sets, or a window of them."""
-    sets = kernel_set_bytes(layer, np.asarray(jobs.kernel_nonzeros, np.int64),
-                            p.processing_units)
+    sets = jobs.kernel_set_bytes
     whole = int(sets.sum())
     rows = len(first)
     if per_region <= p.operation_units:
@@ -315,6 +323,7 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "peak_pofm_pixels": work.pofm_peak[0] * work.pofm_peak[1],
         "peak_pofm_rows": work.pofm_peak[0],
         "peak_pofm_cols": work.pofm_peak[1],
+        "peak_kernel_parts": work.kernel_parts,
     }
 
 
@@ -354,19 +363,24 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     work = region_work(layer, x_mask, w_mask, p.geometry)
     sch, saved = timing(work, p)
     c = counts(layer, p, work, extra_counts(layer, x_mask, w_mask, p, work, sch, saved), name)
+    elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
     jobs = Jobs(end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
                 bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
-                input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
-                kernel_nonzeros=np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
-                ofm_pixels=ofm_pixels(layer, x_mask, w_mask),
+                stream_bytes=c.extra["ifm_stream_bytes"], input_nonzeros=work.input_nonzeros,
+                region_nonzeros=work.region_nonzeros,
+                kernel_set_bytes=kernel_set_bytes(
+                    layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
+                    p.processing_units),
+                ofm_bytes=compressed_ifm.stream_bytes(
+                    layer.output_shape, ofm_pixels(layer, x_mask, w_mask), p.region, elem),
+                psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
                 sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes)
     return price(layer, c, steps(layer, p, jobs), arch)
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:
     """Bytes of first buffer a job needs: one partial OFM per PU and kernel part."""
-    region = (p.region_rows, p.region_cols)
-    pixels = sum(np.prod(part.pofm_shape(region)) for part in plan(layer, p.kernel_part_rows).parts)
+    pixels = sum(np.prod(part.pofm_shape(p.region)) for part in p.plan(layer).parts)
     return p.processing_units * int(pixels) * ACC_BYTES
 
 
@@ -377,11 +391,15 @@ class InputReuse(Machine):
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         p = arch.params(self.name)
+        if p.region_rows * p.region_cols > p.accumulators:
+            return (f"accumulators={p.accumulators} per processing unit cannot hold the "
+                    f"{p.region_rows}x{p.region_cols} partial OFM of even one tap; "
+                    f"accumulators must be >= region_rows * region_cols")
         need = buffer_need(layer, p)
         if need > p.first_buffer_kb * 1024:
             return (f"partial OFMs need {need} B of first buffer per operation unit, "
-                    f"first_buffer_kb={p.first_buffer_kb}; use kernel_part_rows or a "
-                    f"smaller region")
+                    f"first_buffer_kb={p.first_buffer_kb}; use a larger first buffer, fewer "
+                    f"accumulators (more, smaller kernel parts) or a smaller region")
         return None
 
     def compute(self, layer, x, w, bias, arch):
@@ -397,11 +415,11 @@ class InputReuse(Machine):
         return emulate(layer, x, w, bias, arch.params(self.name), arch)
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
-        """Cycles lost to contention on the units' interconnect, cycles work stealing
-        saved, and the partial-sum transfers between units."""
+        """Kernel parts of the fixed datapath, cycles lost to contention on the units'
+        interconnect, cycles work stealing saved, and the partial-sum transfers."""
         e = total.extra
         idle = e.get("opunit_idle_cycles", 0)
-        return [("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+        return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
                 ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),

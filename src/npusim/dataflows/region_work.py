@@ -36,7 +36,8 @@ class Geometry:
     region: tuple[int, int]
     depth: int
     pus: int
-    part_rows: int
+    accumulators: int
+    fan_in: int
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Work:
     regions: int
     pofm_peak: tuple[int, int]
     region_nonzeros: np.ndarray
+    kernel_parts: int
 
 
 def tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
@@ -121,30 +123,32 @@ def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.n
     return wp.reshape(layer.groups, layer.Kg, layer.Cg, -1)
 
 
-def grid_counts(xp_mask: np.ndarray, ph: Phase, grid: tuple[int, int],
+def grid_counts(xp_mask: np.ndarray, ph: Phase, layout: Plan,
                 region: tuple[int, int]) -> np.ndarray:
     """Non-zero pixels per region and channel of one phase, N x C x Th x Tw, on the common
-    region grid (``grid`` = rows, cols of the largest phase input)."""
-    shape = (grid[0] // region[0], grid[1] // region[1])
+    region grid (from ``layout.origin``, ``layout.extent`` pixels, rounded up to regions)."""
+    shape = tuple(-(-e // r) for e, r in zip(layout.extent, region, strict=True))
     return _block_counts(xp_mask.view(np.uint8), ph.a, ph.b, *ph.stride, ph.rows, ph.cols,
-                         *region, *shape)
+                         *layout.origin, *region, *shape)
 
 
 @njit(cache=True, nogil=True)
-def _block_counts(xp, a, b, sh, sw, rows, cols, rh, rw, th, tw):  # pragma: no cover
-    """counts[n, c, i // rh, j // rw] += xp[n, c, a + i sh, b + j sw] for the phase's
-    ``rows`` x ``cols`` pixels; ``th`` x ``tw`` blocks."""
+def _block_counts(xp, a, b, sh, sw, rows, cols, i0, j0, rh, rw, th, tw):  # pragma: no cover
+    """counts[n, c, (i - i0) // rh, (j - j0) // rw] += xp[n, c, a + i sh, b + j sw] for the
+    phase's pixels from ``(i0, j0)`` on (at most ``rows`` x ``cols``); ``th`` x ``tw``
+    blocks."""
     N, C = xp.shape[:2]
     counts = np.zeros((N, C, th, tw), np.int64)
-    band = np.empty(cols, np.int32)  # one block row's pixel rows added column by column
+    j1 = min(cols, j0 + tw * rw)
+    band = np.empty(max(j1 - j0, 0), np.int32)  # one block row's pixel rows, column by column
     for n in range(N):
         for c in range(C):
             for t in range(th):
                 band[:] = 0
-                for i in range(t * rh, min(t * rh + rh, rows)):
-                    for j in range(cols):
-                        band[j] += xp[n, c, a + i * sh, b + j * sw]
-                for j in range(cols):
+                for i in range(i0 + t * rh, min(i0 + t * rh + rh, rows)):
+                    for j in range(j0, j1):
+                        band[j - j0] += xp[n, c, a + i * sh, b + j * sw]
+                for j in range(band.size):
                     counts[n, c, t, j // rw] += band[j]
     return counts
 
@@ -253,11 +257,10 @@ def _nonzero_slots(cycles, jobs_per_region, sets_per_group, kg):  # pragma: no c
 def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 geo: Geometry) -> Work:
     """Jobs, transfers and skip counts of ``layer`` from the non-zero masks of x and w."""
-    layout = plan(layer, geo.part_rows)
-    grid = tuple(math.ceil(e / r) * r for e, r in zip(layout.extent, geo.region, strict=True))
+    layout = plan(layer, geo.region, geo.accumulators, geo.fan_in)
     xp = pad_input(np.asarray(x_mask, np.bool_), layer, False)
     per_tap = tap_weights(layer, w_mask)
-    counts = [grid_counts(xp, ph, grid, geo.region) for ph in layout.phases]
+    counts = [grid_counts(xp, ph, layout, geo.region) for ph in layout.phases]
     cyc, dense, wonly, products = part_cycles(layer, counts, w_mask, per_tap, layout, geo)
     sets = kernel_sets(cyc, geo.pus)  # N x T x J x P x parts
     shapes = [part.pofm_shape(geo.region) for part in layout.parts]
@@ -272,4 +275,5 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 sram_ifmap_words=int(sum(c.sum() for c in counts)),
                 sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
                 pofm_peak=max(shapes, key=lambda s: s[0] * s[1]),
-                region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1))
+                region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1),
+                kernel_parts=len(layout.parts))
