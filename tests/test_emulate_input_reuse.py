@@ -133,3 +133,61 @@ def test_emulator_equals_fast_model_when_weights_overflow_the_filter_sram():
     assert fast.dram_filter_bytes > fast.extra["weight_bytes"]
     assert fast.stall_dram_filter_cycles > 0
     assert emu == fast
+
+
+@given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
+       st.sampled_from([0.6, 0.2]), st.sampled_from(["x", "w", "kernel"]))
+def test_emulator_equals_fast_model_on_every_field_with_zero_inputs_or_kernels(
+        layer, p, seed, density, zero):
+    """All-zero inputs, all-zero weights, or one all-zero kernel, on a memory whose
+    buffers overflow (1 KiB SRAMs at 0.25 B/cycle): every LayerStats field equal."""
+    layer = layer.with_dtype("int8")
+    x, w, b = tensors(layer, seed, "int8", density)
+    if zero == "x":
+        x[:] = 0
+    elif zero == "w":
+        w[:] = 0
+    else:
+        w[0] = 0
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__}).with_memory(
+        dram_bytes_per_cycle=0.25, ifmap_sram_kb=1, filter_sram_kb=1, ofmap_sram_kb=1)
+    out, emu = emulate(layer, x, w, b, p, arch)
+    np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
+    assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+
+
+def test_a_taller_partial_ofm_in_the_fast_planner_is_caught_by_the_emulator(monkeypatch):
+    """The emulator wires its own datapath: a fast planner whose partial OFMs are 3x
+    taller disagrees with it (transfers, first-buffer bytes, peak partial OFM)."""
+    from npusim.dataflows.phases import Part
+
+    layer = ConvLayer(1, 2, 8, 8, 4, 3, 3, padding=1, dtype="int8")
+    p = Params(operation_units=2, processing_units=2)
+    x, w, b = tensors(layer, 3, "int8", 0.5)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    assert emulate(layer, x, w, b, p, arch)[1] == layer_stats(layer, x != 0, w != 0, arch,
+                                                              "input-reuse")
+    shape = Part.pofm_shape
+    monkeypatch.setattr(Part, "pofm_shape", lambda self, region: (
+        3 * shape(self, region)[0], shape(self, region)[1]))
+    emu, fast = emulate(layer, x, w, b, p, arch)[1], layer_stats(layer, x != 0, w != 0, arch,
+                                                                 "input-reuse")
+    assert emu.sram_ofmap_bytes != fast.sram_ofmap_bytes
+    assert emu.extra["peak_pofm_rows"] == 6 != fast.extra["peak_pofm_rows"]
+
+
+def test_a_kernel_split_into_parts_runs_each_part_as_its_own_partial_ofm():
+    """5x5 kernel, 4x4 region, 36 accumulators, fan-in 9: four 3x3 tiles (6x6, 6x5, 5x6,
+    5x5 partial OFMs, fan-in 9, 6, 6, 4); one unit and PU, dense: 25 cycles, 4 partial
+    OFMs written and read once each (4 B a pixel), the output exact."""
+    layer = ConvLayer(1, 1, 4, 4, 1, 5, 5, padding=2, dtype="int8")
+    p = Params(operation_units=1, processing_units=1, interconnect="chain")
+    x, w, _ = tensors(layer, 9, "int8")
+    w[w == 0] = 1
+    x[x == 0] = 1
+    res = emulate_layer(layer, x, w, None, p)
+    np.testing.assert_array_equal(res.output, reference.conv2d(x, w, None, layer))
+    assert res.inventory["kernel_parts"] == 4 and res.cycles == 25
+    assert [f.shape for f in res.inventory["fan_in"]] == [(6, 6), (6, 5), (5, 6), (5, 5)]
+    assert [int(f.max()) for f in res.inventory["fan_in"]] == [9, 6, 6, 4]
+    assert res.counters.sram_ofmap_bytes == 2 * 4 * (36 + 30 + 30 + 25)
