@@ -385,3 +385,28 @@ def bandwidth_sweep(preset: str):
 
 def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
     bandwidth_sweep("input-reuse-1024")
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_a_thief_fills_a_partial_ofm_of_its_own_that_the_output_side_collects(emulate):
+    """One unit, two PUs, a 4x4 region, 1x1 kernels over 4 channels: kernel 0 has 4 weight
+    cycles, kernel 1 none. Without stealing PU 0 runs 4 cycles and moves one 16-pixel
+    partial OFM over the bus (1 beat): 4 + 1 = 5 cycles. With stealing PU 1 takes kernel 0's
+    last two cycles (cycle 1: PU 0 runs channel 0, PU 1 channel 3; cycle 2: 1 and 2) into a
+    partial OFM of its own: 2 cycles, then two transfers one after the other: 2 + 2 = 4
+    cycles, one extra transfer, twice the first-buffer bytes (written and read, 4 B)."""
+    layer = ConvLayer(1, 4, 4, 4, 2, 1, 1, dtype="int8")
+    x = np.arange(1, 65, dtype=np.int8).reshape(layer.input_shape)
+    w = np.zeros(layer.weight_shape, np.int8)
+    w[0] = 1
+    got = {}
+    for steal in (False, True):
+        arch = arch_with(FREE, operation_units=1, processing_units=2, work_stealing=steal,
+                         interconnect="bus", bus_width=64)
+        out, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+        np.testing.assert_array_equal(out, reference.conv2d(x, w, None, layer))
+        got[steal] = s
+    off, on = got[False], got[True]
+    assert (off.cycles, off.extra["transfers"], off.sram_ofmap_bytes) == (5, 1, 2 * 4 * 16)
+    assert (on.cycles, on.extra["transfers"], on.sram_ofmap_bytes) == (4, 2, 2 * 4 * 32)
+    assert on.extra["stealing_saved_cycles"] == 1

@@ -84,7 +84,7 @@ class Params:
     @property
     def geometry(self) -> Geometry:
         return Geometry(self.region, self.region_channels, self.processing_units,
-                        self.accumulators, self.mux_fan_in)
+                        self.accumulators, self.mux_fan_in, self.work_stealing)
 
     @property
     def region(self) -> tuple[int, int]:
@@ -338,14 +338,17 @@ def dealt_cycles(slot_cycles: np.ndarray, p: Params) -> np.ndarray:
 
 
 def timing(work: Work, p: Params) -> tuple[Schedule, int]:
-    """The layer's schedule on the units, and the cycles work stealing saves (0 if off)."""
-    q = queue(work.transfers, units=p.operation_units, interconnect=p.interconnect,
-              output_units=p.output_units, width=p.bus_width)
-    sch = schedule(work.slot_cycles, q, units=p.operation_units, stealing=p.work_stealing)
+    """The layer's schedule on the units, and the cycles work stealing saves (0 if off):
+    without stealing the jobs last longer but move fewer partial OFMs."""
+    def run(t, stealing: bool) -> Schedule:
+        q = queue(t, units=p.operation_units, interconnect=p.interconnect,
+                  output_units=p.output_units, width=p.bus_width)
+        return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing)
+
+    sch = run(work.transfers, p.work_stealing)
     if not p.work_stealing:
         return sch, 0
-    return sch, schedule(work.slot_cycles, q, units=p.operation_units,
-                         stealing=False).cycles - sch.cycles
+    return sch, run(work.plain_transfers, False).cycles - sch.cycles
 
 
 def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> Counts:

@@ -38,15 +38,19 @@ class Geometry:
     pus: int
     accumulators: int
     fan_in: int
+    stealing: bool
 
 
 @dataclass
 class Work:
     """Jobs, transfers and skip counts of one layer; ``region_nonzeros``: non-zero input
-    pixels of every region over its channels and stride phases (N * T,), in job order."""
+    pixels of every region over its channels and stride phases (N * T,), in job order;
+    ``transfers`` as the device runs (with its work stealing), ``plain_transfers`` those
+    without stealing (None when it is off)."""
 
     slot_cycles: np.ndarray
     transfers: Transfers
+    plain_transfers: Transfers | None
     dense_cycles: int
     weight_only_cycles: int
     products: int
@@ -222,14 +226,109 @@ def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometr
     return cyc, dense, wonly, products
 
 
-def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int) -> Transfers:
-    """Sequence of transfers (job, slot, part order) from the jobs' per-part cycles
-    (N x T x J x P x parts): one per partial OFM with any product, carrying its kernel
-    and its part's partial-OFM pixels."""
+def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int,
+              stealing: bool) -> Transfers:
+    """Sequence of transfers from the jobs' per-part cycles (N x T x J x P x parts): one per
+    partial OFM with any weight cycle, carrying its kernel and its part's partial-OFM
+    pixels. Without stealing a PU fills one partial OFM per part of its kernel (order: job,
+    slot, part); with stealing a thief fills one of its own for each part of each victim
+    it took cycles of (order: job, victim slot, computing slot, part; see ``_steal``)."""
     flat = np.ascontiguousarray(sets).reshape(-1, pus, sets.shape[-1])
-    job, kernel, part = _nonzero_slots(flat, sets.shape[2], sets.shape[2] // layer.groups,
-                                       layer.Kg)
+    args = (sets.shape[2], sets.shape[2] // layer.groups, layer.Kg)
+    if stealing:
+        job, kernel, part = _stolen_slots(_steal(flat), *args)
+    else:
+        job, kernel, part = _nonzero_slots(flat, *args)
     return Transfers(job, kernel, pixels[part])
+
+
+@njit(cache=True, nogil=True)
+def _steal(cycles):  # pragma: no cover
+    """done[j, v, t, p]: weight cycles of victim slot v's part p that slot t ran in job j,
+    under the device's work stealing: each cycle every PU with cycles left runs the next
+    of its own (front of its queue, parts in order); then each PU that had none at the
+    cycle's start, in slot order, takes the last cycle of the PU with most left (the first
+    of equals). While no PU is idle, runs of cycles that cross no part boundary go at once."""
+    jobs, pus, parts = cycles.shape
+    done = np.zeros((jobs, pus, pus, parts), np.int64)
+    front = np.zeros(pus, np.int64)
+    back = np.zeros(pus, np.int64)
+    bounds = np.zeros((pus, parts + 1), np.int64)
+    idle = np.zeros(pus, np.bool_)
+    for j in range(jobs):
+        for v in range(pus):
+            for p in range(parts):
+                bounds[v, p + 1] = bounds[v, p] + cycles[j, v, p]
+            front[v], back[v] = 0, bounds[v, parts]
+        while True:
+            left = 0
+            run = -1
+            for v in range(pus):
+                rem = back[v] - front[v]
+                left += rem
+                idle[v] = rem == 0
+                if rem > 0:
+                    p = 0
+                    while bounds[v, p + 1] <= front[v]:
+                        p += 1
+                    step = min(rem, bounds[v, p + 1] - front[v])
+                    run = step if run < 0 else min(run, step)
+            if left == 0:
+                break
+            if not idle.any():  # everyone busy: a run of cycles inside one part each
+                for v in range(pus):
+                    p = 0
+                    while bounds[v, p + 1] <= front[v]:
+                        p += 1
+                    done[j, v, v, p] += run
+                    front[v] += run
+                continue
+            for v in range(pus):
+                if not idle[v]:
+                    p = 0
+                    while bounds[v, p + 1] <= front[v]:
+                        p += 1
+                    done[j, v, v, p] += 1
+                    front[v] += 1
+            for t in range(pus):
+                if not idle[t]:
+                    continue
+                victim, most = 0, back[0] - front[0]
+                for v in range(1, pus):
+                    if back[v] - front[v] > most:
+                        victim, most = v, back[v] - front[v]
+                if most == 0:
+                    break
+                back[victim] -= 1
+                p = 0
+                while bounds[victim, p + 1] <= back[victim]:
+                    p += 1
+                done[j, victim, t, p] += 1
+    return done
+
+
+@njit(cache=True, nogil=True)
+def _stolen_slots(done, jobs_per_region, sets_per_group, kg):  # pragma: no cover
+    """(job, kernel, part) of every non-zero entry of ``done`` (jobs x P x P x parts), in
+    order; the kernel is the victim slot's."""
+    jobs, pus, _, parts = done.shape
+    n = 0
+    for j in range(jobs):
+        for v in range(pus):
+            for t in range(pus):
+                for pt in range(parts):
+                    n += done[j, v, t, pt] != 0
+    job, kernel, part = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    i = 0
+    for j in range(jobs):
+        g, kset = divmod(j % jobs_per_region, sets_per_group)
+        for v in range(pus):
+            for t in range(pus):
+                for pt in range(parts):
+                    if done[j, v, t, pt] != 0:
+                        job[i], kernel[i], part[i] = j, g * kg + kset * pus + v, pt
+                        i += 1
+    return job, kernel, part
 
 
 @njit(cache=True, nogil=True)
@@ -267,7 +366,9 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
     pixels = np.array([h * w for h, w in shapes], np.int64)
     n, T = sets.shape[:2]
     return Work(slot_cycles=reduce_last(sets, np.add).reshape(-1, geo.pus),
-                transfers=transfers(sets, pixels, layer, geo.pus),
+                transfers=transfers(sets, pixels, layer, geo.pus, geo.stealing),
+                plain_transfers=(transfers(sets, pixels, layer, geo.pus, False)
+                                 if geo.stealing else None),
                 dense_cycles=dense, weight_only_cycles=wonly, products=products,
                 useful_products=useful_products(layer, xp, per_tap),
                 input_nonzeros=int(np.count_nonzero(x_mask)),

@@ -171,8 +171,8 @@ class Job:
     kernels: list[int]
     queues: list[deque]
     regions: dict  # (a, b) phase -> Cg x rh x rw read by the dispatcher
-    pofms: dict = field(default_factory=dict)  # (slot, part) -> accumulators
-    hits: dict = field(default_factory=dict)  # (slot, part) -> products counted per cell
+    pofms: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> accumulators
+    hits: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> products per cell
 
 
 @dataclass
@@ -326,8 +326,9 @@ class Machine:
 
     # -- one processing-unit cycle: multipliers, MUXes, accumulators (Fig. 6) ---------------
 
-    def pu_cycle(self, job: Job, slot: int, item) -> None:
-        """Execute one weight cycle of kernel slot ``slot`` on the job's region."""
+    def pu_cycle(self, job: Job, slot: int, pu: int, item) -> None:
+        """Processing unit ``pu`` executes one weight cycle of kernel slot ``slot`` on the
+        job's region, into a partial OFM of its own for that kernel and part."""
         pi, c0, ti = item
         path = self.paths[pi]
         t = path.taps[ti]
@@ -337,33 +338,37 @@ class Machine:
         products = (region * weights[:, None, None]).sum(axis=0)
         hit = ((region != 0) & (weights != 0)[:, None, None]).sum(axis=0)
         self.counters.products += int(hit.sum())
-        acc = job.pofms.setdefault((slot, pi), np.zeros(path.pofm, self.acc))
-        seen = job.hits.setdefault((slot, pi), np.zeros(path.pofm, np.int64))
+        acc = job.pofms.setdefault((slot, pu, pi), np.zeros(path.pofm, self.acc))
+        seen = job.hits.setdefault((slot, pu, pi), np.zeros(path.pofm, np.int64))
         cells, pixels = path.wiring[ti]
         acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
         seen.reshape(-1)[cells] += hit.reshape(-1)[pixels]
 
     def unit_cycle(self, job: Job) -> None:
-        """All processing units of one operation unit for one cycle (with work stealing)."""
+        """All processing units of one operation unit for one cycle: each with work left
+        runs its next; with work stealing each idle one (in slot order) takes the last
+        cycle of the one with most left."""
         queues = job.queues
-        todo = [(slot, q.popleft()) for slot, q in enumerate(queues) if q]
+        idle = [slot for slot, q in enumerate(queues) if not q]
+        todo = [(slot, slot, q.popleft()) for slot, q in enumerate(queues) if q]
         if self.stealing:
-            for _ in range(len(queues) - len(todo)):
+            for thief in idle:
                 victim = max(range(len(queues)), key=lambda i: len(queues[i]))
                 if not queues[victim]:
                     break
-                todo.append((victim, queues[victim].pop()))
-        for slot, item in todo:
-            self.pu_cycle(job, slot, item)
+                todo.append((victim, thief, queues[victim].pop()))
+        for slot, pu, item in todo:
+            self.pu_cycle(job, slot, pu, item)
         self.counters.pu_busy += len(todo)
 
     # -- output side: servers and output units ---------------------------------------------
 
     def hand_off(self, job: Job, unit: int, now: int, pending: list) -> None:
-        """Queue the job's partial OFMs (slot, part order) for their servers; each is written
-        to and read from the first buffer once (4-byte accumulators)."""
+        """Queue the job's partial OFMs (kernel slot, PU, part order) for their servers; each
+        is written to and read from the first buffer once (4-byte accumulators)."""
         p = self.p
-        for (slot, pi), pofm in sorted(job.pofms.items()):
+        for key, pofm in sorted(job.pofms.items()):
+            slot, _, pi = key
             self.counters.sram_ofmap_bytes += 2 * ACC_BYTES * pofm.size
             k = job.kernels[slot]
             beats = math.ceil(pofm.size / p.bus_width)
@@ -378,13 +383,14 @@ class Machine:
                 self.counters.hops += hops
             self.counters.transfer_cycles += duration
             if duration == 0:
-                self.accumulate(job, slot, pi, pofm)
+                self.accumulate(job, key, pofm)
                 continue
-            pending.append(((now, job.seq, slot, pi), server, duration, job, slot, pi, pofm))
+            pending.append(((now, job.seq, key), server, duration, job, key, pofm))
 
-    def accumulate(self, job: Job, slot: int, pi: int, pofm: np.ndarray) -> None:
+    def accumulate(self, job: Job, key: tuple, pofm: np.ndarray) -> None:
         """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add);
         the products that land inside the OFM are its MACs."""
+        slot, _, pi = key
         path = self.paths[pi]
         top = self.origin[0] + job.ti * self.region[0] - path.top[0]
         left = self.origin[1] + job.tj * self.region[1] - path.top[1]
@@ -394,7 +400,7 @@ class Machine:
         if r1 > r0 and c1 > c0:
             window = (job.n, job.kernels[slot], slice(r0, r1), slice(c0, c1))
             crop = (slice(r0 - top, r1 - top), slice(c0 - left, c1 - left))
-            hits = job.hits[slot, pi][crop]
+            hits = job.hits[key][crop]
             self.ofm[window] += pofm[crop]
             self.touched[window] |= hits > 0
             self.counters.macs += int(hits.sum())
@@ -409,13 +415,13 @@ class Machine:
                 continue
             t = min(ready, key=lambda t: t[0])
             pending.remove(t)
-            (ready_at, *_), _, duration, job, slot, pi, pofm = t
+            (ready_at, *_), _, duration, job, key, pofm = t
             busy[server] = now + duration
             c = self.counters
             c.transfers += 1
             c.contention += now - ready_at
             c.last_transfer_end = max(c.last_transfer_end, now + duration)
-            self.accumulate(job, slot, pi, pofm)
+            self.accumulate(job, key, pofm)
 
     # -- the clock --------------------------------------------------------------------------
 
