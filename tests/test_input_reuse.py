@@ -263,15 +263,18 @@ def assert_stalls(s, ifmap: float, filter: float, ofmap: float) -> None:
         assert abs(got - want) < 1
 
 
-def _refetch_case(units, filter_kb, bandwidth):
-    """1x1 conv, 64 -> 8 channels on a 4x8 int8 map, dense: two 4x4 regions; 4 kernels
-    per processing unit set -> 2 kernel sets of 4 x (8 B bitmap + 64 values) = 288 B."""
+def _refetch_case(units, filter_kb, bandwidth, ifmap_kb=3):
+    """1x1 conv, 64 -> 8 channels on a 4x8 int8 map, dense: two 4x4 regions of 1,152 B of
+    stream each; 4 kernels per processing unit set -> 2 kernel sets of 4 x (8 B bitmap +
+    64 values) = 288 B. A 3 KiB ifmap SRAM (1,536 usable bytes) holds one region, not two:
+    kernel-major would fetch the regions again for each kernel set (4 x 1,152 B), more than
+    region-major's weight refetch, so these cases run region-major."""
     layer = ConvLayer(1, 64, 4, 8, 8, 1, 1, dtype="int8")
     x = np.ones(layer.input_shape, np.int8)
     w = np.ones(layer.weight_shape, np.int8)
     arch = arch_with(bandwidth, operation_units=units, processing_units=4,
                      interconnect="chain", work_stealing=False).with_memory(
-        filter_sram_kb=filter_kb)
+        filter_sram_kb=filter_kb, ifmap_sram_kb=ifmap_kb)
     return run(layer, x, w, None, arch)[1]
 
 
@@ -410,3 +413,19 @@ def test_a_thief_fills_a_partial_ofm_of_its_own_that_the_output_side_collects(em
     assert (off.cycles, off.extra["transfers"], off.sram_ofmap_bytes) == (5, 1, 2 * 4 * 16)
     assert (on.cycles, on.extra["transfers"], on.sram_ofmap_bytes) == (4, 2, 2 * 4 * 32)
     assert on.extra["stealing_saved_cycles"] == 1
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_kernel_major_order_is_taken_when_it_moves_fewer_bytes(emulate):
+    """The case above with a 64 KiB ifmap SRAM, one unit: region-major moves 2,304 B of
+    stream + 4 x 288 B of weights (they do not fit 512 usable bytes); kernel-major runs
+    (set 0, region 0), (0, 1), (1, 0), (1, 1): each set fetched once (576 B), the two
+    regions stay (2,304 B < 32 KiB): 2,304 + 576 + the 288 B OFM. Same 4 x 64 cycles."""
+    layer = ConvLayer(1, 64, 4, 8, 8, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    arch = arch_with(2.0, operation_units=1, processing_units=4, interconnect="chain",
+                     work_stealing=False).with_memory(filter_sram_kb=1)
+    _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+    assert s.extra["kernel_major_layers"] == 1
+    assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 576, 288)
+    assert s.compute_cycles == 4 * 64

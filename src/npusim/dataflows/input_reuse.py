@@ -31,6 +31,7 @@ stalls; ``stats.price`` makes the ``LayerStats``.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,14 +39,14 @@ import numpy as np
 from .. import engine
 from ..arch.spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
-from ..memory import Steps
+from ..memory import Steps, traffic
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
 from .base import Machine, element_bytes, percent, register
 from .operation_units import Schedule, queue, schedule
 from .phases import plan
-from .region_work import Geometry, Work, region_work
+from .region_work import Geometry, Work, region_work, reorder
 
 ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
 
@@ -195,6 +196,27 @@ class Jobs:
     ofm_bytes: int
     psum_pixels: int
     sram_total: int
+    order: str = "region-major"
+
+
+ORDERS = ("region-major", "kernel-major")
+
+
+def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
+    """Region-major indices (region, then conv group and kernel set) of the jobs in the
+    order ``order`` runs them: ``kernel-major`` takes each kernel set over every region."""
+    idx = np.arange(regions * per_region, dtype=np.int64).reshape(regions, per_region)
+    return (idx if order == "region-major" else idx.T).ravel()
+
+
+def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory) -> str:
+    """The order whose steps move fewer DRAM bytes on ``memory`` (region-major on a tie).
+    The bytes depend on the jobs' blocks and their order only, not on their ends."""
+    moved = {}
+    for order in ORDERS:
+        t = traffic(steps(layer, p, dataclasses.replace(jobs, order=order)), memory)
+        moved[order] = int(sum(int(v.sum()) for v in t.values()))
+    return min(ORDERS, key=moved.get)
 
 
 def share(total: int, weights: np.ndarray) -> np.ndarray:
@@ -248,8 +270,14 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     compute[-1] += jobs.cycles - edge[-1]
     busy = np.zeros(rows * units, np.int64)
     busy[:n_jobs] = jobs.busy
-    ifmap, ifmap_bytes = _ifmap_blocks(layer, p, jobs, first, last, per_region)
-    filt, filt_bytes = _filter_blocks(layer, p, jobs, first, last, per_region)
+    regions = len(jobs.region_nonzeros)
+    region_bytes, set_bytes = _region_bytes(layer, jobs), jobs.kernel_set_bytes
+    if jobs.order == "region-major":
+        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
+        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, units)
+    else:
+        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
+        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last, units)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
                  filter_bytes=filt_bytes, ofmap=np.arange(rows),
                  ofmap_bytes=_ofmap_bytes(p, jobs, rows),
@@ -258,17 +286,23 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
                  compute_bound="bus" if jobs.bus_bound else "compute")
 
 
-def _ifmap_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
-    """(id, DRAM bytes) of each row's ifmap block: the regions the row starts, their share
-    of the compressed stream, or the region it continues."""
+def _region_bytes(layer, jobs: Jobs) -> np.ndarray:
+    """Every region's share of the compressed stream as stored: its values, by its
+    non-zeros, and the bitmaps spread evenly."""
     elem, stream = element_bytes(layer.dtype), jobs.stream_bytes
     regions = len(jobs.region_nonzeros)
     bitmaps = stream - jobs.input_nonzeros * elem
-    region_bytes = share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
-    cum = np.concatenate([[0], np.cumsum(region_bytes)])
-    lo, hi = -(-first // per_region), last // per_region
+    return share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
+
+
+def _outer_blocks(item_bytes, per_item, first, last):
+    """(id, DRAM bytes) of each row's block of the outer loop's operand (``per_item`` jobs
+    each): the items the row starts, or the one it continues (fetched again if it did not
+    stay)."""
+    cum = np.concatenate([[0], np.cumsum(item_bytes)])
+    lo, hi = -(-first // per_item), last // per_item
     starts = lo <= hi
-    return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], region_bytes[hi])
+    return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], item_bytes[hi])
 
 
 def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
@@ -279,17 +313,18 @@ def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
     return share(jobs.ofm_bytes, per_row)
 
 
-def _filter_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
-    """(id, DRAM bytes) of each row's filter block: all kernel sets, or a window of them."""
-    sets = jobs.kernel_set_bytes
-    whole = int(sets.sum())
+def _inner_blocks(item_bytes, count, first, last, units):
+    """(id, DRAM bytes) of each row's block of the inner loop's operand (``count`` items per
+    outer item): all of them if a row runs them all, else the window of the row's items,
+    cycled once per outer item."""
+    whole = int(item_bytes.sum())
     rows = len(first)
-    if per_region <= p.operation_units:
+    if count <= units:
         return np.zeros(rows, np.int64), np.full(rows, whole, np.int64)
-    start = first % per_region
-    count = last - first + 1
-    cum = np.concatenate([[0], np.cumsum(np.tile(sets, 2))])
-    return start, cum[start + count] - cum[start]
+    start = first % count
+    n = last - first + 1
+    cum = np.concatenate([[0], np.cumsum(np.tile(item_bytes, 2))])
+    return start, cum[start + n] - cum[start]
 
 
 def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
@@ -361,23 +396,34 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                 name: str) -> LayerStats:
-    """Every cost of the layer from the non-zero masks of its input and weights."""
+    """Every cost of the layer from the non-zero masks of its input and weights, in the
+    loop order that moves fewer DRAM bytes (``loop_order``)."""
     p = arch.params(name)
     work = region_work(layer, x_mask, w_mask, p.geometry)
-    sch, saved = timing(work, p)
-    c = counts(layer, p, work, extra_counts(layer, x_mask, w_mask, p, work, sch, saved), name)
     elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
-    jobs = Jobs(end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
-                bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
-                stream_bytes=c.extra["ifm_stream_bytes"], input_nonzeros=work.input_nonzeros,
-                region_nonzeros=work.region_nonzeros,
-                kernel_set_bytes=kernel_set_bytes(
-                    layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
-                    p.processing_units),
-                ofm_bytes=compressed_ifm.stream_bytes(
-                    layer.output_shape, ofm_pixels(layer, x_mask, w_mask), p.region, elem),
-                psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
-                sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes)
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    idle = np.zeros(len(work.slot_cycles), np.int64)
+    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  stream_bytes=compressed_ifm.stream_bytes(layer.input_shape,
+                                                           work.input_nonzeros, p.region, elem),
+                  input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
+                  kernel_set_bytes=kernel_set_bytes(
+                      layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
+                      p.processing_units),
+                  ofm_bytes=0, psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
+                  sram_total=0)
+    order = loop_order(layer, p, blocks, arch.memory)
+    work = reorder(work, run_order(work.regions, per_region, order))
+    sch, saved = timing(work, p)
+    extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved)
+    extra["kernel_major_layers"] = int(order == "kernel-major")
+    c = counts(layer, p, work, extra, name)
+    jobs = dataclasses.replace(
+        blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
+        bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
+        ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape,
+                                              ofm_pixels(layer, x_mask, w_mask), p.region, elem),
+        sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
     return price(layer, c, steps(layer, p, jobs), arch)
 
 
@@ -422,7 +468,9 @@ class InputReuse(Machine):
         interconnect, cycles work stealing saved, and the partial-sum transfers."""
         e = total.extra
         idle = e.get("opunit_idle_cycles", 0)
-        return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+        return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
+                ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
+                               "the others region-major"),("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
                 ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),

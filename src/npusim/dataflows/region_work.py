@@ -17,6 +17,7 @@ done with BLAS. Jobs are laid out in the order the device runs them: region-majo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -351,6 +352,27 @@ def _nonzero_slots(cycles, jobs_per_region, sets_per_group, kg):  # pragma: no c
                     job[i], kernel[i], part[i] = j, g * kg + kset * pus + slot, pt
                     i += 1
     return job, kernel, part
+
+
+def reorder(work: Work, order: np.ndarray) -> Work:
+    """``work`` with its jobs run in ``order`` (the region-major index of each job in run
+    order): weight cycles permuted, transfers renumbered and kept in run order (stable
+    within a job)."""
+    if np.array_equal(order, np.arange(len(order))):
+        return work
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+
+    def moved(t: Transfers | None) -> Transfers | None:
+        if t is None:
+            return None
+        job = rank[t.job]
+        seq = np.argsort(job, kind="stable")
+        return Transfers(job[seq], t.kernel[seq], t.pixels[seq])
+
+    return dataclasses.replace(work, slot_cycles=work.slot_cycles[order],
+                               transfers=moved(work.transfers),
+                               plain_transfers=moved(work.plain_transfers))
 
 
 def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,

@@ -228,8 +228,9 @@ def map_stream_bytes(m: np.ndarray, block: tuple[int, int], elem: int) -> int:
 class Machine:
     """The whole device for one layer: operation units, interconnect servers, output units."""
 
-    def __init__(self, layer: ConvLayer, x, w, params, stealing: bool | None = None):
-        self.layer, self.p = layer, params
+    def __init__(self, layer: ConvLayer, x, w, params, stealing: bool | None = None,
+                 order: str = "region-major"):
+        self.layer, self.p, self.order = layer, params, order
         self.stealing = params.work_stealing if stealing is None else stealing
         self.integer = np.issubdtype(x.dtype, np.integer)
         self.acc = np.int64 if self.integer else np.float32
@@ -294,20 +295,29 @@ class Machine:
                             out.append((pi, c0, ti))
         return out
 
+    def region_major(self) -> list[list[Job]]:
+        """Every region's jobs (image, region row, region column), each region's in its
+        order (conv group, kernel set)."""
+        L = self.layer
+        return [list(self.region_jobs(n, ti, tj)) for n in range(L.N)
+                for ti in range(self.grid[0]) for tj in range(self.grid[1])]
+
     def jobs(self) -> list[deque]:
-        """Every job, in global order, queued round robin on the operation units."""
-        L, p = self.layer, self.p
-        units = [deque() for _ in range(p.operation_units)]
-        seq = 0
-        for n in range(L.N):
-            for ti in range(self.grid[0]):
-                for tj in range(self.grid[1]):
-                    for job in self.region_jobs(n, ti, tj, seq):
-                        units[seq % p.operation_units].append(job)
-                        seq += 1
+        """Every job in the run order (``region-major``: a region's kernel sets one after
+        another; ``kernel-major``: a kernel set over every region), queued round robin on
+        the operation units."""
+        by_region = self.region_major()
+        if self.order == "region-major":
+            run = [job for region in by_region for job in region]
+        else:
+            run = [region[k] for k in range(len(by_region[0])) for region in by_region]
+        units = [deque() for _ in range(self.p.operation_units)]
+        for seq, job in enumerate(run):
+            job.seq = seq
+            units[seq % self.p.operation_units].append(job)
         return units
 
-    def region_jobs(self, n, ti, tj, seq):
+    def region_jobs(self, n, ti, tj):
         """The jobs of one region: per conv group, kernel sets of P kernels; the dispatcher
         reads the region's blocks again for every kernel set."""
         L, P, c = self.layer, self.p.processing_units, self.counters
@@ -321,8 +331,7 @@ class Machine:
                 kernels = [g * L.Kg + k for k in range(k0, min(k0 + P, L.Kg))]
                 queues = [self.weight_cycles(k, regions) for k in kernels]
                 queues += [deque() for _ in range(P - len(kernels))]
-                yield Job(seq, n, ti, tj, kernels, queues, regions)
-                seq += 1
+                yield Job(-1, n, ti, tj, kernels, queues, regions)
 
     # -- one processing-unit cycle: multipliers, MUXes, accumulators (Fig. 6) ---------------
 
@@ -493,9 +502,10 @@ class Machine:
         return np.array(out, np.int64)
 
 
-def emulate_layer(layer: ConvLayer, x, w, bias, params, stealing: bool | None = None) -> Result:
+def emulate_layer(layer: ConvLayer, x, w, bias, params, stealing: bool | None = None,
+                  order: str = "region-major") -> Result:
     """Run one layer on the emulated device: outputs, cycles, counters, inventory."""
-    m = Machine(layer, x, w, params, stealing)
+    m = Machine(layer, x, w, params, stealing, order)
     cycles = m.run()
     touched = m.touched.size if layer.bias else int(np.count_nonzero(m.touched))
     return Result(m.output(bias), cycles, m.counters, m.inventory(), touched, m)
@@ -507,11 +517,13 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
     from ..dataflows.input_reuse import Jobs, steps
     from ..stats import Counts, price
 
-    res = emulate_layer(layer, x, w, bias, params)
+    order = choose_order(layer, x, w, params, arch)
+    res = emulate_layer(layer, x, w, bias, params, order=order)
     m, c = res.machine, res.counters
     saved = 0
     if params.work_stealing:
-        saved = emulate_layer(layer, x, w, bias, params, stealing=False).cycles - res.cycles
+        saved = emulate_layer(layer, x, w, bias, params, stealing=False,
+                              order=order).cycles - res.cycles
     region, elem = m.region, m.elem
     pus = params.operation_units * params.processing_units
     largest = m.largest_path()
@@ -543,6 +555,7 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
         "peak_pofm_rows": largest.pofm[0],
         "peak_pofm_cols": largest.pofm[1],
         "peak_kernel_parts": len(m.paths),
+        "kernel_major_layers": int(order == "kernel-major"),
     }
     counts = Counts("input-reuse", macs=c.macs, products=c.products, dense_macs=layer.macs,
                     multipliers=params.multipliers,
@@ -550,18 +563,37 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
                     sram_ifmap_bytes=c.sram_ifmap_bytes,
                     sram_filter_bytes=c.pu_busy * params.region_channels * elem,
                     sram_ofmap_bytes=c.sram_ofmap_bytes, extra=extra)
-    order = sorted(c.job_end)
+    ended = sorted(c.job_end)
     touched = m.touched if not layer.bias else np.ones(layer.output_shape, bool)
-    jobs = Jobs(end=np.array([c.job_end[j] for j in order], np.int64),
-                busy=np.array([c.job_busy[j] for j in order], np.int64), cycles=res.cycles,
+    jobs = Jobs(end=np.array([c.job_end[j] for j in ended], np.int64),
+                busy=np.array([c.job_busy[j] for j in ended], np.int64), cycles=res.cycles,
                 bus_bound=c.last_transfer_end > c.last_job_end, stream_bytes=stream,
                 input_nonzeros=x_nonzeros,
                 region_nonzeros=c.region_nonzeros, kernel_set_bytes=m.kernel_set_bytes(),
                 ofm_bytes=map_stream_bytes(touched, region, elem),
                 psum_pixels=pus * largest.pofm[0] * largest.pofm[1],
                 sram_total=counts.sram_ifmap_bytes + counts.sram_filter_bytes
-                + counts.sram_ofmap_bytes)
+                + counts.sram_ofmap_bytes, order=order)
     return res.output, price(layer, counts, steps(layer, params, jobs), arch)
+
+
+def choose_order(layer: ConvLayer, x, w, params, arch) -> str:
+    """The loop order with less DRAM traffic, from the dispatcher's own reading of the
+    regions and kernels (a pass that runs no cycle), priced by ``loop_order``."""
+    from ..dataflows.input_reuse import Jobs, loop_order
+
+    m = Machine(layer, x, w, params)
+    m.region_major()
+    jobs = len(m.counters.region_nonzeros) * len(m.kernel_set_bytes())
+    idle = np.zeros(jobs, np.int64)
+    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  stream_bytes=map_stream_bytes(x, m.region, m.elem),
+                  input_nonzeros=int(np.count_nonzero(x)),
+                  region_nonzeros=m.counters.region_nonzeros,
+                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0,
+                  psum_pixels=params.operation_units * params.processing_units
+                  * math.prod(m.largest_path().pofm), sram_total=0)
+    return loop_order(layer, params, blocks, arch.memory)
 
 
 def work_estimate(layer: ConvLayer, params) -> int:
