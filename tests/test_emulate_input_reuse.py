@@ -60,16 +60,17 @@ def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
     assert res.counters.unit_busy[0] == 8  # nine taps, the zero weight skipped
 
 
-def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal):
+def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal, mapping):
     return Params(region_rows=rows, region_cols=cols, region_channels=depth,
                   operation_units=draw_units, processing_units=pus, accumulators=part,
-                  interconnect=link, bus_width=width, output_units=outs, work_stealing=steal)
+                  interconnect=link, bus_width=width, output_units=outs, work_stealing=steal,
+                  mapping=mapping)
 
 
 params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
                    st.integers(1, 4), st.integers(1, 2), st.sampled_from([16, 20, 36, 400]),
                    st.sampled_from(["full", "bus", "chain"]), st.integers(1, 9),
-                   st.integers(1, 3), st.booleans())
+                   st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]))
 
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),

@@ -59,9 +59,11 @@ def test_int8_bit_identical_to_exact_integer_reference(layer, seed, density):
 
 @given(conv_layers(max_hw=12), st.integers(0, 2**31), st.sampled_from([1.0, 0.5, 0.1]),
        st.sampled_from(["full", "bus", "chain"]), st.sampled_from([16, 24, 36, 400]),
-       st.integers(1, 3), st.booleans())
-def test_estimate_from_masks_equals_run(layer, seed, density, link, accumulators, depth, steal):
+       st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]))
+def test_estimate_from_masks_equals_run(layer, seed, density, link, accumulators, depth, steal,
+                                        mapping):
     arch = arch_with(interconnect=link, accumulators=accumulators, region_channels=depth,
+                     mapping=mapping,
                      work_stealing=steal, operation_units=3, processing_units=2, bus_width=5)
     x, w, b = tensors(layer, seed, density=density)
     _, ran = run(layer, x, w, b, arch)
@@ -429,3 +431,19 @@ def test_kernel_major_order_is_taken_when_it_moves_fewer_bytes(emulate):
     assert s.extra["kernel_major_layers"] == 1
     assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 576, 288)
     assert s.compute_cycles == 4 * 64
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+@pytest.mark.parametrize("mapping, cycles, busy", [("spread", 8, (4, 4)),
+                                                   ("own-unit", 10, (8, 0))])
+def test_fig11_mapping_runs_a_region_on_its_own_unit(emulate, mapping, cycles, busy):
+    """One 4x4 region, 1x1 kernels over 4 channels, 4 kernels in 2 sets of 2, two units,
+    dense: 4 weight cycles a job. Spread, the two sets run side by side (ends 4, 4) and the
+    bus moves the 4 partial OFMs (16 pixels, one beat each) at 4..8; own-unit (Fig. 11),
+    unit 0's dispatcher serves both (ends 4, 8): transfers at 4..6 and 8..10."""
+    layer = ConvLayer(1, 4, 4, 4, 4, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    arch = arch_with(FREE, operation_units=2, processing_units=2, work_stealing=False,
+                     interconnect="bus", bus_width=64, mapping=mapping)
+    _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+    assert s.cycles == cycles and s.extra["opunit_busy_cycles_by_unit"] == busy

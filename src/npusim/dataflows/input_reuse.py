@@ -67,6 +67,10 @@ class Params:
                              "adder and register each)", min=1, max=MAX_UNITS)
     mux_fan_in: int = spec(9, "products one accumulator's MUX selects from (Fig. 6)", min=1,
                            max=MAX_UNITS)
+    mapping: str = spec("spread", "jobs to operation units: spread (round robin over the "
+                        "run order) or own-unit (each region's dispatcher serves its own "
+                        "unit, Fig. 11: region t on unit t mod U)",
+                        choices=("spread", "own-unit"))
     interconnect: str = spec("bus", "partial-OFM links", choices=("full", "bus", "chain"))
     bus_width: int = spec(64, "partial-OFM pixels per transfer cycle", min=1,
                            max=MAX_UNITS)
@@ -328,13 +332,14 @@ def _inner_blocks(item_bytes, count, first, last, units):
 
 
 def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
-                 saved: int) -> dict:
+                 saved: int, unit: np.ndarray | None = None) -> dict:
     """The machine's own additive counts (``peak_*`` keys: see docs on merging)."""
     elem = element_bytes(layer.dtype)
     pus = p.operation_units * p.processing_units
     return {
         "opunit_busy_cycles_by_unit": tuple(int(c) for c in sch.unit_busy),
-        "pu_dealt_cycles_by_unit": tuple(int(c) for c in dealt_cycles(work.slot_cycles, p)),
+        "pu_dealt_cycles_by_unit": tuple(int(c) for c in dealt_cycles(work.slot_cycles, p,
+                                                                       unit)),
         "opunit_busy_cycles": int(sch.unit_busy.sum()),
         "opunit_busy_max_cycles": int(sch.unit_busy.max(initial=0)),
         "opunit_idle_cycles": p.operation_units * sch.cycles - int(sch.unit_busy.sum()),
@@ -362,23 +367,39 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
     }
 
 
-def dealt_cycles(slot_cycles: np.ndarray, p: Params) -> np.ndarray:
+def dealt_cycles(slot_cycles: np.ndarray, p: Params,
+                 unit: np.ndarray | None = None) -> np.ndarray:
     """Weight cycles dealt to every processing unit before work stealing, unit-major
-    (operation unit u, slot s at u * P + s): the jobs (J x P) run on unit ``j mod U``."""
+    (operation unit u, slot s at u * P + s): the jobs (J x P) run on unit ``unit[j]``
+    (default ``j mod U``)."""
     units = p.operation_units
+    if unit is not None:
+        out = np.zeros((units, slot_cycles.shape[1]), np.int64)
+        np.add.at(out, unit, slot_cycles)
+        return out.ravel()
     rows = -(-len(slot_cycles) // units)
     grid = np.zeros((rows * units, slot_cycles.shape[1]), np.int64)
     grid[:len(slot_cycles)] = slot_cycles
     return grid.reshape(rows, units, -1).sum(axis=0).ravel()
 
 
-def timing(work: Work, p: Params) -> tuple[Schedule, int]:
-    """The layer's schedule on the units, and the cycles work stealing saves (0 if off):
-    without stealing the jobs last longer but move fewer partial OFMs."""
+def job_units(p: Params, order: np.ndarray, per_region: int) -> np.ndarray | None:
+    """The operation unit of every job in run order (``order``: region-major indices):
+    None for round robin (``spread``), region mod U for ``own-unit``."""
+    if p.mapping == "spread":
+        return None
+    return (order // per_region) % p.operation_units
+
+
+def timing(work: Work, p: Params, unit: np.ndarray | None = None) -> tuple[Schedule, int]:
+    """The layer's schedule on the units (``unit``: see ``job_units``), and the cycles work
+    stealing saves (0 if off): without stealing the jobs last longer but move fewer
+    partial OFMs."""
     def run(t, stealing: bool) -> Schedule:
         q = queue(t, units=p.operation_units, interconnect=p.interconnect,
-                  output_units=p.output_units, width=p.bus_width)
-        return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing)
+                  output_units=p.output_units, width=p.bus_width, unit=unit)
+        return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing,
+                        unit=unit)
 
     sch = run(work.transfers, p.work_stealing)
     if not p.work_stealing:
@@ -413,9 +434,11 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                   ofm_bytes=0, psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
                   sram_total=0)
     order = loop_order(layer, p, blocks, arch.memory)
-    work = reorder(work, run_order(work.regions, per_region, order))
-    sch, saved = timing(work, p)
-    extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved)
+    run = run_order(work.regions, per_region, order)
+    work = reorder(work, run)
+    unit = job_units(p, run, per_region)
+    sch, saved = timing(work, p, unit)
+    extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved, unit)
     extra["kernel_major_layers"] = int(order == "kernel-major")
     c = counts(layer, p, work, extra, name)
     jobs = dataclasses.replace(

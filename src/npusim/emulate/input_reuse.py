@@ -304,17 +304,20 @@ class Machine:
 
     def jobs(self) -> list[deque]:
         """Every job in the run order (``region-major``: a region's kernel sets one after
-        another; ``kernel-major``: a kernel set over every region), queued round robin on
-        the operation units."""
+        another; ``kernel-major``: a kernel set over every region), queued on the operation
+        units: round robin (``spread``) or region ``t`` on unit ``t mod U`` (``own-unit``,
+        Fig. 11: each dispatcher serves its own unit)."""
         by_region = self.region_major()
         if self.order == "region-major":
             run = [job for region in by_region for job in region]
         else:
             run = [region[k] for k in range(len(by_region[0])) for region in by_region]
         units = [deque() for _ in range(self.p.operation_units)]
+        where = {id(job): r for r, region in enumerate(by_region) for job in region}
         for seq, job in enumerate(run):
             job.seq = seq
-            units[seq % self.p.operation_units].append(job)
+            own = where[id(job)] if self.p.mapping == "own-unit" else seq
+            units[own % self.p.operation_units].append(job)
         return units
 
     def region_jobs(self, n, ti, tj):
