@@ -603,10 +603,14 @@ def work_estimate(layer: ConvLayer, params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md), dense (an
     upper bound): for every region of the grid and every kernel, one weight cycle per tap
     and ``region_channels`` channels, planned by the dispatcher and then run by a
-    processing unit: 30 steps (measured: 24-34 us a weight cycle)."""
+    processing unit: 30 steps (measured: 24-34 us a weight cycle); twice with work
+    stealing, as the layer is clocked again without it to count the cycles it saves (the
+    dispatcher's pass that picks the loop order, which plans but runs no cycle, is not
+    counted)."""
     taps = kernel_taps(layer)
     rows, cols = real_span(layer, taps, 0)[1], real_span(layer, taps, 1)[1]
     regions = layer.N * math.ceil(rows / params.region_rows) \
         * math.ceil(cols / params.region_cols)
     cycles = math.ceil(layer.Cg / params.region_channels) * layer.R * layer.S
-    return 30 * regions * layer.K * cycles
+    runs = 2 if params.work_stealing else 1
+    return 30 * runs * regions * layer.K * cycles
