@@ -31,12 +31,13 @@ def test_systolic_area_by_hand():
 def test_input_reuse_area_counts_first_buffers_and_bus():
     arch = arch_from_toml_text('dataflow = "input-reuse"\n[input-reuse]\noperation_units = 4\n'
                                'processing_units = 2\nregion_rows = 3\nregion_cols = 5\n'
-                               'first_buffer_kb = 8\nbus_width = 16\n', "t.toml")
+                               'first_buffer_kb = 8\nbus_width = 16\naccumulators = 40\n'
+                               'mux_fan_in = 6\n', "t.toml")
     a = area_of(arch, dtype="int8")
     assert a.macs_mm2 == pytest.approx(mm2(4 * 2 * 15 * MAC8))
-    assert a.registers_mm2 == pytest.approx(mm2((4 * 15 * 8 + 4 * 2 * 15 * 32) * FF))
+    assert a.registers_mm2 == pytest.approx(mm2((4 * 15 * 8 + 4 * 2 * 40 * 32) * FF))
     assert a.sram_mm2 == pytest.approx(mm2((3 * 64 + 4 * 8) * KIB), rel=1e-4)
-    assert a.interconnect_mm2 == pytest.approx(mm2(3 * 16 * 32 * MUX))
+    assert a.interconnect_mm2 == pytest.approx(mm2((4 * 2 * 15 * 5 * 8 + 3 * 16 * 32) * MUX))
 
 
 def test_dilated_grid_area_counts_the_shifter_links():

@@ -11,21 +11,21 @@ from test_input_reuse import arch_with
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.dataflows.input_reuse import Params, layer_stats
-from npusim.dataflows.phases import plan
-from npusim.emulate.input_reuse import accumulation_position, datapath, emulate, emulate_layer
+from npusim.emulate.input_reuse import (accumulation_position, datapath, emulate, emulate_layer,
+                                        kernel_taps)
 from npusim.ir import ConvLayer
 
 
 def whole_kernel(R=3, S=3):
-    return plan(ConvLayer(1, 1, R, S, 1, R, S)).parts[0]
+    return kernel_taps(ConvLayer(1, 1, R, S, 1, R, S))
 
 
 def test_fig4_accumulation_positions_are_the_point_reflection():
-    part = whole_kernel()
+    path = datapath((1, 1), 1, whole_kernel())
     # taps in row-major order: (1,1) -> (3,3), (1,2) -> (3,2), (1,3) -> (3,1), (2,1) -> (2,3)
-    got = [accumulation_position(part, t) for t in range(4)]
+    got = [accumulation_position(path, t) for t in range(4)]
     assert got == [(2, 2), (2, 1), (2, 0), (1, 2)]
-    assert all(accumulation_position(part, t) == (2 - part.r[t], 2 - part.s[t]) for t in range(9))
+    assert all(accumulation_position(path, t) == (2 - t // 3, 2 - t % 3) for t in range(9))
 
 
 def test_fig6_inventory_and_mux_fan_in():
@@ -53,22 +53,24 @@ def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
     layer = ConvLayer(1, 1, 4, 4, 1, 3, 3, padding=2, dtype="int8")  # full conv: whole 6x6
     x = np.arange(1, 17, dtype=np.int8).reshape(1, 1, 4, 4)
     w = np.arange(-4, 5, dtype=np.int8).reshape(1, 1, 3, 3)
-    p = Params(region_rows=8, region_cols=8, operation_units=1, processing_units=1)
+    p = Params(region_rows=8, region_cols=8, operation_units=1, processing_units=1,
+               accumulators=100)
     res = emulate_layer(layer, x, w, None, p)
     np.testing.assert_array_equal(res.output, reference.conv2d(x, w, None, layer))
     assert res.counters.unit_busy[0] == 8  # nine taps, the zero weight skipped
 
 
-def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal):
+def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal, mapping):
     return Params(region_rows=rows, region_cols=cols, region_channels=depth,
-                  operation_units=draw_units, processing_units=pus, kernel_part_rows=part,
-                  interconnect=link, bus_width=width, output_units=outs, work_stealing=steal)
+                  operation_units=draw_units, processing_units=pus, accumulators=part,
+                  interconnect=link, bus_width=width, output_units=outs, work_stealing=steal,
+                  mapping=mapping)
 
 
 params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
-                   st.integers(1, 4), st.integers(1, 2), st.integers(0, 2),
+                   st.integers(1, 4), st.integers(1, 2), st.sampled_from([16, 20, 36, 400]),
                    st.sampled_from(["full", "bus", "chain"]), st.integers(1, 9),
-                   st.integers(1, 3), st.booleans())
+                   st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]))
 
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
@@ -76,10 +78,11 @@ params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.intege
 def test_emulator_agrees_with_fast_model(layer, p, seed, density):
     layer = layer.with_dtype("int8")
     x, w, b = tensors(layer, seed, "int8", density)
-    res = emulate_layer(layer, x, w, b, p)
-    np.testing.assert_array_equal(res.output, reference.conv2d(x, w, b, layer))
     arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
     fast = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    order = "kernel-major" if fast.extra["kernel_major_layers"] else "region-major"
+    res = emulate_layer(layer, x, w, b, p, order=order)
+    np.testing.assert_array_equal(res.output, reference.conv2d(x, w, b, layer))
     c, e = res.counters, fast.extra
     assert res.cycles == fast.compute_cycles
     assert tuple(c.unit_busy) == e["opunit_busy_cycles_by_unit"]
@@ -125,10 +128,72 @@ def test_emulator_priced_through_the_memory_model_equals_the_fast_model(
 
 def test_emulator_equals_fast_model_when_weights_overflow_the_filter_sram():
     """2,304 B of int8 weights (16 x 16 x 3 x 3, dense) against 512 usable bytes (1 KiB
-    double buffered) at 0.5 B/cycle: streamed again for every row of jobs."""
+    double buffered) at 0.5 B/cycle, and the 1,152 B stream against 512 too: region-major
+    streams the weights again for every row of jobs, kernel-major the regions; either way
+    the emulator's own schedule prices to the fast model's."""
     layer = ConvLayer(1, 16, 8, 8, 16, 3, 3, padding=1, dtype="int8")
     p = Params(operation_units=4, processing_units=4)
-    emu, fast = _priced_pair(layer, p, 7, 1.0, dram_bytes_per_cycle=0.5, filter_sram_kb=1)
-    assert fast.dram_filter_bytes > fast.extra["weight_bytes"]
-    assert fast.stall_dram_filter_cycles > 0
+    emu, fast = _priced_pair(layer, p, 7, 1.0, dram_bytes_per_cycle=0.5, filter_sram_kb=1,
+                             ifmap_sram_kb=1)
+    assert (fast.dram_filter_bytes > fast.extra["weight_bytes"]
+            or fast.dram_ifmap_bytes > fast.extra["ifm_stream_bytes"])
+    assert fast.stall_cycles > 0
     assert emu == fast
+
+
+@given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
+       st.sampled_from([0.6, 0.2]), st.sampled_from(["x", "w", "kernel"]))
+def test_emulator_equals_fast_model_on_every_field_with_zero_inputs_or_kernels(
+        layer, p, seed, density, zero):
+    """All-zero inputs, all-zero weights, or one all-zero kernel, on a memory whose
+    buffers overflow (1 KiB SRAMs at 0.25 B/cycle): every LayerStats field equal."""
+    layer = layer.with_dtype("int8")
+    x, w, b = tensors(layer, seed, "int8", density)
+    if zero == "x":
+        x[:] = 0
+    elif zero == "w":
+        w[:] = 0
+    else:
+        w[0] = 0
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__}).with_memory(
+        dram_bytes_per_cycle=0.25, ifmap_sram_kb=1, filter_sram_kb=1, ofmap_sram_kb=1)
+    out, emu = emulate(layer, x, w, b, p, arch)
+    np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
+    assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+
+
+def test_a_taller_partial_ofm_in_the_fast_planner_is_caught_by_the_emulator(monkeypatch):
+    """The emulator wires its own datapath: a fast planner whose partial OFMs are 3x
+    taller disagrees with it (transfers, first-buffer bytes, peak partial OFM)."""
+    from npusim.dataflows.phases import Part
+
+    layer = ConvLayer(1, 2, 8, 8, 4, 3, 3, padding=1, dtype="int8")
+    p = Params(operation_units=2, processing_units=2)
+    x, w, b = tensors(layer, 3, "int8", 0.5)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    assert emulate(layer, x, w, b, p, arch)[1] == layer_stats(layer, x != 0, w != 0, arch,
+                                                              "input-reuse")
+    shape = Part.pofm_shape
+    monkeypatch.setattr(Part, "pofm_shape", lambda self, region: (
+        3 * shape(self, region)[0], shape(self, region)[1]))
+    emu, fast = emulate(layer, x, w, b, p, arch)[1], layer_stats(layer, x != 0, w != 0, arch,
+                                                                 "input-reuse")
+    assert emu.sram_ofmap_bytes != fast.sram_ofmap_bytes
+    assert emu.extra["peak_pofm_rows"] == 6 != fast.extra["peak_pofm_rows"]
+
+
+def test_a_kernel_split_into_parts_runs_each_part_as_its_own_partial_ofm():
+    """5x5 kernel, 4x4 region, 36 accumulators, fan-in 9: four 3x3 tiles (6x6, 6x5, 5x6,
+    5x5 partial OFMs, fan-in 9, 6, 6, 4); one unit and PU, dense: 25 cycles, 4 partial
+    OFMs written and read once each (4 B a pixel), the output exact."""
+    layer = ConvLayer(1, 1, 4, 4, 1, 5, 5, padding=2, dtype="int8")
+    p = Params(operation_units=1, processing_units=1, interconnect="chain")
+    x, w, _ = tensors(layer, 9, "int8")
+    w[w == 0] = 1
+    x[x == 0] = 1
+    res = emulate_layer(layer, x, w, None, p)
+    np.testing.assert_array_equal(res.output, reference.conv2d(x, w, None, layer))
+    assert res.inventory["kernel_parts"] == 4 and res.cycles == 25
+    assert [f.shape for f in res.inventory["fan_in"]] == [(6, 6), (6, 5), (5, 6), (5, 5)]
+    assert [int(f.max()) for f in res.inventory["fan_in"]] == [9, 6, 6, 4]
+    assert res.counters.sram_ofmap_bytes == 2 * 4 * (36 + 30 + 30 + 25)

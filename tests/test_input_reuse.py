@@ -58,10 +58,12 @@ def test_int8_bit_identical_to_exact_integer_reference(layer, seed, density):
 
 
 @given(conv_layers(max_hw=12), st.integers(0, 2**31), st.sampled_from([1.0, 0.5, 0.1]),
-       st.sampled_from(["full", "bus", "chain"]), st.integers(0, 2), st.integers(1, 3),
-       st.booleans())
-def test_estimate_from_masks_equals_run(layer, seed, density, link, part_rows, depth, steal):
-    arch = arch_with(interconnect=link, kernel_part_rows=part_rows, region_channels=depth,
+       st.sampled_from(["full", "bus", "chain"]), st.sampled_from([16, 24, 36, 400]),
+       st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]))
+def test_estimate_from_masks_equals_run(layer, seed, density, link, accumulators, depth, steal,
+                                        mapping):
+    arch = arch_with(interconnect=link, accumulators=accumulators, region_channels=depth,
+                     mapping=mapping,
                      work_stealing=steal, operation_units=3, processing_units=2, bus_width=5)
     x, w, b = tensors(layer, seed, density=density)
     _, ran = run(layer, x, w, b, arch)
@@ -122,13 +124,16 @@ def test_one_cycle_saved_per_zero_weight(zeros):
         assert s.extra["zero_weight_cycles_skipped"] == zeros
 
 
-@pytest.mark.parametrize("part_rows, shape", [(0, (3, 12)), (1, (1, 12))])
-def test_fig8_fig9_partial_ofm_of_a_1x10_region(part_rows, shape):
+@pytest.mark.parametrize("accumulators, shape, parts", [(36, (3, 12), 1), (12, (1, 12), 3)])
+def test_fig8_fig9_partial_ofm_of_a_1x10_region(accumulators, shape, parts):
+    """Fig. 8: a 1x10 region and a 3x3 kernel fill a 3x12 partial OFM (36 accumulators);
+    on a datapath of 12 accumulators the kernel runs as three 1x3 parts (Fig. 9: 1x12)."""
     layer = ConvLayer(1, 1, 3, 12, 1, 3, 3)
-    arch = arch_with(region_rows=1, region_cols=10, kernel_part_rows=part_rows)
+    arch = arch_with(region_rows=1, region_cols=10, accumulators=accumulators)
     x, w, _ = tensors(layer, 0)
     _, s = run(layer, x, w, None, arch)
     assert (s.extra["peak_pofm_rows"], s.extra["peak_pofm_cols"]) == shape
+    assert s.extra["peak_kernel_parts"] == parts
 
 
 def test_zero_pixels_cost_no_products_and_no_stream_bytes():
@@ -139,7 +144,8 @@ def test_zero_pixels_cost_no_products_and_no_stream_bytes():
     assert s.extra["products"] == 4 * 9 * 64  # only channel 1: 64 pixels, 9 taps, 4 kernels
     # 8x8 per channel = 4 blocks of 4x4: bitmaps (2 bytes each) for both, values for one
     assert s.dram_ifmap_bytes == 2 * 4 * 2 + 64 * 4
-    assert s.extra["zero_pixel_cycles_skipped"] == 4 * 9 * 9  # 9 regions x 9 taps x 4 kernels
+    # the region grid tiles the real 8x8 map (2x2 regions), not the padded 10x10 (3x3)
+    assert s.extra["zero_pixel_cycles_skipped"] == 4 * 9 * 4  # 4 regions x 9 taps x 4 kernels
 
 
 def test_work_stealing_saves_time_on_uneven_kernels():
@@ -174,8 +180,12 @@ def _two_convs(shape, first, second, seed):
 
 
 def test_peak_pofm_is_a_maximum_in_network_totals():
+    """A 3x3 layer (one 6x6 part) and a 5x5 layer: 8x8 = 64 cells do not fit 36
+    accumulators; 3x3 tiles (4 parts, 6x6 each) are the fewest that fit (5x1: 5 parts of
+    8x4; 2x4: 6 parts of 5x7). Totals: the maxima, not sums."""
     res = _two_convs((1, 2, 8, 8), (3, 2, 3, 3), (2, 3, 5, 5), 0)
-    assert res.total.extra["peak_pofm_rows"] == 8  # 4 + 5 - 1, not 6 + 8
+    assert [s.extra["peak_kernel_parts"] for s in res.conv_layers] == [1, 4]
+    assert res.total.extra["peak_pofm_rows"] == 6 and res.total.extra["peak_kernel_parts"] == 4
     assert res.total.extra["transfers"] == sum(s.extra.get("transfers", 0) for s in res.layers)
 
 
@@ -194,7 +204,10 @@ def test_simulate_modes_agree_on_a_small_network():
 
 
 def test_first_buffer_too_small_is_refused_with_the_reason():
-    with pytest.raises(NpusimError, match=r"need 1600 B of first buffer.*first_buffer_kb=1"):
+    """A 7x7 kernel on the 36-accumulator datapath (4x4 regions): 4x2 tiles are the fewest
+    parts that fit (8: rows 0-3 and 4-6, columns 0-1, 2-3, 4-5, 6), partial OFMs of
+    (7 or 6) x (5, 5, 5 or 4): 13 x 19 = 247 pixels per PU, 4 PUs x 4 B = 3,952 B."""
+    with pytest.raises(NpusimError, match=r"need 3952 B of first buffer.*first_buffer_kb=1"):
         npusim.conv2d(np.ones((1, 1, 8, 8)), np.ones((1, 1, 7, 7)), dataflow="input-reuse",
                       arch=arch_with(first_buffer_kb=1, processing_units=4))
 
@@ -221,8 +234,8 @@ def test_work_stealing_spreads_a_depthwise_kernel_over_the_idle_units():
     one_unit = {"operation_units": 1, "interconnect": "chain"}  # no transfers: compute only
     _, on = run(layer, x, w, None, arch_with(FREE, work_stealing=True, **one_unit))
     _, off = run(layer, x, w, None, arch_with(FREE, work_stealing=False, **one_unit))
-    assert off.cycles == 8 * 9 * 9  # 8 kernel sets of one kernel, 9 regions, 9 taps
-    assert on.cycles == 8 * 9 * 3  # ceil(9 / 4) per region and kernel
+    assert off.cycles == 8 * 4 * 9  # 8 kernel sets of one kernel, 4 regions, 9 taps
+    assert on.cycles == 8 * 4 * 3  # ceil(9 / 4) per region and kernel
 
 
 def test_memory_bytes_by_hand_for_fig5():
@@ -252,15 +265,18 @@ def assert_stalls(s, ifmap: float, filter: float, ofmap: float) -> None:
         assert abs(got - want) < 1
 
 
-def _refetch_case(units, filter_kb, bandwidth):
-    """1x1 conv, 64 -> 8 channels on a 4x8 int8 map, dense: two 4x4 regions; 4 kernels
-    per processing unit set -> 2 kernel sets of 4 x (8 B bitmap + 64 values) = 288 B."""
+def _refetch_case(units, filter_kb, bandwidth, ifmap_kb=3):
+    """1x1 conv, 64 -> 8 channels on a 4x8 int8 map, dense: two 4x4 regions of 1,152 B of
+    stream each; 4 kernels per processing unit set -> 2 kernel sets of 4 x (8 B bitmap +
+    64 values) = 288 B. A 3 KiB ifmap SRAM (1,536 usable bytes) holds one region, not two:
+    kernel-major would fetch the regions again for each kernel set (4 x 1,152 B), more than
+    region-major's weight refetch, so these cases run region-major."""
     layer = ConvLayer(1, 64, 4, 8, 8, 1, 1, dtype="int8")
     x = np.ones(layer.input_shape, np.int8)
     w = np.ones(layer.weight_shape, np.int8)
     arch = arch_with(bandwidth, operation_units=units, processing_units=4,
                      interconnect="chain", work_stealing=False).with_memory(
-        filter_sram_kb=filter_kb)
+        filter_sram_kb=filter_kb, ifmap_sram_kb=ifmap_kb)
     return run(layer, x, w, None, arch)[1]
 
 
@@ -374,3 +390,60 @@ def bandwidth_sweep(preset: str):
 
 def test_bandwidth_sweep_on_real_networks_is_monotone_and_above_the_floors():
     bandwidth_sweep("input-reuse-1024")
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_a_thief_fills_a_partial_ofm_of_its_own_that_the_output_side_collects(emulate):
+    """One unit, two PUs, a 4x4 region, 1x1 kernels over 4 channels: kernel 0 has 4 weight
+    cycles, kernel 1 none. Without stealing PU 0 runs 4 cycles and moves one 16-pixel
+    partial OFM over the bus (1 beat): 4 + 1 = 5 cycles. With stealing PU 1 takes kernel 0's
+    last two cycles (cycle 1: PU 0 runs channel 0, PU 1 channel 3; cycle 2: 1 and 2) into a
+    partial OFM of its own: 2 cycles, then two transfers one after the other: 2 + 2 = 4
+    cycles, one extra transfer, twice the first-buffer bytes (written and read, 4 B)."""
+    layer = ConvLayer(1, 4, 4, 4, 2, 1, 1, dtype="int8")
+    x = np.arange(1, 65, dtype=np.int8).reshape(layer.input_shape)
+    w = np.zeros(layer.weight_shape, np.int8)
+    w[0] = 1
+    got = {}
+    for steal in (False, True):
+        arch = arch_with(FREE, operation_units=1, processing_units=2, work_stealing=steal,
+                         interconnect="bus", bus_width=64)
+        out, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+        np.testing.assert_array_equal(out, reference.conv2d(x, w, None, layer))
+        got[steal] = s
+    off, on = got[False], got[True]
+    assert (off.cycles, off.extra["transfers"], off.sram_ofmap_bytes) == (5, 1, 2 * 4 * 16)
+    assert (on.cycles, on.extra["transfers"], on.sram_ofmap_bytes) == (4, 2, 2 * 4 * 32)
+    assert on.extra["stealing_saved_cycles"] == 1
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_kernel_major_order_is_taken_when_it_moves_fewer_bytes(emulate):
+    """The case above with a 64 KiB ifmap SRAM, one unit: region-major moves 2,304 B of
+    stream + 4 x 288 B of weights (they do not fit 512 usable bytes); kernel-major runs
+    (set 0, region 0), (0, 1), (1, 0), (1, 1): each set fetched once (576 B), the two
+    regions stay (2,304 B < 32 KiB): 2,304 + 576 + the 288 B OFM. Same 4 x 64 cycles."""
+    layer = ConvLayer(1, 64, 4, 8, 8, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    arch = arch_with(2.0, operation_units=1, processing_units=4, interconnect="chain",
+                     work_stealing=False).with_memory(filter_sram_kb=1)
+    _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+    assert s.extra["kernel_major_layers"] == 1
+    assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 576, 288)
+    assert s.compute_cycles == 4 * 64
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+@pytest.mark.parametrize("mapping, cycles, busy", [("spread", 8, (4, 4)),
+                                                   ("own-unit", 10, (8, 0))])
+def test_fig11_mapping_runs_a_region_on_its_own_unit(emulate, mapping, cycles, busy):
+    """One 4x4 region, 1x1 kernels over 4 channels, 4 kernels in 2 sets of 2, two units,
+    dense: 4 weight cycles a job. Spread, the two sets run side by side (ends 4, 4) and the
+    bus moves the 4 partial OFMs (16 pixels, one beat each) at 4..8; own-unit (Fig. 11),
+    unit 0's dispatcher serves both (ends 4, 8): transfers at 4..6 and 8..10."""
+    layer = ConvLayer(1, 4, 4, 4, 4, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    arch = arch_with(FREE, operation_units=2, processing_units=2, work_stealing=False,
+                     interconnect="bus", bus_width=64, mapping=mapping)
+    _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+    assert s.cycles == cycles and s.extra["opunit_busy_cycles_by_unit"] == busy

@@ -31,21 +31,22 @@ stalls; ``stats.price`` makes the ``LayerStats``.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import engine
-from ..arch.spec import MAX_DIM, MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
+from ..arch.spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
-from ..memory import Steps
+from ..memory import Steps, traffic
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
 from .base import Machine, element_bytes, percent, register
 from .operation_units import Schedule, queue, schedule
 from .phases import plan
-from .region_work import Geometry, Work, region_work
+from .region_work import Geometry, Work, region_work, reorder
 
 ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
 
@@ -63,8 +64,14 @@ class Params:
                                   max=MAX_SIDE)
     processing_units: int = spec(4, "processing units per operation unit (kernels)",
                                    min=1, max=MAX_SIDE)
-    kernel_part_rows: int = spec(0, "kernel rows per pass, 0 = whole kernel (Fig. 9)", min=0,
-                                  max=MAX_DIM)
+    accumulators: int = spec(36, "partial-OFM pixels per processing unit (Fig. 6: MUX, "
+                             "adder and register each)", min=1, max=MAX_UNITS)
+    mux_fan_in: int = spec(9, "products one accumulator's MUX selects from (Fig. 6)", min=1,
+                           max=MAX_UNITS)
+    mapping: str = spec("spread", "jobs to operation units: spread (round robin over the "
+                        "run order) or own-unit (each region's dispatcher serves its own "
+                        "unit, Fig. 11: region t on unit t mod U)",
+                        choices=("spread", "own-unit"))
     interconnect: str = spec("bus", "partial-OFM links", choices=("full", "bus", "chain"))
     bus_width: int = spec(64, "partial-OFM pixels per transfer cycle", min=1,
                            max=MAX_UNITS)
@@ -82,8 +89,17 @@ class Params:
 
     @property
     def geometry(self) -> Geometry:
-        return Geometry((self.region_rows, self.region_cols), self.region_channels,
-                        self.processing_units, self.kernel_part_rows)
+        return Geometry(self.region, self.region_channels, self.processing_units,
+                        self.accumulators, self.mux_fan_in, self.work_stealing)
+
+    @property
+    def region(self) -> tuple[int, int]:
+        """Rows and columns of a region (pixels)."""
+        return self.region_rows, self.region_cols
+
+    def plan(self, layer: ConvLayer):
+        """The layer's phases, region grid and kernel parts on this datapath."""
+        return plan(layer, self.region, self.accumulators, self.mux_fan_in)
 
 
 def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -169,19 +185,43 @@ class Jobs:
     """What the memory model needs of a layer's jobs, counted by the fast model or by the
     emulator: every job's end (cycles, global order) and weight cycles (its PUs' sum),
     the layer's stall-free cycles and whether the last transfer ends after the last job,
-    the input's non-zeros (the stream as stored holds them all), those of every region
-    (over its channels and stride phases, in job order), every kernel's non-zero
-    weights, the OFM pixels the compressor stores and the bytes at the SRAM ports."""
+    the bytes of the compressed input stream as stored and its non-zeros, those of every region
+    (over its channels and stride phases, in job order), the compressed bytes of every
+    kernel set (in a region's job order), the compressed OFM's bytes, the accumulator
+    pixels of the partial OFMs in flight and the bytes at the SRAM ports."""
 
     end: np.ndarray
     busy: np.ndarray
     cycles: int
     bus_bound: bool
+    stream_bytes: int
     input_nonzeros: int
     region_nonzeros: np.ndarray
-    kernel_nonzeros: np.ndarray
-    ofm_pixels: int
+    kernel_set_bytes: np.ndarray
+    ofm_bytes: int
+    psum_pixels: int
     sram_total: int
+    order: str = "region-major"
+
+
+ORDERS = ("region-major", "kernel-major")
+
+
+def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
+    """Region-major indices (region, then conv group and kernel set) of the jobs in the
+    order ``order`` runs them: ``kernel-major`` takes each kernel set over every region."""
+    idx = np.arange(regions * per_region, dtype=np.int64).reshape(regions, per_region)
+    return (idx if order == "region-major" else idx.T).ravel()
+
+
+def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory) -> str:
+    """The order whose steps move fewer DRAM bytes on ``memory`` (region-major on a tie).
+    The bytes depend on the jobs' blocks and their order only, not on their ends."""
+    moved = {}
+    for order in ORDERS:
+        t = traffic(steps(layer, p, dataclasses.replace(jobs, order=order)), memory)
+        moved[order] = int(sum(int(v.sum()) for v in t.values()))
+    return min(ORDERS, key=moved.get)
 
 
 def share(total: int, weights: np.ndarray) -> np.ndarray:
@@ -235,64 +275,72 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     compute[-1] += jobs.cycles - edge[-1]
     busy = np.zeros(rows * units, np.int64)
     busy[:n_jobs] = jobs.busy
-    ifmap, ifmap_bytes = _ifmap_blocks(layer, p, jobs, first, last, per_region)
-    filt, filt_bytes = _filter_blocks(layer, p, jobs, first, last, per_region)
-    pofm = max(np.prod(part.pofm_shape((p.region_rows, p.region_cols)))
-               for part in plan(layer, p.kernel_part_rows).parts)
+    regions = len(jobs.region_nonzeros)
+    region_bytes, set_bytes = _region_bytes(layer, jobs), jobs.kernel_set_bytes
+    if jobs.order == "region-major":
+        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
+        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, units)
+    else:
+        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
+        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last, units)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
                  filter_bytes=filt_bytes, ofmap=np.arange(rows),
-                 ofmap_bytes=_ofmap_bytes(layer, p, jobs, rows),
-                 psum_bytes=p.operation_units * p.processing_units * int(pofm) * ACC_BYTES,
+                 ofmap_bytes=_ofmap_bytes(p, jobs, rows),
+                 psum_bytes=jobs.psum_pixels * ACC_BYTES,
                  sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
                  compute_bound="bus" if jobs.bus_bound else "compute")
 
 
-def _ifmap_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
-    """(id, DRAM bytes) of each row's ifmap block: the regions the row starts, their share
-    of the compressed stream, or the region it continues."""
-    elem, region = element_bytes(layer.dtype), (p.region_rows, p.region_cols)
-    stream = compressed_ifm.stream_bytes(layer.input_shape, jobs.input_nonzeros, region, elem)
+def _region_bytes(layer, jobs: Jobs) -> np.ndarray:
+    """Every region's share of the compressed stream as stored: its values, by its
+    non-zeros, and the bitmaps spread evenly."""
+    elem, stream = element_bytes(layer.dtype), jobs.stream_bytes
     regions = len(jobs.region_nonzeros)
     bitmaps = stream - jobs.input_nonzeros * elem
-    region_bytes = share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
-    cum = np.concatenate([[0], np.cumsum(region_bytes)])
-    lo, hi = -(-first // per_region), last // per_region
+    return share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
+
+
+def _outer_blocks(item_bytes, per_item, first, last):
+    """(id, DRAM bytes) of each row's block of the outer loop's operand (``per_item`` jobs
+    each): the items the row starts, or the one it continues (fetched again if it did not
+    stay)."""
+    cum = np.concatenate([[0], np.cumsum(item_bytes)])
+    lo, hi = -(-first // per_item), last // per_item
     starts = lo <= hi
-    return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], region_bytes[hi])
+    return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], item_bytes[hi])
 
 
-def _ofmap_bytes(layer, p: Params, jobs: Jobs, rows: int) -> np.ndarray:
+def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
     """Each row's share of the compressed OFM, by its jobs (one region against one kernel
     set each): the row's partial OFMs, once accumulated, are its block of the output."""
-    out = compressed_ifm.stream_bytes(layer.output_shape, jobs.ofm_pixels,
-                                      (p.region_rows, p.region_cols), element_bytes(layer.dtype))
     per_row = np.full(rows, p.operation_units, np.int64)
     per_row[-1] = len(jobs.end) - (rows - 1) * p.operation_units
-    return share(out, per_row)
+    return share(jobs.ofm_bytes, per_row)
 
 
-def _filter_blocks(layer, p: Params, jobs: Jobs, first, last, per_region):
-    """(id, DRAM bytes) of each row's filter block: all kernel sets, or a window of them."""
-    sets = kernel_set_bytes(layer, np.asarray(jobs.kernel_nonzeros, np.int64),
-                            p.processing_units)
-    whole = int(sets.sum())
+def _inner_blocks(item_bytes, count, first, last, units):
+    """(id, DRAM bytes) of each row's block of the inner loop's operand (``count`` items per
+    outer item): all of them if a row runs them all, else the window of the row's items,
+    cycled once per outer item."""
+    whole = int(item_bytes.sum())
     rows = len(first)
-    if per_region <= p.operation_units:
+    if count <= units:
         return np.zeros(rows, np.int64), np.full(rows, whole, np.int64)
-    start = first % per_region
-    count = last - first + 1
-    cum = np.concatenate([[0], np.cumsum(np.tile(sets, 2))])
-    return start, cum[start + count] - cum[start]
+    start = first % count
+    n = last - first + 1
+    cum = np.concatenate([[0], np.cumsum(np.tile(item_bytes, 2))])
+    return start, cum[start + n] - cum[start]
 
 
 def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
-                 saved: int) -> dict:
+                 saved: int, unit: np.ndarray | None = None) -> dict:
     """The machine's own additive counts (``peak_*`` keys: see docs on merging)."""
     elem = element_bytes(layer.dtype)
     pus = p.operation_units * p.processing_units
     return {
         "opunit_busy_cycles_by_unit": tuple(int(c) for c in sch.unit_busy),
-        "pu_dealt_cycles_by_unit": tuple(int(c) for c in dealt_cycles(work.slot_cycles, p)),
+        "pu_dealt_cycles_by_unit": tuple(int(c) for c in dealt_cycles(work.slot_cycles, p,
+                                                                       unit)),
         "opunit_busy_cycles": int(sch.unit_busy.sum()),
         "opunit_busy_max_cycles": int(sch.unit_busy.max(initial=0)),
         "opunit_idle_cycles": p.operation_units * sch.cycles - int(sch.unit_busy.sum()),
@@ -316,28 +364,48 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "peak_pofm_pixels": work.pofm_peak[0] * work.pofm_peak[1],
         "peak_pofm_rows": work.pofm_peak[0],
         "peak_pofm_cols": work.pofm_peak[1],
+        "peak_kernel_parts": work.kernel_parts,
     }
 
 
-def dealt_cycles(slot_cycles: np.ndarray, p: Params) -> np.ndarray:
+def dealt_cycles(slot_cycles: np.ndarray, p: Params,
+                 unit: np.ndarray | None = None) -> np.ndarray:
     """Weight cycles dealt to every processing unit before work stealing, unit-major
-    (operation unit u, slot s at u * P + s): the jobs (J x P) run on unit ``j mod U``."""
+    (operation unit u, slot s at u * P + s): the jobs (J x P) run on unit ``unit[j]``
+    (default ``j mod U``)."""
     units = p.operation_units
+    if unit is not None:
+        out = np.zeros((units, slot_cycles.shape[1]), np.int64)
+        np.add.at(out, unit, slot_cycles)
+        return out.ravel()
     rows = -(-len(slot_cycles) // units)
     grid = np.zeros((rows * units, slot_cycles.shape[1]), np.int64)
     grid[:len(slot_cycles)] = slot_cycles
     return grid.reshape(rows, units, -1).sum(axis=0).ravel()
 
 
-def timing(work: Work, p: Params) -> tuple[Schedule, int]:
-    """The layer's schedule on the units, and the cycles work stealing saves (0 if off)."""
-    q = queue(work.transfers, units=p.operation_units, interconnect=p.interconnect,
-              output_units=p.output_units, width=p.bus_width)
-    sch = schedule(work.slot_cycles, q, units=p.operation_units, stealing=p.work_stealing)
+def job_units(p: Params, order: np.ndarray, per_region: int) -> np.ndarray | None:
+    """The operation unit of every job in run order (``order``: region-major indices):
+    None for round robin (``spread``), region mod U for ``own-unit``."""
+    if p.mapping == "spread":
+        return None
+    return (order // per_region) % p.operation_units
+
+
+def timing(work: Work, p: Params, unit: np.ndarray | None = None) -> tuple[Schedule, int]:
+    """The layer's schedule on the units (``unit``: see ``job_units``), and the cycles work
+    stealing saves (0 if off): without stealing the jobs last longer but move fewer
+    partial OFMs."""
+    def run(t, stealing: bool) -> Schedule:
+        q = queue(t, units=p.operation_units, interconnect=p.interconnect,
+                  output_units=p.output_units, width=p.bus_width, unit=unit)
+        return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing,
+                        unit=unit)
+
+    sch = run(work.transfers, p.work_stealing)
     if not p.work_stealing:
         return sch, 0
-    return sch, schedule(work.slot_cycles, q, units=p.operation_units,
-                         stealing=False).cycles - sch.cycles
+    return sch, run(work.plain_transfers, False).cycles - sch.cycles
 
 
 def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> Counts:
@@ -350,24 +418,42 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                 name: str) -> LayerStats:
-    """Every cost of the layer from the non-zero masks of its input and weights."""
+    """Every cost of the layer from the non-zero masks of its input and weights, in the
+    loop order that moves fewer DRAM bytes (``loop_order``)."""
     p = arch.params(Params)
     work = region_work(layer, x_mask, w_mask, p.geometry)
-    sch, saved = timing(work, p)
-    c = counts(layer, p, work, extra_counts(layer, x_mask, w_mask, p, work, sch, saved), name)
-    jobs = Jobs(end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
-                bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
-                input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
-                kernel_nonzeros=np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
-                ofm_pixels=ofm_pixels(layer, x_mask, w_mask),
-                sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes)
+    elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    idle = np.zeros(len(work.slot_cycles), np.int64)
+    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  stream_bytes=compressed_ifm.stream_bytes(layer.input_shape,
+                                                           work.input_nonzeros, p.region, elem),
+                  input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
+                  kernel_set_bytes=kernel_set_bytes(
+                      layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
+                      p.processing_units),
+                  ofm_bytes=0, psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
+                  sram_total=0)
+    order = loop_order(layer, p, blocks, arch.memory)
+    run = run_order(work.regions, per_region, order)
+    work = reorder(work, run)
+    unit = job_units(p, run, per_region)
+    sch, saved = timing(work, p, unit)
+    extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved, unit)
+    extra["kernel_major_layers"] = int(order == "kernel-major")
+    c = counts(layer, p, work, extra, name)
+    jobs = dataclasses.replace(
+        blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
+        bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
+        ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape,
+                                              ofm_pixels(layer, x_mask, w_mask), p.region, elem),
+        sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
     return price(layer, c, steps(layer, p, jobs), arch)
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:
     """Bytes of first buffer a job needs: one partial OFM per PU and kernel part."""
-    region = (p.region_rows, p.region_cols)
-    pixels = sum(np.prod(part.pofm_shape(region)) for part in plan(layer, p.kernel_part_rows).parts)
+    pixels = sum(np.prod(part.pofm_shape(p.region)) for part in p.plan(layer).parts)
     return p.processing_units * int(pixels) * ACC_BYTES
 
 
@@ -378,11 +464,15 @@ class InputReuse(Machine):
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         p = arch.params(Params)
+        if p.region_rows * p.region_cols > p.accumulators:
+            return (f"accumulators={p.accumulators} per processing unit cannot hold the "
+                    f"{p.region_rows}x{p.region_cols} partial OFM of even one tap; "
+                    f"accumulators must be >= region_rows * region_cols")
         need = buffer_need(layer, p)
         if need > p.first_buffer_kb * 1024:
             return (f"partial OFMs need {need} B of first buffer per operation unit, "
-                    f"first_buffer_kb={p.first_buffer_kb}; use kernel_part_rows or a "
-                    f"smaller region")
+                    f"first_buffer_kb={p.first_buffer_kb}; use a larger first buffer, fewer "
+                    f"accumulators (more, smaller kernel parts) or a smaller region")
         return None
 
     def compute(self, layer, x, w, bias, arch):
@@ -399,25 +489,30 @@ class InputReuse(Machine):
 
     def hardware(self, arch, dtype):
         """Per operation unit: a region register (n x m x l input pixels), its processing
-        units' multipliers, one accumulator each, and its first buffer (SRAM); the bus that
-        carries bus_width partial-OFM pixels from any of the operation units (a multiplexer
-        of operation_units inputs per bit); the three SRAMs."""
+        units' multipliers, each unit's ``accumulators`` (32 bits) and a ``mux_fan_in``-input
+        multiplexer per multiplier (Fig. 6), and its first buffer (SRAM); the bus that carries
+        bus_width partial-OFM pixels from any of the operation units (a multiplexer of
+        operation_units inputs per bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
-        p = arch.params(Params)
+        p, bits = arch.params(Params), element_bits(dtype)
         region = p.region_rows * p.region_cols * p.region_channels
-        registers = p.operation_units * region * element_bits(dtype) + p.multipliers * 32
+        pus = p.operation_units * p.processing_units
+        registers = p.operation_units * region * bits + pus * p.accumulators * 32
+        muxes = p.multipliers * (p.mux_fan_in - 1) * bits + (p.operation_units - 1) * p.bus_width * 32
         return Hardware(macs=p.multipliers, register_bits=registers,
                         sram_kib={**memory_kib(arch.memory),
                                   "first buffers": p.first_buffer_kb * p.operation_units},
-                        mux_bits=(p.operation_units - 1) * p.bus_width * 32)
+                        mux_bits=muxes)
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
-        """Cycles lost to contention on the units' interconnect, cycles work stealing
-        saved, and the partial-sum transfers between units."""
+        """Kernel parts of the fixed datapath, cycles lost to contention on the units'
+        interconnect, cycles work stealing saved, and the partial-sum transfers."""
         e = total.extra
         idle = e.get("opunit_idle_cycles", 0)
-        return [("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+        return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
+                ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
+                               "the others region-major"),("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
                 ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),

@@ -93,19 +93,36 @@ def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
     return reduce_last(slot_cycles, np.maximum)
 
 
-def job_ends(times: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray]:
+def job_ends(times: np.ndarray, units: int,
+             unit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(end cycle of every job, busy cycles of every unit): job ``j`` runs on unit
-    ``j mod units``, each unit's jobs back to back in global order.
+    ``unit[j]`` (default ``j mod units``), each unit's jobs back to back in global order.
 
-    The jobs laid out as rows of ``units`` are each unit's queue down a column, so
-    one running sum down the columns gives every end, without sorting by unit.
+    Round robin, the jobs laid out as rows of ``units`` are each unit's queue down a
+    column, so one running sum down the columns gives every end, without sorting by unit.
     """
+    if unit is not None:
+        return _ends_by_unit(times, unit, units)
     rows = -(-times.size // units)
     grid = np.zeros(rows * units, times.dtype)
     grid[:times.size] = times
     ends = np.cumsum(grid.reshape(rows, units), axis=0)
     busy = ends[-1] if rows else np.zeros(units, times.dtype)
     return ends.ravel()[:times.size], busy
+
+
+def _ends_by_unit(times: np.ndarray, unit: np.ndarray, units: int):
+    """``job_ends`` for any unit of every job: a running sum over the jobs sorted by unit
+    (stably: each unit's in global order), restarted at every unit."""
+    order = np.argsort(unit, kind="stable")
+    t = times[order]
+    cum = np.cumsum(t)
+    head = np.ones(len(t), bool)
+    head[1:] = unit[order][1:] != unit[order][:-1]
+    base = (cum - t)[head]
+    ends = np.empty_like(times)
+    ends[order] = cum - np.repeat(base, np.diff(np.append(np.flatnonzero(head), len(t))))
+    return ends, np.bincount(unit, times, minlength=units).astype(times.dtype)
 
 
 def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
@@ -142,14 +159,17 @@ LINKS = ("bus", "full", "chain")
 
 
 def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
-          width: int) -> Queue:
+          width: int, unit: np.ndarray | None = None) -> Queue:
     """Route the transfers over the interconnect (see the module notes) and batch the
     moving ones: a run of consecutive moving transfers of one job to one server is
     contiguous in its server's queue (same ready time, consecutive sequence), so ``fifo``
     serves it as one item (on the bus: one per job, not one per partial OFM); each
-    transfer of a run also waits for the durations of the run's earlier ones."""
+    transfer of a run also waits for the durations of the run's earlier ones. ``unit``:
+    the operation unit of every job (default: job mod units)."""
+    job = t.job.astype(np.int64)
+    source = job % units if unit is None else np.asarray(unit, np.int64)[job]
     job, server, duration, count, totals = _route_and_batch(
-        t.job.astype(np.int64), t.kernel.astype(np.int64), t.pixels.astype(np.int64),
+        job, source, t.kernel.astype(np.int64), t.pixels.astype(np.int64),
         LINKS.index(interconnect), units, output_units, width)
     inner, moving, cycles, hops = (int(v) for v in totals)
     return Queue(job, server, duration, count, inner, transfers=moving,
@@ -157,7 +177,8 @@ def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
 
 
 @njit(cache=True, nogil=True)
-def _route_and_batch(job, kernel, pixels, link, units, output_units, width):  # pragma: no cover
+def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
+                     width):  # pragma: no cover
     """``queue`` in one pass: items (job, server, duration, count) and the totals (inner
     wait, moving transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
     n = job.size
@@ -171,7 +192,7 @@ def _route_and_batch(job, kernel, pixels, link, units, output_units, width):  # 
             server = kernel[i] % output_units
         elif link == 2:  # chain: the owning operation unit, store and forward
             server = kernel[i] % units
-            hops = abs(job[i] % units - server)
+            hops = abs(source[i] - server)
             duration = beats * hops
         cycles += duration
         hops_total += hops
@@ -192,10 +213,12 @@ def _route_and_batch(job, kernel, pixels, link, units, output_units, width):  # 
             totals)
 
 
-def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool) -> Schedule:
-    """Time the jobs (J x P weight cycles, in global order) and their queued transfers."""
+def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
+             unit: np.ndarray | None = None) -> Schedule:
+    """Time the jobs (J x P weight cycles, in global order, on ``unit``: default round
+    robin) and their queued transfers."""
     times = job_times(slot_cycles, stealing)
-    ends, busy = job_ends(times, units)
+    ends, busy = job_ends(times, units, unit)
     last, wait = fifo(q.server, ends[q.job], q.duration, q.count)
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
                     pu_busy=int(slot_cycles.sum()), transfers=q.transfers,

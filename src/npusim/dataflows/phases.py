@@ -16,6 +16,18 @@ the region through all phases in turn and keeps one partial OFM per kernel part
 cycles in proportion to the taps, not extra partial OFMs. A *kernel part*
 (Fig. 9) is a band of ``part_rows`` kernel rows, processed as its own pass with
 its own, smaller partial OFM.
+
+The datapath is fixed by the arch (Fig. 6): ``accumulators`` per processing unit (one
+MUX, adder and register per partial-OFM pixel) and a MUX ``fan_in``. A kernel whose
+partial OFM or fan-in exceeds them is split into kernel parts, tiles of ``part_rows x
+part_cols`` kernel taps (Fig. 9 cuts rows; a wide or dilated kernel needs its columns
+cut too), the fewest parts that fit. The fan-in of a cell counts the distinct
+multipliers it is wired to: taps of different phases at the same offset share one
+wire (the multiplier holds the phase's pixel in that phase's cycles).
+
+The region grid covers the real input map, not the padded one (``Plan.origin``, in
+phase-input pixels): rows and columns that hold only padding in every phase are not
+tiled.
 """
 
 from __future__ import annotations
@@ -48,6 +60,11 @@ class Part:
         du, dv = self.span
         return region[0] + du, region[1] + dv
 
+    def fan_in(self, region: tuple[int, int]) -> int:
+        """Largest MUX fan-in of the part's partial OFM: distinct offsets whose product
+        reaches one cell (rows times columns: the offsets are a product set)."""
+        return _window_count(self.u, region[0]) * _window_count(self.v, region[1])
+
     def of_phase(self, i: int) -> np.ndarray:
         """Indices of this part's taps that belong to phase ``i``."""
         return np.flatnonzero(self.phase == i)
@@ -75,11 +92,9 @@ class Plan:
 
     phases: tuple[Phase, ...]
     parts: tuple[Part, ...]
-
-    @property
-    def extent(self) -> tuple[int, int]:
-        """Rows and columns of the region grid: the largest phase input (pixels)."""
-        return max(ph.rows for ph in self.phases), max(ph.cols for ph in self.phases)
+    origin: tuple[int, int]
+    extent: tuple[int, int]
+    part_shape: tuple[int, int]
 
 
 def _residue_taps(k: int, dilation: int, stride: int, residue: int):
@@ -107,13 +122,71 @@ def _taps(layer: ConvLayer) -> tuple[tuple[Phase, ...], np.ndarray]:
     return tuple(phases), np.concatenate(rows)
 
 
+def _window_count(offsets: np.ndarray, length: int) -> int:
+    """Most distinct values of ``offsets`` inside any window of ``length`` consecutive
+    integers."""
+    vals = np.unique(offsets)
+    return int((np.searchsorted(vals, vals + length) - np.arange(vals.size)).max())
+
+
+def _real_span(phases, axis: int, pad: int, size: int, stride: int) -> tuple[int, int]:
+    """(first, extent) of phase-input indices along ``axis`` that hold a real input pixel
+    in some phase (at least one index, within the phase inputs)."""
+    spans = []
+    for ph in phases:
+        a, n = (ph.a, ph.rows) if axis == 0 else (ph.b, ph.cols)
+        lo = max(-(-(pad - a) // stride), 0)
+        hi = min((pad + size - 1 - a) // stride + 1, n)
+        if lo < hi:
+            spans.append((lo, hi))
+    if not spans:  # every output sees padding only: one region of zeros
+        return 0, 1
+    first = min(lo for lo, _ in spans)
+    return first, max(hi for _, hi in spans) - first
+
+
+def _bands(taps: np.ndarray, rows: int, cols: int) -> list[np.ndarray]:
+    """Tap rows of every ``rows x cols`` tile of the kernel (tiles with taps)."""
+    key = (taps[:, 1] // rows) * (taps[:, 2].max() // cols + 1) + taps[:, 2] // cols
+    return [taps[key == k] for k in np.unique(key)]
+
+
+def _fits(band: np.ndarray, region, accumulators: int, fan_in: int) -> bool:
+    part = Part(*band.T)
+    rows, cols = part.pofm_shape(region)
+    return ((not accumulators or rows * cols <= accumulators)
+            and (not fan_in or part.fan_in(region) <= fan_in))
+
+
+def split(layer: ConvLayer, taps: np.ndarray, region, accumulators: int,
+          fan_in: int) -> tuple[int, int]:
+    """The kernel tile ``(rows, cols)`` giving the fewest parts that fit the datapath
+    (ties: more rows per part, Fig. 9 cuts rows); ``accumulators``/``fan_in`` 0: no limit."""
+    best = None
+    for rows in range(layer.R, 0, -1):
+        for cols in range(layer.S, 0, -1):
+            if all(_fits(b, region, accumulators, fan_in) for b in _bands(taps, rows, cols)):
+                parts = -(-layer.R // rows) * -(-layer.S // cols)
+                if best is None or parts < best[0]:
+                    best = parts, (rows, cols)
+                break  # fewer columns only makes more parts
+    if best is None:
+        raise ValueError("no kernel part fits")  # callers check a 1x1 part fits first
+    return best[1]
+
+
 @lru_cache(maxsize=256)
-def plan(layer: ConvLayer, part_rows: int = 0) -> Plan:
-    """Phases and kernel parts of ``layer`` (``part_rows=0``: the whole kernel is one part).
+def plan(layer: ConvLayer, region: tuple[int, int] = (1, 1), accumulators: int = 0,
+         fan_in: int = 0) -> Plan:
+    """Phases, region grid and kernel parts of ``layer`` on a datapath of ``region`` pixels,
+    ``accumulators`` per PU and MUX ``fan_in`` (0: unlimited, the whole kernel is one part).
 
     Cached: the arithmetic, the counts and the checks all ask for it.
     """
     phases, taps = _taps(layer)
-    band = taps[:, 1] // part_rows if part_rows else np.zeros(len(taps), int)
-    parts = tuple(Part(*taps[band == b].T) for b in np.unique(band))
-    return Plan(phases, parts)
+    shape = split(layer, taps, tuple(region), accumulators, fan_in)
+    parts = tuple(Part(*b.T) for b in _bands(taps, *shape))
+    (pt, _, pl, _), (sh, sw) = layer.padding, layer.stride
+    r0, rows = _real_span(phases, 0, pt, layer.H, sh)
+    c0, cols = _real_span(phases, 1, pl, layer.W, sw)
+    return Plan(phases, parts, (r0, c0), (rows, cols), shape)

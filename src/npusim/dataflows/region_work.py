@@ -17,6 +17,7 @@ done with BLAS. Jobs are laid out in the order the device runs them: region-majo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,16 +37,21 @@ class Geometry:
     region: tuple[int, int]
     depth: int
     pus: int
-    part_rows: int
+    accumulators: int
+    fan_in: int
+    stealing: bool
 
 
 @dataclass
 class Work:
     """Jobs, transfers and skip counts of one layer; ``region_nonzeros``: non-zero input
-    pixels of every region over its channels and stride phases (N * T,), in job order."""
+    pixels of every region over its channels and stride phases (N * T,), in job order;
+    ``transfers`` as the device runs (with its work stealing), ``plain_transfers`` those
+    without stealing (None when it is off)."""
 
     slot_cycles: np.ndarray
     transfers: Transfers
+    plain_transfers: Transfers | None
     dense_cycles: int
     weight_only_cycles: int
     products: int
@@ -57,6 +63,7 @@ class Work:
     regions: int
     pofm_peak: tuple[int, int]
     region_nonzeros: np.ndarray
+    kernel_parts: int
 
 
 def tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
@@ -121,30 +128,32 @@ def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.n
     return wp.reshape(layer.groups, layer.Kg, layer.Cg, -1)
 
 
-def grid_counts(xp_mask: np.ndarray, ph: Phase, grid: tuple[int, int],
+def grid_counts(xp_mask: np.ndarray, ph: Phase, layout: Plan,
                 region: tuple[int, int]) -> np.ndarray:
     """Non-zero pixels per region and channel of one phase, N x C x Th x Tw, on the common
-    region grid (``grid`` = rows, cols of the largest phase input)."""
-    shape = (grid[0] // region[0], grid[1] // region[1])
+    region grid (from ``layout.origin``, ``layout.extent`` pixels, rounded up to regions)."""
+    shape = tuple(-(-e // r) for e, r in zip(layout.extent, region, strict=True))
     return _block_counts(xp_mask.view(np.uint8), ph.a, ph.b, *ph.stride, ph.rows, ph.cols,
-                         *region, *shape)
+                         *layout.origin, *region, *shape)
 
 
 @njit(cache=True, nogil=True)
-def _block_counts(xp, a, b, sh, sw, rows, cols, rh, rw, th, tw):  # pragma: no cover
-    """counts[n, c, i // rh, j // rw] += xp[n, c, a + i sh, b + j sw] for the phase's
-    ``rows`` x ``cols`` pixels; ``th`` x ``tw`` blocks."""
+def _block_counts(xp, a, b, sh, sw, rows, cols, i0, j0, rh, rw, th, tw):  # pragma: no cover
+    """counts[n, c, (i - i0) // rh, (j - j0) // rw] += xp[n, c, a + i sh, b + j sw] for the
+    phase's pixels from ``(i0, j0)`` on (at most ``rows`` x ``cols``); ``th`` x ``tw``
+    blocks."""
     N, C = xp.shape[:2]
     counts = np.zeros((N, C, th, tw), np.int64)
-    band = np.empty(cols, np.int32)  # one block row's pixel rows added column by column
+    j1 = min(cols, j0 + tw * rw)
+    band = np.empty(max(j1 - j0, 0), np.int32)  # one block row's pixel rows, column by column
     for n in range(N):
         for c in range(C):
             for t in range(th):
                 band[:] = 0
-                for i in range(t * rh, min(t * rh + rh, rows)):
-                    for j in range(cols):
-                        band[j] += xp[n, c, a + i * sh, b + j * sw]
-                for j in range(cols):
+                for i in range(i0 + t * rh, min(i0 + t * rh + rh, rows)):
+                    for j in range(j0, j1):
+                        band[j - j0] += xp[n, c, a + i * sh, b + j * sw]
+                for j in range(band.size):
                     counts[n, c, t, j // rw] += band[j]
     return counts
 
@@ -218,14 +227,109 @@ def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometr
     return cyc, dense, wonly, products
 
 
-def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int) -> Transfers:
-    """Sequence of transfers (job, slot, part order) from the jobs' per-part cycles
-    (N x T x J x P x parts): one per partial OFM with any product, carrying its kernel
-    and its part's partial-OFM pixels."""
+def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int,
+              stealing: bool) -> Transfers:
+    """Sequence of transfers from the jobs' per-part cycles (N x T x J x P x parts): one per
+    partial OFM with any weight cycle, carrying its kernel and its part's partial-OFM
+    pixels. Without stealing a PU fills one partial OFM per part of its kernel (order: job,
+    slot, part); with stealing a thief fills one of its own for each part of each victim
+    it took cycles of (order: job, victim slot, computing slot, part; see ``_steal``)."""
     flat = np.ascontiguousarray(sets).reshape(-1, pus, sets.shape[-1])
-    job, kernel, part = _nonzero_slots(flat, sets.shape[2], sets.shape[2] // layer.groups,
-                                       layer.Kg)
+    args = (sets.shape[2], sets.shape[2] // layer.groups, layer.Kg)
+    if stealing:
+        job, kernel, part = _stolen_slots(_steal(flat), *args)
+    else:
+        job, kernel, part = _nonzero_slots(flat, *args)
     return Transfers(job, kernel, pixels[part])
+
+
+@njit(cache=True, nogil=True)
+def _steal(cycles):  # pragma: no cover
+    """done[j, v, t, p]: weight cycles of victim slot v's part p that slot t ran in job j,
+    under the device's work stealing: each cycle every PU with cycles left runs the next
+    of its own (front of its queue, parts in order); then each PU that had none at the
+    cycle's start, in slot order, takes the last cycle of the PU with most left (the first
+    of equals). While no PU is idle, runs of cycles that cross no part boundary go at once."""
+    jobs, pus, parts = cycles.shape
+    done = np.zeros((jobs, pus, pus, parts), np.int64)
+    front = np.zeros(pus, np.int64)
+    back = np.zeros(pus, np.int64)
+    bounds = np.zeros((pus, parts + 1), np.int64)
+    idle = np.zeros(pus, np.bool_)
+    for j in range(jobs):
+        for v in range(pus):
+            for p in range(parts):
+                bounds[v, p + 1] = bounds[v, p] + cycles[j, v, p]
+            front[v], back[v] = 0, bounds[v, parts]
+        while True:
+            left = 0
+            run = -1
+            for v in range(pus):
+                rem = back[v] - front[v]
+                left += rem
+                idle[v] = rem == 0
+                if rem > 0:
+                    p = 0
+                    while bounds[v, p + 1] <= front[v]:
+                        p += 1
+                    step = min(rem, bounds[v, p + 1] - front[v])
+                    run = step if run < 0 else min(run, step)
+            if left == 0:
+                break
+            if not idle.any():  # everyone busy: a run of cycles inside one part each
+                for v in range(pus):
+                    p = 0
+                    while bounds[v, p + 1] <= front[v]:
+                        p += 1
+                    done[j, v, v, p] += run
+                    front[v] += run
+                continue
+            for v in range(pus):
+                if not idle[v]:
+                    p = 0
+                    while bounds[v, p + 1] <= front[v]:
+                        p += 1
+                    done[j, v, v, p] += 1
+                    front[v] += 1
+            for t in range(pus):
+                if not idle[t]:
+                    continue
+                victim, most = 0, back[0] - front[0]
+                for v in range(1, pus):
+                    if back[v] - front[v] > most:
+                        victim, most = v, back[v] - front[v]
+                if most == 0:
+                    break
+                back[victim] -= 1
+                p = 0
+                while bounds[victim, p + 1] <= back[victim]:
+                    p += 1
+                done[j, victim, t, p] += 1
+    return done
+
+
+@njit(cache=True, nogil=True)
+def _stolen_slots(done, jobs_per_region, sets_per_group, kg):  # pragma: no cover
+    """(job, kernel, part) of every non-zero entry of ``done`` (jobs x P x P x parts), in
+    order; the kernel is the victim slot's."""
+    jobs, pus, _, parts = done.shape
+    n = 0
+    for j in range(jobs):
+        for v in range(pus):
+            for t in range(pus):
+                for pt in range(parts):
+                    n += done[j, v, t, pt] != 0
+    job, kernel, part = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    i = 0
+    for j in range(jobs):
+        g, kset = divmod(j % jobs_per_region, sets_per_group)
+        for v in range(pus):
+            for t in range(pus):
+                for pt in range(parts):
+                    if done[j, v, t, pt] != 0:
+                        job[i], kernel[i], part[i] = j, g * kg + kset * pus + v, pt
+                        i += 1
+    return job, kernel, part
 
 
 @njit(cache=True, nogil=True)
@@ -250,21 +354,43 @@ def _nonzero_slots(cycles, jobs_per_region, sets_per_group, kg):  # pragma: no c
     return job, kernel, part
 
 
+def reorder(work: Work, order: np.ndarray) -> Work:
+    """``work`` with its jobs run in ``order`` (the region-major index of each job in run
+    order): weight cycles permuted, transfers renumbered and kept in run order (stable
+    within a job)."""
+    if np.array_equal(order, np.arange(len(order))):
+        return work
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+
+    def moved(t: Transfers | None) -> Transfers | None:
+        if t is None:
+            return None
+        job = rank[t.job]
+        seq = np.argsort(job, kind="stable")
+        return Transfers(job[seq], t.kernel[seq], t.pixels[seq])
+
+    return dataclasses.replace(work, slot_cycles=work.slot_cycles[order],
+                               transfers=moved(work.transfers),
+                               plain_transfers=moved(work.plain_transfers))
+
+
 def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 geo: Geometry) -> Work:
     """Jobs, transfers and skip counts of ``layer`` from the non-zero masks of x and w."""
-    layout = plan(layer, geo.part_rows)
-    grid = tuple(math.ceil(e / r) * r for e, r in zip(layout.extent, geo.region, strict=True))
+    layout = plan(layer, geo.region, geo.accumulators, geo.fan_in)
     xp = pad_input(np.asarray(x_mask, np.bool_), layer, False)
     per_tap = tap_weights(layer, w_mask)
-    counts = [grid_counts(xp, ph, grid, geo.region) for ph in layout.phases]
+    counts = [grid_counts(xp, ph, layout, geo.region) for ph in layout.phases]
     cyc, dense, wonly, products = part_cycles(layer, counts, w_mask, per_tap, layout, geo)
     sets = kernel_sets(cyc, geo.pus)  # N x T x J x P x parts
     shapes = [part.pofm_shape(geo.region) for part in layout.parts]
     pixels = np.array([h * w for h, w in shapes], np.int64)
     n, T = sets.shape[:2]
     return Work(slot_cycles=reduce_last(sets, np.add).reshape(-1, geo.pus),
-                transfers=transfers(sets, pixels, layer, geo.pus),
+                transfers=transfers(sets, pixels, layer, geo.pus, geo.stealing),
+                plain_transfers=(transfers(sets, pixels, layer, geo.pus, False)
+                                 if geo.stealing else None),
                 dense_cycles=dense, weight_only_cycles=wonly, products=products,
                 useful_products=useful_products(layer, xp, per_tap),
                 input_nonzeros=int(np.count_nonzero(x_mask)),
@@ -272,4 +398,5 @@ def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                 sram_ifmap_words=int(sum(c.sum() for c in counts)),
                 sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
                 pofm_peak=max(shapes, key=lambda s: s[0] * s[1]),
-                region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1))
+                region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1),
+                kernel_parts=len(layout.parts))

@@ -1,13 +1,24 @@
-"""Cycle-by-cycle emulator of the input-reuse device (seed 000, Figs. 5, 6 and 11-15).
+"""Cycle-by-cycle emulator of the input-reuse device (seed 000, Figs. 5, 6, 8, 9 and 11-15).
 
 The living definition of the machine that ``dataflows.input_reuse`` counts with
-array operations. Per processing unit, the Fig. 6 datapath: one multiplier per region
-pixel (times the region depth ``l``, summed by an adder tree), and per partial-OFM
-pixel one MUX, one adder and one accumulator register. The MUX of accumulator
-``(p, q)`` is wired to the products of pixel ``(p - (umax - u), q - (vmax - v))``
-for every tap offset ``(u, v)`` that keeps the pixel inside the region (drawing
-610: fan-in 1 at the corner, 9 at (3, 3) for a 4x4 region and a 3x3 kernel); in
-the cycle of a tap it selects that tap's input: the point reflection.
+array operations; it derives its own schedule here, from the datapath rules, and
+shares with the fast model only the problem (``ConvLayer``), the arch parameters,
+the ``Jobs`` value type and the pricing (``steps``, ``stats.price``).
+
+- **Taps and phases.** Tap ``(r, s)`` of a strided, dilated kernel reads padded input
+  row ``p*sh + r*dh``: phase ``r*dh mod sh`` at offset ``r*dh div sh`` (columns alike);
+  a phase is read up to row ``P - 1 + `` its largest offset.
+- **The Fig. 6 datapath**, built from the arch once: per processing unit one multiplier
+  per region pixel (times the depth ``l``, summed by an adder tree) and, per partial-OFM
+  pixel, one MUX, adder and accumulator register, ``accumulators`` of them. The MUX of
+  cell ``(p, q)`` is wired to the multiplier of pixel ``(p - (umax - u), q - (vmax - v))``
+  for every offset ``(u, v)`` of the kernel part; in the cycle of a tap it selects that
+  tap's wire (the point reflection). Taps of different phases at one offset share a wire.
+- **Kernel parts** (Figs. 8/9): the kernel is cut into tiles of taps, the shape giving
+  the fewest tiles whose wiring fits ``accumulators`` cells and ``mux_fan_in`` wires per
+  cell (ties: more rows, then more columns).
+- **Region grid** over the real input map: phase rows and columns that hold a real
+  pixel in some phase, from the first such one.
 
 Per cycle: every operation unit's processing units each execute one weight cycle
 (their own, or, with work stealing, one taken from the unit with most left); a
@@ -15,11 +26,10 @@ job that has no weight cycle left hands its partial OFMs to the interconnect;
 each server (bus / output unit / chain owner) moves one partial OFM at a time,
 ``ceil(pixels / bus_width)`` cycles per hop; output units add them onto the OFM at
 the region's place (overlap-add) and the output handler adds the bias.
-The dispatcher reads each region from the compressed stream (``compressed_ifm``);
-with stride, a job takes its region through every phase (``phases``).
-The emulator also records every job's end and weight cycles, the non-zero pixels of every
-region it decodes and the OFM pixels its accumulators touch: ``emulate`` prices that
-schedule through the memory model (``dataflows.input_reuse.steps``, ``stats.price``).
+The dispatcher reads each region as the compressed stream holds it (a bitmap per
+channel block and its non-zero values) and the emulator counts the bytes at every
+port: region blocks read per kernel set, one weight word per PU and weight cycle, the
+partial OFMs written and read, the stream, weights and compressed OFM in DRAM.
 """
 
 from __future__ import annotations
@@ -30,11 +40,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..dataflows import compressed_ifm
-from ..dataflows.phases import Part, plan
+from ..errors import ConfigError
 from ..ir import ConvLayer
 from ..quant import check_int32
-from ..reference import pad_input
+
+ACC_BYTES = 4  # one accumulator register: int32 or float32
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One kernel tap: kernel row/column, phase residues, offsets in the phase."""
+
+    r: int
+    s: int
+    a: int
+    b: int
+    u: int
+    v: int
+
+
+def kernel_taps(layer: ConvLayer) -> list[Tap]:
+    """Every tap of the kernel, row-major, with its phase and offset."""
+    (sh, sw), (dh, dw) = layer.stride, layer.dilation
+    return [Tap(r, s, r * dh % sh, s * dw % sw, r * dh // sh, s * dw // sw)
+            for r in range(layer.R) for s in range(layer.S)]
 
 
 @dataclass(frozen=True)
@@ -43,9 +72,11 @@ class Datapath:
 
     region: tuple[int, int]
     depth: int
+    taps: tuple[Tap, ...]
+    top: tuple[int, int]  # largest offsets (umax, vmax): where pixel (0, 0) of tap 0-offset lands
     pofm: tuple[int, int]
     wiring: tuple[tuple[np.ndarray, np.ndarray], ...]  # per tap: (accumulator, pixel) indices
-    fan_in: np.ndarray
+    fan_in: np.ndarray  # distinct multiplier wires per accumulator
 
     def inventory(self) -> dict:
         """Multipliers, depth adders, MUXes, adders and accumulators of one PU for this part."""
@@ -56,28 +87,82 @@ class Datapath:
                 "max_fan_in": int(self.fan_in.max())}
 
 
-def accumulation_position(part: Part, tap: int) -> tuple[int, int]:
+def accumulation_position(path: Datapath, tap: int) -> tuple[int, int]:
     """Partial-OFM position (0-indexed) where region pixel (0, 0) meets the part's ``tap``."""
-    return int(part.u.max() - part.u[tap]), int(part.v.max() - part.v[tap])
+    t = path.taps[tap]
+    return path.top[0] - t.u, path.top[1] - t.v
 
 
-def datapath(region: tuple[int, int], depth: int, part: Part) -> Datapath:
+def datapath(region: tuple[int, int], depth: int, taps) -> Datapath:
     """Wire the MUXes of one processing unit for a kernel part (Fig. 6)."""
     rh, rw = region
-    pofm = part.pofm_shape(region)
+    us, vs = [t.u for t in taps], [t.v for t in taps]
+    top = (max(us), max(vs))
+    pofm = (rh + top[0] - min(us), rw + top[1] - min(vs))
     i, j = np.meshgrid(np.arange(rh), np.arange(rw), indexing="ij")
-    wiring, fan_in = [], np.zeros(pofm, np.int64)
-    for tap in range(part.r.size):
-        dr, dc = accumulation_position(part, tap)
-        acc = (i + dr) * pofm[1] + (j + dc)
-        wiring.append((acc.ravel(), (i * rw + j).ravel()))
-        np.add.at(fan_in.reshape(-1), acc.ravel(), 1)
-    return Datapath(region, depth, pofm, tuple(wiring), fan_in)
+    wiring, wires = [], set()
+    for t in taps:
+        acc = ((i + top[0] - t.u) * pofm[1] + (j + top[1] - t.v)).ravel()
+        pix = (i * rw + j).ravel()
+        wiring.append((acc, pix))
+        wires.update(zip(acc.tolist(), pix.tolist(), strict=True))
+    fan_in = np.zeros(pofm[0] * pofm[1], np.int64)
+    for acc, _ in wires:
+        fan_in[acc] += 1
+    return Datapath(tuple(region), depth, tuple(taps), top, pofm, tuple(wiring),
+                    fan_in.reshape(pofm))
+
+
+def tiles(taps: list[Tap], rows: int, cols: int) -> list[list[Tap]]:
+    """The taps cut into tiles of ``rows x cols`` kernel positions, tile row-major."""
+    out: dict = {}
+    for t in taps:
+        out.setdefault((t.r // rows, t.s // cols), []).append(t)
+    return [out[k] for k in sorted(out)]
+
+
+def kernel_parts(layer: ConvLayer, params) -> list[Datapath]:
+    """The fewest kernel parts whose datapaths fit the arch's accumulators and fan-in."""
+    taps, region = kernel_taps(layer), (params.region_rows, params.region_cols)
+    best = None
+    for rows in range(1, layer.R + 1):
+        for cols in range(1, layer.S + 1):
+            paths = [datapath(region, params.region_channels, part)
+                     for part in tiles(taps, rows, cols)]
+            if all(p.pofm[0] * p.pofm[1] <= params.accumulators
+                   and p.fan_in.max() <= params.mux_fan_in for p in paths):
+                key = (len(paths), -rows, -cols)
+                if best is None or key < best[0]:
+                    best = key, paths
+    if best is None:
+        raise ConfigError(f"{layer.name}: input-reuse.accumulators={params.accumulators} "
+                          f"cannot hold even one tap's {region[0]}x{region[1]} partial OFM")
+    return best[1]
+
+
+def real_span(layer: ConvLayer, taps: list[Tap], axis: int) -> tuple[int, int]:
+    """(first, count) of phase rows (axis 0) or columns (1) holding a real input pixel in
+    some phase, among those the phase's taps read."""
+    if axis == 0:
+        pad, size, step, out = layer.padding[0], layer.H, layer.stride[0], layer.P
+        reach = {}
+        for t in taps:
+            reach[t.a] = max(reach.get(t.a, 0), t.u)
+    else:
+        pad, size, step, out = layer.padding[2], layer.W, layer.stride[1], layer.Q
+        reach = {}
+        for t in taps:
+            reach[t.b] = max(reach.get(t.b, 0), t.v)
+    real = [i for a, top in reach.items() for i in range(out + top)
+            if pad <= a + i * step < pad + size]
+    if not real:
+        return 0, 1
+    return min(real), max(real) - min(real) + 1
 
 
 @dataclass
 class Job:
-    """One region against one kernel set: per-PU queues of (part, channel group, tap) cycles."""
+    """One region against one kernel set: per-PU queues of (part, first channel, tap) cycles."""
 
     seq: int
     n: int
@@ -85,15 +170,14 @@ class Job:
     tj: int
     kernels: list[int]
     queues: list[deque]
-    regions: list[np.ndarray]  # per phase: Cg x rh x rw, decoded from the stream
-    pofms: dict = field(default_factory=dict)  # (slot, part) -> accumulators
-    touched: dict = field(default_factory=dict)  # (slot, part) -> cells some product reached
-    start: int = 0
+    regions: dict  # (a, b) phase -> Cg x rh x rw read by the dispatcher
+    pofms: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> accumulators
+    hits: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> products per cell
 
 
 @dataclass
 class Counters:
-    """What the emulator counted (cycles)."""
+    """What the emulator counted: cycles, events and bytes at the ports."""
 
     unit_busy: np.ndarray
     pu_dealt: np.ndarray
@@ -104,6 +188,12 @@ class Counters:
     hops: int = 0
     last_job_end: int = 0
     last_transfer_end: int = 0
+    products: int = 0
+    macs: int = 0
+    dense_cycles: int = 0
+    weight_only_cycles: int = 0
+    sram_ifmap_bytes: int = 0
+    sram_ofmap_bytes: int = 0
     job_end: dict = field(default_factory=dict)  # job sequence -> cycle it ended
     job_busy: dict = field(default_factory=dict)  # job sequence -> its weight cycles
     region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region
@@ -118,24 +208,47 @@ class Result:
     counters: Counters
     inventory: dict
     ofm_pixels: int = 0
+    machine: Machine | None = None
+
+
+def block_bytes(block: np.ndarray, elem: int) -> int:
+    """Bytes of one block as the compressed stream stores it: a bitmap of one bit per
+    pixel, whole bytes, then its non-zero values."""
+    return math.ceil(block.size / 8) + int(np.count_nonzero(block)) * elem
+
+
+def map_stream_bytes(m: np.ndarray, block: tuple[int, int], elem: int) -> int:
+    """Bytes of an N x C x H x W map stored compressed in blocks of ``block`` pixels (edge
+    blocks padded with zeros)."""
+    n, c, h, w = m.shape
+    blocks = n * c * math.ceil(h / block[0]) * math.ceil(w / block[1])
+    return blocks * math.ceil(block[0] * block[1] / 8) + int(np.count_nonzero(m)) * elem
 
 
 class Machine:
     """The whole device for one layer: operation units, interconnect servers, output units."""
 
-    def __init__(self, layer: ConvLayer, x, w, params):
-        self.layer, self.p = layer, params
+    def __init__(self, layer: ConvLayer, x, w, params, stealing: bool | None = None,
+                 order: str = "region-major"):
+        self.layer, self.p, self.order = layer, params, order
+        self.stealing = params.work_stealing if stealing is None else stealing
         self.integer = np.issubdtype(x.dtype, np.integer)
         self.acc = np.int64 if self.integer else np.float32
+        self.elem = x.dtype.itemsize if self.integer else 4
         self.w = w.astype(self.acc)
         self.region = (params.region_rows, params.region_cols)
-        self.plan = plan(layer, params.kernel_part_rows)
-        self.paths = [datapath(self.region, params.region_channels, part)
-                      for part in self.plan.parts]
-        xp = pad_input(x.astype(self.acc), layer)
-        self.streams = [compressed_ifm.encode(ph.input(xp), self.region)
-                        for ph in self.plan.phases]
-        self.grid = [math.ceil(e / r) for e, r in zip(self.plan.extent, self.region, strict=True)]
+        self.taps = kernel_taps(layer)
+        self.paths = kernel_parts(layer, params)
+        self.phases = sorted({(t.a, t.b) for t in self.taps})
+        self.reach = {}  # phase residue -> phase rows / columns its taps read
+        for t in self.taps:
+            self.reach[0, t.a] = max(self.reach.get((0, t.a), 0), layer.P + t.u)
+            self.reach[1, t.b] = max(self.reach.get((1, t.b), 0), layer.Q + t.v)
+        (r0, rows), (c0, cols) = real_span(layer, self.taps, 0), real_span(layer, self.taps, 1)
+        self.origin = (r0, c0)
+        self.grid = (math.ceil(rows / self.region[0]), math.ceil(cols / self.region[1]))
+        pt, pb, pl, pr = layer.padding
+        self.xp = np.pad(x.astype(self.acc), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
         self.ofm = np.zeros(layer.output_shape, self.acc)
         self.touched = np.zeros(layer.output_shape, bool)
         self.counters = Counters(np.zeros(params.operation_units, np.int64),
@@ -146,91 +259,129 @@ class Machine:
 
     # -- the dispatcher: regions from the compressed stream, weight cycles per PU --------------
 
-    def read_region(self, n: int, phase: int, g: int, ti: int, tj: int) -> np.ndarray:
-        """Cg x rh x rw of group ``g`` in one phase, decoded block by block from the stream;
-        zeros where the phase input ends before the region grid does."""
-        cg, s = self.layer.Cg, self.streams[phase]
-        if ti >= s.bitmaps.shape[2] or tj >= s.bitmaps.shape[3]:
-            return np.zeros((cg, *self.region), self.acc)
-        return np.stack([s.block_at(n, g * cg + c, ti, tj) for c in range(cg)])
-
-    def weight_cycles(self, k: int, regions: list[np.ndarray]) -> deque:
-        """The (part, phase, first channel, tap) cycles of kernel k that are not skipped."""
-        out, depth = deque(), self.p.region_channels
-        for pi, part in enumerate(self.plan.parts):
-            for phase, region in enumerate(regions):
-                live = region.reshape(region.shape[0], -1).any(axis=1)
-                for c0 in range(0, self.layer.Cg, depth):
-                    for tap in part.of_phase(phase):
-                        wt = self.w[k, c0:c0 + depth, part.r[tap], part.s[tap]]
-                        if ((wt != 0) & live[c0:c0 + depth]).any():
-                            out.append((pi, phase, c0, tap))
+    def read_region(self, n: int, phase: tuple[int, int], g: int, ti: int, tj: int):
+        """Cg x rh x rw of group ``g`` in one phase: the phase's pixels the taps read, zeros
+        past them; counts the stream bytes the dispatcher reads (bitmap and values)."""
+        L, (rh, rw) = self.layer, self.region
+        (a, b), (sh, sw) = phase, L.stride
+        out = np.zeros((L.Cg, rh, rw), self.acc)
+        for i in range(rh):
+            row = self.origin[0] + ti * rh + i
+            if row >= self.reach[0, a]:
+                break
+            for j in range(rw):
+                col = self.origin[1] + tj * rw + j
+                if col >= self.reach[1, b]:
+                    break
+                out[:, i, j] = self.xp[n, g * L.Cg:(g + 1) * L.Cg, a + row * sh, b + col * sw]
         return out
 
+    def weight_cycles(self, k: int, regions: dict) -> deque:
+        """The (part, first channel, tap) cycles of kernel k that are not skipped; counts the
+        dense and weight-only cycles on the way."""
+        out, depth, c = deque(), self.p.region_channels, self.counters
+        for pi, path in enumerate(self.paths):
+            for phase in self.phases:
+                region = regions[phase]
+                live = region.reshape(region.shape[0], -1).any(axis=1)
+                for c0 in range(0, self.layer.Cg, depth):
+                    for ti, t in enumerate(path.taps):
+                        if (t.a, t.b) != phase:
+                            continue
+                        nonzero = self.w[k, c0:c0 + depth, t.r, t.s] != 0
+                        c.dense_cycles += 1
+                        c.weight_only_cycles += bool(nonzero.any())
+                        if (nonzero & live[c0:c0 + depth]).any():
+                            out.append((pi, c0, ti))
+        return out
+
+    def region_major(self) -> list[list[Job]]:
+        """Every region's jobs (image, region row, region column), each region's in its
+        order (conv group, kernel set)."""
+        L = self.layer
+        return [list(self.region_jobs(n, ti, tj)) for n in range(L.N)
+                for ti in range(self.grid[0]) for tj in range(self.grid[1])]
+
     def jobs(self) -> list[deque]:
-        """Every job, in global order, queued round robin on the operation units."""
-        L, p = self.layer, self.p
-        units = [deque() for _ in range(p.operation_units)]
-        seq = 0
-        for n in range(L.N):
-            for ti in range(self.grid[0]):
-                for tj in range(self.grid[1]):
-                    for job in self.region_jobs(n, ti, tj, seq):
-                        units[seq % p.operation_units].append(job)
-                        seq += 1
+        """Every job in the run order (``region-major``: a region's kernel sets one after
+        another; ``kernel-major``: a kernel set over every region), queued on the operation
+        units: round robin (``spread``) or region ``t`` on unit ``t mod U`` (``own-unit``,
+        Fig. 11: each dispatcher serves its own unit)."""
+        by_region = self.region_major()
+        if self.order == "region-major":
+            run = [job for region in by_region for job in region]
+        else:
+            run = [region[k] for k in range(len(by_region[0])) for region in by_region]
+        units = [deque() for _ in range(self.p.operation_units)]
+        where = {id(job): r for r, region in enumerate(by_region) for job in region}
+        for seq, job in enumerate(run):
+            job.seq = seq
+            own = where[id(job)] if self.p.mapping == "own-unit" else seq
+            units[own % self.p.operation_units].append(job)
         return units
 
-    def region_jobs(self, n, ti, tj, seq):
-        """The jobs of one region: per conv group, kernel sets of P kernels."""
-        L, P = self.layer, self.p.processing_units
+    def region_jobs(self, n, ti, tj):
+        """The jobs of one region: per conv group, kernel sets of P kernels; the dispatcher
+        reads the region's blocks again for every kernel set."""
+        L, P, c = self.layer, self.p.processing_units, self.counters
         for g in range(L.groups):
-            regions = [self.read_region(n, i, g, ti, tj) for i in range(len(self.streams))]
+            regions = {ph: self.read_region(n, ph, g, ti, tj) for ph in self.phases}
             here = (n * self.grid[0] + ti) * self.grid[1] + tj
-            self.counters.region_nonzeros[here] += sum(np.count_nonzero(r) for r in regions)
+            c.region_nonzeros[here] += sum(np.count_nonzero(r) for r in regions.values())
+            read = sum(block_bytes(ch, self.elem) for r in regions.values() for ch in r)
             for k0 in range(0, L.Kg, P):
+                c.sram_ifmap_bytes += read
                 kernels = [g * L.Kg + k for k in range(k0, min(k0 + P, L.Kg))]
                 queues = [self.weight_cycles(k, regions) for k in kernels]
                 queues += [deque() for _ in range(P - len(kernels))]
-                yield Job(seq, n, ti, tj, kernels, queues, regions)
-                seq += 1
+                yield Job(-1, n, ti, tj, kernels, queues, regions)
 
     # -- one processing-unit cycle: multipliers, MUXes, accumulators (Fig. 6) ---------------
 
-    def pu_cycle(self, job: Job, slot: int, item) -> None:
-        """Execute one weight cycle of kernel slot ``slot`` on the job's region."""
-        pi, phase, c0, tap = item
-        part, path = self.plan.parts[pi], self.paths[pi]
+    def pu_cycle(self, job: Job, slot: int, pu: int, item) -> None:
+        """Processing unit ``pu`` executes one weight cycle of kernel slot ``slot`` on the
+        job's region, into a partial OFM of its own for that kernel and part."""
+        pi, c0, ti = item
+        path = self.paths[pi]
+        t = path.taps[ti]
         k = job.kernels[slot]
-        weights = self.w[k, c0:c0 + path.depth, part.r[tap], part.s[tap]]
-        region = job.regions[phase][c0:c0 + path.depth]
+        weights = self.w[k, c0:c0 + path.depth, t.r, t.s]
+        region = job.regions[t.a, t.b][c0:c0 + path.depth]
         products = (region * weights[:, None, None]).sum(axis=0)
-        hit = ((region != 0) & (weights != 0)[:, None, None]).any(axis=0)
-        acc = job.pofms.setdefault((slot, pi), np.zeros(path.pofm, self.acc))
-        seen = job.touched.setdefault((slot, pi), np.zeros(path.pofm, bool))
-        cells, pixels = path.wiring[tap]
+        hit = ((region != 0) & (weights != 0)[:, None, None]).sum(axis=0)
+        self.counters.products += int(hit.sum())
+        acc = job.pofms.setdefault((slot, pu, pi), np.zeros(path.pofm, self.acc))
+        seen = job.hits.setdefault((slot, pu, pi), np.zeros(path.pofm, np.int64))
+        cells, pixels = path.wiring[ti]
         acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
-        seen.reshape(-1)[cells] |= hit.reshape(-1)[pixels]
+        seen.reshape(-1)[cells] += hit.reshape(-1)[pixels]
 
     def unit_cycle(self, job: Job) -> None:
-        """All processing units of one operation unit for one cycle (with work stealing)."""
+        """All processing units of one operation unit for one cycle: each with work left
+        runs its next; with work stealing each idle one (in slot order) takes the last
+        cycle of the one with most left."""
         queues = job.queues
-        todo = [(slot, q.popleft()) for slot, q in enumerate(queues) if q]
-        if self.p.work_stealing:
-            for _ in range(len(queues) - len(todo)):
+        idle = [slot for slot, q in enumerate(queues) if not q]
+        todo = [(slot, slot, q.popleft()) for slot, q in enumerate(queues) if q]
+        if self.stealing:
+            for thief in idle:
                 victim = max(range(len(queues)), key=lambda i: len(queues[i]))
                 if not queues[victim]:
                     break
-                todo.append((victim, queues[victim].pop()))
-        for slot, item in todo:
-            self.pu_cycle(job, slot, item)
+                todo.append((victim, thief, queues[victim].pop()))
+        for slot, pu, item in todo:
+            self.pu_cycle(job, slot, pu, item)
         self.counters.pu_busy += len(todo)
 
     # -- output side: servers and output units ---------------------------------------------
 
     def hand_off(self, job: Job, unit: int, now: int, pending: list) -> None:
-        """Queue the job's partial OFMs (slot, part order) for their servers."""
+        """Queue the job's partial OFMs (kernel slot, PU, part order) for their servers; each
+        is written to and read from the first buffer once (4-byte accumulators)."""
         p = self.p
-        for (slot, pi), pofm in sorted(job.pofms.items()):
+        for key, pofm in sorted(job.pofms.items()):
+            slot, _, pi = key
+            self.counters.sram_ofmap_bytes += 2 * ACC_BYTES * pofm.size
             k = job.kernels[slot]
             beats = math.ceil(pofm.size / p.bus_width)
             if p.interconnect == "bus":
@@ -242,24 +393,29 @@ class Machine:
                 hops = abs(unit - server)
                 duration = beats * hops
                 self.counters.hops += hops
+            self.counters.transfer_cycles += duration
             if duration == 0:
-                self.accumulate(job, slot, pi, pofm)
+                self.accumulate(job, key, pofm)
                 continue
-            pending.append(((now, job.seq, slot, pi), server, duration, job, slot, pi, pofm))
+            pending.append(((now, job.seq, key), server, duration, job, key, pofm))
 
-    def accumulate(self, job: Job, slot: int, pi: int, pofm: np.ndarray) -> None:
-        """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add)."""
-        part = self.plan.parts[pi]
-        top = job.ti * self.region[0] - int(part.u.max())
-        left = job.tj * self.region[1] - int(part.v.max())
+    def accumulate(self, job: Job, key: tuple, pofm: np.ndarray) -> None:
+        """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add);
+        the products that land inside the OFM are its MACs."""
+        slot, _, pi = key
+        path = self.paths[pi]
+        top = self.origin[0] + job.ti * self.region[0] - path.top[0]
+        left = self.origin[1] + job.tj * self.region[1] - path.top[1]
         P, Q = self.layer.P, self.layer.Q
         r0, c0 = max(top, 0), max(left, 0)
         r1, c1 = min(top + pofm.shape[0], P), min(left + pofm.shape[1], Q)
         if r1 > r0 and c1 > c0:
             window = (job.n, job.kernels[slot], slice(r0, r1), slice(c0, c1))
             crop = (slice(r0 - top, r1 - top), slice(c0 - left, c1 - left))
+            hits = job.hits[key][crop]
             self.ofm[window] += pofm[crop]
-            self.touched[window] |= job.touched[slot, pi][crop]
+            self.touched[window] |= hits > 0
+            self.counters.macs += int(hits.sum())
 
     def serve(self, now: int, pending: list, busy: dict) -> None:
         """Each free server starts the earliest-ready waiting transfer (non-preemptive)."""
@@ -271,14 +427,13 @@ class Machine:
                 continue
             t = min(ready, key=lambda t: t[0])
             pending.remove(t)
-            (ready_at, *_), _, duration, job, slot, pi, pofm = t
+            (ready_at, *_), _, duration, job, key, pofm = t
             busy[server] = now + duration
             c = self.counters
             c.transfers += 1
-            c.transfer_cycles += duration
             c.contention += now - ready_at
             c.last_transfer_end = max(c.last_transfer_end, now + duration)
-            self.accumulate(job, slot, pi, pofm)
+            self.accumulate(job, key, pofm)
 
     # -- the clock --------------------------------------------------------------------------
 
@@ -286,7 +441,6 @@ class Machine:
         """The unit's next job with work; jobs without any weight cycle end at once."""
         while queue:
             job = queue.popleft()
-            job.start = now
             self.counters.pu_dealt[unit] += [len(q) for q in job.queues]
             self.counters.job_busy[job.seq] = sum(len(q) for q in job.queues)
             if any(job.queues):
@@ -328,75 +482,135 @@ class Machine:
         """Hardware of the device for this layer: counts and the MUX fan-in tables."""
         p = self.p
         pus = p.operation_units * p.processing_units
-        largest = max(self.paths, key=lambda d: d.pofm[0] * d.pofm[1])
+        largest = self.largest_path()
         per_pu = largest.inventory()
         out = {k: v * pus for k, v in per_pu.items() if k != "max_fan_in"}
-        out.update(max_fan_in=per_pu["max_fan_in"], per_pu=per_pu,
-                   fan_in=[path.fan_in for path in self.paths])
+        out.update(max_fan_in=max(int(d.fan_in.max()) for d in self.paths), per_pu=per_pu,
+                   fan_in=[path.fan_in for path in self.paths], kernel_parts=len(self.paths))
         return out
 
+    def largest_path(self) -> Datapath:
+        """The kernel part with the largest partial OFM (the first of equals)."""
+        return max(self.paths, key=lambda d: d.pofm[0] * d.pofm[1])
 
-def emulate_layer(layer: ConvLayer, x, w, bias, params) -> Result:
+    def kernel_set_bytes(self) -> np.ndarray:
+        """DRAM bytes of every kernel set in a region's job order (conv group, then sets of
+        P kernels), each kernel a bitmap of Cg*R*S bits plus its non-zero weights."""
+        L, P = self.layer, self.p.processing_units
+        out = []
+        for g in range(L.groups):
+            for k0 in range(0, L.Kg, P):
+                out.append(sum(block_bytes(self.w[g * L.Kg + k], self.elem)
+                               for k in range(k0, min(k0 + P, L.Kg))))
+        return np.array(out, np.int64)
+
+
+def emulate_layer(layer: ConvLayer, x, w, bias, params, stealing: bool | None = None,
+                  order: str = "region-major") -> Result:
     """Run one layer on the emulated device: outputs, cycles, counters, inventory."""
-    m = Machine(layer, x, w, params)
+    m = Machine(layer, x, w, params, stealing, order)
     cycles = m.run()
     touched = m.touched.size if layer.bias else int(np.count_nonzero(m.touched))
-    return Result(m.output(bias), cycles, m.counters, m.inventory(), touched)
-
-
-def jobs(layer: ConvLayer, x, w, res: Result, sram_total: int):
-    """What the memory model needs of the jobs, all counted by the emulator itself."""
-    from ..dataflows.input_reuse import Jobs
-
-    c = res.counters
-    order = sorted(c.job_end)
-    return Jobs(end=np.array([c.job_end[j] for j in order], np.int64),
-                busy=np.array([c.job_busy[j] for j in order], np.int64), cycles=res.cycles,
-                bus_bound=c.last_transfer_end > c.last_job_end,
-                input_nonzeros=int(np.count_nonzero(x)), region_nonzeros=c.region_nonzeros,
-                kernel_nonzeros=np.count_nonzero(w.reshape(layer.K, -1), axis=1),
-                ofm_pixels=res.ofm_pixels, sram_total=sram_total)
+    return Result(m.output(bias), cycles, m.counters, m.inventory(), touched, m)
 
 
 def emulate(layer: ConvLayer, x, w, bias, params, arch):
-    """(outputs, LayerStats): the emulator's own schedule priced through the memory model,
-    with the fast model's product and SRAM counts and the emulator's own unit counts."""
-    from ..dataflows.input_reuse import steps
+    """(outputs, LayerStats): the emulator's own schedule and counts, priced through the
+    memory model (``dataflows.input_reuse.steps``) by ``stats.price``."""
+    from ..dataflows.input_reuse import Jobs, steps
     from ..stats import Counts, price
 
-    res = emulate_layer(layer, x, w, bias, params)
-    st = _fast_stats(layer, x, w, arch)
-    c = res.counters
-    extra = dict(st.extra, opunit_busy_cycles=int(c.unit_busy.sum()),
-                 opunit_busy_cycles_by_unit=tuple(int(b) for b in c.unit_busy),
-                 pu_dealt_cycles_by_unit=tuple(int(d) for d in c.pu_dealt.ravel()),
-                 opunit_busy_max_cycles=int(c.unit_busy.max()), pu_busy_cycles=c.pu_busy,
-                 transfers=c.transfers, transfer_cycles=c.transfer_cycles,
-                 contention_cycles=c.contention, chain_hops=c.hops)
-    region = params.region_rows * params.region_cols * params.region_channels
-    counts = Counts(st.dataflow, macs=st.macs, products=st.products, dense_macs=st.dense_macs,
-                    multipliers=params.multipliers, mapped_pe_cycles=c.pu_busy * region,
-                    sram_ifmap_bytes=st.sram_ifmap_bytes, sram_filter_bytes=st.sram_filter_bytes,
-                    sram_ofmap_bytes=st.sram_ofmap_bytes, extra=extra)
-    return res.output, price(layer, counts, steps(layer, params,
-                                                  jobs(layer, x, w, res, st.sram_bytes)), arch)
+    order = choose_order(layer, x, w, params, arch)
+    res = emulate_layer(layer, x, w, bias, params, order=order)
+    m, c = res.machine, res.counters
+    saved = 0
+    if params.work_stealing:
+        saved = emulate_layer(layer, x, w, bias, params, stealing=False,
+                              order=order).cycles - res.cycles
+    region, elem = m.region, m.elem
+    pus = params.operation_units * params.processing_units
+    largest = m.largest_path()
+    w_nonzeros, x_nonzeros = int(np.count_nonzero(w)), int(np.count_nonzero(x))
+    stream = map_stream_bytes(x, region, elem)
+    extra = {
+        "opunit_busy_cycles_by_unit": tuple(int(b) for b in c.unit_busy),
+        "pu_dealt_cycles_by_unit": tuple(int(d) for d in c.pu_dealt.ravel()),
+        "opunit_busy_cycles": int(c.unit_busy.sum()),
+        "opunit_busy_max_cycles": int(c.unit_busy.max()),
+        "opunit_idle_cycles": params.operation_units * res.cycles - int(c.unit_busy.sum()),
+        "pu_busy_cycles": c.pu_busy,
+        "pu_idle_cycles": pus * res.cycles - c.pu_busy,
+        "dense_weight_cycles": c.dense_cycles,
+        "zero_weight_cycles_skipped": c.dense_cycles - c.weight_only_cycles,
+        "zero_pixel_cycles_skipped": c.weight_only_cycles - c.pu_busy,
+        "zero_weights": w.size - w_nonzeros,
+        "ifm_zero_pixels": x.size - x_nonzeros,
+        "products": c.products,
+        "ifm_bytes_dense": x.size * elem,
+        "ifm_stream_bytes": stream,
+        "weight_bytes": int(m.kernel_set_bytes().sum()),
+        "transfers": c.transfers,
+        "transfer_cycles": c.transfer_cycles,
+        "contention_cycles": c.contention,
+        "chain_hops": c.hops,
+        "stealing_saved_cycles": saved,
+        "peak_pofm_pixels": largest.pofm[0] * largest.pofm[1],
+        "peak_pofm_rows": largest.pofm[0],
+        "peak_pofm_cols": largest.pofm[1],
+        "peak_kernel_parts": len(m.paths),
+        "kernel_major_layers": int(order == "kernel-major"),
+    }
+    counts = Counts("input-reuse", macs=c.macs, products=c.products, dense_macs=layer.macs,
+                    multipliers=params.multipliers,
+                    mapped_pe_cycles=c.pu_busy * region[0] * region[1] * params.region_channels,
+                    sram_ifmap_bytes=c.sram_ifmap_bytes,
+                    sram_filter_bytes=c.pu_busy * params.region_channels * elem,
+                    sram_ofmap_bytes=c.sram_ofmap_bytes, extra=extra)
+    ended = sorted(c.job_end)
+    touched = m.touched if not layer.bias else np.ones(layer.output_shape, bool)
+    jobs = Jobs(end=np.array([c.job_end[j] for j in ended], np.int64),
+                busy=np.array([c.job_busy[j] for j in ended], np.int64), cycles=res.cycles,
+                bus_bound=c.last_transfer_end > c.last_job_end, stream_bytes=stream,
+                input_nonzeros=x_nonzeros,
+                region_nonzeros=c.region_nonzeros, kernel_set_bytes=m.kernel_set_bytes(),
+                ofm_bytes=map_stream_bytes(touched, region, elem),
+                psum_pixels=pus * largest.pofm[0] * largest.pofm[1],
+                sram_total=counts.sram_ifmap_bytes + counts.sram_filter_bytes
+                + counts.sram_ofmap_bytes, order=order)
+    return res.output, price(layer, counts, steps(layer, params, jobs), arch)
 
 
-def _fast_stats(layer: ConvLayer, x, w, arch):
-    """The fast model's stats: its product, byte and skip counts, which the emulator does
-    not recount."""
-    from ..dataflows.input_reuse import layer_stats
+def choose_order(layer: ConvLayer, x, w, params, arch) -> str:
+    """The loop order with less DRAM traffic, from the dispatcher's own reading of the
+    regions and kernels (a pass that runs no cycle), priced by ``loop_order``."""
+    from ..dataflows.input_reuse import Jobs, loop_order
 
-    return layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    m = Machine(layer, x, w, params)
+    m.region_major()
+    jobs = len(m.counters.region_nonzeros) * len(m.kernel_set_bytes())
+    idle = np.zeros(jobs, np.int64)
+    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  stream_bytes=map_stream_bytes(x, m.region, m.elem),
+                  input_nonzeros=int(np.count_nonzero(x)),
+                  region_nonzeros=m.counters.region_nonzeros,
+                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0,
+                  psum_pixels=params.operation_units * params.processing_units
+                  * math.prod(m.largest_path().pofm), sram_total=0)
+    return loop_order(layer, params, blocks, arch.memory)
 
 
 def work_estimate(layer: ConvLayer, params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md), dense (an
     upper bound): for every region of the grid and every kernel, one weight cycle per tap
     and ``region_channels`` channels, planned by the dispatcher and then run by a
-    processing unit: 30 steps (measured: 24-34 us a weight cycle)."""
-    extent = plan(layer, params.kernel_part_rows).extent
-    regions = layer.N * math.ceil(extent[0] / params.region_rows) \
-        * math.ceil(extent[1] / params.region_cols)
+    processing unit: 30 steps (measured: 24-34 us a weight cycle); twice with work
+    stealing, as the layer is clocked again without it to count the cycles it saves (the
+    dispatcher's pass that picks the loop order, which plans but runs no cycle, is not
+    counted)."""
+    taps = kernel_taps(layer)
+    rows, cols = real_span(layer, taps, 0)[1], real_span(layer, taps, 1)[1]
+    regions = layer.N * math.ceil(rows / params.region_rows) \
+        * math.ceil(cols / params.region_cols)
     cycles = math.ceil(layer.Cg / params.region_channels) * layer.R * layer.S
-    return 30 * regions * layer.K * cycles
+    runs = 2 if params.work_stealing else 1
+    return 30 * runs * regions * layer.K * cycles
