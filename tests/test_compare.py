@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,11 @@ from npusim import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ["mtcnn-rnet", "--density", "0.5"]  # real weights, pruned: zeros for sparse-pairs
-# examples/my_npu.toml has DRAM 10 B/cycle, the presets 17.064: unequal memories.
-ARCHS = ["systolic-32x32-ws", "sparse-pairs-32x32", str(ROOT / "examples" / "my_npu.toml")]
+# examples/my_npu.toml with DRAM at 10 B/cycle, the presets at 17.064: unequal memories.
+SLOW_NPU = Path(tempfile.mkdtemp()) / "my_npu.toml"
+SLOW_NPU.write_text((ROOT / "examples" / "my_npu.toml").read_text().replace(
+    "dram_bytes_per_cycle = 17.064", "dram_bytes_per_cycle = 10.0"))
+ARCHS = ["systolic-32x32-ws", "sparse-pairs-32x32", str(SLOW_NPU)]
 LABELS = ["systolic-32x32-ws", "sparse-pairs-32x32", "my-npu"]
 
 
