@@ -269,7 +269,8 @@ def test_the_loader_takes_the_sections_it_is_handed():
     assert arch.params(Toy) == Toy(8, ("b", "c")) and arch.params("toy") is arch.params(Toy)
     assert arch_from_toml_text('dataflow = "toy"\n', "t.toml", {"toy": Toy}).params(Toy) == Toy()
     with pytest.raises(ConfigError, match=r"t.toml: unknown section \[systolic\]; valid "
-                                          r"sections: \[memory\], \[vector\], \[energy\], \[area\], \[toy\]"):
+                                          r"sections: \[memory\], \[vector\], \[energy\], "
+                                          r"\[area\], \[toy\]"):
         arch_from_toml_text('dataflow = "toy"\n[systolic]\nrows = 2\n', "t.toml", {"toy": Toy})
     with pytest.raises(ConfigError, match=r"t.toml: toy.names\[1\]=3: must be a string"):
         arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = ["b", 3]\n', "t.toml",

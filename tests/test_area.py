@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import npusim
-from npusim.area import area_of
 from npusim.arch.spec import arch_from_toml_text
+from npusim.area import area_of
 from npusim.errors import ConfigError
 
 MAC8, MAC32, KIB, FF, MUX = 282 + 137, 7700 + 4184, 8192 * 0.346 / 0.5, 4.522, 1.862

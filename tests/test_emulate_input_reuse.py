@@ -11,8 +11,13 @@ from test_input_reuse import arch_with
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.dataflows.input_reuse import Params, layer_stats
-from npusim.emulate.input_reuse import (accumulation_position, datapath, emulate, emulate_layer,
-                                        kernel_taps)
+from npusim.emulate.input_reuse import (
+    accumulation_position,
+    datapath,
+    emulate,
+    emulate_layer,
+    kernel_taps,
+)
 from npusim.ir import ConvLayer
 
 

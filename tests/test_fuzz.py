@@ -21,7 +21,7 @@ fuzz = sys.modules["fuzz"] = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(fuzz)
 
 
-@pytest.mark.parametrize("preset", npusim.presets())
+@pytest.mark.parametrize("preset", fuzz.machine_presets())
 @settings(max_examples=8)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_random_layer_passes_every_check(preset, seed):

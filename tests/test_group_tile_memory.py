@@ -5,10 +5,11 @@ tests/test_group_tile.py). Every case is checked in the cycle emulator too."""
 
 import dataclasses
 
+from strategies import tensors
+
 import npusim
 from npusim.dataflows.group_tile import NAME, Params
 from npusim.ir import ConvLayer
-from strategies import tensors
 
 
 def arch_with(bandwidth, memory=None, **params) -> npusim.Arch:

@@ -80,7 +80,7 @@ def test_missing_file_names_it_and_the_photos():
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"channels": 2}, r"channels=2: must be 1 \(grey\) or 3 \(RGB\)"),
-    ({"norm": "zscore"}, r"norm='zscore': must be one of imagenet, mtcnn, unit, none"),
+    ({"norm": "zscore"}, r"norm='zscore': must be one of imagenet, mtcnn, unit, signed, none"),
     ({"size": (0, 5)}, r"size=\(0, 5\): must be \(H, W\) with both >= 1"),
 ])
 def test_bad_options(kwargs, match):

@@ -316,7 +316,7 @@ def test_exported_awkward_networks(tmp_path, factory):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.names()])
+    pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.built_names()])
 def test_zoo_model_exported_by_torch_equals_onnxruntime(tmp_path, name):
     from npusim.torch_ref import to_torch
 

@@ -166,7 +166,7 @@ def test_train_mode_is_restored_and_batchnorm_uses_running_stats():
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.names()])
+    pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.built_names()])
 def test_zoo_model_through_pytorch_equals_pytorch(name):
     from npusim.torch_ref import to_torch
 

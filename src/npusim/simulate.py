@@ -33,7 +33,7 @@ from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
 from .dataflows import Dataflow
 from .errors import InputError, NpusimError
-from .geometry import pair, padding4, same_padding
+from .geometry import padding4, pair, same_padding
 from .ir import DTYPES, ConvLayer, Graph
 from .memory import Steps
 from .parallel import cores

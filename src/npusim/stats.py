@@ -27,9 +27,9 @@ class LayerStats:
     (>= ``macs``; the energy of the multipliers is charged on it).
     ``cycles`` = ``compute_cycles`` (the datapath busy, stall-free) + the stall cycles
     by cause (waiting on DRAM for the ifmap, the filters, the ofmap write-back, on
-    the SRAM ports, or on loading the layer's configuration into the units); ``bound`` names the resource busiest over the layer: ``compute``,
-    ``bus`` (the interconnect sets the compute time), ``dram`` or ``sram`` ("" in a
-    sum of layers with different bounds). Without ``compute_cycles`` it is
+    the SRAM ports, or on loading the layer's configuration into the units); ``bound``
+    names the resource busiest over the layer: ``compute``, ``bus`` (the interconnect sets
+    the compute time), ``dram`` or ``sram`` ("" in a sum of layers with different bounds). Without ``compute_cycles`` it is
     ``cycles`` minus the stalls.
     ``pe_cycles`` = multipliers x cycles (the work the machine could have done).
     ``mapped_pe_cycles`` = multiplier-cycles of PEs that had work mapped to them.

@@ -30,8 +30,8 @@ stalls; ``stats.price`` makes the ``LayerStats``.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -499,7 +499,8 @@ class InputReuse(Machine):
         region = p.region_rows * p.region_cols * p.region_channels
         pus = p.operation_units * p.processing_units
         registers = p.operation_units * region * bits + pus * p.accumulators * 32
-        muxes = p.multipliers * (p.mux_fan_in - 1) * bits + (p.operation_units - 1) * p.bus_width * 32
+        muxes = (p.multipliers * (p.mux_fan_in - 1) * bits
+                 + (p.operation_units - 1) * p.bus_width * 32)
         return Hardware(macs=p.multipliers, register_bits=registers,
                         sram_kib={**memory_kib(arch.memory),
                                   "first buffers": p.first_buffer_kb * p.operation_units},
@@ -512,7 +513,8 @@ class InputReuse(Machine):
         idle = e.get("opunit_idle_cycles", 0)
         return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
                 ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
-                               "the others region-major"),("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+                               "the others region-major"),
+                ("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
                 ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),

@@ -89,8 +89,8 @@ class FoldLog:
     def steps(self) -> Steps:
         """The logged folds as ``Steps``; the last counts one cycle less (SCALE-Sim's
         index of the last busy cycle)."""
-        cols = {k: np.array(v, np.int64) for k, v in zip(self.FIELDS, zip(*self.rows),
-                                                           strict=True)}
+        columns = zip(*self.rows, strict=True)
+        cols = {k: np.array(v, np.int64) for k, v in zip(self.FIELDS, columns, strict=True)}
         cols["compute"][-1] -= 1
         return Steps(**cols)
 

@@ -312,6 +312,13 @@ def names() -> list[str]:
     return list(MODELS)
 
 
+def built_names() -> list[str]:
+    """The zoo models npusim builds itself (seeded or trained here), not read from a wheel."""
+    from . import trained
+
+    return [n for n in MODELS if n not in trained.MODELS]
+
+
 def _entry(name: str) -> Entry:
     if name not in MODELS:
         raise ModelError(f"model {name!r}: not in the zoo; choose one of {', '.join(MODELS)} "
