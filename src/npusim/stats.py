@@ -29,8 +29,8 @@ class LayerStats:
     by cause (waiting on DRAM for the ifmap, the filters, the ofmap write-back, on
     the SRAM ports, or on loading the layer's configuration into the units); ``bound``
     names the resource busiest over the layer: ``compute``, ``bus`` (the interconnect sets
-    the compute time), ``dram`` or ``sram`` ("" in a sum of layers with different bounds). Without ``compute_cycles`` it is
-    ``cycles`` minus the stalls.
+    the compute time), ``dram`` or ``sram`` ("" in a sum of layers with different bounds).
+    Without ``compute_cycles`` it is ``cycles`` minus the stalls.
     ``pe_cycles`` = multipliers x cycles (the work the machine could have done).
     ``mapped_pe_cycles`` = multiplier-cycles of PEs that had work mapped to them.
     """
