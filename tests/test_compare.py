@@ -1,7 +1,6 @@
 """``npusim compare``: every figure of its table, JSON and CSV against separate ``npusim run``s
 of each arch (the same model, weights and input), ratios recomputed here."""
 
-import contextlib
 import csv
 import io
 import json
@@ -10,8 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from npusim import cli
+from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ["mtcnn-rnet", "--density", "0.5"]  # real weights, pruned: zeros for sparse-pairs
@@ -23,20 +21,12 @@ ARCHS = ["systolic-32x32-ws", "sparse-pairs-32x32", str(SLOW_NPU)]
 LABELS = ["systolic-32x32-ws", "sparse-pairs-32x32", "my-npu"]
 
 
-def _cli(*argv) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``npusim argv`` in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     """(stdout, JSON report, CSV rows) of one ``npusim compare`` of the three archs."""
     tmp = tmp_path_factory.mktemp("compare")
     arch_flags = [f for a in ARCHS for f in ("--arch", a)]
-    code, out, err = _cli("compare", *MODEL, *arch_flags, "--json", tmp / "c.json",
+    code, out, err = run_cli("compare", *MODEL, *arch_flags, "--json", tmp / "c.json",
                           "--csv", tmp / "c.csv")
     assert code == 0, err
     rows = list(csv.DictReader((tmp / "c.csv").open()))
@@ -49,7 +39,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
     docs = []
     for i, arch in enumerate(ARCHS):
-        code, _, err = _cli("run", *MODEL, "--arch", arch, "-q", "--json", tmp / f"{i}.json")
+        code, _, err = run_cli("run", *MODEL, "--arch", arch, "-q", "--json", tmp / f"{i}.json")
         assert code == 0, err
         docs.append(json.loads((tmp / f"{i}.json").read_text()))
     return docs
@@ -122,7 +112,7 @@ def test_unequal_memories_are_said(compared):
 
 
 def test_equal_memories_say_nothing(tmp_path):
-    code, out, err = _cli("compare", *MODEL, "--arch", ARCHS[0], "--arch", ARCHS[2],
+    code, out, err = run_cli("compare", *MODEL, "--arch", ARCHS[0], "--arch", ARCHS[2],
                           "--bandwidth", "10", "--json", tmp_path / "c.json")
     assert code == 0, err
     assert json.loads((tmp_path / "c.json").read_text())["notes"] == []
@@ -143,7 +133,7 @@ def test_csv_has_a_row_per_layer_and_arch(compared):
 
 
 def test_one_arch_is_refused_before_any_run(tmp_path):
-    code, out, err = _cli("compare", *MODEL, "--arch", ARCHS[0], "--json", tmp_path / "c.json")
+    code, out, err = run_cli("compare", *MODEL, "--arch", ARCHS[0], "--json", tmp_path / "c.json")
     assert code == 2
     assert "compare needs two or more --arch" in err
     assert not (tmp_path / "c.json").exists()
@@ -153,7 +143,7 @@ def test_topology_compare_runs_shape_only(tmp_path):
     topo = tmp_path / "net.csv"
     topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
                     "Channels, Num Filter, Strides,\nc1, 18, 18, 3, 3, 8, 16, 1,\n")
-    code, out, err = _cli("compare", topo, "--arch", "systolic-32x32-ws",
+    code, out, err = run_cli("compare", topo, "--arch", "systolic-32x32-ws",
                           "--arch", "systolic-32x32-os", "--json", tmp_path / "c.json")
     assert code == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())

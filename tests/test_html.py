@@ -2,8 +2,6 @@
 no console error, every figure decoded, the tables sort on a click."""
 
 import base64
-import contextlib
-import io
 import json
 import math
 import os
@@ -14,10 +12,10 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 from PIL import Image
 
 import npusim
-from npusim import cli
 
 MODEL = ["mtcnn-rnet", "--density", "0.5"]
 ARCHS = ["systolic-32x32-ws", "sparse-pairs-32x32"]
@@ -62,21 +60,14 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def _cli(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     """{'run': (html, json), 'compare': (html, json)} written by the command line."""
     tmp = tmp_path_factory.mktemp("html")
-    code, _, err = _cli("run", *MODEL, "--arch", ARCHS[1], "-q", "--html", tmp / "run.html",
+    code, _, err = run_cli("run", *MODEL, "--arch", ARCHS[1], "-q", "--html", tmp / "run.html",
                         "--json", tmp / "run.json")
     assert code == 0, err
-    code, _, err = _cli("compare", *MODEL, *[f for a in ARCHS for f in ("--arch", a)], "-q",
+    code, _, err = run_cli("compare", *MODEL, *[f for a in ARCHS for f in ("--arch", a)], "-q",
                         "--html", tmp / "cmp.html", "--json", tmp / "cmp.json")
     assert code == 0, err
     return {k: ((tmp / f"{k}.html").read_text(), json.loads((tmp / f"{k}.json").read_text()))
@@ -190,7 +181,7 @@ def test_screenshot_shows_the_page(reports, tmp_path, chromium):
 
 
 def test_html_on_the_json_path_is_refused(tmp_path):
-    code, _, err = _cli("run", "Resnet18.csv", "-q", "--json", tmp_path / "r",
+    code, _, err = run_cli("run", "Resnet18.csv", "-q", "--json", tmp_path / "r",
                         "--html", tmp_path / "r")
     assert code == 2 and "--html" in err and "another report" in err
     assert not (tmp_path / "r").exists()
