@@ -9,6 +9,7 @@ from dse_helpers import npusim, write_spec
 
 from npusim.arch.spec import PRESET_DIR
 from npusim.dse import Store, load_spec, non_dominated, pareto, sweep
+from npusim.dse.pareto import axis_label, plot
 from npusim.dse.search import grid, run_search
 from npusim.dse.spec import point_key, sense
 
@@ -139,3 +140,17 @@ def test_nsga2_budget_above_the_grid_runs_the_grid_once(tmp_path):
     assert out.ran == 18
     assert sorted(r["key"] for r in Store.read(tmp_path / "s.db").rows()) == sorted(
         point_key(p) for p in grid(spec))
+
+
+def test_pareto_plot_axes_name_their_units(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    spec = load_spec(write_spec(tmp_path, SPACE.replace("step = 4", "step = 20")))
+    sweep(spec, tmp_path / "s.db", workers=1)
+    closed = []
+    monkeypatch.setattr(plt, "close", closed.append)
+    plot(pareto(tmp_path / "s.db", "area", "energy"), tmp_path / "f.png")
+    ax = closed[0].axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("area (mm^2; minimise)", "energy (pJ; minimise)")
+    assert axis_label("utilisation") == "utilisation (0..1; maximise)"
+    assert axis_label("dram_ifmap_bytes") == "dram_ifmap_bytes (bytes; minimise)"

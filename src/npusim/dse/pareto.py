@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import outfile
-from .spec import SweepError, quantities, sense, total_key
+from .spec import SweepError, quantities, sense, total_key, unit
 
 
 def non_dominated(values, senses: list[str]) -> list[int]:
@@ -66,6 +66,12 @@ def pareto(store, x: str, y: str) -> Front:
     return Front(x, y, points, values, front)
 
 
+def axis_label(quantity: str) -> str:
+    """'area (mm^2; minimise)': the quantity, its unit and which way is better."""
+    u = unit(quantity)
+    return f"{quantity} ({u + '; ' if u else ''}{sense(quantity)}imise)"
+
+
 def plot(front: Front, path: str | Path, what: str = "plot") -> None:
     """A PNG of every point (grey) and the front (a line through its points), written
     atomically to ``path`` (``what`` names it in errors)."""
@@ -79,8 +85,8 @@ def plot(front: Front, path: str | Path, what: str = "plot") -> None:
     f = front.values[front.front]
     ax.plot(f[:, 0], f[:, 1], c="C3", lw=1.2)
     ax.scatter(f[:, 0], f[:, 1], s=24, c="C3", label=f"front ({len(f)} points)", zorder=3)
-    ax.set_xlabel(f"{front.x} ({sense(front.x)}imise)")
-    ax.set_ylabel(f"{front.y} ({sense(front.y)}imise)")
+    ax.set_xlabel(axis_label(front.x))
+    ax.set_ylabel(axis_label(front.y))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -321,6 +321,20 @@ def _objectives(value, where: str) -> tuple[str, ...]:
     return out
 
 
+UNITS = {"cycles": "cycles", "energy": "pJ", "edp": "pJ s", "area": "mm^2",
+         "utilisation": "0..1", "mapping_efficiency": "0..1", "stalled_share": "0..1",
+         "latency_s": "s", "vector_ops": "ops"}
+SUFFIX_UNITS = (("_cycles", "cycles"), ("_bytes", "bytes"), ("_pj", "pJ"), ("_mm2", "mm^2"),
+                ("_s", "s"), ("macs", "MACs"))
+
+
+def unit(quantity: str) -> str:
+    """The unit ``quantity`` is counted in ('area' -> 'mm^2'), '' for a plain count."""
+    if quantity in UNITS:
+        return UNITS[quantity]
+    return next((u for suffix, u in SUFFIX_UNITS if quantity.endswith(suffix)), "")
+
+
 def sense(quantity: str) -> str:
     """'max' for quantities where more is better (utilisation), else 'min'."""
     if quantity in OBJECTIVES:
