@@ -10,7 +10,7 @@ import pytest
 
 import npusim
 from npusim import cli
-from npusim.arch.spec import PRESET_DIR
+from npusim.arch.spec import PRESET_DIR, load_arch
 from npusim.dataflows import get
 from npusim.errors import ConfigError, NpusimError
 from npusim.ir import GraphBuilder
@@ -171,8 +171,11 @@ def test_bad_hybrid_sections_are_refused_by_name(tmp_path, hybrid, message):
     rng = np.random.default_rng(3)
     graph = chain_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as refused:
         npusim.simulate(graph, x, path, mode="estimate")
+    assert str(refused.value).startswith(f"{path}: hybrid")  # the file, then the section
+    with pytest.raises(ConfigError, match=message):  # at load, before any run
+        load_arch(path)
 
 
 def test_cli_run_shows_the_machine_column_and_the_json_carries_the_placements(tmp_path, capsys):

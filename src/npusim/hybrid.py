@@ -53,6 +53,19 @@ class Params:
     objective: str = spec("cycles", "what each layer's choice minimises",
                           choices=tuple(OBJECTIVES))
 
+    def validate(self, where: str) -> None:
+        """Refuse fewer than two members, a repeated one or an unknown one; ``where`` names
+        the arch file (or preset) and section in the message."""
+        where, valid = f"{where}.machines", ", ".join(names())
+        if len(self.machines) < 2:
+            raise ConfigError(f"{where}={list(self.machines)}: a hybrid needs at least two "
+                              f"machines (of {valid})")
+        if len(set(self.machines)) != len(self.machines):
+            raise ConfigError(f"{where}={list(self.machines)}: a machine is listed twice")
+        for i, machine in enumerate(self.machines):
+            if machine not in names():
+                raise ConfigError(f"{where}[{i}]={machine!r}: must be one of {valid}")
+
 
 declare_section(NAME, Params)
 
@@ -105,16 +118,7 @@ def machines(arch, name: str) -> tuple[tuple[Dataflow, ...], str]:
     if name != NAME:
         return (get(name),), "cycles"
     p = arch.params(Params)
-    where = f"{arch.name}: hybrid.machines"
-    valid = ", ".join(names())
-    if len(p.machines) < 2:
-        raise ConfigError(f"{where}={list(p.machines)}: a hybrid needs at least two machines "
-                          f"(of {valid})")
-    if len(set(p.machines)) != len(p.machines):
-        raise ConfigError(f"{where}={list(p.machines)}: a machine is listed twice")
-    for i, machine in enumerate(p.machines):
-        if machine not in names():
-            raise ConfigError(f"{where}[{i}]={machine!r}: must be one of {valid}")
+    p.validate(f"{arch.name}: hybrid")
     return tuple(get(m) for m in p.machines), p.objective
 
 

@@ -138,7 +138,8 @@ def _key(where: str, name: str) -> str:
 
 
 def from_mapping(cls, table: Mapping[str, Any], where: str):
-    """Build the frozen dataclass ``cls`` from ``table``; errors name ``where.key``."""
+    """Build the frozen dataclass ``cls`` from ``table``; errors name ``where.key``. A class
+    with a ``validate(where)`` method checks its rules across fields there."""
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where}: must be a table, got {table!r}")
     hints = typing.get_type_hints(cls)
@@ -157,7 +158,10 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
         value = _check_type(value, typ, key, f.metadata.get("unit", ""))
         _check_rule(value, f, key)
         values[name] = value
-    return cls(**values)
+    built = cls(**values)
+    if hasattr(built, "validate"):  # rules across fields, e.g. [hybrid] machines
+        built.validate(where.rstrip(":"))
+    return built
 
 
 @dataclass(frozen=True)
