@@ -175,3 +175,23 @@ def test_narrow_terminal_gets_one_row_per_layer_and_arch(tmp_path):
                        and (x.split()[0] == name or x.split()[0] == arch)
                        and f"{base / s.cycles:.2f}x" in x]
             assert line
+
+
+def test_wide_terminal_names_each_arch_once_over_its_columns(tmp_path):
+    from rich.console import Console
+
+    from npusim.frontends import load_model
+    from npusim.report import compare
+
+    topo = tmp_path / "net.csv"
+    topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\nc1, 18, 18, 3, 3, 8, 16, 1,\n")
+    archs = ["systolic-32x32-ws", "systolic-32x32-os"]
+    cmp = compare.compare(load_model(str(topo)), None, archs)
+    console = Console(file=io.StringIO(), width=400, color_system=None)
+    console.print(compare.report(cmp, None, 400))
+    names, heads, *rows = console.file.getvalue().splitlines()
+    assert names.split() == archs
+    assert heads.split() == ["layer", "cycles", "bound", "util", "%", "energy"] + [
+        "cycles", "bound", "util", "%", "energy", "speed-up", "energy", "x"]
+    assert rows[0].split()[0] == "c1"

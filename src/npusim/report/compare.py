@@ -121,9 +121,9 @@ def layer_table(cmp: Comparison) -> Table:
     table = Table(box=None, header_style="bold", padding=(0, 1))
     table.add_column("layer", no_wrap=True)
     for i, label in enumerate(cmp.labels):
-        for head in ("cycles", "bound", "util %", "energy") + (("speed-up", "energy x")
-                                                               if i else ()):
-            table.add_column(f"{label}\n{head}", no_wrap=True,
+        heads = ("cycles", "bound", "util %", "energy") + (("speed-up", "energy x") if i else ())
+        for j, head in enumerate(heads):  # the arch named once, over its first column
+            table.add_column(f"{label if j == 0 else ''}\n{head}", no_wrap=True,
                              justify="left" if head == "bound" else "right")
     for name, stats in cmp.rows():
         cells = [name]
