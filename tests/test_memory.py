@@ -11,7 +11,7 @@ from npusim import load_arch
 from npusim.arch import Memory
 from npusim.errors import LayerError
 from npusim.ir import ConvLayer
-from npusim.memory import Steps, dense_dram_bytes, time_layer, traffic
+from npusim.memory import Steps, dense_dram_bytes, time_layer, traffic, used_input_pixels
 from npusim.stats import Counts, LayerStats, Op, price, total
 
 
@@ -239,3 +239,15 @@ def test_reconfiguration_costs_cycles_per_unit_at_each_layer(preset, dataflow, u
     vec = price(Op("relu", "Relu", "int8"), Counts("vector", 0, 0, 0, vector_ops=64),
                 Steps(compute=[2]), slow)
     assert (vec.cycles, vec.stall_reconfig_cycles) == (2, 0)
+
+
+@pytest.mark.parametrize("H, W, R, S, stride, dilation, padding", [
+    (9, 7, 3, 3, 2, 1, 1), (11, 11, 3, 2, 4, 3, 0), (5, 6, 1, 1, 3, 1, 0), (8, 8, 5, 3, 1, 2, 4),
+    (224, 224, 7, 7, 2, 1, 3), (4, 4, 3, 3, 5, 1, 2)])
+def test_used_input_pixels_are_the_pixels_some_window_reads(H, W, R, S, stride, dilation,
+                                                            padding):
+    layer = ConvLayer(N=1, C=2, H=H, W=W, K=2, R=R, S=S, stride=stride, dilation=dilation,
+                      padding=padding)
+    read = {(p * stride + r * dilation - padding, q * stride + s * dilation - padding)
+            for p in range(layer.P) for q in range(layer.Q) for r in range(R) for s in range(S)}
+    assert used_input_pixels(layer) == sum(0 <= y < H and 0 <= x < W for y, x in read)

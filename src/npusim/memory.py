@@ -35,6 +35,7 @@ Units: cycles, bytes, bytes/cycle.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -393,10 +394,13 @@ def used_input_pixels(layer) -> int:
     return rows * cols
 
 
+@functools.lru_cache(maxsize=4096)  # networks repeat their layers' geometry
 def _used(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
     """How many of ``size`` input positions a strided, dilated window touches."""
-    taps = {o * stride + t * dil - pad for o in range(out) for t in range(k)}
-    return sum(1 for x in taps if 0 <= x < size)
+    at = np.arange(out)[:, None] * stride + np.arange(k) * dil - pad
+    touched = np.zeros(size, bool)
+    touched[at[(at >= 0) & (at < size)]] = True
+    return int(touched.sum())
 
 
 def dense_dram_bytes(layer, elem: int) -> tuple[int, int, int]:
