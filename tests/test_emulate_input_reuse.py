@@ -65,17 +65,21 @@ def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
     assert res.counters.unit_busy[0] == 8  # nine taps, the zero weight skipped
 
 
-def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal, mapping):
+def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal, mapping,
+                 first_kb):
     return Params(region_rows=rows, region_cols=cols, region_channels=depth,
                   operation_units=draw_units, processing_units=pus, accumulators=part,
                   interconnect=link, bus_width=width, output_units=outs, work_stealing=steal,
-                  mapping=mapping)
+                  mapping=mapping, first_buffer_kb=first_kb)
 
 
+# a 1 KiB first buffer holds 256 accumulators: a few partial OFMs of these small layers, so
+# the units of the bus-bound ones (narrow buses) stall on it
 params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
                    st.integers(1, 4), st.integers(1, 2), st.sampled_from([16, 20, 36, 400]),
                    st.sampled_from(["full", "bus", "chain"]), st.integers(1, 9),
-                   st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]))
+                   st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                   st.sampled_from([1, 1, 16]))
 
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
@@ -97,6 +101,21 @@ def test_emulator_agrees_with_fast_model(layer, p, seed, density):
     assert c.pu_busy == e["pu_busy_cycles"]
     assert (c.transfers, c.transfer_cycles, c.contention, c.hops) == (
         e["transfers"], e["transfer_cycles"], e["contention_cycles"], e["chain_hops"])
+    assert c.first_buffer_stalls == e["first_buffer_stall_cycles"]
+
+
+def test_random_layers_do_stall_on_a_1_kib_first_buffer():
+    """The agreement above covers back-pressure: a bus-bound small layer (1-pixel bus, 16
+    units of 1x1 regions) stalls its units on a 1 KiB first buffer, in both models alike."""
+    layer = ConvLayer(1, 1, 7, 7, 4, 3, 3, padding=1, dtype="int8")
+    p = Params(region_rows=1, region_cols=1, operation_units=4, processing_units=2,
+               bus_width=1, first_buffer_kb=1, work_stealing=False)
+    x, w, b = tensors(layer, 1, "int8", 1.0)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    fast = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    res = emulate_layer(layer, x, w, b, p)
+    assert res.counters.first_buffer_stalls == fast.extra["first_buffer_stall_cycles"] > 0
+    assert res.cycles == fast.compute_cycles
 
 
 @pytest.mark.parametrize("link", ["full", "bus", "chain"])

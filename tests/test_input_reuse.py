@@ -447,3 +447,30 @@ def test_fig11_mapping_runs_a_region_on_its_own_unit(emulate, mapping, cycles, b
                      interconnect="bus", bus_width=64, mapping=mapping)
     _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
     assert s.cycles == cycles and s.extra["opunit_busy_cycles_by_unit"] == busy
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_a_full_first_buffer_stalls_its_unit_until_the_bus_drains_one(emulate):
+    """One unit, one PU, one 8x8 region (64 accumulators), six 1x1 kernels, dense: six jobs
+    of one weight cycle, ending at 1, 2, ..., each with one 64-pixel partial OFM (256 B) that
+    takes 64 / 8 = 8 bus cycles. A 1 KiB first buffer holds four. Jobs 0-3 hand off at
+    1, 2, 3, 4 (the bus moves them at 1-9, 9-17, 17-25, 25-33); job 4 ends at 5 with the
+    buffer full and waits for the first transfer to end at 9 (4 cycles stalled), moved at
+    33-41; job 5 starts at 9, ends at 10 and waits for the second to end at 17 (7 cycles),
+    moved at 41-49. Stalled 4 + 7 = 11 cycles; 49 cycles (the bus never idles); the bus
+    waits are counted from the hand-offs (1, 2, 3, 4, 9, 17 against starts 1, 9, 17, 25,
+    33, 41): 0 + 7 + 14 + 21 + 24 + 24 = 90, not the 105 of an unbounded buffer."""
+    layer = ConvLayer(1, 1, 8, 8, 6, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    got = {}
+    for kib in (1, 16):
+        arch = arch_with(FREE, operation_units=1, processing_units=1, region_rows=8,
+                         region_cols=8, accumulators=64, interconnect="bus", bus_width=8,
+                         work_stealing=False, first_buffer_kb=kib)
+        out, got[kib] = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+        np.testing.assert_array_equal(out, reference.conv2d(x, w, None, layer))
+    small, big = got[1], got[16]
+    assert small.extra["first_buffer_stall_cycles"] == 11
+    assert (small.cycles, small.extra["contention_cycles"]) == (49, 90)
+    assert big.extra["first_buffer_stall_cycles"] == 0
+    assert (big.cycles, big.extra["contention_cycles"]) == (49, 105)

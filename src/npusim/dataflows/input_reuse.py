@@ -359,6 +359,7 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "transfers": sch.transfers,
         "transfer_cycles": sch.transfer_cycles,
         "contention_cycles": sch.contention,
+        "first_buffer_stall_cycles": sch.first_buffer_stalls,
         "chain_hops": sch.hops,
         "stealing_saved_cycles": saved,
         "peak_pofm_pixels": work.pofm_peak[0] * work.pofm_peak[1],
@@ -392,6 +393,11 @@ def job_units(p: Params, order: np.ndarray, per_region: int) -> np.ndarray | Non
     return (order // per_region) % p.operation_units
 
 
+def first_buffer_pixels(p: Params) -> int:
+    """Partial-OFM pixels (4-byte accumulators) one operation unit's first buffer holds."""
+    return p.first_buffer_kb * 1024 // ACC_BYTES
+
+
 def timing(work: Work, p: Params, unit: np.ndarray | None = None) -> tuple[Schedule, int]:
     """The layer's schedule on the units (``unit``: see ``job_units``), and the cycles work
     stealing saves (0 if off): without stealing the jobs last longer but move fewer
@@ -400,7 +406,7 @@ def timing(work: Work, p: Params, unit: np.ndarray | None = None) -> tuple[Sched
         q = queue(t, units=p.operation_units, interconnect=p.interconnect,
                   output_units=p.output_units, width=p.bus_width, unit=unit)
         return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing,
-                        unit=unit)
+                        unit=unit, capacity=first_buffer_pixels(p))
 
     sch = run(work.transfers, p.work_stealing)
     if not p.work_stealing:
@@ -444,7 +450,8 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     c = counts(layer, p, work, extra, name)
     jobs = dataclasses.replace(
         blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
-        bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
+        bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0))
+        or sch.first_buffer_stalls > 0,
         ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape,
                                               ofm_pixels(layer, x_mask, w_mask), p.region, elem),
         sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
@@ -508,13 +515,16 @@ class InputReuse(Machine):
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Kernel parts of the fixed datapath, cycles lost to contention on the units'
-        interconnect, cycles work stealing saved, and the partial-sum transfers."""
+        interconnect and to full first buffers, cycles work stealing saved, and the
+        partial-sum transfers."""
         e = total.extra
         idle = e.get("opunit_idle_cycles", 0)
         return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
                 ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
                                "the others region-major"),
                 ("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+                ("first buffers full", f"{int(e.get('first_buffer_stall_cycles', 0)):,} "
+                                       "cycles the operation units stalled"),
                 ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),
