@@ -1,9 +1,11 @@
 """The input-reuse cycle emulator: Fig. 4/6 datapath, and agreement with the fast model
 (outputs bit-identical in int8, same cycles and unit/bus counts) over random layers."""
 
+import dataclasses
+
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import conv_layers, rel_err, tensors
 from test_input_reuse import arch_with
@@ -184,6 +186,39 @@ def test_emulator_equals_fast_model_on_every_field_with_zero_inputs_or_kernels(
     out, emu = emulate(layer, x, w, b, p, arch)
     np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
     assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+
+
+# output units with 1 KiB second buffers: the bands of these layers (up to 8 kernels x 6
+# rows x 12 columns x 4 B) overflow them
+spilling = st.builds(small_params, st.integers(1, 3), st.integers(1, 3), st.integers(1, 4),
+                     st.integers(1, 4), st.just(1), st.sampled_from([16, 36]),
+                     st.sampled_from(["full", "bus", "chain"]), st.integers(4, 64),
+                     st.integers(1, 2), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                     st.sampled_from([1, 16]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(conv_layers(max_hw=12, max_c=2, max_k=8, max_rs=3, max_n=1), spilling,
+       st.integers(0, 2**31), st.sampled_from([1.0, 0.5]), st.sampled_from([0.5, "unlimited"]))
+def test_emulator_equals_fast_model_when_the_output_bands_overflow_the_second_buffers(
+        layer, p, seed, density, bandwidth):
+    """Every LayerStats field equal, on second buffers of 1 KiB that the output bands of
+    these layers overflow (their partial sums spill and are read back) or not."""
+    p = dataclasses.replace(p, second_buffer_kb=1)
+    emu, fast = _priced_pair(layer.with_dtype("int8"), p, seed, density,
+                             dram_bytes_per_cycle=bandwidth)
+    assert emu == fast
+
+
+def test_the_spill_of_a_random_layer_is_counted_alike_by_both_models():
+    """The agreement above covers spills: 2 -> 8 channels, 3x3 'same' on 12x12, 2x2
+    regions, one output unit of 1 KiB (a band: 8 kernels x 4 rows x 12 x 4 B = 1,536 B)."""
+    layer = ConvLayer(1, 2, 12, 12, 8, 3, 3, padding=1, dtype="int8")
+    p = Params(region_rows=2, region_cols=2, operation_units=2, processing_units=8,
+               output_units=1, second_buffer_kb=1)
+    emu, fast = _priced_pair(layer, p, 4, 0.5, dram_bytes_per_cycle="unlimited")
+    assert fast.dram_ofmap_bytes > 2 * 8 * 12 * 12  # the OFM is at most 1,152 B + bitmaps
+    assert emu == fast
 
 
 def test_a_taller_partial_ofm_in_the_fast_planner_is_caught_by_the_emulator(monkeypatch):

@@ -80,6 +80,8 @@ class Params:
     work_stealing: bool = spec(True, "idle processing units take weight cycles")
     first_buffer_kb: int = spec(16, "KiB per operation unit for partial OFMs", min=1,
                                  max=MAX_KIB)
+    second_buffer_kb: int = spec(32, "KiB per output unit (chain: per operation unit) for "
+                                 "the output accumulators", min=1, max=MAX_KIB)
 
     @property
     def multipliers(self) -> int:
@@ -187,8 +189,10 @@ class Jobs:
     the layer's stall-free cycles and whether the last transfer ends after the last job,
     the bytes of the compressed input stream as stored and its non-zeros, those of every region
     (over its channels and stride phases, in job order), the compressed bytes of every
-    kernel set (in a region's job order), the compressed OFM's bytes, the accumulator
-    pixels of the partial OFMs in flight and the bytes at the SRAM ports."""
+    kernel set (in a region's job order), the compressed OFM's bytes and the bytes at
+    the SRAM ports; for the output accumulators: every job's partial-OFM pixels
+    (region-major order), the OFM rows the partial OFMs of each row of regions touch, and
+    the regions in a row."""
 
     end: np.ndarray
     busy: np.ndarray
@@ -199,8 +203,10 @@ class Jobs:
     region_nonzeros: np.ndarray
     kernel_set_bytes: np.ndarray
     ofm_bytes: int
-    psum_pixels: int
     sram_total: int
+    pofm_pixels: np.ndarray
+    band_rows: np.ndarray
+    grid_cols: int
     order: str = "region-major"
 
 
@@ -258,9 +264,10 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
       row runs all of them (one block, streamed again when it exceeds the filter buffer),
       else each row a window of ``U`` sets: cycled once per region, so weights that do
       not fit are fetched again for every region;
-    - ofmap: the outputs of the row's jobs, its share of the compressed OFM, written
-      once (the overlap-add of neighbouring regions' halos happens in the output units'
-      buffers); its partial sums are the row's partial OFMs (4-byte accumulators).
+    - ofmap: the output accumulators of the row's band (``bands``), held in the second
+      buffers (``second_buffer_bytes``); the band's share of the compressed OFM is
+      written once after its last row; if the band's accumulators do not fit, each row
+      spills and reads back its own partial OFMs' pixels (4-byte accumulators).
     """
     units = p.operation_units
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
@@ -283,12 +290,61 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     else:
         filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
         ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last, units)
+    band, held = bands(layer, p, jobs, last)
+    out = _ofmap_bytes(p, jobs, rows)
+    pixels = np.zeros(rows * units, np.int64)
+    pixels[:n_jobs] = jobs.pofm_pixels[run_order(regions, per_region, jobs.order)]
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
-                 filter_bytes=filt_bytes, ofmap=np.arange(rows),
-                 ofmap_bytes=_ofmap_bytes(p, jobs, rows),
-                 psum_bytes=jobs.psum_pixels * ACC_BYTES,
+                 filter_bytes=filt_bytes, ofmap=band,
+                 ofmap_bytes=np.bincount(band, out)[band].astype(np.int64),
+                 psum_bytes=ACC_BYTES * pixels.reshape(rows, units).sum(axis=1),
+                 psum_size=held, ofmap_capacity=second_buffer_bytes(p),
                  sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
                  compute_bound="bus" if jobs.bus_bound else "compute")
+
+
+def second_buffer_bytes(p: Params) -> int:
+    """Bytes of output accumulators on the device: a second buffer per output unit, or, on a
+    chain (no output units, Fig. 13), per operation unit."""
+    owners = p.operation_units if p.interconnect == "chain" else p.output_units
+    return owners * p.second_buffer_kb * 1024
+
+
+def bands(layer: ConvLayer, p: Params, jobs: Jobs, last: np.ndarray):
+    """(output block of each row of jobs, its accumulators' bytes): the *band* of the
+    region row (image, region row) of the row's last job, over every kernel
+    (region-major), or over the kernels of that job's set (kernel-major: set, then
+    band): 4 B for every kernel and every OFM pixel in the rows its partial OFMs touch
+    (``jobs.band_rows``) across the map. Rows of jobs run band after band, so a band
+    stays while it is accumulated; one that does not fit spills row by row."""
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    regions = len(jobs.region_nonzeros)
+    job = run_order(regions, per_region, jobs.order)[last]
+    band = job // per_region // jobs.grid_cols
+    rows = jobs.band_rows[band % len(jobs.band_rows)]
+    if jobs.order == "region-major":
+        return band, ACC_BYTES * layer.K * rows * layer.Q
+    k0 = np.arange(0, layer.Kg, p.processing_units)
+    kernels = np.tile(np.minimum(p.processing_units, layer.Kg - k0), layer.groups)
+    kset = job % per_region
+    return (kset * (regions // jobs.grid_cols) + band,
+            ACC_BYTES * kernels[kset] * rows * layer.Q)
+
+
+def band_rows(layer: ConvLayer, p: Params) -> tuple[np.ndarray, int]:
+    """(OFM rows the partial OFMs of each region row touch, regions per row): region row
+    ``i`` holds phase rows ``origin + i*n`` to ``origin + (i+1)*n``; a tap at row offset
+    ``u`` puts them on outputs ``u`` rows up, so the band reaches from ``origin + i*n -
+    max u`` to ``origin + (i+1)*n - min u`` (over every part), inside the OFM."""
+    layout = p.plan(layer)
+    rh, r0 = p.region_rows, layout.origin[0]
+    grid = [-(-e // r) for e, r in zip(layout.extent, p.region, strict=True)]
+    umax = max(int(part.u.max()) for part in layout.parts)
+    umin = min(int(part.u.min()) for part in layout.parts)
+    i = np.arange(grid[0], dtype=np.int64)
+    lo = np.clip(r0 + i * rh - umax, 0, layer.P)
+    hi = np.clip(r0 + (i + 1) * rh - umin, 0, layer.P)
+    return hi - lo, grid[1]
 
 
 def _region_bytes(layer, jobs: Jobs) -> np.ndarray:
@@ -428,18 +484,21 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     loop order that moves fewer DRAM bytes (``loop_order``)."""
     p = arch.params(Params)
     work = region_work(layer, x_mask, w_mask, p.geometry)
-    elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
+    elem = element_bytes(layer.dtype)
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     idle = np.zeros(len(work.slot_cycles), np.int64)
+    rows, cols = band_rows(layer, p)
     blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  pofm_pixels=np.bincount(work.transfers.job, work.transfers.pixels,
+                                          minlength=len(idle)).astype(np.int64),
+                  band_rows=rows, grid_cols=cols,
                   stream_bytes=compressed_ifm.stream_bytes(layer.input_shape,
                                                            work.input_nonzeros, p.region, elem),
                   input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
                   kernel_set_bytes=kernel_set_bytes(
                       layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
                       p.processing_units),
-                  ofm_bytes=0, psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
-                  sram_total=0)
+                  ofm_bytes=0, sram_total=0)
     order = loop_order(layer, p, blocks, arch.memory)
     run = run_order(work.regions, per_region, order)
     work = reorder(work, run)

@@ -176,6 +176,7 @@ class Job:
     regions: dict  # (a, b) phase -> Cg x rh x rw read by the dispatcher
     pofms: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> accumulators
     hits: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> products per cell
+    rm: int = -1  # index in region-major order (region, then conv group and kernel set)
 
 
 @dataclass
@@ -200,6 +201,7 @@ class Counters:
     sram_ofmap_bytes: int = 0
     job_end: dict = field(default_factory=dict)  # job sequence -> cycle it handed off
     job_busy: dict = field(default_factory=dict)  # job sequence -> its weight cycles
+    pofm_pixels: dict = field(default_factory=dict)  # region-major job -> partial-OFM pixels
     region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region
 
 
@@ -303,8 +305,11 @@ class Machine:
         """Every region's jobs (image, region row, region column), each region's in its
         order (conv group, kernel set)."""
         L = self.layer
-        return [list(self.region_jobs(n, ti, tj)) for n in range(L.N)
-                for ti in range(self.grid[0]) for tj in range(self.grid[1])]
+        out = [list(self.region_jobs(n, ti, tj)) for n in range(L.N)
+               for ti in range(self.grid[0]) for tj in range(self.grid[1])]
+        for rm, job in enumerate(job for region in out for job in region):
+            job.rm = rm
+        return out
 
     def jobs(self) -> list[deque]:
         """Every job in the run order (``region-major``: a region's kernel sets one after
@@ -360,11 +365,10 @@ class Machine:
         acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
         seen.reshape(-1)[cells] += hit.reshape(-1)[pixels]
 
-    def unit_cycle(self, job: Job) -> None:
-        """All processing units of one operation unit for one cycle: each with work left
-        runs its next; with work stealing each idle one (in slot order) takes the last
-        cycle of the one with most left."""
-        queues = job.queues
+    def deal(self, queues: list) -> list:
+        """One cycle's (kernel slot, PU, weight cycle) of an operation unit, taken off its
+        PUs' queues: each with work left runs its next; with work stealing each idle one
+        (in slot order) takes the last cycle of the one with most left."""
         idle = [slot for slot, q in enumerate(queues) if not q]
         todo = [(slot, slot, q.popleft()) for slot, q in enumerate(queues) if q]
         if self.stealing:
@@ -373,9 +377,34 @@ class Machine:
                 if not queues[victim]:
                     break
                 todo.append((victim, thief, queues[victim].pop()))
+        return todo
+
+    def unit_cycle(self, job: Job) -> None:
+        """All processing units of one operation unit for one cycle (``deal``)."""
+        todo = self.deal(job.queues)
         for slot, pu, item in todo:
             self.pu_cycle(job, slot, pu, item)
         self.counters.pu_busy += len(todo)
+
+    def planned_pofm_pixels(self, job: Job) -> int:
+        """Pixels of the partial OFMs the job will fill (one per kernel slot, PU and part
+        that runs a cycle), by dealing its cycles on copies of its queues."""
+        queues, keys = [deque(q) for q in job.queues], set()
+        while any(queues):
+            keys.update((slot, pu, item[0]) for slot, pu, item in self.deal(queues))
+        return sum(math.prod(self.paths[part].pofm) for _, _, part in keys)
+
+    def band_rows(self) -> np.ndarray:
+        """OFM rows the partial OFMs of each region row reach (the union over kernel parts
+        of where ``accumulate`` puts them), inside the OFM."""
+        out = []
+        for ti in range(self.grid[0]):
+            tops = [self.origin[0] + ti * self.region[0] - d.top[0] for d in self.paths]
+            lo = max(min(tops), 0)
+            hi = min(max(t + d.pofm[0] for t, d in zip(tops, self.paths, strict=True)),
+                     self.layer.P)
+            out.append(max(hi - lo, 0))
+        return np.array(out, np.int64)
 
     # -- output side: servers and output units ---------------------------------------------
 
@@ -414,6 +443,8 @@ class Machine:
         that travel stay in the unit's first buffer until their transfer ends."""
         for key, pofm in sorted(job.pofms.items()):
             self.counters.sram_ofmap_bytes += 2 * ACC_BYTES * pofm.size
+            pix = self.counters.pofm_pixels
+            pix[job.rm] = pix.get(job.rm, 0) + pofm.size
             server, duration = self.route(job, key, unit)
             if self.p.interconnect == "chain":
                 self.counters.hops += abs(unit - server)
@@ -628,7 +659,9 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
                 input_nonzeros=x_nonzeros,
                 region_nonzeros=c.region_nonzeros, kernel_set_bytes=m.kernel_set_bytes(),
                 ofm_bytes=map_stream_bytes(touched, region, elem),
-                psum_pixels=pus * largest.pofm[0] * largest.pofm[1],
+                pofm_pixels=np.array([c.pofm_pixels.get(j, 0) for j in range(len(ended))],
+                                     np.int64),
+                band_rows=m.band_rows(), grid_cols=m.grid[1],
                 sram_total=counts.sram_ifmap_bytes + counts.sram_filter_bytes
                 + counts.sram_ofmap_bytes, order=order)
     return res.output, price(layer, counts, steps(layer, params, jobs), arch)
@@ -640,16 +673,15 @@ def choose_order(layer: ConvLayer, x, w, params, arch) -> str:
     from ..dataflows.input_reuse import Jobs, loop_order
 
     m = Machine(layer, x, w, params)
-    m.region_major()
-    jobs = len(m.counters.region_nonzeros) * len(m.kernel_set_bytes())
-    idle = np.zeros(jobs, np.int64)
+    planned = [m.planned_pofm_pixels(job) for region in m.region_major() for job in region]
+    idle = np.zeros(len(planned), np.int64)
     blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  pofm_pixels=np.array(planned, np.int64), band_rows=m.band_rows(),
+                  grid_cols=m.grid[1],
                   stream_bytes=map_stream_bytes(x, m.region, m.elem),
                   input_nonzeros=int(np.count_nonzero(x)),
                   region_nonzeros=m.counters.region_nonzeros,
-                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0,
-                  psum_pixels=params.operation_units * params.processing_units
-                  * math.prod(m.largest_path().pofm), sram_total=0)
+                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0, sram_total=0)
     return loop_order(layer, params, blocks, arch.memory)
 
 
