@@ -188,17 +188,49 @@ def test_emulator_equals_fast_model_on_every_field_with_zero_inputs_or_kernels(
     assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
 
 
-# output units with 1 KiB second buffers: the bands of these layers (up to 8 kernels x 6
-# rows x 12 columns x 4 B) overflow them
-spilling = st.builds(small_params, st.integers(1, 3), st.integers(1, 3), st.integers(1, 4),
+# one output unit (or, on a chain, one or two operation units) with 1 KiB second buffers
+# and one set of 8 kernels: the bands of these layers (8 kernels x 4-6 rows x 10-12 columns
+# x 4 B) overflow them (but some chains' 2 KiB) in either loop order
+spilling = st.builds(small_params, st.integers(1, 2), st.just(8), st.just(4),
                      st.integers(1, 4), st.just(1), st.sampled_from([16, 36]),
                      st.sampled_from(["full", "bus", "chain"]), st.integers(4, 64),
-                     st.integers(1, 2), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                     st.just(1), st.booleans(), st.sampled_from(["spread", "own-unit"]),
                      st.sampled_from([1, 16]))
+# two to four units of 1x1-2x2 regions on a one- or two-pixel bus, 1 KiB first buffers (64
+# partial OFMs of 2x2 regions under a 1x1 kernel, 7 of 4x4 pixels): the units stall
+stalling = st.builds(small_params, st.integers(2, 4), st.integers(1, 3), st.integers(1, 2),
+                     st.integers(1, 2), st.just(1), st.just(36),
+                     st.sampled_from(["full", "bus", "chain"]), st.integers(1, 2),
+                     st.just(1), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                     st.just(1))
+
+
+@st.composite
+def busy_layers(draw, stride=2, sides=(8, 12), kernels=(4, 8)):
+    """int8 layers of 1-2 channels and ``kernels`` kernels on ``sides`` pixel maps, 1-3
+    pixel kernels, 'same' padding, stride 1 to ``stride``: enough jobs and partial OFMs to
+    fill the buffers above."""
+    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return ConvLayer(1, draw(st.integers(1, 2)), draw(st.integers(*sides)),
+                     draw(st.integers(*sides)), draw(st.integers(*kernels)), r, s,
+                     stride=draw(st.integers(1, stride)),
+                     padding=(r // 2, r // 2, s // 2, s // 2), dtype="int8")
 
 
 @settings(max_examples=25, deadline=None)
-@given(conv_layers(max_hw=12, max_c=2, max_k=8, max_rs=3, max_n=1), spilling,
+@given(busy_layers(), stalling,
+       st.integers(0, 2**31), st.sampled_from([1.0, 0.5]), st.sampled_from([0.5, "unlimited"]))
+def test_emulator_equals_fast_model_when_the_first_buffers_fill(layer, p, seed, density,
+                                                                 bandwidth):
+    """Every LayerStats field equal (cycles, first-buffer stalls, bus waits, stalls by
+    cause) on bus-bound layers whose units stall on their 1 KiB first buffers, or not."""
+    emu, fast = _priced_pair(layer.with_dtype("int8"), p, seed, density,
+                             dram_bytes_per_cycle=bandwidth)
+    assert emu == fast
+
+
+@settings(max_examples=15, deadline=None)
+@given(busy_layers(stride=1, sides=(10, 12), kernels=(8, 8)), spilling,
        st.integers(0, 2**31), st.sampled_from([1.0, 0.5]), st.sampled_from([0.5, "unlimited"]))
 def test_emulator_equals_fast_model_when_the_output_bands_overflow_the_second_buffers(
         layer, p, seed, density, bandwidth):
