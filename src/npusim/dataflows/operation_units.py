@@ -317,9 +317,12 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
             nxt[u] += 1
             finish[u] = times[job[u]]
             state[u] = 2 if finish[u] == 0 else 1
+    waiting = 0
+    for u in range(units):
+        waiting += state[u] == 2
     t = 0
     while True:
-        while True:  # hand-offs at t, in job order
+        while waiting:  # hand-offs at t, in job order
             best = -1
             for u in range(units):
                 if state[u] == 2 and (held[u] == 0 or held[u] + need[job[u]] <= capacity):
@@ -328,6 +331,7 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
             if best < 0:
                 break
             u, j = best, job[best]
+            waiting -= 1
             ends[j] = t
             stalls += t - since[u]
             held[u] += need[j]
@@ -342,7 +346,11 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
                 job[u] = own[nxt[u]]
                 nxt[u] += 1
                 finish[u] = t + times[job[u]]
-                state[u], since[u] = (2, t) if finish[u] == t else (1, 0)
+                if finish[u] == t:
+                    state[u], since[u] = 2, t
+                    waiting += 1
+                else:
+                    state[u] = 1
             else:
                 state[u] = 0
         for s in range(servers):  # idle servers start their next transfer
@@ -370,4 +378,5 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
         for u in range(units):
             if state[u] == 1 and finish[u] == t:
                 state[u], since[u] = 2, t
+                waiting += 1
     return ends, stalls, last, wait
