@@ -216,6 +216,7 @@ def test_first_buffer_too_small_is_refused_with_the_reason():
     ('[input-reuse]\ninterconnect = "ring"', r"x.toml: input-reuse.interconnect.*full, bus, chain"),
     ("[input-reuse]\nregion_rows = 0", r"x.toml: input-reuse.region_rows=0.*>= 1"),
     ("[input-reuse]\nwarp = 2", r"unknown key.*warp.*valid keys.*bus_width"),
+    ("[input-reuse]\nsecond_buffer_kb = 0", r"x.toml: input-reuse.second_buffer_kb=0.*>= 1"),
 ])
 def test_bad_input_reuse_section_names_the_key(text, message):
     with pytest.raises(ConfigError, match=message):

@@ -556,7 +556,8 @@ class InputReuse(Machine):
     def hardware(self, arch, dtype):
         """Per operation unit: a region register (n x m x l input pixels), its processing
         units' multipliers, each unit's ``accumulators`` (32 bits) and a ``mux_fan_in``-input
-        multiplexer per multiplier (Fig. 6), and its first buffer (SRAM); the bus that carries
+        multiplexer per multiplier (Fig. 6), and its first buffer (SRAM); the second buffers
+        (SRAM, per output unit, or per operation unit on a chain); the bus that carries
         bus_width partial-OFM pixels from any of the operation units (a multiplexer of
         operation_units inputs per bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
@@ -569,7 +570,8 @@ class InputReuse(Machine):
                  + (p.operation_units - 1) * p.bus_width * 32)
         return Hardware(macs=p.multipliers, register_bits=registers,
                         sram_kib={**memory_kib(arch.memory),
-                                  "first buffers": p.first_buffer_kb * p.operation_units},
+                                  "first buffers": p.first_buffer_kb * p.operation_units,
+                                  "second buffers": second_buffer_bytes(p) // 1024},
                         mux_bits=muxes)
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
