@@ -317,6 +317,7 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
     holder: dict[str, str | None] = {model.input_name: None}
     stats: list = []
     placements: list = []
+    dead_after = {} if keep_outputs else _dead_after(model)
     for i, node in enumerate(model.nodes):
         if progress:
             progress(i, len(model.nodes), node.name)
@@ -336,8 +337,8 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
             holder[node.name] = holder[node.inputs[0]] if node.inputs else None
         values[node.name] = out
         stats.append(st)
-        if not keep_outputs:
-            _release(values, model, i)
+        for name in dead_after.get(i, ()):
+            del values[name]
     return values, stats, placements
 
 
@@ -373,11 +374,20 @@ def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
     return SimResult(None, stats, cfg.arch, "estimate", dtype, cfg.name,
                      time.perf_counter() - start, placements=placements)
 
-def _release(values: dict, model: Graph, i: int) -> None:
-    """Drop tensors no later node reads (keeps peak memory to the live set)."""
-    later = {n for node in model.nodes[i + 1:] for n in node.inputs} | model.output_nodes
-    for name in [n for n in values if n not in later]:
-        del values[name]
+def _dead_after(model: Graph) -> dict[int, list[str]]:
+    """Node index -> the tensors no node after it reads (dropped there, which keeps peak
+    memory to the live set); graph outputs are never dropped."""
+    last_read = {model.input_name: -1}
+    for i, node in enumerate(model.nodes):
+        last_read[node.name] = i
+        for name in node.inputs:
+            last_read[name] = i
+    dead: dict[int, list[str]] = {}
+    outputs = model.output_nodes
+    for name, i in last_read.items():
+        if name not in outputs:
+            dead.setdefault(max(i, 0), []).append(name)
+    return dead
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
