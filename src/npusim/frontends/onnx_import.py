@@ -264,7 +264,7 @@ def _gemm(c: _Node) -> ops.Op:
     bias = c.weight(2)
     if bias is not None:
         bias = rules.channel_values(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
-    return ops.Conv(np.ascontiguousarray(w)[:, :, None, None], bias)
+    return rules.fully_connected(w, bias)
 
 
 def _matmul(c: _Node):
@@ -346,7 +346,7 @@ def _reduce(c: _Node) -> ops.Op:
 
 def _transpose(c: _Node) -> ops.Op:
     ndim = len(c.in_shape(0))
-    return ops.Transpose(tuple(int(p) for p in c.attr("perm", range(ndim - 1, -1, -1))))
+    return rules.transpose(c.attr("perm", range(ndim - 1, -1, -1)), ndim)
 
 
 def _split(c: _Node) -> list:
@@ -377,37 +377,33 @@ def _slice(c: _Node):
         return c.proto.input[0]
     if c.proto.input[0] in c.model.pending:
         raise _Refusal("slices a Pad output: the IR takes padding only into a conv or pool")
-    name = c.proto.input[0]
-    for k, op in enumerate(cuts[:-1]):
-        name = c.build.add(f"{c.name}_part{k}", op, (c.model.ir_of.get(name, name),))
-    return cuts[-1], (c.model.ir_of.get(name, name),)
+    x = c.proto.input[0]
+    return c.build.chain([f"{c.name}_part{k}" for k in range(len(cuts) - 1)], cuts,
+                         c.model.ir_of.get(x, x))
 
 
 def _instance_norm(c: _Node) -> ops.Op:
     """InstanceNormalization (torch's export of GroupNorm, between two Reshapes): each
     channel over the remaining axes, a GroupNorm of one channel per group."""
     channels = c.in_shape(0)[1]
-    return ops.GroupNorm(channels, c.weight(1), c.weight(2), float(c.attr("epsilon", 1e-5)))
+    return rules.group_norm(channels, channels, c.weight(1), c.weight(2),
+                            c.attr("epsilon", 1e-5))
 
 
 def _layer_norm(c: _Node) -> ops.Op:
     x = c.in_shape(0)
     axis = c.attr("axis", -1) % len(x)
-    shape = x[axis:]
     scale = c.weight(1)
-    bias = np.zeros(shape, np.float32) if c.weight(2) is None else c.weight(2)
     if c.attr("stash_type", 1) != 1:
         raise _Refusal("stash_type other than 1 (float32 statistics)")
-    return ops.LayerNorm(np.broadcast_to(scale, shape).astype(np.float32),
-                         np.broadcast_to(bias, shape).astype(np.float32),
-                         float(c.attr("epsilon", 1e-5)))
+    return rules.layer_norm(x[axis:], scale, c.weight(2), c.attr("epsilon", 1e-5))
 
 
 def _batch_norm(c: _Node) -> ops.Op:
     if c.attr("training_mode", 0):
         raise _Refusal("training_mode=1: the IR folds running statistics only")
     gamma, beta, mean, var = (c.weight(i) for i in range(1, 5))
-    return ops.BatchNorm.from_stats(gamma, beta, mean, var, c.attr("epsilon", 1e-5))
+    return rules.batch_norm(gamma, beta, mean, var, c.attr("epsilon", 1e-5))
 
 
 def _prelu(c: _Node) -> ops.Op:
@@ -481,61 +477,16 @@ def _resample(c: _Node, mode: str, transform: str, rounding: str, scales) -> ops
         raise _Refusal(f"resizes {x} to {out}: the IR resizes H and W only")
     scales = (out[2] / x[2], out[3] / x[3]) if scales is None or len(scales) == 0 \
         else tuple(float(s) for s in scales[2:])
-    want = [_onnx_axis(n, m, s, mode, transform, rounding)
+    want = [rules.sampling_weights(n, m, s, mode, transform, rounding)
             for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
-    for align in (False,) if mode == "nearest" else (False, True):
-        op = rules.upsample_to(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
-                               align)
-        if all(np.allclose(_ir_axis(op, n, m), w, rtol=0, atol=1e-6)
-               for n, m, w in zip(x[2:], out[2:], want, strict=True)):
-            return op
+    op = rules.exact_upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
+                              want)
+    if op is not None:
+        return op
     raise _Refusal(f"mode={mode!r} with coordinate_transformation_mode={transform!r} and "
                    f"nearest_mode={rounding!r} from {x[2:]} to {out[2:]} samples differently "
                    "from the IR's Upsample (nearest: floor(dst * in/out); linear: half-pixel "
                    "or align_corners)")
-
-
-def _ir_axis(op: ops.Upsample, n_in: int, n_out: int) -> np.ndarray:
-    """The IR's sampling weights along one axis, n_out x n_in (its own arithmetic on a one-hot)."""
-    eye = np.eye(n_in, dtype=np.float32).reshape(1, n_in, n_in, 1)
-    return dataclasses.replace(op, size=(n_out, 1))(eye)[0, :, :, 0].T
-
-
-_TRANSFORMS = {
-    "half_pixel": lambda d, s, n, m: (d + 0.5) / s - 0.5,
-    "pytorch_half_pixel": lambda d, s, n, m: (d + 0.5) / s - 0.5 if m > 1 else 0 * d,
-    "align_corners": lambda d, s, n, m: d * (n - 1) / (m - 1) if m > 1 else 0 * d,
-    "asymmetric": lambda d, s, n, m: d / s,
-    "tf_half_pixel_for_nn": lambda d, s, n, m: (d + 0.5) / s,
-    "half_pixel_symmetric": lambda d, s, n, m: n / 2 * (1 - m / (s * n)) + (d + 0.5) / s - 0.5,
-}
-
-_ROUNDINGS = {
-    "round_prefer_floor": lambda x, s: np.ceil(x - 0.5),
-    "round_prefer_ceil": lambda x, s: np.floor(x + 0.5),
-    "floor": lambda x, s: np.floor(x),
-    "ceil": lambda x, s: np.ceil(x),
-    "simple": lambda x, s: np.ceil(x) if s < 1 else np.floor(x),  # Upsample, Resize-10
-}
-
-
-def _onnx_axis(n_in: int, n_out: int, scale: float, mode: str, transform: str,
-               rounding: str) -> np.ndarray:
-    """ONNX Resize's sampling weights along one axis (n_out x n_in), per the operator spec."""
-    if transform not in _TRANSFORMS or rounding not in _ROUNDINGS:
-        raise _Refusal(f"coordinate_transformation_mode={transform!r}, nearest_mode={rounding!r}:"
-                       f" supported are {', '.join(_TRANSFORMS)} and {', '.join(_ROUNDINGS)}")
-    src = _TRANSFORMS[transform](np.arange(n_out, dtype=np.float64), scale, n_in, n_out)
-    rows, weights = np.arange(n_out), np.zeros((n_out, n_in))
-    if mode == "nearest":
-        weights[rows, np.clip(_ROUNDINGS[rounding](src, scale), 0, n_in - 1).astype(int)] = 1
-        return weights
-    src = np.clip(src, 0, n_in - 1)
-    lo = np.floor(src).astype(int)
-    hi = np.minimum(lo + 1, n_in - 1)
-    np.add.at(weights, (rows, lo), 1 - (src - lo))
-    np.add.at(weights, (rows, hi), src - lo)
-    return weights
 
 
 # op type -> (converter, how many leading inputs are data; None = all)

@@ -166,6 +166,11 @@ def _array(value, what: str) -> np.ndarray:
     return np.array(torch.as_tensor(value).detach().cpu().to(torch.float32).numpy())
 
 
+def _optional(value, what: str) -> np.ndarray | None:
+    """An optional constant tensor (a weight or bias that may be None)."""
+    return None if value is None else _array(value, what)
+
+
 def _number(value, what: str):
     if isinstance(value, _Ref) or isinstance(value, torch.Tensor) and value.numel() != 1:
         raise _Refusal(f"{what} must be a number")
@@ -183,7 +188,7 @@ def _conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
             raise _Refusal(f"padding={padding!r}: must be 'same', 'valid' or integers")
         padding = same_padding(w.shape[2:], pair(dilation, "dilation", c.name)) \
             if padding == "same" else 0
-    b = None if bias is None else _array(bias, "bias")
+    b = _optional(bias, "bias")
     return rules.conv(w, b, pair(stride, "stride", c.name), padding,
                       pair(dilation, "dilation", c.name), groups, pending)
 
@@ -204,7 +209,7 @@ def _conv_transpose2d(c, input, weight, bias=None, stride=1, padding=0, output_p
     x = _data(input, 4)
     if pair(dilation, "dilation", c.name) != (1, 1):
         raise _Refusal(f"dilation={dilation}: the IR's transposed convolution has dilation 1")
-    b = None if bias is None else _array(bias, "bias")
+    b = _optional(bias, "bias")
     return c.build.conv_transpose(c.name, x.name, _array(weight, "weight"), b,
                                   pair(stride, "stride", c.name),
                                   pair(padding, "padding", c.name),
@@ -221,7 +226,7 @@ def _conv_transpose_module(c, m, x, output_size=None):
 
 def _linear(c, input, weight, bias=None):
     x = _data(input)
-    b = None if bias is None else _array(bias, "bias")
+    b = _optional(bias, "bias")
     return c.build.linear(c.name, x.name, x.shape, _array(weight, "weight"), b)
 
 
@@ -231,10 +236,9 @@ def _batch_norm(c, input, running_mean, running_var, weight=None, bias=None, tra
     if training or running_mean is None or running_var is None:
         raise _Refusal("normalises by batch statistics (training mode or no running stats); "
                        "the IR folds running statistics only")
-    mean, var = _array(running_mean, "running_mean"), _array(running_var, "running_var")
-    gamma = np.ones_like(mean) if weight is None else _array(weight, "weight")
-    beta = np.zeros_like(mean) if bias is None else _array(bias, "bias")
-    return ops.BatchNorm.from_stats(gamma, beta, mean, var, float(eps))
+    return rules.batch_norm(_optional(weight, "weight"), _optional(bias, "bias"),
+                            _array(running_mean, "running_mean"),
+                            _array(running_var, "running_var"), eps)
 
 
 def _relu(c, input, inplace=False):
@@ -267,17 +271,13 @@ def _gelu(c, input, approximate="none"):
 
 def _layer_norm(c, input, normalized_shape, weight=None, bias=None, eps=1e-5):
     _data(input)
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    w = np.ones(shape, np.float32) if weight is None else _array(weight, "weight")
-    b = np.zeros(shape, np.float32) if bias is None else _array(bias, "bias")
-    return ops.LayerNorm(w, b, float(eps))
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    return rules.layer_norm(shape, _optional(weight, "weight"), _optional(bias, "bias"), eps)
 
 
 def _group_norm(c, input, num_groups, weight=None, bias=None, eps=1e-5):
-    channels = _data(input).shape[1]
-    w = np.ones(channels, np.float32) if weight is None else _array(weight, "weight")
-    b = np.zeros(channels, np.float32) if bias is None else _array(bias, "bias")
-    return ops.GroupNorm(int(num_groups), w, b, float(eps))
+    return rules.group_norm(num_groups, _data(input).shape[1], _optional(weight, "weight"),
+                            _optional(bias, "bias"), eps)
 
 
 def _hardtanh(c, input, min_val=-1.0, max_val=1.0, inplace=False):
@@ -362,15 +362,11 @@ def _amax(c, input, dim=(), keepdim=False):
 def _permute(c, input, *dims):
     x = _data(input)
     dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
-    return ops.Transpose(tuple(d % len(x.shape) for d in dims))
+    return rules.transpose(dims, len(x.shape))
 
 
 def _transpose(c, input, dim0, dim1):
-    x = _data(input)
-    perm = list(range(len(x.shape)))
-    a, b = dim0 % len(perm), dim1 % len(perm)
-    perm[a], perm[b] = perm[b], perm[a]
-    return ops.Transpose(tuple(perm))
+    return rules.swap_axes(dim0, dim1, len(_data(input).shape))
 
 
 def _split(c, input, split_size_or_sections=None, dim=0, *, chunks=None):
@@ -454,12 +450,9 @@ def _getitem(c, input, index):
             if p.indices(x.shape[axis]) != (0, x.shape[axis], 1)]
     if not cuts:
         return x
-    name = x.name
-    for k, (axis, p) in enumerate(cuts):
-        op = ops.Slice(axis, p.start or 0, p.stop, p.step or 1)
-        if k == len(cuts) - 1:
-            return op, (name,)
-        name = c.build.add(f"{c.name}_axis{axis}", op, (name,))
+    return c.build.chain([f"{c.name}_axis{axis}" for axis, _ in cuts[:-1]],
+                         [ops.Slice(axis, p.start or 0, p.stop, p.step or 1) for axis, p in cuts],
+                         x.name)
 
 
 def _index_slices(index, shape) -> list[slice]:
