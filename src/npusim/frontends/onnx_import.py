@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from . import lowering as rules
@@ -101,7 +100,7 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
         c = OnnxNode(proto, names[i], m, build)
         if proto.op_type not in CONVERTERS or proto.domain not in ("", "ai.onnx"):
             if not (fallback and _fall_back(c, model, needed)):
-                build.unsupported.append((proto.op_type, names[i]))
+                build.refuse(proto.op_type, names[i])
             continue
         try:
             result = CONVERTERS[proto.op_type][0](c)
@@ -116,7 +115,7 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
             _add_nodes(c, result)
         except (_Refusal, LayerError) as e:
             if not (fallback and _fall_back(c, model, needed)):
-                build.problems.append((proto.op_type, names[i], str(e)))
+                build.refuse(proto.op_type, names[i], str(e))
     return build, ir_of
 
 
@@ -146,9 +145,8 @@ def _fall_back(c: OnnxNode, model, needed: set) -> bool:
     single = helper.make_model(graph, opset_imports=list(model.opset_import),
                                ir_version=model.ir_version)
     call = onnx_file.NodeSession(single.SerializeToString(), tuple(data))
-    op = ops.Fallback(f"ONNX {proto.op_type}", call, tuple(shapes), out_shape)
-    m.ir_of[proto.output[0]] = c.build.add(c.name, op, tuple(m.ir_of[t] for t in data),
-                                           out_shape)
+    m.ir_of[proto.output[0]] = c.build.fallback(c.name, f"ONNX {proto.op_type}", call,
+                                                [m.ir_of[t] for t in data], shapes, out_shape)
     return True
 
 

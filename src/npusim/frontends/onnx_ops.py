@@ -45,10 +45,7 @@ def _pair_attr(c: OnnxNode, key: str, default=(1, 1)) -> tuple[int, int]:
 
 
 def _data_input(c: OnnxNode, rank: int | None = None) -> tuple[int, ...]:
-    shape = c.in_shape(0)
-    if rank is not None and len(shape) != rank:
-        raise _Refusal(f"needs a {rank}-D input, got shape {shape}")
-    return shape
+    return rules.expect_rank(c.in_shape(0), rank)
 
 
 # ---- converters: one per op type --------------------------------------------------------
@@ -156,9 +153,8 @@ def _arith(c: OnnxNode) -> ops.Op:
 
 
 def _concat(c: OnnxNode) -> ops.Op:
-    if any(t not in c.model.depends for t in c.proto.input):
-        raise _Refusal("concatenates a constant; the IR concatenates computed tensors only")
-    return rules.concat(c.attr("axis"), len(c.out_shape))
+    computed = all(t in c.model.depends for t in c.proto.input)
+    return rules.concat(c.attr("axis"), len(c.out_shape), computed)
 
 
 def _reshape(c: OnnxNode) -> ops.Op:

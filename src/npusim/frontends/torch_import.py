@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from .lowering import Lowering
@@ -73,9 +72,9 @@ class _TorchCall:
         return out.detach().cpu().to(torch.float32).numpy()
 
 
-def _fallback(gm, n, kind: str, args, kwargs, shape) -> tuple[ops.Fallback, tuple] | None:
-    """Node ``n`` as a ``Fallback`` running its own torch call, or None where it cannot
-    (an input from F.pad or chunk, a result that is not one tensor)."""
+def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> bool:
+    """Add node ``n`` as a ``Fallback`` running its own torch call; False where it cannot
+    be (an input from F.pad or chunk, a result that is not one tensor)."""
     refs: list[Ref] = []
 
     def slot(v):
@@ -89,13 +88,13 @@ def _fallback(gm, n, kind: str, args, kwargs, shape) -> tuple[ops.Fallback, tupl
     try:
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), slot)
     except _Refusal:
-        return None
+        return False
     if not shape or not refs:
-        return None
+        return False
     fn = gm.get_submodule(n.target) if n.op == "call_module" else n.target
     call = _TorchCall(fn, n.op == "call_method", tuple(args), dict(kwargs))
-    op = ops.Fallback(kind, call, tuple(r.shape for r in refs), tuple(shape))
-    return op, tuple(r.name for r in refs)
+    build.fallback(n.name, kind, call, [r.name for r in refs], [r.shape for r in refs], shape)
+    return True
 
 
 # ---- tracing and recording --------------------------------------------------------------
@@ -188,13 +187,8 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         except (_Refusal, TypeError, LayerError) as e:
             why = str(e)
         if conv is None or why is not None:
-            instead = _fallback(gm, n, kind, args, kwargs, shape) if fallback else None
-            if instead is not None:
-                build.add(n.name, *instead, shape)
-            elif conv is None:
-                build.unsupported.append((kind, n.name))
-            else:
-                build.problems.append((kind, n.name, why))
+            if not (fallback and _fallback(build, gm, n, kind, args, kwargs, shape)):
+                build.refuse(kind, n.name, why)
             continue
         if isinstance(result, (Ref, Parts)):  # a pass-through, or parts read by getitem
             info[n] = result

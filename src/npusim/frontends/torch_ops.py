@@ -70,8 +70,7 @@ def _data(x, rank: int | None = None) -> Ref:
         raise _Refusal("its input is a constant, not a tensor computed from the network input")
     if x.pad:
         raise rules.not_absorbed("F.pad")
-    if rank is not None and len(x.shape) != rank:
-        raise _Refusal(f"needs a {rank}-D input, got shape {x.shape}")
+    rules.expect_rank(x.shape, rank)
     return x
 
 
@@ -265,9 +264,8 @@ def _arith(kind: str):
 
 
 def _cat(c, tensors, dim=0):
-    if not all(isinstance(t, Ref) for t in tensors):
-        raise _Refusal("concatenates a constant; the IR concatenates computed tensors only")
-    return rules.concat(dim, len(tensors[0].shape))
+    computed = all(isinstance(t, Ref) for t in tensors)
+    return rules.concat(dim, len(tensors[0].shape) if computed else 1, computed)
 
 
 def _mean(c, input, dim=None, keepdim=False, *, dtype=None):

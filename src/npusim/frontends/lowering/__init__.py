@@ -26,10 +26,11 @@ from .norms import batch_norm, group_norm, layer_norm, reduce, softmax
 from .padding import NO_PAD, Pending, avg_pool, conv, max_pool, not_absorbed, pad
 from .refusal import Refusal
 from .resize import exact_upsample, sampling_weights, upsample_to
-from .shape import concat, reshape, split, swap_axes, transpose
+from .shape import concat, expect_rank, reshape, split, swap_axes, transpose
 
 __all__ = ["NO_PAD", "Lowering", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
            "cancel_transposes", "channel_values", "clip", "concat", "conv", "exact_upsample",
+           "expect_rank",
            "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
            "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights",
            "softmax", "split", "swap_axes", "transpose", "upsample_to", "with_constant"]
@@ -60,6 +61,21 @@ class Lowering:
         if shape is not None:
             self.expected[name] = tuple(shape)
         return name
+
+    def refuse(self, kind: str, name: str, why: str | None = None) -> None:
+        """Note node ``name`` of op type ``kind`` as not imported: an op with no rule (no
+        ``why``), or one whose parameters the IR cannot express (``why`` says which)."""
+        if why is None:
+            self.unsupported.append((kind, name))
+        else:
+            self.problems.append((kind, name, why))
+
+    def fallback(self, name: str, kind: str, call, inputs, in_shapes, out_shape) -> str:
+        """Node ``name`` (op type ``kind``) computed by the framework it came from: ``call``
+        takes the numpy arrays of ``inputs`` and returns float32; costed as vector work from
+        its input and output sizes (``ops.Fallback``)."""
+        op = ops.Fallback(kind, call, tuple(tuple(s) for s in in_shapes), tuple(out_shape))
+        return self.add(name, op, tuple(inputs), out_shape)
 
     def linear(self, name: str, x: str, x_shape, weight, bias) -> tuple[ops.Op, tuple[str, ...]]:
         """A linear layer (weight (out, in)) over the last axis of ``x``: on N x F the

@@ -25,16 +25,21 @@ def _is_affine(op, scale: float, shift: float) -> bool:
     return got is not None and np.allclose(got, (scale, shift), rtol=1e-6, atol=1e-7)
 
 
+def _readers(nodes: list) -> dict[str, list]:
+    """Node name -> the nodes reading it, in order (a node reading it twice: twice)."""
+    readers: dict[str, list] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    return readers
+
+
 def fuse_gelu(nodes: list, outputs: set) -> list:
     """Each exact GELU that ONNX spells as ``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x ->
     Mul 0.5`` (torch's export before opset 20; the 0.5 may also scale x first) as one Gelu
     node named after the last node of the pattern, reading x. Intermediate nodes must be
     read only inside the pattern."""
-    by = {n.name: n for n in nodes}
-    readers: dict[str, list] = {}
-    for n in nodes:
-        for i in n.inputs:
-            readers.setdefault(i, []).append(n)
+    by, readers = {n.name: n for n in nodes}, _readers(nodes)
 
     def only_reader(name):
         r = readers.get(name, [])
@@ -68,16 +73,12 @@ def cancel_transposes(nodes: list, outputs: set) -> list:
     """Drop each pair of Transposes that undo each other (a linear layer's way back to
     channels-last followed by the network's own permute to channels-first): the second's
     readers read the first's input. The first must be read by the second alone."""
-    by = {n.name: n for n in nodes}
-    readers: dict[str, int] = {}
-    for n in nodes:
-        for i in n.inputs:
-            readers[i] = readers.get(i, 0) + 1
+    by, readers = {n.name: n for n in nodes}, _readers(nodes)
     renamed: dict[str, str] = {}
     for n in nodes:
         first = by.get(n.inputs[0]) if n.inputs else None
         if (isinstance(n.op, ops.Transpose) and first is not None and n.name not in outputs
-                and isinstance(first.op, ops.Transpose) and readers[first.name] == 1
+                and isinstance(first.op, ops.Transpose) and len(readers[first.name]) == 1
                 and first.name not in renamed and first.name not in outputs
                 and tuple(first.op.perm[p] for p in n.op.perm) == tuple(range(len(n.op.perm)))):
             renamed[first.name] = renamed[n.name] = first.inputs[0]

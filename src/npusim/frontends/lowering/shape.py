@@ -30,7 +30,17 @@ def swap_axes(a: int, b: int, ndim: int) -> ops.Transpose:
     return ops.Transpose(tuple(perm))
 
 
-def concat(axis: int, ndim: int) -> ops.Op:
+def expect_rank(shape, rank: int | None) -> tuple[int, ...]:
+    """``shape``, refused unless it has ``rank`` axes (None: any)."""
+    if rank is not None and len(shape) != rank:
+        raise Refusal(f"needs a {rank}-D input, got shape {tuple(shape)}")
+    return tuple(shape)
+
+
+def concat(axis: int, ndim: int, all_computed: bool = True) -> ops.Op:
+    """A concatenation along ``axis`` of tensors computed from the input (not constants)."""
+    if not all_computed:
+        raise Refusal("concatenates a constant; the IR concatenates computed tensors only")
     return ops.Concat(axis % ndim)
 
 
