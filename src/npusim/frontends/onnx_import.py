@@ -159,9 +159,8 @@ def _add_nodes(c: OnnxNode, result) -> None:
             m.ir_of[out] = c.build.add(f"{c.name}_{k}", op, (m.ir_of[proto.input[0]],),
                                        c.shape(out))
         return
-    op, inputs = result if isinstance(result, tuple) else \
-        (result, tuple(m.ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends))
-    m.ir_of[proto.output[0]] = c.build.add(c.name, op, inputs, c.out_shape)
+    data = [m.ir_of.get(t, t) for t in _data_inputs(proto) if t in m.depends]
+    m.ir_of[proto.output[0]] = c.build.place(c.name, result, data, c.out_shape)
 
 
 def _check_pads_absorbed(c: OnnxNode, m: Model) -> None:

@@ -193,9 +193,7 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         if isinstance(result, (Ref, Parts)):  # a pass-through, or parts read by getitem
             info[n] = result
             continue
-        op, inputs = result if isinstance(result, tuple) else \
-            (result, tuple(r.name for r in _refs(args, kwargs)))
-        build.add(n.name, op, inputs, shape)
+        build.place(n.name, result, [r.name for r in _refs(args, kwargs)], shape)
     return build
 
 

@@ -62,6 +62,12 @@ class Lowering:
             self.expected[name] = tuple(shape)
         return name
 
+    def place(self, name: str, result, data_inputs, shape=None) -> str:
+        """Add a converter's ``result``: an op reading ``data_inputs`` (the node's computed
+        arguments, in order), or an (op, inputs) pair naming its inputs itself."""
+        op, inputs = result if isinstance(result, tuple) else (result, tuple(data_inputs))
+        return self.add(name, op, inputs, shape)
+
     def refuse(self, kind: str, name: str, why: str | None = None) -> None:
         """Note node ``name`` of op type ``kind`` as not imported: an op with no rule (no
         ``why``), or one whose parameters the IR cannot express (``why`` says which)."""
