@@ -70,14 +70,11 @@ def _conv_transpose(c: OnnxNode):
             or c.attr("auto_pad", "NOTSET") != "NOTSET":
         raise _Refusal("dilations, output_shape and auto_pad: only dilation 1 and explicit pads")
     t, left, b, r = c.attr("pads", [0, 0, 0, 0])
-    oh, ow = _pair_attr(c, "output_padding", (0, 0))
-    if (t, left) != (b, r):  # asymmetric pads are symmetric pads and less output padding
-        if b > t or r > left:
-            raise _Refusal(f"pads {[t, left, b, r]}: end pads above begin pads")
-        oh, ow = oh + t - b, ow + left - r
+    padding, output_padding = rules.transposed_padding(
+        (t, left), (b, r), _pair_attr(c, "output_padding", (0, 0)))
     x = c.proto.input[0]
     return c.build.conv_transpose(c.name, c.model.ir_of.get(x, x), w, c.weight(2),
-                                  _pair_attr(c, "strides"), (t, left), (oh, ow),
+                                  _pair_attr(c, "strides"), padding, output_padding,
                                   int(c.attr("group", 1)))
 
 

@@ -122,7 +122,8 @@ def _conv_module(c, m, x):
         raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: the modes "
                        "are 'zeros', 'reflect' and 'replicate' with integer padding")
     (ph, pw), x = pair(m.padding, "padding", c.name), _data(x, 4)
-    padded = c.build.add(f"{c.name}_pad", ops.Pad((ph, ph, pw, pw), m.padding_mode), (x.name,))
+    edge_pad = rules.pad((ph, ph, pw, pw), m.padding_mode, 0.0, rules.NO_PAD)
+    padded = c.build.add(f"{c.name}_pad", edge_pad, (x.name,))
     return _conv2d(c, x, m.weight, m.bias, m.stride, 0, m.dilation, m.groups), (padded,)
 
 

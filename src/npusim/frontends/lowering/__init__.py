@@ -23,17 +23,25 @@ from ...ir import Graph, Node, fold_batchnorm
 from .elementwise import binary, channel_values, clip, per_channel, with_constant
 from .fuse import cancel_transposes, fuse_gelu
 from .norms import batch_norm, group_norm, layer_norm, reduce, softmax
-from .padding import NO_PAD, Pending, avg_pool, conv, max_pool, not_absorbed, pad
+from .padding import (
+    NO_PAD,
+    Pending,
+    avg_pool,
+    conv,
+    max_pool,
+    not_absorbed,
+    pad,
+    transposed_padding,
+)
 from .refusal import Refusal
 from .resize import exact_upsample, sampling_weights, upsample_to
 from .shape import concat, expect_rank, reshape, split, swap_axes, transpose
 
-__all__ = ["NO_PAD", "Lowering", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
+__all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
            "cancel_transposes", "channel_values", "clip", "concat", "conv", "exact_upsample",
-           "expect_rank",
-           "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
-           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights",
-           "softmax", "split", "swap_axes", "transpose", "upsample_to", "with_constant"]
+           "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
+           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "softmax",
+           "split", "swap_axes", "transpose", "transposed_padding", "upsample_to", "with_constant"]
 
 SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
 

@@ -55,6 +55,18 @@ def pad(pads: Padding, mode: str, fill: float, pending: Pending) -> Pending | op
     return ops.Pad(tuple(pads), mode)
 
 
+def transposed_padding(begin, end, output_padding) -> tuple[tuple, tuple]:
+    """A transposed conv's (h, w) ``begin`` and ``end`` pads as the symmetric padding and
+    the output padding the IR takes: end pads below the begin pads crop less at the end,
+    which is output padding; end pads above them are refused."""
+    (t, left), (b, r), (oh, ow) = begin, end, output_padding
+    if (t, left) != (b, r):
+        if b > t or r > left:
+            raise Refusal(f"pads {[t, left, b, r]}: end pads above begin pads")
+        oh, ow = oh + t - b, ow + left - r
+    return (t, left), (oh, ow)
+
+
 def conv(weight, bias, stride, padding, dilation, groups, pending: Pending = NO_PAD) -> ops.Conv:
     """A convolution, absorbing a pending zero pad of its input."""
     return ops.Conv(weight, bias, stride, pending.absorb(padding, 0.0), dilation, int(groups))
