@@ -39,14 +39,14 @@ import numpy as np
 from .. import engine
 from ..arch.spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
 from ..ir import ConvLayer
-from ..memory import Steps, traffic
+from ..memory import Steps, traffic, usable_bytes
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
-from .base import Machine, element_bytes, percent, register
+from .base import Machine, Memo, element_bytes, percent, register
 from .operation_units import Schedule, queue, schedule
 from .phases import plan
-from .region_work import Geometry, Work, region_work, reorder
+from .region_work import Geometry, Work, count_key, region_counts, region_work, reorder
 
 ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
 
@@ -417,24 +417,47 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 
 
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
-                name: str) -> LayerStats:
+                name: str, memo: Memo | None = None) -> LayerStats:
     """Every cost of the layer from the non-zero masks of its input and weights, in the
-    loop order that moves fewer DRAM bytes (``loop_order``)."""
+    loop order that moves fewer DRAM bytes (``loop_order``). ``memo`` (``Memo``, for these
+    masks) keeps what holds on other archs: the regions' counts per region geometry
+    (``count_key``) and their work per ``Geometry``, the loop
+    order per machine and buffer sizes, the counts and steps per machine and order; only
+    the pricing on the memory (``price``) is done again for every arch."""
     p = arch.params(Params)
-    work = region_work(layer, x_mask, w_mask, p.geometry)
+    memo = Memo() if memo is None else memo
+    geo = p.geometry
+    counted = memo.get(("counts", count_key(geo)),
+                       lambda: region_counts(layer, x_mask, w_mask, geo))
+    work = memo.get(("work", geo), lambda: region_work(layer, x_mask, w_mask, geo, counted))
+    kernel_nonzeros = memo.get(("kernel_nonzeros",), lambda: np.count_nonzero(
+        w_mask.reshape(layer.K, -1), axis=1))
     elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
-    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     idle = np.zeros(len(work.slot_cycles), np.int64)
     blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
                   stream_bytes=compressed_ifm.stream_bytes(layer.input_shape,
                                                            work.input_nonzeros, p.region, elem),
                   input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
-                  kernel_set_bytes=kernel_set_bytes(
-                      layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
-                      p.processing_units),
+                  kernel_set_bytes=kernel_set_bytes(layer, kernel_nonzeros,
+                                                    p.processing_units),
                   ofm_bytes=0, psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
                   sram_total=0)
-    order = loop_order(layer, p, blocks, arch.memory)
+    mem = arch.memory
+    buffers = tuple(usable_bytes(kb, mem) for kb in (mem.ifmap_sram_kb, mem.filter_sram_kb,
+                                                     mem.ofmap_sram_kb))
+    order = memo.get(("order", p, buffers), lambda: loop_order(layer, p, blocks, mem))
+    ofm = memo.get(("ofm_pixels",), lambda: ofm_pixels(layer, x_mask, w_mask))
+    c, layer_steps = memo.get(("steps", p, order), lambda: _counted(
+        layer, x_mask, w_mask, p, work, blocks, order, ofm, name))
+    return price(layer, c, layer_steps, arch)
+
+
+def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jobs, order: str,
+             ofm: int, name: str) -> tuple[Counts, Steps]:
+    """The layer's counts and steps with its jobs run in ``order`` (``ofm``: the output
+    pixels, ``ofm_pixels``): all that ``price`` needs besides the arch's memory."""
+    elem = element_bytes(layer.dtype)
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     run = run_order(work.regions, per_region, order)
     work = reorder(work, run)
     unit = job_units(p, run, per_region)
@@ -445,10 +468,9 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     jobs = dataclasses.replace(
         blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
         bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
-        ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape,
-                                              ofm_pixels(layer, x_mask, w_mask), p.region, elem),
+        ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape, ofm, p.region, elem),
         sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
-    return price(layer, c, steps(layer, p, jobs), arch)
+    return c, steps(layer, p, jobs)
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:
@@ -481,6 +503,10 @@ class InputReuse(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                            self.name)
+
+    def estimate_memo(self, layer, x_mask, w_mask, arch, memo):
+        return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
+                           self.name, memo)
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate

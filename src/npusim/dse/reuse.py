@@ -7,6 +7,12 @@ a (model, density, batch, seed, dtype, dataflow) in a worker runs the network on
 ``simulate``'s own node loop, keeping each conv's masks; every later point only prices the kept
 masks on its arch, layer by layer, with the same calls ``simulate`` makes, so its stats are
 those ``simulate`` would give.
+
+Each conv's masks come with a ``Memo``: a machine that can (``Dataflow.estimate_memo``) keeps
+there what it counted from the masks that other archs share (input-reuse: the regions' work
+per region geometry and processing units, the loop order per buffer sizes, the counts and
+steps per machine), so a point that changes only the memory prices kept steps, and one that
+changes the units counts only what the units change.
 """
 
 from __future__ import annotations
@@ -14,9 +20,15 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
+import numpy as np
+
 from .. import ops
+from ..dataflows.base import Memo
 
 KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
+# Memo entries kept per conv and kind (a ResNet-18's region work for one geometry is about
+# 15 MB; a sweep of 10 unit counts keeps every one)
+LIMITS = {"counts": 4, "work": 10, "steps": 10}
 _masks: OrderedDict = OrderedDict()
 
 
@@ -30,8 +42,12 @@ class _Recorder:
         return getattr(self.df, name)
 
     def estimate(self, layer, x_mask, w_mask, arch):
-        self.kept.append((x_mask, w_mask))
-        return self.df.estimate(layer, x_mask, w_mask, arch)
+        for m in (x_mask, w_mask):
+            if isinstance(m, np.ndarray):
+                m.setflags(write=False)  # kept for later points: no caller may change them
+        memo = Memo(LIMITS)
+        self.kept.append((x_mask, w_mask, memo))
+        return self.df.estimate_memo(layer, x_mask, w_mask, arch, memo)
 
 
 def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None):
@@ -75,7 +91,8 @@ def _priced(graph, kept: list, df, arch, dtype: str) -> list:
         if isinstance(node.op, ops.Conv):
             layer = graph.layers[node.name].with_dtype(dtype)
             check_supports(df, layer, arch)
-            stats.append(df.estimate(layer, *next(masks), arch))
+            x_mask, w_mask, memo = next(masks)
+            stats.append(df.estimate_memo(layer, x_mask, w_mask, arch, memo))
         else:
             stats.append(_vector_stats(node.name, node.op, [graph.shapes[n] for n in node.inputs],
                                        graph.shapes[node.name], arch, dtype))
