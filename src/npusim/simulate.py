@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
 from .dataflows import Dataflow
+from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
 from .ir import DTYPES, ConvLayer, Graph
@@ -176,7 +177,7 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
     quantised = layer.dtype == "int8" and x.dtype != np.int8
     if quantised:
         x, sx = quant.quantize_activations(x)
-        w, sw = quant.quantize_weights(w)
+        w, sw = derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
         b = quant.quantize_bias(b, sx, sw)
     df, count, placed = _place(cfg, layer, _tensor_masks(x, w), source, costs)
     out, st = MODE_TABLE[cfg.mode](df, layer, x, w, b, cfg.arch, count)

@@ -34,6 +34,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from ..arch.spec import declare_section
+from ..derived import weight_mask
 from ..errors import ConfigError, NpusimError
 from ..ir import ConvLayer
 from ..stats import LayerStats
@@ -103,8 +104,9 @@ class Machine:
         return self.estimate(layer, x_mask, w_mask, arch)
 
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple:
-        """(x != 0, w != 0) for ``estimate``; (None, None) if the costs ignore the values."""
-        return (x != 0, w != 0) if self.reads_masks else (None, None)
+        """(x != 0, w != 0) for ``estimate``; (None, None) if the costs ignore the values.
+        The weights' mask is made once per read-only weight array (``derived.weight_mask``)."""
+        return (x != 0, weight_mask(w)) if self.reads_masks else (None, None)
 
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]:

@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import engine
 from ..arch.spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
+from ..derived import derived, frozen
 from ..ir import ConvLayer
 from ..memory import Steps, traffic, usable_bytes
 from ..reference import pad_input
@@ -430,8 +431,8 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     counted = memo.get(("counts", count_key(geo)),
                        lambda: region_counts(layer, x_mask, w_mask, geo))
     work = memo.get(("work", geo), lambda: region_work(layer, x_mask, w_mask, geo, counted))
-    kernel_nonzeros = memo.get(("kernel_nonzeros",), lambda: np.count_nonzero(
-        w_mask.reshape(layer.K, -1), axis=1))
+    kernel_nonzeros = derived(w_mask, ("kernel_nonzeros", layer.K), lambda: frozen(
+        np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)))
     elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
     idle = np.zeros(len(work.slot_cycles), np.int64)
     blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,

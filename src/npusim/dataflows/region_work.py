@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..derived import derived, frozen
 from ..ir import ConvLayer
 from ..jit import njit
 from ..reference import pad_input
@@ -69,7 +70,12 @@ class Work:
 def tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     """Non-zero weights at each (conv group, channel, kernel row, kernel column), summed over
     the group's kernels: G x Cg x R x S int64 (added as bytes: several times faster than a
-    sum in int64 over the kernel axis)."""
+    sum in int64 over the kernel axis); once per read-only mask (``derived``), read-only."""
+    key = ("tap_weights", layer.K, layer.Cg, layer.R, layer.S, layer.groups)
+    return derived(w_mask, key, lambda: frozen(_tap_weights(layer, w_mask)))
+
+
+def _tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     rows = np.asarray(w_mask, np.bool_).reshape(layer.groups, layer.Kg, -1).view(np.uint8)
     acc = np.uint16 if layer.Kg < 2**16 else np.int64
     counts = np.add.reduce(rows, axis=1, dtype=acc).astype(np.int64)
@@ -126,6 +132,20 @@ def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.n
     # tap-by-tap reductions read is contiguous (a reshaped view would stride by R*S)
     wp = w_mask[:, :, part.r[taps], part.s[taps]]
     return wp.reshape(layer.groups, layer.Kg, layer.Cg, -1)
+
+
+def part_taps(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps: np.ndarray, depth: int):
+    """What ``part_cycles`` takes of the weights for the part's taps ``taps``: their flags
+    (``part_weights``), their non-zero taps per kernel and channel (G x Kg x Cg float32,
+    exact) and their ``weight_only_cycles``; once per read-only mask (``derived``)."""
+    r, s = part.r[taps], part.s[taps]
+    key = ("part_taps", layer.groups, depth, r.tobytes(), s.tobytes())
+
+    def make():
+        wp = part_weights(w_mask, layer, part, taps)
+        return (frozen(wp), frozen(reduce_last(wp, np.add, np.float32)),
+                weight_only_cycles(wp, depth))
+    return derived(w_mask, key, make)
 
 
 def grid_counts(xp_mask: np.ndarray, ph: Phase, layout: Plan,
@@ -216,11 +236,10 @@ def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometr
             taps = part.of_phase(i)
             if not taps.size:
                 continue
-            wp = part_weights(w_mask, layer, part, taps)
-            live = reduce_last(wp, np.add, np.float32)  # non-zero taps, G x Kg x Cg (exact)
+            wp, live, cycles = part_taps(w_mask, layer, part, taps, geo.depth)
             cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth, live)
             dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
-            wonly += weight_only_cycles(wp, geo.depth) * n * T
+            wonly += cycles * n * T
             per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
             kernels = per_tap[:, :, part.r[taps], part.s[taps]].sum(axis=2)  # G x Cg
             products += int((kernels * per_channel).sum())
