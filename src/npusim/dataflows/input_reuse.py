@@ -218,11 +218,40 @@ def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
 def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory) -> str:
     """The order whose steps move fewer DRAM bytes on ``memory`` (region-major on a tie).
     The bytes depend on the jobs' blocks and their order only, not on their ends."""
+    rows, first, last = _rows(p, jobs)
+    region_bytes = _region_bytes(layer, jobs)
     moved = {}
-    for order in ORDERS:
-        t = traffic(steps(layer, p, dataclasses.replace(jobs, order=order)), memory)
+    for order in ORDERS:  # the steps' blocks alone (``steps`` without the times and ports)
+        ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, dataclasses.replace(
+            jobs, order=order), region_bytes, first, last)
+        t = traffic(Steps(compute=np.zeros(rows, np.int64), ifmap=ifmap, ifmap_bytes=ifmap_bytes,
+                          filter=filt, filter_bytes=filt_bytes, ofmap=np.arange(rows),
+                          psum_bytes=jobs.psum_pixels * ACC_BYTES), memory)
         moved[order] = int(sum(int(v.sum()) for v in t.values()))
     return min(ORDERS, key=moved.get)
+
+
+def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
+    """The steps' count, and the first and last job (global order) of each."""
+    units, n_jobs = p.operation_units, len(jobs.end)
+    rows = -(-n_jobs // units)
+    first = np.arange(rows, dtype=np.int64) * units
+    return rows, first, np.minimum(first + units, n_jobs) - 1
+
+
+def _blocks(layer: ConvLayer, p: Params, jobs: Jobs, region_bytes: np.ndarray, first, last):
+    """(ifmap ids, their bytes, filter ids, their bytes) of the steps from jobs ``first`` to
+    ``last`` in ``jobs.order`` (see ``steps``)."""
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    regions, set_bytes = len(jobs.region_nonzeros), jobs.kernel_set_bytes
+    if jobs.order == "region-major":
+        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
+        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, p.operation_units)
+    else:
+        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
+        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last,
+                                           p.operation_units)
+    return ifmap, ifmap_bytes, filt, filt_bytes
 
 
 def share(total: int, weights: np.ndarray) -> np.ndarray:
@@ -263,12 +292,8 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
       once (the overlap-add of neighbouring regions' halos happens in the output units'
       buffers); its partial sums are the row's partial OFMs (4-byte accumulators).
     """
-    units = p.operation_units
-    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
-    n_jobs = len(jobs.end)
-    rows = -(-n_jobs // units)
-    first = np.arange(rows, dtype=np.int64) * units
-    last = np.minimum(first + units, n_jobs) - 1
+    units, n_jobs = p.operation_units, len(jobs.end)
+    rows, first, last = _rows(p, jobs)
     ends = np.zeros(rows * units, np.int64)
     ends[:n_jobs] = jobs.end
     edge = np.maximum.accumulate(ends.reshape(rows, units).max(axis=1))
@@ -276,14 +301,8 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     compute[-1] += jobs.cycles - edge[-1]
     busy = np.zeros(rows * units, np.int64)
     busy[:n_jobs] = jobs.busy
-    regions = len(jobs.region_nonzeros)
-    region_bytes, set_bytes = _region_bytes(layer, jobs), jobs.kernel_set_bytes
-    if jobs.order == "region-major":
-        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
-        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, units)
-    else:
-        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
-        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last, units)
+    ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, jobs, _region_bytes(layer, jobs),
+                                                   first, last)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
                  filter_bytes=filt_bytes, ofmap=np.arange(rows),
                  ofmap_bytes=_ofmap_bytes(p, jobs, rows),
