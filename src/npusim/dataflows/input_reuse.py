@@ -442,7 +442,8 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     loop order that moves fewer DRAM bytes (``loop_order``). ``memo`` (``Memo``, for these
     masks) keeps what holds on other archs: the regions' counts per region geometry
     (``count_key``) and their work per ``Geometry``, the loop
-    order per machine and buffer sizes, the counts and steps per machine and order; only
+    order per machine and buffer sizes, the jobs reordered per ``Geometry`` and order, the
+    counts and steps per machine and order; only
     the pricing on the memory (``price``) is done again for every arch."""
     p = arch.params(Params)
     memo = Memo() if memo is None else memo
@@ -467,19 +468,22 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                                                      mem.ofmap_sram_kb))
     order = memo.get(("order", p, buffers), lambda: loop_order(layer, p, blocks, mem))
     ofm = memo.get(("ofm_pixels",), lambda: ofm_pixels(layer, x_mask, w_mask))
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    ordered = memo.get(("ordered", geo, order), lambda: reorder(
+        work, run_order(work.regions, per_region, order)))
     c, layer_steps = memo.get(("steps", p, order), lambda: _counted(
-        layer, x_mask, w_mask, p, work, blocks, order, ofm, name))
+        layer, x_mask, w_mask, p, ordered, blocks, order, ofm, name))
     return price(layer, c, layer_steps, arch)
 
 
 def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jobs, order: str,
              ofm: int, name: str) -> tuple[Counts, Steps]:
-    """The layer's counts and steps with its jobs run in ``order`` (``ofm``: the output
-    pixels, ``ofm_pixels``): all that ``price`` needs besides the arch's memory."""
+    """The layer's counts and steps with its jobs run in ``order`` (``work`` reordered so,
+    ``reorder``; ``ofm``: the output pixels, ``ofm_pixels``): all that ``price`` needs besides
+    the arch's memory."""
     elem = element_bytes(layer.dtype)
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     run = run_order(work.regions, per_region, order)
-    work = reorder(work, run)
     unit = job_units(p, run, per_region)
     sch, saved = timing(work, p, unit)
     extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved, unit)
