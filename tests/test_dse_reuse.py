@@ -67,3 +67,20 @@ def test_sweep_points_equal_a_fresh_simulate_of_each_arch(tmp_path):
         assert row["layers"] == json.loads(json.dumps([s.as_dict() for s in want.layers]))
         cycles.add(want.total.cycles)
     assert len(cycles) > 8  # the points differ: the kept counts are not one arch's
+
+
+def test_pool_workers_share_the_cores_among_their_blas_threads():
+    """Each of a local pool's workers gives BLAS its share of the cores (OpenBLAS threads spin
+    while they wait: two workers with a thread per core each would fight over every core)."""
+    import threadpoolctl
+
+    from npusim.dse.runner import PoolRunner
+    from npusim.parallel import cores
+
+    runner = PoolRunner(2)
+    try:
+        info = runner.pool.submit(threadpoolctl.threadpool_info).result(timeout=120)
+    finally:
+        runner.close()
+    blas = [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
+    assert blas and all(n == max(1, cores() // 2) for n in blas)
