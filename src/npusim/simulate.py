@@ -220,15 +220,25 @@ def check_model_finite(model: Graph, x: np.ndarray) -> None:
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
     """A non-conv op on the vector unit: its element work on ``lanes`` lanes, each input
     and output element one SRAM access (counted as ofmap-buffer bytes), no DRAM."""
+    return vector_priced(vector_work(name, op, in_shapes, out_shape, dtype), arch)
+
+
+def vector_work(name: str, op, in_shapes, out_shape, dtype: str) -> tuple[Op, int, int]:
+    """What ``_vector_stats`` counts before the arch: (the op, its element work, the bytes it
+    moves through SRAM)."""
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
     elements = sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))
-    moved = elements * elem if work else 0
+    return Op(name, type(op).__name__, dtype), work, elements * elem if work else 0
+
+
+def vector_priced(counted: tuple[Op, int, int], arch: Arch) -> LayerStats:
+    """``vector_work``'s counts priced on ``arch``."""
+    op, work, moved = counted
     cycles = math.ceil(work / arch.vector.lanes)
     counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
                     vector_ops=work)
-    return price(Op(name, type(op).__name__, dtype), counts,
-                 Steps(compute=[cycles], sram_bytes=moved), arch)
+    return price(op, counts, Steps(compute=[cycles], sram_bytes=moved), arch)
 
 
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,

@@ -46,7 +46,7 @@ class _Recorder:
             if isinstance(m, np.ndarray):
                 m.setflags(write=False)  # kept for later points: no caller may change them
         memo = Memo(LIMITS)
-        self.kept.append((x_mask, w_mask, memo))
+        self.kept.append((layer, x_mask, w_mask, memo))
         return self.df.estimate_memo(layer, x_mask, w_mask, arch, memo)
 
 
@@ -62,17 +62,17 @@ def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None
     full = (*key, dtype, df.name)
     if full in _masks:
         _masks.move_to_end(full)
-        stats = _priced(graph, _masks[full], df, arch, dtype)
+        stats = _priced(_masks[full], df, arch)
     else:
         stats, kept = _recorded(graph, x, df, arch, dtype)
-        _masks[full] = kept
+        _masks[full] = _plan(graph, kept, dtype)
         while len(_masks) > KEEP:
             _masks.popitem(last=False)
     return SimResult(None, stats, arch, "estimate", dtype, df.name, time.perf_counter() - start)
 
 
 def _recorded(graph, x, df, arch, dtype: str):
-    """One whole estimate run: (its stats, each conv's masks in node order)."""
+    """One whole estimate run: (its stats, each conv's layer, masks and memo in node order)."""
     from ..simulate import RunConfig, _Costs, _run_nodes
 
     recorder = _Recorder(df)
@@ -82,18 +82,28 @@ def _recorded(graph, x, df, arch, dtype: str):
     return [costs.result(s) for s in stats], recorder.kept
 
 
-def _priced(graph, kept: list, df, arch, dtype: str) -> list:
-    """Each node's stats on ``arch`` from the kept masks (convs) and the shapes (the rest)."""
-    from ..simulate import _vector_stats, check_supports
+def _plan(graph, kept: list, dtype: str) -> list:
+    """Per node, in order: a conv's (layer, masks, memo) as recorded, or a vector op's counts
+    (``simulate.vector_work``: they follow the shapes alone)."""
+    from ..simulate import vector_work
 
-    stats, masks = [], iter(kept)
-    for node in graph.nodes:
-        if isinstance(node.op, ops.Conv):
-            layer = graph.layers[node.name].with_dtype(dtype)
+    convs = iter(kept)
+    return [next(convs) if isinstance(node.op, ops.Conv) else
+            vector_work(node.name, node.op, [graph.shapes[n] for n in node.inputs],
+                        graph.shapes[node.name], dtype) for node in graph.nodes]
+
+
+def _priced(plan: list, df, arch) -> list:
+    """Each node's stats on ``arch`` from its ``_plan`` entry: a conv's by ``df`` from its kept
+    masks, a vector op's counts priced."""
+    from ..simulate import check_supports, vector_priced
+
+    stats = []
+    for entry in plan:
+        if isinstance(entry[-1], Memo):  # a conv: (layer, x_mask, w_mask, memo)
+            layer, x_mask, w_mask, memo = entry
             check_supports(df, layer, arch)
-            x_mask, w_mask, memo = next(masks)
             stats.append(df.estimate_memo(layer, x_mask, w_mask, arch, memo))
         else:
-            stats.append(_vector_stats(node.name, node.op, [graph.shapes[n] for n in node.inputs],
-                                       graph.shapes[node.name], arch, dtype))
+            stats.append(vector_priced(entry, arch))
     return stats
