@@ -412,13 +412,22 @@ def job_units(p: Params, order: np.ndarray, per_region: int) -> np.ndarray | Non
     return (order // per_region) % p.operation_units
 
 
-def timing(work: Work, p: Params, unit: np.ndarray | None = None) -> tuple[Schedule, int]:
+def timing(work: Work, p: Params, unit: np.ndarray | None = None,
+           memo: Memo | None = None, key: tuple = ()) -> tuple[Schedule, int]:
     """The layer's schedule on the units (``unit``: see ``job_units``), and the cycles work
     stealing saves (0 if off): without stealing the jobs last longer but move fewer
-    partial OFMs."""
+    partial OFMs. ``memo`` keeps the transfers' queues under ``key`` (what names ``work``: its
+    geometry and order) and the interconnect: only a chain's routes depend on the operation
+    units (the hops from a job's unit)."""
+    memo = Memo() if memo is None else memo
+    chain = (p.operation_units, p.mapping) if p.interconnect == "chain" else ()
+
     def run(t, stealing: bool) -> Schedule:
-        q = queue(t, units=p.operation_units, interconnect=p.interconnect,
-                  output_units=p.output_units, width=p.bus_width, unit=unit)
+        q = memo.get(("queue", *key, stealing, p.interconnect, p.output_units, p.bus_width,
+                      *chain), lambda: queue(t, units=p.operation_units,
+                                             interconnect=p.interconnect,
+                                             output_units=p.output_units, width=p.bus_width,
+                                             unit=unit))
         return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing,
                         unit=unit)
 
@@ -472,20 +481,20 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     ordered = memo.get(("ordered", geo, order), lambda: reorder(
         work, run_order(work.regions, per_region, order)))
     c, layer_steps = memo.get(("steps", p, order), lambda: _counted(
-        layer, x_mask, w_mask, p, ordered, blocks, order, ofm, name))
+        layer, x_mask, w_mask, p, ordered, blocks, order, ofm, name, memo))
     return price(layer, c, layer_steps, arch)
 
 
 def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jobs, order: str,
-             ofm: int, name: str) -> tuple[Counts, Steps]:
+             ofm: int, name: str, memo: Memo) -> tuple[Counts, Steps]:
     """The layer's counts and steps with its jobs run in ``order`` (``work`` reordered so,
     ``reorder``; ``ofm``: the output pixels, ``ofm_pixels``): all that ``price`` needs besides
-    the arch's memory."""
+    the arch's memory (``memo``: the layer's, for ``timing``)."""
     elem = element_bytes(layer.dtype)
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     run = run_order(work.regions, per_region, order)
     unit = job_units(p, run, per_region)
-    sch, saved = timing(work, p, unit)
+    sch, saved = timing(work, p, unit, memo, (p.geometry, order))
     extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved, unit)
     extra["kernel_major_layers"] = int(order == "kernel-major")
     c = counts(layer, p, work, extra, name)

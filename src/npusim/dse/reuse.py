@@ -28,7 +28,7 @@ from ..dataflows.base import Memo
 KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
 # Memo entries kept per conv and kind (a ResNet-18's region work for one geometry is about
 # 15 MB; a sweep of 10 unit counts keeps every one)
-LIMITS = {"counts": 4, "work": 10, "ordered": 10, "steps": 10}
+LIMITS = {"counts": 4, "work": 10, "ordered": 10, "queue": 20, "steps": 10}
 _masks: OrderedDict = OrderedDict()
 
 
