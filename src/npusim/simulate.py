@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
 from .dataflows import Dataflow
+from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
 from .ir import DTYPES, ConvLayer, Graph
@@ -176,7 +177,7 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
     quantised = layer.dtype == "int8" and x.dtype != np.int8
     if quantised:
         x, sx = quant.quantize_activations(x)
-        w, sw = quant.quantize_weights(w)
+        w, sw = derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
         b = quant.quantize_bias(b, sx, sw)
     df, count, placed = _place(cfg, layer, _tensor_masks(x, w), source, costs)
     out, st = MODE_TABLE[cfg.mode](df, layer, x, w, b, cfg.arch, count)
@@ -219,15 +220,25 @@ def check_model_finite(model: Graph, x: np.ndarray) -> None:
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
     """A non-conv op on the vector unit: its element work on ``lanes`` lanes, each input
     and output element one SRAM access (counted as ofmap-buffer bytes), no DRAM."""
+    return vector_priced(vector_work(name, op, in_shapes, out_shape, dtype), arch)
+
+
+def vector_work(name: str, op, in_shapes, out_shape, dtype: str) -> tuple[Op, int, int]:
+    """What ``_vector_stats`` counts before the arch: (the op, its element work, the bytes it
+    moves through SRAM)."""
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
     elements = sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))
-    moved = elements * elem if work else 0
+    return Op(name, type(op).__name__, dtype), work, elements * elem if work else 0
+
+
+def vector_priced(counted: tuple[Op, int, int], arch: Arch) -> LayerStats:
+    """``vector_work``'s counts priced on ``arch``."""
+    op, work, moved = counted
     cycles = math.ceil(work / arch.vector.lanes)
     counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
                     vector_ops=work)
-    return price(Op(name, type(op).__name__, dtype), counts,
-                 Steps(compute=[cycles], sram_bytes=moved), arch)
+    return price(op, counts, Steps(compute=[cycles], sram_bytes=moved), arch)
 
 
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
