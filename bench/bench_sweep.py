@@ -6,8 +6,10 @@ records the network, and is counted. One sweep varies the memories (5 SRAM sizes
 bandwidths), the other the machine's own units (5 operation-unit x 10 processing-unit counts).
 
 A sweep point reuses the model, its pruning, input and (in mode estimate) every conv's masks from
-the first point (npusim.dse.reuse), so it prices only the arch; the machine's counts that depend
-on its units are counted again at each point.
+the first point (npusim.dse.reuse), with what input-reuse counted from them that other points
+share (the region counts per region geometry, the jobs per processing-unit count, the loop order
+per buffer sizes, the counts and steps per machine): a memory point prices kept steps on its
+memory; a units point counts its schedule, loop order and steps again (they follow its units).
 Target (issue 13): <= 0.3.
 Run: python bench/bench_sweep.py
 """

@@ -1,7 +1,9 @@
 """Masks kept from a model's first point and priced on later arch points give exactly the stats
 of a fresh ``simulate`` of each point."""
 
+import copy
 import dataclasses
+import json
 
 import pytest
 
@@ -29,3 +31,57 @@ def test_reused_masks_price_like_a_fresh_simulate(preset, changes, dtype):
         assert got.layers == want.layers
         assert got.total == want.total
     assert len(reuse._masks) == 1  # one recording, reused by the later points
+
+
+SWEEP = """
+base = "input-reuse-1024"
+models = ["mtcnn-pnet"]
+densities = [0.5]
+mode = "estimate"
+[parameters]
+"input-reuse.operation_units" = [2, 8]
+"input-reuse.processing_units" = [1, 3]
+"input-reuse.work_stealing" = [true, false]
+"memory.ifmap_sram_kb" = [1, 64]
+"input-reuse.interconnect" = ["bus", "chain"]
+"""
+
+
+def test_sweep_points_equal_a_fresh_simulate_of_each_arch(tmp_path):
+    """Every point of a sweep that revisits unit counts and buffer sizes (so later points take
+    the machine's kept counts, loop orders and steps) stores the layer stats a simulate of that
+    point's arch gives on a fresh copy of the network (no state shared with the sweep)."""
+    from npusim.dse import spec_from_toml_text, sweep
+    from npusim.dse.store import Store
+
+    reuse._masks.clear()
+    spec = spec_from_toml_text(SWEEP, "test sweep")
+    outcome = sweep(spec, tmp_path / "s.db", workers=1)
+    assert (outcome.ran, outcome.failed) == (32, 0)
+    _, graph, x = copy.deepcopy(prepared("mtcnn-pnet", 0.5, 1, 0))
+    store = Store.read(tmp_path / "s.db")
+    rows = store.rows()
+    store.close()
+    cycles = set()
+    for row in rows:
+        want = simulate(graph, x.copy(), spec.arch(row["params"]), mode="estimate")
+        assert row["layers"] == json.loads(json.dumps([s.as_dict() for s in want.layers]))
+        cycles.add(want.total.cycles)
+    assert len(cycles) > 16  # the points differ: the kept counts are not one arch's
+
+
+def test_pool_workers_share_the_cores_among_their_blas_threads():
+    """Each of a local pool's workers gives BLAS its share of the cores (OpenBLAS threads spin
+    while they wait: two workers with a thread per core each would fight over every core)."""
+    import threadpoolctl
+
+    from npusim.dse.runner import PoolRunner
+    from npusim.parallel import cores
+
+    runner = PoolRunner(2)
+    try:
+        info = runner.pool.submit(threadpoolctl.threadpool_info).result(timeout=120)
+    finally:
+        runner.close()
+    blas = [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
+    assert blas and all(n == max(1, cores() // 2) for n in blas)

@@ -371,7 +371,8 @@ CONV_TRANSPOSES = [dict(stride=2, padding=1, output_padding=1), dict(stride=(2, 
 
 
 @pytest.mark.parametrize("arch", ["systolic-32x32-ws", "systolic-32x32-os", "group-tile-32mac",
-                                  "input-reuse-1024", "sparse-pairs-32x32"])
+                                  "input-reuse-1024", "sparse-pairs-32x32",
+                                  "dilated-grid-2x2-h3"])
 @pytest.mark.parametrize("kwargs", CONV_TRANSPOSES, ids=str)
 def test_conv_transpose_is_the_conv_of_the_zero_inserted_input(kwargs, arch, tmp_path):
     torch.manual_seed(0)

@@ -182,3 +182,19 @@ def test_an_error_while_counting_costs_reaches_the_caller(monkeypatch):
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
     with pytest.raises(NpusimError, match="conv1: counting failed"):
         npusim.simulate(graph, x, "input-reuse-1024", mode="estimate")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_tensors_are_dropped_exactly_when_no_later_node_reads_them(name):
+    """After node i, the live tensors are the produced ones some node after i reads, plus the
+    outputs (a brute-force scan of the rest of the graph at every node)."""
+    from npusim.frontends import zoo
+    from npusim.simulate import _dead_after
+
+    graph = zoo.build(name)
+    dead, live = _dead_after(graph), {graph.input_name}
+    for i, node in enumerate(graph.nodes):
+        live = (live | {node.name}) - set(dead.get(i, ()))
+        later = {n for after in graph.nodes[i + 1:] for n in after.inputs}
+        produced = {graph.input_name} | {n.name for n in graph.nodes[:i + 1]}
+        assert live == produced & (later | graph.output_nodes), node.name

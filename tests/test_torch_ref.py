@@ -127,10 +127,17 @@ def test_onnx_export_runs_in_onnxruntime(graph, photo, tmp_path):
     assert rel_err(out, ref) < 1e-5
 
 
-def test_parameters_share_the_graphs_weights(graph):
+def test_training_the_mirror_leaves_the_read_only_conv_weights(graph):
+    """A conv's weights are read-only (what machines derive from them is kept): the mirror
+    copies them, so changing its parameters cannot make the kept data stale."""
     module = to_torch(graph)
     conv = graph.node("conv_asym").op
-    assert np.shares_memory(module.layers[0].weight.detach().numpy(), conv.weight)
+    before = conv.weight.copy()
+    param = module.layers[0].weight
+    assert not np.shares_memory(param.detach().numpy(), conv.weight)
+    with torch.no_grad():
+        param.add_(1.0)
+    np.testing.assert_array_equal(conv.weight, before)
 
 
 @dataclass(frozen=True)

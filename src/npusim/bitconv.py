@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from .derived import derived, frozen
 from .ir import ConvLayer
 from .jit import intrinsic, njit
 from .parallel import in_parallel
@@ -80,7 +81,12 @@ def _pack_channels(mask, top, left, words):  # pragma: no cover
 
 def pack_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     """Each kernel's mask as words in receptive-field order: G x Kg x (R * S * ceil(Cg / 64))
-    uint64."""
+    uint64; packed once per read-only mask (``derived``: a network's weight mask), read-only."""
+    key = ("packed", layer.K, layer.Cg, layer.R, layer.S, layer.groups)
+    return derived(w_mask, key, lambda: frozen(_pack(layer, w_mask)))
+
+
+def _pack(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     taps, depth = layer.R * layer.S, math.ceil(layer.Cg / WORD_BITS)
     words = np.zeros((layer.K, taps * depth), np.uint64)
     mask = np.ascontiguousarray(w_mask, np.bool_).view(np.uint8).reshape(layer.K, layer.Cg, taps)
@@ -103,8 +109,10 @@ def _pack_kernels(mask, depth, words, first, stop):  # pragma: no cover
 
 
 def kernel_ones(w_words: np.ndarray) -> np.ndarray:
-    """Non-zero weights of every kernel (K,) from ``pack_weights``' words."""
-    return np.bitwise_count(w_words).sum(axis=2, dtype=np.int64).ravel()
+    """Non-zero weights of every kernel (K,) from ``pack_weights``' words (once per read-only
+    words)."""
+    return derived(w_words, "kernel_ones", lambda: frozen(
+        np.bitwise_count(w_words).sum(axis=2, dtype=np.int64).ravel()))
 
 
 TILE = 4  # output pixels whose fields meet each kernel word together (four accumulators)

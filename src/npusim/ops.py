@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .derived import frozen
 from .errors import LayerError
 from .geometry import Padding, Pair, padding4, pair, used_pixels
 
@@ -66,6 +67,8 @@ class Conv(Op):
     groups: int = 1
 
     def __post_init__(self):  # an int or (h, w) given: normalised once, here
+        # read-only (``derived.frozen``), so what machines derive from the weights is kept
+        object.__setattr__(self, "weight", frozen(self.weight))
         object.__setattr__(self, "stride", pair(self.stride, "stride", "conv"))
         object.__setattr__(self, "padding", padding4(self.padding, "conv"))
         object.__setattr__(self, "dilation", pair(self.dilation, "dilation", "conv"))

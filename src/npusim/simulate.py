@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
 from .dataflows import Dataflow
+from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
 from .ir import DTYPES, ConvLayer, Graph
@@ -176,7 +177,7 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
     quantised = layer.dtype == "int8" and x.dtype != np.int8
     if quantised:
         x, sx = quant.quantize_activations(x)
-        w, sw = quant.quantize_weights(w)
+        w, sw = derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
         b = quant.quantize_bias(b, sx, sw)
     df, count, placed = _place(cfg, layer, _tensor_masks(x, w), source, costs)
     out, st = MODE_TABLE[cfg.mode](df, layer, x, w, b, cfg.arch, count)
@@ -219,15 +220,25 @@ def check_model_finite(model: Graph, x: np.ndarray) -> None:
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
     """A non-conv op on the vector unit: its element work on ``lanes`` lanes, each input
     and output element one SRAM access (counted as ofmap-buffer bytes), no DRAM."""
+    return vector_priced(vector_work(name, op, in_shapes, out_shape, dtype), arch)
+
+
+def vector_work(name: str, op, in_shapes, out_shape, dtype: str) -> tuple[Op, int, int]:
+    """What ``_vector_stats`` counts before the arch: (the op, its element work, the bytes it
+    moves through SRAM)."""
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
     elements = sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))
-    moved = elements * elem if work else 0
+    return Op(name, type(op).__name__, dtype), work, elements * elem if work else 0
+
+
+def vector_priced(counted: tuple[Op, int, int], arch: Arch) -> LayerStats:
+    """``vector_work``'s counts priced on ``arch``."""
+    op, work, moved = counted
     cycles = math.ceil(work / arch.vector.lanes)
     counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
                     vector_ops=work)
-    return price(Op(name, type(op).__name__, dtype), counts,
-                 Steps(compute=[cycles], sram_bytes=moved), arch)
+    return price(op, counts, Steps(compute=[cycles], sram_bytes=moved), arch)
 
 
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
@@ -317,6 +328,7 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
     holder: dict[str, str | None] = {model.input_name: None}
     stats: list = []
     placements: list = []
+    dead_after = {} if keep_outputs else _dead_after(model)
     for i, node in enumerate(model.nodes):
         if progress:
             progress(i, len(model.nodes), node.name)
@@ -336,8 +348,8 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
             holder[node.name] = holder[node.inputs[0]] if node.inputs else None
         values[node.name] = out
         stats.append(st)
-        if not keep_outputs:
-            _release(values, model, i)
+        for name in dead_after.get(i, ()):
+            del values[name]
     return values, stats, placements
 
 
@@ -373,11 +385,20 @@ def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
     return SimResult(None, stats, cfg.arch, "estimate", dtype, cfg.name,
                      time.perf_counter() - start, placements=placements)
 
-def _release(values: dict, model: Graph, i: int) -> None:
-    """Drop tensors no later node reads (keeps peak memory to the live set)."""
-    later = {n for node in model.nodes[i + 1:] for n in node.inputs} | model.output_nodes
-    for name in [n for n in values if n not in later]:
-        del values[name]
+def _dead_after(model: Graph) -> dict[int, list[str]]:
+    """Node index -> the tensors no node after it reads (dropped there, which keeps peak
+    memory to the live set); graph outputs are never dropped."""
+    last_read = {model.input_name: -1}
+    for i, node in enumerate(model.nodes):
+        last_read[node.name] = i
+        for name in node.inputs:
+            last_read[name] = i
+    dead: dict[int, list[str]] = {}
+    outputs = model.output_nodes
+    for name, i in last_read.items():
+        if name not in outputs:
+            dead.setdefault(max(i, 0), []).append(name)
+    return dead
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,

@@ -134,13 +134,31 @@ def _merge(key: str, a, b):
 
 
 def total(stats: list[LayerStats], name: str = "total") -> LayerStats:
-    """Network totals: the sum of the layers' stats."""
+    """Network totals: the sum of the layers' stats, ``stats[0] + stats[1] + ...`` (each field
+    and ``extra`` key folded in that order, as ``__add__`` does, without the sums between)."""
     if not stats:
         return LayerStats(name, "")
-    out = stats[0]
-    for s in stats[1:]:
-        out = out + s
-    return out.renamed(name)
+    values = {}
+    for f in fields(LayerStats):
+        if f.name == "extra":
+            continue
+        a = getattr(stats[0], f.name)
+        if isinstance(a, str):
+            values[f.name] = a if all(getattr(s, f.name) == a for s in stats) else ""
+            continue
+        for s in stats[1:]:
+            a = a + getattr(s, f.name)
+        values[f.name] = a
+    extra: dict = {}
+    for i, s in enumerate(stats):
+        for k, v in s.extra.items():
+            if k in extra:
+                continue
+            acc = v if i == 0 else _merge(k, 0, v)  # a key missing before counts as 0
+            for later in stats[i + 1:]:
+                acc = _merge(k, acc, later.extra.get(k, 0))
+            extra[k] = acc
+    return LayerStats(**values, extra=extra).renamed(name)
 
 
 def energy_pj(arch, *, macs: int, sram_bytes: int, dram_bytes: int, dtype: str,

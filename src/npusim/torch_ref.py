@@ -300,8 +300,9 @@ if torch is not None:
 def to_torch(graph: Graph) -> nn.Module:
     """An ``nn.Module`` computing ``graph`` with torch ops (float32, eval mode).
 
-    Parameters share memory with the graph's weight arrays: training the module
-    in place changes the graph's weights.
+    Parameters share memory with the graph's writeable arrays; a conv's weights are
+    read-only (``npusim.derived``: what the machines derive from them is kept), so they are
+    copied, and training the module leaves them unchanged.
     """
     _require_torch()
     return GraphModule(graph).eval()

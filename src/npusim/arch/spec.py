@@ -12,6 +12,7 @@ so this package imports no machine and the dependency runs one way, machines -> 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import tomllib
 import types
@@ -137,12 +138,19 @@ def _key(where: str, name: str) -> str:
     return f"{where} {name}" if where.endswith(":") else f"{where}.{name}"
 
 
+@functools.cache
+def _hints(cls) -> dict[str, Any]:
+    """``cls``'s field types, resolved once per class (an arch file or sweep point reads each
+    section's: resolving the annotations was most of a point's arch loading)."""
+    return typing.get_type_hints(cls)
+
+
 def from_mapping(cls, table: Mapping[str, Any], where: str):
     """Build the frozen dataclass ``cls`` from ``table``; errors name ``where.key``. A class
     with a ``validate(where)`` method checks its rules across fields there."""
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where}: must be a table, got {table!r}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(table) - set(known))
     if unknown:

@@ -10,7 +10,12 @@ A dataflow joins a problem (``ConvLayer``) and a machine (``Arch``):
 - ``run(layer, x, w, bias, arch)``: both, (outputs, stats); shared by every dataflow
   (``Machine``), so a run's stats are the estimate's by construction;
 - ``emulate(layer, x, w, bias, arch)``: (outputs, stats) from the machine's cycle emulator
-  (``Machine``'s refuses: a machine without one says so).
+  (``Machine``'s refuses: a machine without one says so);
+- ``estimate_memo(layer, x_mask, w_mask, arch, memo)``: ``estimate``'s stats, keeping in
+  ``memo`` (a ``Memo`` that belongs to this layer and these masks) what the machine derives
+  from them that holds on other archs too, and taking it from there when it is already
+  kept (a sweep prices the same masks on many archs: ``npusim.dse.reuse``); by default
+  ``estimate`` itself, keeping nothing.
 
 ``x`` and ``w`` are float32 (outputs float32) or int8 (outputs int32 accumulators,
 with ``bias`` already int32 in accumulator units). ``Params`` is the dataclass of
@@ -22,11 +27,14 @@ code reads it as ``arch.params(Params)``, typed. The arch package never imports 
 from __future__ import annotations
 
 import importlib
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import ClassVar, Protocol
 
 import numpy as np
 
 from ..arch.spec import declare_section
+from ..derived import weight_mask
 from ..errors import ConfigError, NpusimError
 from ..ir import ConvLayer
 from ..stats import LayerStats
@@ -47,6 +55,9 @@ class Dataflow(Protocol):
 
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple: ...
 
+    def estimate_memo(self, layer: ConvLayer, x_mask: np.ndarray | None,
+                      w_mask: np.ndarray | None, arch, memo: Memo) -> LayerStats: ...
+
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]: ...
 
@@ -58,14 +69,44 @@ class Dataflow(Protocol):
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]: ...
 
 
+class Memo:
+    """What a machine derived from one layer and its masks, by what else it depends on (its
+    key: the arch parameters it reads), for ``estimate_memo``. Each kind of entry (a key's
+    first item) keeps its ``limit`` latest (``limits``, else ``LIMIT``): a ``Work`` of a big
+    layer is megabytes, and a sweep may try many unit counts."""
+
+    LIMIT = 64
+
+    def __init__(self, limits: dict[str, int] | None = None):
+        self.limits = limits or {}
+        self.kinds: dict[str, OrderedDict] = {}
+
+    def get(self, key: tuple, make: Callable[[], object]):
+        """The value kept for ``key``, else ``make()``, kept."""
+        kind = self.kinds.setdefault(key[0], OrderedDict())
+        if key in kind:
+            kind.move_to_end(key)
+            return kind[key]
+        value = kind[key] = make()
+        while len(kind) > self.limits.get(key[0], self.LIMIT):
+            kind.popitem(last=False)
+        return value
+
+
 class Machine:
     """The part of the interface every dataflow class inherits."""
 
     reads_masks: ClassVar[bool] = True
 
+    def estimate_memo(self, layer: ConvLayer, x_mask: np.ndarray | None,
+                      w_mask: np.ndarray | None, arch, memo: Memo) -> LayerStats:
+        """``estimate``; a machine that can reuse its counts across archs overrides it."""
+        return self.estimate(layer, x_mask, w_mask, arch)
+
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple:
-        """(x != 0, w != 0) for ``estimate``; (None, None) if the costs ignore the values."""
-        return (x != 0, w != 0) if self.reads_masks else (None, None)
+        """(x != 0, w != 0) for ``estimate``; (None, None) if the costs ignore the values.
+        The weights' mask is made once per read-only weight array (``derived.weight_mask``)."""
+        return (x != 0, weight_mask(w)) if self.reads_masks else (None, None)
 
     def run(self, layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
             arch) -> tuple[np.ndarray, LayerStats]:

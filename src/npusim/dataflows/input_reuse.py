@@ -38,15 +38,16 @@ import numpy as np
 
 from .. import engine
 from ..arch.spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, spec
+from ..derived import derived, frozen
 from ..ir import ConvLayer
-from ..memory import Steps, traffic
+from ..memory import Steps, traffic, usable_bytes
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
-from .base import Machine, element_bytes, percent, register
+from .base import Machine, Memo, element_bytes, percent, register
 from .operation_units import Schedule, queue, schedule
 from .phases import plan
-from .region_work import Geometry, Work, region_work, reorder
+from .region_work import Geometry, Work, count_key, region_counts, region_work, reorder
 
 ACC_BYTES = 4  # a partial-OFM pixel: int32 or float32 accumulator
 
@@ -223,11 +224,43 @@ def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
 def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory) -> str:
     """The order whose steps move fewer DRAM bytes on ``memory`` (region-major on a tie).
     The bytes depend on the jobs' blocks and their order only, not on their ends."""
+    rows, first, last = _rows(p, jobs)
+    region_bytes = _region_bytes(layer, jobs)
     moved = {}
-    for order in ORDERS:
-        t = traffic(steps(layer, p, dataclasses.replace(jobs, order=order)), memory)
+    for order in ORDERS:  # the steps' blocks alone (``steps`` without the times and ports)
+        ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, dataclasses.replace(
+            jobs, order=order), region_bytes, first, last)
+        band, out, psum, held = _output_blocks(layer, p, dataclasses.replace(
+            jobs, order=order), rows, last)
+        t = traffic(Steps(compute=np.zeros(rows, np.int64), ifmap=ifmap, ifmap_bytes=ifmap_bytes,
+                          filter=filt, filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out,
+                          psum_bytes=psum, psum_size=held,
+                          ofmap_capacity=second_buffer_bytes(p)), memory)
         moved[order] = int(sum(int(v.sum()) for v in t.values()))
     return min(ORDERS, key=moved.get)
+
+
+def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
+    """The steps' count, and the first and last job (global order) of each."""
+    units, n_jobs = p.operation_units, len(jobs.end)
+    rows = -(-n_jobs // units)
+    first = np.arange(rows, dtype=np.int64) * units
+    return rows, first, np.minimum(first + units, n_jobs) - 1
+
+
+def _blocks(layer: ConvLayer, p: Params, jobs: Jobs, region_bytes: np.ndarray, first, last):
+    """(ifmap ids, their bytes, filter ids, their bytes) of the steps from jobs ``first`` to
+    ``last`` in ``jobs.order`` (see ``steps``)."""
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    regions, set_bytes = len(jobs.region_nonzeros), jobs.kernel_set_bytes
+    if jobs.order == "region-major":
+        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
+        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, p.operation_units)
+    else:
+        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
+        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last,
+                                           p.operation_units)
+    return ifmap, ifmap_bytes, filt, filt_bytes
 
 
 def share(total: int, weights: np.ndarray) -> np.ndarray:
@@ -269,12 +302,8 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
       written once after its last row; if the band's accumulators do not fit, each row
       spills and reads back its own partial OFMs' pixels (4-byte accumulators).
     """
-    units = p.operation_units
-    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
-    n_jobs = len(jobs.end)
-    rows = -(-n_jobs // units)
-    first = np.arange(rows, dtype=np.int64) * units
-    last = np.minimum(first + units, n_jobs) - 1
+    units, n_jobs = p.operation_units, len(jobs.end)
+    rows, first, last = _rows(p, jobs)
     ends = np.zeros(rows * units, np.int64)
     ends[:n_jobs] = jobs.end
     edge = np.maximum.accumulate(ends.reshape(rows, units).max(axis=1))
@@ -282,25 +311,27 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     compute[-1] += jobs.cycles - edge[-1]
     busy = np.zeros(rows * units, np.int64)
     busy[:n_jobs] = jobs.busy
-    regions = len(jobs.region_nonzeros)
-    region_bytes, set_bytes = _region_bytes(layer, jobs), jobs.kernel_set_bytes
-    if jobs.order == "region-major":
-        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
-        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, units)
-    else:
-        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
-        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last, units)
-    band, held = bands(layer, p, jobs, last)
-    out = _ofmap_bytes(p, jobs, rows)
-    pixels = np.zeros(rows * units, np.int64)
-    pixels[:n_jobs] = jobs.pofm_pixels[run_order(regions, per_region, jobs.order)]
+    ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, jobs, _region_bytes(layer, jobs),
+                                                   first, last)
+    band, out, psum, held = _output_blocks(layer, p, jobs, rows, last)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
-                 filter_bytes=filt_bytes, ofmap=band,
-                 ofmap_bytes=np.bincount(band, out)[band].astype(np.int64),
-                 psum_bytes=ACC_BYTES * pixels.reshape(rows, units).sum(axis=1),
+                 filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out, psum_bytes=psum,
                  psum_size=held, ofmap_capacity=second_buffer_bytes(p),
                  sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
                  compute_bound="bus" if jobs.bus_bound else "compute")
+
+
+def _output_blocks(layer: ConvLayer, p: Params, jobs: Jobs, rows: int, last: np.ndarray):
+    """(ofmap ids, their bytes, partial-sum bytes a row spills, the block's whole partial
+    sums) of the steps whose last jobs are ``last`` (see ``steps``)."""
+    regions = len(jobs.region_nonzeros)
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    band, held = bands(layer, p, jobs, last)
+    out = _ofmap_bytes(p, jobs, rows)
+    pixels = np.zeros(rows * p.operation_units, np.int64)
+    pixels[:len(jobs.end)] = jobs.pofm_pixels[run_order(regions, per_region, jobs.order)]
+    return (band, np.bincount(band, out)[band].astype(np.int64),
+            ACC_BYTES * pixels.reshape(rows, p.operation_units).sum(axis=1), held)
 
 
 def second_buffer_bytes(p: Params) -> int:
@@ -454,13 +485,22 @@ def first_buffer_pixels(p: Params) -> int:
     return p.first_buffer_kb * 1024 // ACC_BYTES
 
 
-def timing(work: Work, p: Params, unit: np.ndarray | None = None) -> tuple[Schedule, int]:
+def timing(work: Work, p: Params, unit: np.ndarray | None = None,
+           memo: Memo | None = None, key: tuple = ()) -> tuple[Schedule, int]:
     """The layer's schedule on the units (``unit``: see ``job_units``), and the cycles work
     stealing saves (0 if off): without stealing the jobs last longer but move fewer
-    partial OFMs."""
+    partial OFMs. ``memo`` keeps the transfers' queues under ``key`` (what names ``work``: its
+    geometry and order) and the interconnect: only a chain's routes depend on the operation
+    units (the hops from a job's unit)."""
+    memo = Memo() if memo is None else memo
+    chain = (p.operation_units, p.mapping) if p.interconnect == "chain" else ()
+
     def run(t, stealing: bool) -> Schedule:
-        q = queue(t, units=p.operation_units, interconnect=p.interconnect,
-                  output_units=p.output_units, width=p.bus_width, unit=unit)
+        q = memo.get(("queue", *key, stealing, p.interconnect, p.output_units, p.bus_width,
+                      *chain), lambda: queue(t, units=p.operation_units,
+                                             interconnect=p.interconnect,
+                                             output_units=p.output_units, width=p.bus_width,
+                                             unit=unit))
         return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing,
                         unit=unit, capacity=first_buffer_pixels(p))
 
@@ -479,31 +519,58 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 
 
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
-                name: str) -> LayerStats:
+                name: str, memo: Memo | None = None) -> LayerStats:
     """Every cost of the layer from the non-zero masks of its input and weights, in the
-    loop order that moves fewer DRAM bytes (``loop_order``)."""
+    loop order that moves fewer DRAM bytes (``loop_order``). ``memo`` (``Memo``, for these
+    masks) keeps what holds on other archs: the regions' counts per region geometry
+    (``count_key``) and their work per ``Geometry``, the loop
+    order per machine and buffer sizes, the jobs reordered per ``Geometry`` and order, the
+    counts and steps per machine and order; only
+    the pricing on the memory (``price``) is done again for every arch."""
     p = arch.params(Params)
-    work = region_work(layer, x_mask, w_mask, p.geometry)
+    memo = Memo() if memo is None else memo
+    geo = p.geometry
+    counted = memo.get(("counts", count_key(geo)),
+                       lambda: region_counts(layer, x_mask, w_mask, geo))
+    work = memo.get(("work", geo), lambda: region_work(layer, x_mask, w_mask, geo, counted))
+    kernel_nonzeros = derived(w_mask, ("kernel_nonzeros", layer.K), lambda: frozen(
+        np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)))
     elem = element_bytes(layer.dtype)
-    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     idle = np.zeros(len(work.slot_cycles), np.int64)
-    rows, cols = band_rows(layer, p)
-    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
-                  pofm_pixels=np.bincount(work.transfers.job, work.transfers.pixels,
-                                          minlength=len(idle)).astype(np.int64),
+    rows, cols = memo.get(("bands", geo), lambda: band_rows(layer, p))
+    pofm = memo.get(("pofm_pixels", geo), lambda: np.bincount(
+        work.transfers.job, work.transfers.pixels, minlength=len(idle)).astype(np.int64))
+    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False, pofm_pixels=pofm,
                   band_rows=rows, grid_cols=cols,
                   stream_bytes=compressed_ifm.stream_bytes(layer.input_shape,
                                                            work.input_nonzeros, p.region, elem),
                   input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
-                  kernel_set_bytes=kernel_set_bytes(
-                      layer, np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1),
-                      p.processing_units),
+                  kernel_set_bytes=kernel_set_bytes(layer, kernel_nonzeros,
+                                                    p.processing_units),
                   ofm_bytes=0, sram_total=0)
-    order = loop_order(layer, p, blocks, arch.memory)
+    mem = arch.memory
+    buffers = tuple(usable_bytes(kb, mem) for kb in (mem.ifmap_sram_kb, mem.filter_sram_kb,
+                                                     mem.ofmap_sram_kb))
+    order = memo.get(("order", p, buffers), lambda: loop_order(layer, p, blocks, mem))
+    ofm = memo.get(("ofm_pixels",), lambda: ofm_pixels(layer, x_mask, w_mask))
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    ordered = memo.get(("ordered", geo, order), lambda: reorder(
+        work, run_order(work.regions, per_region, order)))
+    c, layer_steps = memo.get(("steps", p, order), lambda: _counted(
+        layer, x_mask, w_mask, p, ordered, blocks, order, ofm, name, memo))
+    return price(layer, c, layer_steps, arch)
+
+
+def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jobs, order: str,
+             ofm: int, name: str, memo: Memo) -> tuple[Counts, Steps]:
+    """The layer's counts and steps with its jobs run in ``order`` (``work`` reordered so,
+    ``reorder``; ``ofm``: the output pixels, ``ofm_pixels``): all that ``price`` needs besides
+    the arch's memory (``memo``: the layer's, for ``timing``)."""
+    elem = element_bytes(layer.dtype)
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     run = run_order(work.regions, per_region, order)
-    work = reorder(work, run)
     unit = job_units(p, run, per_region)
-    sch, saved = timing(work, p, unit)
+    sch, saved = timing(work, p, unit, memo, (p.geometry, order))
     extra = extra_counts(layer, x_mask, w_mask, p, work, sch, saved, unit)
     extra["kernel_major_layers"] = int(order == "kernel-major")
     c = counts(layer, p, work, extra, name)
@@ -511,10 +578,9 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
         blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
         bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0))
         or sch.first_buffer_stalls > 0,
-        ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape,
-                                              ofm_pixels(layer, x_mask, w_mask), p.region, elem),
+        ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape, ofm, p.region, elem),
         sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
-    return price(layer, c, steps(layer, p, jobs), arch)
+    return c, steps(layer, p, jobs)
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:
@@ -547,6 +613,10 @@ class InputReuse(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                            self.name)
+
+    def estimate_memo(self, layer, x_mask, w_mask, arch, memo):
+        return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
+                           self.name, memo)
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.input_reuse import emulate

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..derived import derived, frozen
 from ..ir import ConvLayer
 from ..jit import njit
 from ..reference import pad_input
@@ -69,7 +70,12 @@ class Work:
 def tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     """Non-zero weights at each (conv group, channel, kernel row, kernel column), summed over
     the group's kernels: G x Cg x R x S int64 (added as bytes: several times faster than a
-    sum in int64 over the kernel axis)."""
+    sum in int64 over the kernel axis); once per read-only mask (``derived``), read-only."""
+    key = ("tap_weights", layer.K, layer.Cg, layer.R, layer.S, layer.groups)
+    return derived(w_mask, key, lambda: frozen(_tap_weights(layer, w_mask)))
+
+
+def _tap_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
     rows = np.asarray(w_mask, np.bool_).reshape(layer.groups, layer.Kg, -1).view(np.uint8)
     acc = np.uint16 if layer.Kg < 2**16 else np.int64
     counts = np.add.reduce(rows, axis=1, dtype=acc).astype(np.int64)
@@ -126,6 +132,20 @@ def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.n
     # tap-by-tap reductions read is contiguous (a reshaped view would stride by R*S)
     wp = w_mask[:, :, part.r[taps], part.s[taps]]
     return wp.reshape(layer.groups, layer.Kg, layer.Cg, -1)
+
+
+def part_taps(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps: np.ndarray, depth: int):
+    """What ``part_cycles`` takes of the weights for the part's taps ``taps``: their flags
+    (``part_weights``), their non-zero taps per kernel and channel (G x Kg x Cg float32,
+    exact) and their ``weight_only_cycles``; once per read-only mask (``derived``)."""
+    r, s = part.r[taps], part.s[taps]
+    key = ("part_taps", layer.groups, depth, r.tobytes(), s.tobytes())
+
+    def make():
+        wp = part_weights(w_mask, layer, part, taps)
+        return (frozen(wp), frozen(reduce_last(wp, np.add, np.float32)),
+                weight_only_cycles(wp, depth))
+    return derived(w_mask, key, make)
 
 
 def grid_counts(xp_mask: np.ndarray, ph: Phase, layout: Plan,
@@ -216,11 +236,10 @@ def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometr
             taps = part.of_phase(i)
             if not taps.size:
                 continue
-            wp = part_weights(w_mask, layer, part, taps)
-            live = reduce_last(wp, np.add, np.float32)  # non-zero taps, G x Kg x Cg (exact)
+            wp, live, cycles = part_taps(w_mask, layer, part, taps, geo.depth)
             cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth, live)
             dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
-            wonly += weight_only_cycles(wp, geo.depth) * n * T
+            wonly += cycles * n * T
             per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
             kernels = per_tap[:, :, part.r[taps], part.s[taps]].sum(axis=2)  # G x Cg
             products += int((kernels * per_channel).sum())
@@ -375,28 +394,68 @@ def reorder(work: Work, order: np.ndarray) -> Work:
                                plain_transfers=moved(work.plain_transfers))
 
 
-def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
-                geo: Geometry) -> Work:
-    """Jobs, transfers and skip counts of ``layer`` from the non-zero masks of x and w."""
+@dataclass(frozen=True)
+class RegionCounts:
+    """What ``region_work`` counts before the kernels are dealt to processing units (so the
+    same for every count of them): the weight cycles N x G x Kg x T x parts, the dense,
+    weight-only, product and useful-product counts, and the regions' non-zero pixels."""
+
+    cycles: np.ndarray
+    dense: int
+    weight_only: int
+    products: int
+    useful_products: int
+    input_nonzeros: int
+    weight_nonzeros: int
+    sram_ifmap_words: int
+    region_nonzeros: np.ndarray
+    phases: int
+    pixels: np.ndarray
+    pofm_peak: tuple[int, int]
+    kernel_parts: int
+
+
+def region_counts(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
+                  geo: Geometry) -> RegionCounts:
+    """The counts of ``region_work`` that do not depend on ``geo.pus`` or ``geo.stealing``."""
     layout = plan(layer, geo.region, geo.accumulators, geo.fan_in)
     xp = pad_input(np.asarray(x_mask, np.bool_), layer, False)
     per_tap = tap_weights(layer, w_mask)
     counts = [grid_counts(xp, ph, layout, geo.region) for ph in layout.phases]
     cyc, dense, wonly, products = part_cycles(layer, counts, w_mask, per_tap, layout, geo)
-    sets = kernel_sets(cyc, geo.pus)  # N x T x J x P x parts
     shapes = [part.pofm_shape(geo.region) for part in layout.parts]
-    pixels = np.array([h * w for h, w in shapes], np.int64)
+    return RegionCounts(cycles=cyc, dense=dense, weight_only=wonly, products=products,
+                        useful_products=useful_products(layer, xp, per_tap),
+                        input_nonzeros=int(np.count_nonzero(x_mask)),
+                        weight_nonzeros=int(per_tap.sum()),
+                        sram_ifmap_words=int(sum(c.sum() for c in counts)),
+                        region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1),
+                        phases=len(layout.phases),
+                        pixels=np.array([h * w for h, w in shapes], np.int64),
+                        pofm_peak=max(shapes, key=lambda s: s[0] * s[1]),
+                        kernel_parts=len(layout.parts))
+
+
+def count_key(geo: Geometry) -> tuple:
+    """The part of ``geo`` that ``region_counts`` depends on."""
+    return geo.region, geo.depth, geo.accumulators, geo.fan_in
+
+
+def region_work(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
+                geo: Geometry, counted: RegionCounts | None = None) -> Work:
+    """Jobs, transfers and skip counts of ``layer`` from the non-zero masks of x and w;
+    ``counted``: their ``region_counts`` on a geometry of the same ``count_key``, if made
+    already."""
+    c = region_counts(layer, x_mask, w_mask, geo) if counted is None else counted
+    sets = kernel_sets(c.cycles, geo.pus)  # N x T x J x P x parts
     n, T = sets.shape[:2]
     return Work(slot_cycles=reduce_last(sets, np.add).reshape(-1, geo.pus),
-                transfers=transfers(sets, pixels, layer, geo.pus, geo.stealing),
-                plain_transfers=(transfers(sets, pixels, layer, geo.pus, False)
+                transfers=transfers(sets, c.pixels, layer, geo.pus, geo.stealing),
+                plain_transfers=(transfers(sets, c.pixels, layer, geo.pus, False)
                                  if geo.stealing else None),
-                dense_cycles=dense, weight_only_cycles=wonly, products=products,
-                useful_products=useful_products(layer, xp, per_tap),
-                input_nonzeros=int(np.count_nonzero(x_mask)),
-                weight_nonzeros=int(per_tap.sum()),
-                sram_ifmap_words=int(sum(c.sum() for c in counts)),
-                sram_ifmap_bitmaps=n * layer.C * T * len(layout.phases), regions=n * T,
-                pofm_peak=max(shapes, key=lambda s: s[0] * s[1]),
-                region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1),
-                kernel_parts=len(layout.parts))
+                dense_cycles=c.dense, weight_only_cycles=c.weight_only, products=c.products,
+                useful_products=c.useful_products, input_nonzeros=c.input_nonzeros,
+                weight_nonzeros=c.weight_nonzeros, sram_ifmap_words=c.sram_ifmap_words,
+                sram_ifmap_bitmaps=n * layer.C * T * c.phases, regions=n * T,
+                pofm_peak=c.pofm_peak, region_nonzeros=c.region_nonzeros,
+                kernel_parts=c.kernel_parts)

@@ -7,6 +7,12 @@ a (model, density, batch, seed, dtype, dataflow) in a worker runs the network on
 ``simulate``'s own node loop, keeping each conv's masks; every later point only prices the kept
 masks on its arch, layer by layer, with the same calls ``simulate`` makes, so its stats are
 those ``simulate`` would give.
+
+Each conv's masks come with a ``Memo``: a machine that can (``Dataflow.estimate_memo``) keeps
+there what it counted from the masks that other archs share (input-reuse: the regions' work
+per region geometry and processing units, the loop order per buffer sizes, the counts and
+steps per machine), so a point that changes only the memory prices kept steps, and one that
+changes the units counts only what the units change.
 """
 
 from __future__ import annotations
@@ -14,9 +20,15 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
+import numpy as np
+
 from .. import ops
+from ..dataflows.base import Memo
 
 KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
+# Memo entries kept per conv and kind (a ResNet-18's region work for one geometry is about
+# 15 MB; a sweep of 10 unit counts keeps every one)
+LIMITS = {"counts": 4, "work": 10, "ordered": 10, "queue": 20, "steps": 10}
 _masks: OrderedDict = OrderedDict()
 
 
@@ -30,8 +42,12 @@ class _Recorder:
         return getattr(self.df, name)
 
     def estimate(self, layer, x_mask, w_mask, arch):
-        self.kept.append((x_mask, w_mask))
-        return self.df.estimate(layer, x_mask, w_mask, arch)
+        for m in (x_mask, w_mask):
+            if isinstance(m, np.ndarray):
+                m.setflags(write=False)  # kept for later points: no caller may change them
+        memo = Memo(LIMITS)
+        self.kept.append((layer, x_mask, w_mask, memo))
+        return self.df.estimate_memo(layer, x_mask, w_mask, arch, memo)
 
 
 def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None):
@@ -46,17 +62,17 @@ def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None
     full = (*key, dtype, df.name)
     if full in _masks:
         _masks.move_to_end(full)
-        stats = _priced(graph, _masks[full], df, arch, dtype)
+        stats = _priced(_masks[full], df, arch)
     else:
         stats, kept = _recorded(graph, x, df, arch, dtype)
-        _masks[full] = kept
+        _masks[full] = _plan(graph, kept, dtype)
         while len(_masks) > KEEP:
             _masks.popitem(last=False)
     return SimResult(None, stats, arch, "estimate", dtype, df.name, time.perf_counter() - start)
 
 
 def _recorded(graph, x, df, arch, dtype: str):
-    """One whole estimate run: (its stats, each conv's masks in node order)."""
+    """One whole estimate run: (its stats, each conv's layer, masks and memo in node order)."""
     from ..simulate import RunConfig, _Costs, _run_nodes
 
     recorder = _Recorder(df)
@@ -66,17 +82,28 @@ def _recorded(graph, x, df, arch, dtype: str):
     return [costs.result(s) for s in stats], recorder.kept
 
 
-def _priced(graph, kept: list, df, arch, dtype: str) -> list:
-    """Each node's stats on ``arch`` from the kept masks (convs) and the shapes (the rest)."""
-    from ..simulate import _vector_stats, check_supports
+def _plan(graph, kept: list, dtype: str) -> list:
+    """Per node, in order: a conv's (layer, masks, memo) as recorded, or a vector op's counts
+    (``simulate.vector_work``: they follow the shapes alone)."""
+    from ..simulate import vector_work
 
-    stats, masks = [], iter(kept)
-    for node in graph.nodes:
-        if isinstance(node.op, ops.Conv):
-            layer = graph.layers[node.name].with_dtype(dtype)
+    convs = iter(kept)
+    return [next(convs) if isinstance(node.op, ops.Conv) else
+            vector_work(node.name, node.op, [graph.shapes[n] for n in node.inputs],
+                        graph.shapes[node.name], dtype) for node in graph.nodes]
+
+
+def _priced(plan: list, df, arch) -> list:
+    """Each node's stats on ``arch`` from its ``_plan`` entry: a conv's by ``df`` from its kept
+    masks, a vector op's counts priced."""
+    from ..simulate import check_supports, vector_priced
+
+    stats = []
+    for entry in plan:
+        if isinstance(entry[-1], Memo):  # a conv: (layer, x_mask, w_mask, memo)
+            layer, x_mask, w_mask, memo = entry
             check_supports(df, layer, arch)
-            stats.append(df.estimate(layer, *next(masks), arch))
+            stats.append(df.estimate_memo(layer, x_mask, w_mask, arch, memo))
         else:
-            stats.append(_vector_stats(node.name, node.op, [graph.shapes[n] for n in node.inputs],
-                                       graph.shapes[node.name], arch, dtype))
+            stats.append(vector_priced(entry, arch))
     return stats

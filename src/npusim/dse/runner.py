@@ -30,6 +30,7 @@ from .search import run_search
 from .spec import SweepError, SweepSpec, point_key, total_key
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_blas_limits = None  # a pool worker's BLAS thread limit (``_worker_init``)
 Progress = Callable[[int, int, int], None]  # (points done, of which failed, points to run)
 
 
@@ -121,7 +122,8 @@ class PoolRunner:
 
     def __init__(self, workers: int):
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_worker_init)
+                                        initializer=_worker_init,
+                                        initargs=(max(1, cores() // workers),))
 
     def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
         futures = {self.pool.submit(run_task, t): i for i, t in enumerate(tasks)}
@@ -143,11 +145,16 @@ class PoolRunner:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _worker_init() -> None:
+def _worker_init(threads: int) -> None:
     """In a pool worker: leave Ctrl-C to the driver (which stops the pool once the points
     running finish: a worker interrupted mid-queue breaks the pool and can hang its shutdown),
-    and ask Linux to kill this process when the driver dies (a driver killed with SIGKILL would
-    otherwise leave its workers running)."""
+    ask Linux to kill this process when the driver dies (a driver killed with SIGKILL would
+    otherwise leave its workers running), and give BLAS ``threads`` threads, its share of the
+    cores (OpenBLAS threads busy-wait: one worker's would take the others' cores)."""
+    global _blas_limits
+    from threadpoolctl import threadpool_limits
+
+    _blas_limits = threadpool_limits(threads, user_api="blas")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes

@@ -19,6 +19,7 @@ normalises as a model expects, giving float32 C x H x W.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +40,15 @@ UPSCALE_WARNING = 2.0  # an image enlarged more than this (per side) to cover th
 
 
 def _skimage(name: str) -> Callable[[], np.ndarray]:
+    """scikit-image's photo ``name``: its PNG file read with Pillow (importing ``skimage.data``
+    takes scipy and most of scikit-image: 0.8 s, paid again by every sweep worker), or
+    ``skimage.data``'s own loader where the file is not installed with the package."""
     def load():
+        spec = importlib.util.find_spec("skimage")
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            path = Path(root) / "data" / f"{name}.png"
+            if path.is_file():
+                return _read_file(path)
         import skimage.data
 
         return getattr(skimage.data, name)()

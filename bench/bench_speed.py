@@ -1,0 +1,168 @@
+"""Tool speed on every machine preset and network: ``simulate`` (estimate / run) over PyTorch
+eager inference of the same network, on one pinned core and on all cores.
+
+Each core setting runs in a child process of its own, so that the thread pools of numpy's BLAS,
+numba and torch start with it: one core is the process pinned to the last CPU of its affinity
+(``os.sched_setaffinity``) with every library at one thread (``OMP_NUM_THREADS`` and its
+kin = 1, ``torch.set_num_threads(1)``); all cores is the inherited affinity and the libraries'
+own defaults. In a child, for each network and preset, ``--rounds`` rounds each time PyTorch,
+then ``simulate(mode="estimate")``, then ``simulate(mode="run")``, one after the other, after
+one warm-up of each (numba compiles there); a cell is the median over rounds of the round's
+npusim / PyTorch ratio (a pair measured seconds apart sees the same load).
+
+The sparse presets run on weights magnitude-pruned to 0.3 density (``npusim.frontends.prune``),
+the dense ones on the zoo's weights. Targets (issue 15): estimate <= 2x and run <= 4x on every
+cell, one core. The peak resident memory of each child is printed after its table.
+
+Run: ``python bench/bench_speed.py [--rounds 3] [--cores one all] [--networks resnet18 ...]
+[--presets systolic-32x32-ws ...]`` (the whole table takes about 20 minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+PRESETS = {"systolic-32x32-ws": None, "dilated-grid-2x2-h3": None, "group-tile-64mac": None,
+           "input-reuse-1024": 0.3, "sparse-pairs-32x32": 0.3}
+NETWORKS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "ppocr-cls")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMBA_NUM_THREADS")
+
+
+def seconds(fn) -> float:
+    """Wall time of one call of ``fn`` (seconds)."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def cell(graph, x, module, xt, arch: str, rounds: int) -> dict:
+    """Median npusim / torch ratios of one network on one preset, estimate and run."""
+    import torch
+
+    import npusim
+
+    def torch_call():
+        with torch.inference_mode():
+            module(xt)
+
+    calls = {"torch": torch_call,
+             "estimate": lambda: npusim.simulate(graph, x, arch, mode="estimate"),
+             "run": lambda: npusim.simulate(graph, x, arch, mode="run")}
+    for fn in calls.values():
+        fn()  # warm-up: numba compiles, caches fill
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            times[name].append(seconds(fn))
+    ratio = {mode: statistics.median(t / ref for t, ref in
+                                     zip(times[mode], times["torch"], strict=True))
+             for mode in ("estimate", "run")}
+    return {**ratio, "torch_s": statistics.median(times["torch"])}
+
+
+def child(args) -> None:
+    """Measure every cell in this process and print one JSON line per cell."""
+    import torch
+
+    from npusim.errors import NpusimError
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+    from npusim.torch_ref import to_torch
+
+    if args.cores == "one":
+        torch.set_num_threads(1)
+    for name in args.networks:
+        try:
+            graph, x = zoo.build(name), zoo.input_for(name)
+            module = to_torch(graph).eval()
+        except (NpusimError, ImportError) as e:
+            print(json.dumps({"network": name, "error": str(e)}), flush=True)
+            continue
+        xt = torch.from_numpy(x)
+        for preset in args.presets:
+            density = PRESETS[preset]
+            g = graph if density is None else prune(graph, density)
+            try:
+                out = cell(g, x, module, xt, preset, args.rounds)
+            except NpusimError as e:
+                out = {"error": str(e)}
+            print(json.dumps({"network": name, "preset": preset, **out}), flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_rss_mib": peak}), flush=True)
+
+
+def child_env(cores: str) -> dict:
+    """The environment of a child: every library at one thread for one core."""
+    env = dict(os.environ)
+    for var in THREAD_VARIABLES:
+        env.pop(var, None)
+        if cores == "one":
+            env[var] = "1"
+    return env
+
+
+def measure(cores: str, args) -> list[dict]:
+    """Run the child for one core setting; its JSON lines, printed as they come."""
+    cpus = sorted(os.sched_getaffinity(0))
+    command = [sys.executable, __file__, "--child", "--cores", cores, "--rounds",
+               str(args.rounds), "--networks", *args.networks, "--presets", *args.presets]
+    pin = (lambda: os.sched_setaffinity(0, {cpus[-1]})) if cores == "one" else None
+    rows = []
+    with subprocess.Popen(command, env=child_env(cores), stdout=subprocess.PIPE, text=True,
+                          preexec_fn=pin) as proc:
+        for line in proc.stdout:
+            rows.append(json.loads(line))
+            print(f"  {cores} core(s): {line.strip()}", file=sys.stderr, flush=True)
+    if proc.returncode:
+        raise SystemExit(f"bench_speed child ({cores} cores) failed with {proc.returncode}")
+    return rows
+
+
+def table(cores: str, rows: list[dict], args) -> None:
+    """The markdown table of one core setting: estimate / run ratio per preset and network."""
+    cpus = 1 if cores == "one" else len(os.sched_getaffinity(0))
+    print(f"\nnpusim / PyTorch eager, {cpus} core(s), median of {args.rounds} paired rounds "
+          f"(estimate / run; targets on one core: <= 2x / <= 4x)")
+    by = {(r["network"], r.get("preset")): r for r in rows if "network" in r}
+    print("| preset | " + " | ".join(args.networks) + " |")
+    print("| --- |" + " --- |" * len(args.networks))
+    for preset in args.presets:
+        label = preset if PRESETS[preset] is None else f"{preset} ({PRESETS[preset]})"
+        cells = []
+        for net in args.networks:
+            r = by.get((net, preset)) or by.get((net, None)) or {"error": "not run"}
+            cells.append("n/a" if "error" in r else f"{r['estimate']:.2f} / {r['run']:.2f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['network']} {r.get('preset', '')}: {r['error']}")
+        if "peak_rss_mib" in r:
+            print(f"peak RSS of the whole table's process: {r['peak_rss_mib']:.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cores", nargs="+", choices=("one", "all"), default=["one", "all"])
+    parser.add_argument("--networks", nargs="+", default=list(NETWORKS))
+    parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=list(PRESETS))
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.cores = args.cores[0]
+        child(args)
+        return
+    for cores in args.cores:
+        table(cores, measure(cores, args), args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Data derived from a read-only array, computed once per array and reused by every later call.
+
+A network's weights do not change between calls, so what the machines derive from them (the
+non-zero mask, the int8 weights and scales, the packed mask words, the per-tap and per-kernel
+non-zero counts) need not be recomputed by each ``simulate`` or each arch point of a sweep.
+``derived(a, key, make)`` keeps ``make()``'s value with ``a`` for ``key``, but only when ``a``
+cannot change under it: ``a`` and every array it views are read-only (``frozen`` makes an
+array so: ``ops.Conv`` freezes its weights when it is built). For any other array it calls
+``make()`` every time: a cached value can never be stale because the data cannot be written
+through numpy (only by turning the write flag back on by hand, which the flag's owner
+should not do while the array is in a network). An entry lives as long as its array
+(``weakref.finalize``); the derived arrays are returned read-only, so they key their own
+derived data in turn.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+
+_store: dict[int, dict] = {}  # id(array) -> {key: value}, while the array lives
+
+
+def is_frozen(a) -> bool:
+    """Whether no one can write ``a``'s data through numpy: it and every array it views are
+    read-only, and its memory is numpy's own or immutable bytes."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return a is None or isinstance(a, bytes)
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only: itself, flagged, when it owns its data; else a read-only copy (a view
+    of writeable data, or memory numpy does not own, could change under a cache)."""
+    a = np.asarray(a)
+    if is_frozen(a):
+        return a
+    if a.base is not None:
+        a = a.copy()
+    a.setflags(write=False)
+    return a
+
+
+def derived(a: np.ndarray, key, make: Callable[[], object]):
+    """``make()``, computed once for the read-only array ``a`` and ``key`` (whatever else it
+    depends on), returned from the store on later calls; computed afresh on every call for an
+    array that could be written (``is_frozen``). Arrays in the value should be read-only
+    (``frozen``)."""
+    if not is_frozen(a):
+        return make()
+    entry = _store.get(id(a))
+    if entry is None:
+        entry = _store[id(a)] = {}
+        weakref.finalize(a, _store.pop, id(a), None)
+    if key not in entry:
+        entry[key] = make()
+    return entry[key]
+
+
+def weight_mask(w: np.ndarray) -> np.ndarray:
+    """``w != 0``, read-only, once per read-only ``w``."""
+    return derived(w, "mask", lambda: _nonzero(w))
+
+
+def _nonzero(w: np.ndarray) -> np.ndarray:
+    return frozen(w != 0)

@@ -1,0 +1,185 @@
+"""One lowering for both importers: the framework-neutral rules by which each op becomes
+npusim's IR, and ``Lowering``, which collects the IR nodes being built, the shapes the source
+framework gave them and what could not be mapped, and makes the checked Graph.
+
+Each importer reads its framework's graph and arguments and calls these rules; a rule
+refuses parameters the IR cannot express with a ``Refusal`` saying which. The rules, by
+concept: ``elementwise`` (clamps, constants as per-channel affines, broadcasting),
+``padding`` (a constant pad absorbed by the conv or pool reading it; conv and pooling),
+``shape`` (reshape, transpose, concat, split), ``norms`` (batch, layer, group norm, softmax,
+reductions), ``resize`` (Upsample and the exact-sampling check), ``fuse`` (patterns joined
+after lowering: ONNX's spelled-out GELU, transposes that cancel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import ops
+from ...errors import LayerError, ModelError
+from ...ir import Graph, Node, fold_batchnorm
+from .elementwise import binary, channel_values, clip, per_channel, with_constant
+from .fuse import cancel_transposes, fuse_gelu
+from .norms import batch_norm, group_norm, layer_norm, reduce, softmax
+from .padding import (
+    NO_PAD,
+    Pending,
+    avg_pool,
+    conv,
+    max_pool,
+    not_absorbed,
+    pad,
+    transposed_padding,
+)
+from .refusal import Refusal
+from .resize import exact_upsample, sampling_weights, upsample_to
+from .shape import concat, expect_rank, reshape, split, swap_axes, transpose
+
+__all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
+           "cancel_transposes", "channel_values", "clip", "concat", "conv", "exact_upsample",
+           "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
+           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "softmax",
+           "split", "swap_axes", "transpose", "transposed_padding", "upsample_to", "with_constant"]
+
+SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
+
+
+def fully_connected(weight, bias) -> ops.Conv:
+    """A linear layer (weight out x in) as the IR's FC: a 1x1 conv on N x in."""
+    w = np.asarray(weight, np.float32)
+    return ops.Conv(np.ascontiguousarray(w)[:, :, None, None],
+                    None if bias is None else np.asarray(bias, np.float32).reshape(-1))
+
+
+@dataclass
+class Lowering:
+    """The IR nodes made so far, the shapes the source gave them, and what was refused:
+    ``unsupported`` holds (op type, node) pairs, ``problems`` (op type, node, reason)."""
+
+    nodes: list = field(default_factory=list)
+    expected: dict = field(default_factory=dict)
+    unsupported: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+
+    def add(self, name: str, op: ops.Op, inputs: tuple[str, ...], shape=None) -> str:
+        """Append node ``name``; ``shape`` (if given) is the source's, checked later."""
+        self.nodes.append(Node(name, op, tuple(inputs)))
+        if shape is not None:
+            self.expected[name] = tuple(shape)
+        return name
+
+    def place(self, name: str, result, data_inputs, shape=None) -> str:
+        """Add a converter's ``result``: an op reading ``data_inputs`` (the node's computed
+        arguments, in order), or an (op, inputs) pair naming its inputs itself."""
+        op, inputs = result if isinstance(result, tuple) else (result, tuple(data_inputs))
+        return self.add(name, op, inputs, shape)
+
+    def refuse(self, kind: str, name: str, why: str | None = None) -> None:
+        """Note node ``name`` of op type ``kind`` as not imported: an op with no rule (no
+        ``why``), or one whose parameters the IR cannot express (``why`` says which)."""
+        if why is None:
+            self.unsupported.append((kind, name))
+        else:
+            self.problems.append((kind, name, why))
+
+    def fallback(self, name: str, kind: str, call, inputs, in_shapes, out_shape) -> str:
+        """Node ``name`` (op type ``kind``) computed by the framework it came from: ``call``
+        takes the numpy arrays of ``inputs`` and returns float32; costed as vector work from
+        its input and output sizes (``ops.Fallback``)."""
+        op = ops.Fallback(kind, call, tuple(tuple(s) for s in in_shapes), tuple(out_shape))
+        return self.add(name, op, tuple(inputs), out_shape)
+
+    def linear(self, name: str, x: str, x_shape, weight, bias) -> tuple[ops.Op, tuple[str, ...]]:
+        """A linear layer (weight (out, in)) over the last axis of ``x``: on N x F the
+        1x1-conv FC; on N x H x W x F (channels last, as after a permute) the conv between
+        two Transposes, the last of which is returned (op, inputs) for node ``name``."""
+        fc = fully_connected(weight, bias)
+        if len(x_shape) == 2:
+            return fc, (x,)
+        if len(x_shape) != 4:
+            raise Refusal(f"input shape {tuple(x_shape)}: a linear layer takes N x features or "
+                          "N x H x W x features")
+        first = self.add(f"{name}_to_nchw", ops.Transpose((0, 3, 1, 2)), (x,))
+        mid = self.add(f"{name}_conv", fc, (first,))
+        return ops.Transpose((0, 2, 3, 1)), (mid,)
+
+    def chain(self, names, op_list, x: str) -> tuple[ops.Op, tuple[str, ...]]:
+        """Ops applied one after the other to ``x`` (the slices of several axes): each but
+        the last added as node ``names[k]`` (one name fewer than ops); the last returned
+        (op, inputs) for its node."""
+        for name, op in zip(names, op_list[:-1], strict=True):
+            x = self.add(name, op, (x,))
+        return op_list[-1], (x,)
+
+    def conv_transpose(self, name: str, x: str, weight, bias, stride, padding,
+                       output_padding, groups: int) -> tuple[ops.Op, tuple[str, ...]]:
+        """A transposed convolution (weight C_in x K/groups x R x S; stride, padding,
+        output_padding as (h, w) pairs; dilation 1) as the convolution it is: the input with
+        stride - 1 zeros inserted (a ``ZeroInsert`` node, none at stride 1), padded by
+        R - 1 - padding (plus output_padding at the bottom and right), convolved at stride 1
+        with the kernels flipped and their in/out channels swapped per group."""
+        w = np.asarray(weight, np.float32)
+        c_in, kg, r, s = w.shape
+        (ph, pw), (oh, ow) = padding, output_padding
+        if min(r - 1 - ph, s - 1 - pw) < 0:
+            raise Refusal(f"padding {padding} larger than kernel - 1 ({r - 1}, {s - 1}): it "
+                          "would crop the output")
+        flipped = w.reshape(groups, c_in // groups, kg, r, s).transpose(0, 2, 1, 3, 4)
+        flipped = np.ascontiguousarray(flipped.reshape(groups * kg, c_in // groups, r, s)
+                                       [:, :, ::-1, ::-1])
+        if tuple(stride) != (1, 1):
+            x = self.add(f"{name}_zeros", ops.ZeroInsert(tuple(stride)), (x,))
+        pads = (r - 1 - ph, r - 1 - ph + oh, s - 1 - pw, s - 1 - pw + ow)
+        return ops.Conv(flipped, None if bias is None else np.asarray(bias, np.float32),
+                        1, pads, 1, int(groups)), (x,)
+
+    def refusal(self, where: str, supported: list[str]) -> ModelError:
+        """One line grouping what was refused by op type, with counts and the first
+        ``SHOWN_PER_KIND`` node names of each, then the supported list."""
+        parts = []
+        if self.unsupported:
+            parts.append("unsupported ops: " + _grouped([(k, f"{n!r}") for k, n in
+                                                          self.unsupported], ", "))
+        if self.problems:
+            parts.append("unsupported parameters: " + _grouped(
+                [(k, f"node {n!r}: {why}") for k, n, why in self.problems], "; "))
+        return ModelError(f"{where}: cannot import: {'; '.join(parts)} (fallback=True, "
+                          f"--fallback: compute them in the source framework). Supported: "
+                          f"{', '.join(supported)}")
+
+    def graph(self, input_shape, outputs: str | dict[str, str], where: str, source: str,
+              name: str | None = None) -> Graph:
+        """The Graph whose output is node ``outputs`` (or, for several, label -> node in
+        order), its shapes checked against the source's (``source`` says who gave them,
+        e.g. 'PyTorch gives'), batch norms folded."""
+        nodes = self.nodes
+        if isinstance(outputs, str):
+            outputs = {outputs: outputs}
+        if "input" in outputs.values():  # a network that returns its input
+            nodes = nodes + [Node("output", ops.Identity(), ("input",))]
+            outputs = {("output" if k == "input" else k): ("output" if v == "input" else v)
+                       for k, v in outputs.items()}
+        nodes = cancel_transposes(fuse_gelu(nodes, set(outputs.values())),
+                                  set(outputs.values()))
+        try:
+            graph = Graph(nodes, input_shape, name or where, outputs=outputs)
+        except LayerError as e:
+            raise ModelError(f"{where}: {e}") from e
+        for node, shape in self.expected.items():
+            if node in graph.shapes and graph.shapes[node] != shape:  # (not fused away)
+                raise ModelError(f"{where}: node {node!r}: the IR computes shape "
+                                 f"{graph.shapes[node]} where {source} {shape}")
+        return fold_batchnorm(graph)
+
+
+def _grouped(items: list[tuple[str, str]], sep: str) -> str:
+    """"Erf x12 ('a', 'b', 'c', ...), Mul x1 ('m')": ``items`` of (op type, text) grouped
+    by op type in order of first appearance, the first ``SHOWN_PER_KIND`` texts of each."""
+    groups: dict[str, list[str]] = {}
+    for kind, text in items:
+        groups.setdefault(kind, []).append(text)
+    return ", ".join(f"{kind} x{len(texts)} ({sep.join(texts[:SHOWN_PER_KIND])}"
+                     f"{sep + '...' if len(texts) > SHOWN_PER_KIND else ''})"
+                     for kind, texts in groups.items())

@@ -1,0 +1,77 @@
+"""Resampling: the IR's ``Upsample`` by integer factors or to a size, and the check that it
+samples as the source does, compared as 1-D sampling weights (n_out x n_in per axis). The
+source's weights follow the ONNX operator spec's coordinate transformations and nearest
+roundings, which include PyTorch's modes (asymmetric floor; half-pixel; align_corners)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ... import ops
+from .refusal import Refusal
+
+
+def upsample_to(hw, pq, mode: str, align_corners: bool) -> ops.Upsample:
+    """Resampling H x W (``hw``) to ``pq``: by integer factors where they divide, else to
+    the size itself ('nearest' or 'bilinear')."""
+    if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
+        return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, bool(align_corners))
+    return ops.Upsample(1, mode, bool(align_corners), tuple(pq))
+
+
+def ir_weights(op: ops.Upsample, n_in: int, n_out: int) -> np.ndarray:
+    """The IR's sampling weights along one axis, n_out x n_in (its own arithmetic on a one-hot)."""
+    eye = np.eye(n_in, dtype=np.float32).reshape(1, n_in, n_in, 1)
+    return dataclasses.replace(op, size=(n_out, 1))(eye)[0, :, :, 0].T
+
+
+def exact_upsample(hw, pq, mode: str, want) -> ops.Upsample | None:
+    """The first IR Upsample from ``hw`` to ``pq`` ('nearest'; 'bilinear' half-pixel, then
+    align_corners) whose sampling weights are ``want`` (one n_out x n_in matrix per axis),
+    or None if none is."""
+    for align in (False,) if mode == "nearest" else (False, True):
+        op = upsample_to(hw, pq, mode, align)
+        if all(np.allclose(ir_weights(op, n, m), w, rtol=0, atol=1e-6)
+               for n, m, w in zip(hw, pq, want, strict=True)):
+            return op
+    return None
+
+
+TRANSFORMS = {
+    "half_pixel": lambda d, s, n, m: (d + 0.5) / s - 0.5,
+    "pytorch_half_pixel": lambda d, s, n, m: (d + 0.5) / s - 0.5 if m > 1 else 0 * d,
+    "align_corners": lambda d, s, n, m: d * (n - 1) / (m - 1) if m > 1 else 0 * d,
+    "asymmetric": lambda d, s, n, m: d / s,
+    "tf_half_pixel_for_nn": lambda d, s, n, m: (d + 0.5) / s,
+    "half_pixel_symmetric": lambda d, s, n, m: n / 2 * (1 - m / (s * n)) + (d + 0.5) / s - 0.5,
+}
+
+ROUNDINGS = {
+    "round_prefer_floor": lambda x, s: np.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x, s: np.floor(x + 0.5),
+    "floor": lambda x, s: np.floor(x),
+    "ceil": lambda x, s: np.ceil(x),
+    "simple": lambda x, s: np.ceil(x) if s < 1 else np.floor(x),  # Upsample, Resize-10
+}
+
+
+def sampling_weights(n_in: int, n_out: int, scale: float, mode: str, transform: str,
+                     rounding: str) -> np.ndarray:
+    """Sampling weights along one axis (n_out x n_in) of ``mode`` 'nearest' or 'linear' with
+    a coordinate ``transform`` and nearest ``rounding`` of ``TRANSFORMS``, ``ROUNDINGS``."""
+    if transform not in TRANSFORMS or rounding not in ROUNDINGS:
+        raise Refusal(f"coordinate_transformation_mode={transform!r}, nearest_mode={rounding!r}:"
+                      f" supported are {', '.join(TRANSFORMS)} and {', '.join(ROUNDINGS)}")
+    src = TRANSFORMS[transform](np.arange(n_out, dtype=np.float64), scale, n_in, n_out)
+    rows, weights = np.arange(n_out), np.zeros((n_out, n_in))
+    if mode == "nearest":
+        weights[rows, np.clip(ROUNDINGS[rounding](src, scale), 0, n_in - 1).astype(int)] = 1
+        return weights
+    src = np.clip(src, 0, n_in - 1)
+    lo = np.floor(src).astype(int)
+    hi = np.minimum(lo + 1, n_in - 1)
+    np.add.at(weights, (rows, lo), 1 - (src - lo))
+    np.add.at(weights, (rows, hi), src - lo)
+    return weights

@@ -1,0 +1,343 @@
+"""ONNX nodes -> lowering rules: one converter per op type, reading the node's attributes
+and constant inputs (with their opset's defaults), and the table of supported op types.
+
+Resampling is mapped only where it is exact: the 1-D sampling weights of the ONNX
+``Resize`` (its coordinate transformation and nearest rounding, per the ONNX
+operator spec) are compared with those of the IR's ``Upsample`` at the actual
+sizes, and the first IR variant (nearest; bilinear half-pixel; bilinear
+align_corners) that matches is used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import ops
+from ..geometry import same_auto_padding
+from . import lowering as rules
+from .lowering import Refusal as _Refusal
+from .onnx_model import OnnxNode, element_name
+
+# ---- shared geometry --------------------------------------------------------------------
+
+
+def _pads(c: OnnxNode, kernel, strides, dilations) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) from ``pads`` or ``auto_pad`` (SAME_UPPER/SAME_LOWER/VALID)."""
+    auto = c.attr("auto_pad", "NOTSET")
+    if auto == "NOTSET":
+        t, left, b, r = c.attr("pads", [0, 0, 0, 0])
+        return (t, b, left, r)
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise _Refusal(f"auto_pad={auto!r}: must be NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    return same_auto_padding(c.in_shape(0)[2:], kernel, strides, dilations,
+                             auto == "SAME_UPPER")
+
+
+def _pair_attr(c: OnnxNode, key: str, default=(1, 1)) -> tuple[int, int]:
+    value = tuple(c.attr(key, default))
+    if len(value) != 2:
+        raise _Refusal(f"{key}={list(value)}: only 2-D (H, W) operations are supported")
+    return value  # type: ignore[return-value]
+
+
+def _data_input(c: OnnxNode, rank: int | None = None) -> tuple[int, ...]:
+    return rules.expect_rank(c.in_shape(0), rank)
+
+
+# ---- converters: one per op type --------------------------------------------------------
+
+
+def _conv(c: OnnxNode) -> ops.Op:
+    _data_input(c, 4)
+    w, b = c.weight(1), c.weight(2)
+    strides, dilations = _pair_attr(c, "strides"), _pair_attr(c, "dilations")
+    if w is None or w.ndim != 4:
+        raise _Refusal("only 2-D convolution with a constant K x C x R x S weight is supported")
+    return rules.conv(w, b, strides, _pads(c, w.shape[2:], strides, dilations), dilations,
+                      c.attr("group", 1), c.take_pad())
+
+
+def _conv_transpose(c: OnnxNode):
+    _data_input(c, 4)
+    w = c.weight(1)
+    if w is None or w.ndim != 4:
+        raise _Refusal("only 2-D transposed convolution with a constant weight is supported")
+    if _pair_attr(c, "dilations") != (1, 1) or c.attr("output_shape") is not None \
+            or c.attr("auto_pad", "NOTSET") != "NOTSET":
+        raise _Refusal("dilations, output_shape and auto_pad: only dilation 1 and explicit pads")
+    t, left, b, r = c.attr("pads", [0, 0, 0, 0])
+    padding, output_padding = rules.transposed_padding(
+        (t, left), (b, r), _pair_attr(c, "output_padding", (0, 0)))
+    x = c.proto.input[0]
+    return c.build.conv_transpose(c.name, c.model.ir_of.get(x, x), w, c.weight(2),
+                                  _pair_attr(c, "strides"), padding, output_padding,
+                                  int(c.attr("group", 1)))
+
+
+def _gemm(c: OnnxNode) -> ops.Op:
+    if c.attr("transA", 0):
+        raise _Refusal("transA=1: the IR keeps the batch on axis 0 of A")
+    _data_input(c, 2)
+    b = c.weight(1)
+    if b is None or b.ndim != 2:
+        raise _Refusal("B must be a constant matrix")
+    w = b if c.attr("transB", 0) else b.T
+    if c.attr("alpha", 1.0) != 1.0:
+        w = w * np.float32(c.attr("alpha"))
+    bias = c.weight(2)
+    if bias is not None:
+        bias = rules.channel_values(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
+    return rules.fully_connected(w, bias)
+
+
+def _matmul(c: OnnxNode):
+    b = c.weight(1)
+    if b is None or b.ndim != 2:
+        raise _Refusal("the second operand must be a constant matrix")
+    x = c.proto.input[0]
+    return c.build.linear(c.name, c.model.ir_of.get(x, x), c.in_shape(0), b.T, None)
+
+
+def _clip(c: OnnxNode) -> ops.Op:
+    if c.model.opset < 11:
+        lo, hi = c.attr("min"), c.attr("max")
+    else:
+        lo, hi = (None if v is None else float(v) for v in (c.const(1), c.const(2)))
+    return rules.clip(lo, hi)
+
+
+def _pool(c: OnnxNode) -> ops.Op:
+    _data_input(c, 4)
+    kernel, strides = _pair_attr(c, "kernel_shape"), _pair_attr(c, "strides")
+    if _pair_attr(c, "dilations") != (1, 1):
+        raise _Refusal(f"dilations={c.attr('dilations')}: the IR's pooling has no dilation")
+    pads = _pads(c, kernel, strides, (1, 1))
+    ceil = bool(c.attr("ceil_mode", 0))
+    if c.op_type == "MaxPool":
+        return rules.max_pool(kernel, strides, pads, ceil, c.take_pad())
+    return rules.avg_pool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)),
+                          c.take_pad())
+
+
+def _global_avg_pool(c: OnnxNode) -> ops.Op:
+    _data_input(c, 4)
+    return ops.GlobalAvgPool()
+
+
+_ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
+          "Pow": "pow"}
+
+
+def _arith(c: OnnxNode) -> ops.Op:
+    """Add, Sub, Mul, Div, Max, Min of two inputs with broadcasting; a constant operand is a
+    per-channel affine where it can be (``lowering.with_constant``)."""
+    if len(c.proto.input) != 2:
+        raise _Refusal(f"{len(c.proto.input)} inputs: the IR computes {c.op_type} of two")
+    kind = _ARITH[c.op_type]
+    data = [t for t in c.proto.input if t in c.model.depends]
+    if len(data) == 2:
+        return rules.binary(kind, [c.shape(t) for t in data])
+    first = c.proto.input[0] in c.model.depends
+    const = c.const(1 if first else 0)
+    if not np.issubdtype(const.dtype, np.floating):
+        raise _Refusal(f"constant operand of element type {element_name(const.dtype)}: must "
+                       "be float")
+    return rules.with_constant(kind, c.shape(data[0]), const, const_first=not first)
+
+
+def _concat(c: OnnxNode) -> ops.Op:
+    computed = all(t in c.model.depends for t in c.proto.input)
+    return rules.concat(c.attr("axis"), len(c.out_shape), computed)
+
+
+def _reshape(c: OnnxNode) -> ops.Op:
+    """Flatten / Reshape / Squeeze / Unsqueeze: the result shape shape inference gives."""
+    return rules.reshape(c.in_shape(0), c.out_shape)
+
+
+def _reduce(c: OnnxNode) -> ops.Op:
+    """ReduceMean / ReduceMax: axes as attribute (before opset 18) or input 1."""
+    axes = c.attr("axes") if c.model.opset < 18 else c.const(1)
+    if axes is None or len(axes) == 0:
+        if c.attr("noop_with_empty_axes", 0):
+            raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
+        axes = range(len(c.in_shape(0)))
+    kind = "mean" if c.op_type == "ReduceMean" else "max"
+    return rules.reduce(kind, [int(a) for a in axes], bool(c.attr("keepdims", 1)), c.in_shape(0))
+
+
+def _transpose(c: OnnxNode) -> ops.Op:
+    ndim = len(c.in_shape(0))
+    return rules.transpose(c.attr("perm", range(ndim - 1, -1, -1)), ndim)
+
+
+def _split(c: OnnxNode) -> list:
+    """Split: one Slice per output, sized as shape inference gives them."""
+    x = c.in_shape(0)
+    axis = c.attr("axis", 0) % len(x)
+    return rules.split(axis, [c.shape(t)[axis] for t in c.proto.output], x)
+
+
+def _slice(c: OnnxNode):
+    """Slice: a chain of single-axis Slices (step >= 1); a pass-through if it keeps all."""
+    x = c.in_shape(0)
+    if c.model.opset < 10:
+        starts, ends, axes, steps = c.attr("starts"), c.attr("ends"), c.attr("axes"), None
+    else:
+        starts, ends, axes, steps = (c.const(i) for i in range(1, 5))
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    cuts = []
+    for a, b, e, s in zip(axes, starts, ends, steps, strict=True):
+        a, s = int(a) % len(x), int(s)
+        if s < 1:
+            raise _Refusal(f"step {s} on axis {a}: the IR slices with step >= 1")
+        part = slice(*slice(int(b), int(e), s).indices(x[a]))
+        if part.indices(x[a]) != (0, x[a], 1):
+            cuts.append(ops.Slice(a, part.start, part.stop, part.step))
+    if not cuts:
+        return c.proto.input[0]
+    if c.proto.input[0] in c.model.pending:
+        raise _Refusal("slices a Pad output: the IR takes padding only into a conv or pool")
+    x = c.proto.input[0]
+    return c.build.chain([f"{c.name}_part{k}" for k in range(len(cuts) - 1)], cuts,
+                         c.model.ir_of.get(x, x))
+
+
+def _instance_norm(c: OnnxNode) -> ops.Op:
+    """InstanceNormalization (torch's export of GroupNorm, between two Reshapes): each
+    channel over the remaining axes, a GroupNorm of one channel per group."""
+    channels = c.in_shape(0)[1]
+    return rules.group_norm(channels, channels, c.weight(1), c.weight(2),
+                            c.attr("epsilon", 1e-5))
+
+
+def _layer_norm(c: OnnxNode) -> ops.Op:
+    x = c.in_shape(0)
+    axis = c.attr("axis", -1) % len(x)
+    scale = c.weight(1)
+    if c.attr("stash_type", 1) != 1:
+        raise _Refusal("stash_type other than 1 (float32 statistics)")
+    return rules.layer_norm(x[axis:], scale, c.weight(2), c.attr("epsilon", 1e-5))
+
+
+def _batch_norm(c: OnnxNode) -> ops.Op:
+    if c.attr("training_mode", 0):
+        raise _Refusal("training_mode=1: the IR folds running statistics only")
+    gamma, beta, mean, var = (c.weight(i) for i in range(1, 5))
+    return rules.batch_norm(gamma, beta, mean, var, c.attr("epsilon", 1e-5))
+
+
+def _prelu(c: OnnxNode) -> ops.Op:
+    return ops.PRelu(rules.channel_values(c.weight(1), c.in_shape(0), "slope"))
+
+
+def _softmax(c: OnnxNode) -> ops.Op:
+    shape = c.in_shape(0)
+    axis = c.attr("axis", 1 if c.model.opset < 13 else -1) % len(shape)
+    if c.model.opset < 13 and math.prod(shape[axis + 1:]) > 1:
+        raise _Refusal(f"opset {c.model.opset} Softmax over axes {axis}.. of {shape} (flattened); "
+                       "the IR normalises one axis")
+    return rules.softmax(axis, len(shape))
+
+
+def _pad(c: OnnxNode) -> rules.Pending | ops.Op:
+    if c.model.opset < 11:
+        pads, fill = c.attr("pads"), c.attr("value", 0.0)
+    else:
+        pads = c.const(1)
+        fill = 0.0 if c.const(2) is None else float(c.const(2))
+        if c.has_input(3):
+            raise _Refusal("Pad with axes: give pads for all 4 axes")
+    pads = [int(p) for p in pads]
+    mode = c.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge") or len(pads) != 8 or min(pads) < 0 \
+            or any(pads[i] for i in (0, 1, 4, 5)):
+        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect or edge, "
+                       "non-negative padding of H and W of a 4-D tensor is supported")
+    pending = c.model.pending.get(c.proto.input[0], rules.NO_PAD)
+    return rules.pad((pads[2], pads[6], pads[3], pads[7]),
+                     {"edge": "replicate"}.get(mode, mode), float(fill), pending)
+
+
+def _dropout(c: OnnxNode):
+    training = c.const(2) if c.model.opset >= 12 else None
+    if training is not None and bool(training):
+        raise _Refusal("training_mode=True drops at random")
+    return c.proto.input[0]
+
+
+def _resize(c: OnnxNode) -> ops.Op:
+    mode = c.attr("mode", "nearest")
+    old = c.op_type == "Upsample" or c.model.opset < 11
+    if old:  # Upsample-7/9 and Resize-10: asymmetric coordinates, scales as attr or input 1
+        scales = c.attr("scales") if c.model.opset < 9 else c.const(1)
+        transform, rounding = "asymmetric", "simple"
+    else:
+        scales = c.const(2)
+        transform = c.attr("coordinate_transformation_mode", "half_pixel")
+        rounding = c.attr("nearest_mode", "round_prefer_floor")
+        _refuse_resize_extras(c)
+    mode = {"bilinear": "linear"}.get(mode, mode)
+    if mode not in ("nearest", "linear"):
+        raise _Refusal(f"mode={mode!r}: the IR resamples 'nearest' or 'linear' only")
+    return _resample(c, mode, transform, rounding, scales)
+
+
+def _refuse_resize_extras(c: OnnxNode) -> None:
+    for key, default in (("antialias", 0), ("exclude_outside", 0),
+                         ("keep_aspect_ratio_policy", "stretch")):
+        if c.attr(key, default) != default:
+            raise _Refusal(f"{key}={c.attr(key)!r}: only {default!r} is supported")
+    if c.attr("axes") is not None:
+        raise _Refusal(f"axes={c.attr('axes')}: give scales or sizes for all 4 axes")
+
+
+def _resample(c: OnnxNode, mode: str, transform: str, rounding: str, scales) -> ops.Op:
+    x, out = _data_input(c, 4), c.out_shape
+    if x[:2] != out[:2]:
+        raise _Refusal(f"resizes {x} to {out}: the IR resizes H and W only")
+    scales = (out[2] / x[2], out[3] / x[3]) if scales is None or len(scales) == 0 \
+        else tuple(float(s) for s in scales[2:])
+    want = [rules.sampling_weights(n, m, s, mode, transform, rounding)
+            for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
+    op = rules.exact_upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
+                              want)
+    if op is not None:
+        return op
+    raise _Refusal(f"mode={mode!r} with coordinate_transformation_mode={transform!r} and "
+                   f"nearest_mode={rounding!r} from {x[2:]} to {out[2:]} samples differently "
+                   "from the IR's Upsample (nearest: floor(dst * in/out); linear: half-pixel "
+                   "or align_corners)")
+
+
+# op type -> (converter, how many leading inputs are data; None = all)
+CONVERTERS = {
+    "Conv": (_conv, 1), "ConvTranspose": (_conv_transpose, 1), "Gemm": (_gemm, 1),
+    "MatMul": (_matmul, 1),
+    "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
+    "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
+    "Sigmoid": (lambda c: ops.Sigmoid(), 1), "Tanh": (lambda c: ops.Tanh(), 1),
+    "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
+    "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),
+    "Sqrt": (lambda c: ops.Sqrt(), 1),
+    "Gelu": (lambda c: ops.Gelu(c.attr("approximate", "none")), 1),
+    "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
+    **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
+    "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "Transpose": (_transpose, 1),
+    "Split": (_split, 1), "Flatten": (_reshape, 1), "Reshape": (_reshape, 1),
+    "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
+    "InstanceNormalization": (_instance_norm, 1),
+    "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
+    "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
+    "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
+}
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types the importer maps to the IR."""
+    return sorted(CONVERTERS)

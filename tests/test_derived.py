@@ -1,0 +1,106 @@
+"""Weight-derived data (masks, int8 weights, packed mask words, per-tap counts) is made once per
+read-only weight array and reused by later calls; never for an array that can still change."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from npusim import bitconv, derived, ops, quant
+from npusim.dataflows import region_work
+from npusim.dse.runner import prepared
+from npusim.simulate import simulate
+
+
+@pytest.fixture(scope="module")
+def pnet():
+    """MTCNN's P-Net (trained weights) at density 0.5, and its input."""
+    _, graph, x = prepared("mtcnn-pnet", 0.5, 1, 0)
+    return graph, x
+
+
+def counting(monkeypatch, module, name: str) -> list:
+    """Patch ``module.name`` to count its calls (and still compute)."""
+    calls, real = [], getattr(module, name)
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_a_networks_weights_are_read_only(pnet):
+    graph, _ = pnet
+    for node in graph.conv_nodes:
+        assert derived.is_frozen(node.op.weight)
+        with pytest.raises(ValueError, match="read-only"):
+            node.op.weight[(0,) * node.op.weight.ndim] = 1.0
+
+
+def test_cached_weight_data_equals_a_fresh_recompute(pnet):
+    """On every conv of a real network: the kept mask, packed words, per-kernel and per-tap
+    counts and int8 weights equal those made again from a writeable copy of the weights (which
+    is never cached), and the second call returns the kept arrays themselves."""
+    graph, _ = pnet
+    for node in graph.conv_nodes:
+        layer, w = graph.layers[node.name], node.op.weight
+        fresh = w.copy()
+        mask = derived.weight_mask(w)
+        assert mask is derived.weight_mask(w)
+        np.testing.assert_array_equal(mask, fresh != 0)
+        words = bitconv.pack_weights(layer, mask)
+        assert words is bitconv.pack_weights(layer, mask)
+        np.testing.assert_array_equal(words, bitconv.pack_weights(layer, fresh != 0))
+        assert bitconv.kernel_ones(words) is bitconv.kernel_ones(words)
+        np.testing.assert_array_equal(bitconv.kernel_ones(words),
+                                      (fresh != 0).reshape(layer.K, -1).sum(axis=1))
+        taps = region_work.tap_weights(layer, mask)
+        want = (fresh != 0).reshape(layer.groups, layer.Kg, layer.Cg, layer.R, layer.S).sum(1)
+        np.testing.assert_array_equal(taps, want)
+        q, s = derived.derived(w, "int8", lambda w=w: quant.quantize_weights(w))
+        q0, s0 = quant.quantize_weights(fresh)
+        np.testing.assert_array_equal(q, q0)
+        np.testing.assert_array_equal(s, s0)
+
+
+@pytest.mark.parametrize(("preset", "dtype", "module", "name"), [
+    ("sparse-pairs-32x32", "int8", bitconv, "_pack"),
+    ("sparse-pairs-32x32", "int8", quant, "quantize_weights"),
+    ("input-reuse-1024", "float32", region_work, "_tap_weights"),
+    ("input-reuse-1024", "float32", derived, "_nonzero"),
+])
+def test_a_second_simulate_does_not_derive_again(pnet, monkeypatch, preset, dtype, module,
+                                                 name):
+    graph, x = pnet
+    net = copy.deepcopy(graph)  # weights no call has derived anything from yet
+    for node in net.conv_nodes:
+        node.op.weight.setflags(write=False)
+    calls = counting(monkeypatch, module, name)
+    first = simulate(net, x, preset, mode="estimate", dtype=dtype)
+    once = len(calls)
+    assert once >= len(net.conv_nodes)
+    second = simulate(net, x, preset, mode="estimate", dtype=dtype)
+    assert len(calls) == once  # nothing derived again from the same weights
+    assert second.layers == first.layers
+    # the same network with writeable weights (never cached) derives all again, equally
+    fresh = simulate(copy.deepcopy(graph), x, preset, mode="estimate", dtype=dtype)
+    assert len(calls) >= 2 * once
+    assert fresh.layers == first.layers
+
+
+def test_changeable_arrays_are_never_cached():
+    w = np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2) - 5
+    assert not derived.is_frozen(w)
+    before = derived.weight_mask(w).sum()
+    w[w != 0] = 0  # changed in place: a cache would return the old mask
+    assert derived.weight_mask(w).sum() == 0 != before
+    view = w[:1]
+    view.setflags(write=False)  # read-only view of writeable data: can still change
+    assert not derived.is_frozen(view)
+    conv = ops.Conv(view)
+    assert conv.weight is not view and derived.is_frozen(conv.weight)
+    w[0] = 1.0
+    assert not conv.weight.any()  # its own copy did not change
+    owned = np.ones((1, 1, 1, 1), np.float32)
+    assert ops.Conv(owned).weight is owned and not owned.flags.writeable
