@@ -28,15 +28,16 @@ def test_systolic_area_by_hand():
     assert f.registers_mm2 == pytest.approx(mm2(1024 * (32 + 32 + 32) * FF))
 
 
-def test_input_reuse_area_counts_first_buffers_and_bus():
+def test_input_reuse_area_counts_first_and_second_buffers_and_bus():
     arch = arch_from_toml_text('dataflow = "input-reuse"\n[input-reuse]\noperation_units = 4\n'
                                'processing_units = 2\nregion_rows = 3\nregion_cols = 5\n'
                                'first_buffer_kb = 8\nbus_width = 16\naccumulators = 40\n'
-                               'mux_fan_in = 6\n', "t.toml")
+                               'mux_fan_in = 6\noutput_units = 3\nsecond_buffer_kb = 5\n',
+                               "t.toml")
     a = area_of(arch, dtype="int8")
     assert a.macs_mm2 == pytest.approx(mm2(4 * 2 * 15 * MAC8))
     assert a.registers_mm2 == pytest.approx(mm2((4 * 15 * 8 + 4 * 2 * 40 * 32) * FF))
-    assert a.sram_mm2 == pytest.approx(mm2((3 * 64 + 4 * 8) * KIB), rel=1e-4)
+    assert a.sram_mm2 == pytest.approx(mm2((3 * 64 + 4 * 8 + 3 * 5) * KIB), rel=1e-4)
     assert a.interconnect_mm2 == pytest.approx(mm2((4 * 2 * 15 * 5 * 8 + 3 * 16 * 32) * MUX))
 
 

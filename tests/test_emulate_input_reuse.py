@@ -1,9 +1,11 @@
 """The input-reuse cycle emulator: Fig. 4/6 datapath, and agreement with the fast model
 (outputs bit-identical in int8, same cycles and unit/bus counts) over random layers."""
 
+import dataclasses
+
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import conv_layers, rel_err, tensors
 from test_input_reuse import arch_with
@@ -65,17 +67,21 @@ def test_fig5_cycle_by_cycle_gives_the_partial_ofm_of_the_region():
     assert res.counters.unit_busy[0] == 8  # nine taps, the zero weight skipped
 
 
-def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal, mapping):
+def small_params(draw_units, pus, rows, cols, depth, part, link, width, outs, steal, mapping,
+                 first_kb):
     return Params(region_rows=rows, region_cols=cols, region_channels=depth,
                   operation_units=draw_units, processing_units=pus, accumulators=part,
                   interconnect=link, bus_width=width, output_units=outs, work_stealing=steal,
-                  mapping=mapping)
+                  mapping=mapping, first_buffer_kb=first_kb)
 
 
+# a 1 KiB first buffer holds 256 accumulators: a few partial OFMs of these small layers, so
+# the units of the bus-bound ones (narrow buses) stall on it
 params = st.builds(small_params, st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
                    st.integers(1, 4), st.integers(1, 2), st.sampled_from([16, 20, 36, 400]),
                    st.sampled_from(["full", "bus", "chain"]), st.integers(1, 9),
-                   st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]))
+                   st.integers(1, 3), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                   st.sampled_from([1, 1, 16]))
 
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
@@ -97,6 +103,21 @@ def test_emulator_agrees_with_fast_model(layer, p, seed, density):
     assert c.pu_busy == e["pu_busy_cycles"]
     assert (c.transfers, c.transfer_cycles, c.contention, c.hops) == (
         e["transfers"], e["transfer_cycles"], e["contention_cycles"], e["chain_hops"])
+    assert c.first_buffer_stalls == e["first_buffer_stall_cycles"]
+
+
+def test_random_layers_do_stall_on_a_1_kib_first_buffer():
+    """The agreement above covers back-pressure: a bus-bound small layer (1-pixel bus, 16
+    units of 1x1 regions) stalls its units on a 1 KiB first buffer, in both models alike."""
+    layer = ConvLayer(1, 1, 7, 7, 4, 3, 3, padding=1, dtype="int8")
+    p = Params(region_rows=1, region_cols=1, operation_units=4, processing_units=2,
+               bus_width=1, first_buffer_kb=1, work_stealing=False)
+    x, w, b = tensors(layer, 1, "int8", 1.0)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    fast = layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    res = emulate_layer(layer, x, w, b, p)
+    assert res.counters.first_buffer_stalls == fast.extra["first_buffer_stall_cycles"] > 0
+    assert res.cycles == fast.compute_cycles
 
 
 @pytest.mark.parametrize("link", ["full", "bus", "chain"])
@@ -165,6 +186,71 @@ def test_emulator_equals_fast_model_on_every_field_with_zero_inputs_or_kernels(
     out, emu = emulate(layer, x, w, b, p, arch)
     np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
     assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+
+
+# one output unit (or, on a chain, one or two operation units) with 1 KiB second buffers
+# and one set of 8 kernels: the bands of these layers (8 kernels x 4-6 rows x 10-12 columns
+# x 4 B) overflow them (but some chains' 2 KiB) in either loop order
+spilling = st.builds(small_params, st.integers(1, 2), st.just(8), st.just(4),
+                     st.integers(1, 4), st.just(1), st.sampled_from([16, 36]),
+                     st.sampled_from(["full", "bus", "chain"]), st.integers(4, 64),
+                     st.just(1), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                     st.sampled_from([1, 16]))
+# two to four units of 1x1-2x2 regions on a one- or two-pixel bus, 1 KiB first buffers (64
+# partial OFMs of 2x2 regions under a 1x1 kernel, 7 of 4x4 pixels): the units stall
+stalling = st.builds(small_params, st.integers(2, 4), st.integers(1, 3), st.integers(1, 2),
+                     st.integers(1, 2), st.just(1), st.just(36),
+                     st.sampled_from(["full", "bus", "chain"]), st.integers(1, 2),
+                     st.just(1), st.booleans(), st.sampled_from(["spread", "own-unit"]),
+                     st.just(1))
+
+
+@st.composite
+def busy_layers(draw, stride=2, sides=(8, 12), kernels=(4, 8)):
+    """int8 layers of 1-2 channels and ``kernels`` kernels on ``sides`` pixel maps, 1-3
+    pixel kernels, 'same' padding, stride 1 to ``stride``: enough jobs and partial OFMs to
+    fill the buffers above."""
+    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return ConvLayer(1, draw(st.integers(1, 2)), draw(st.integers(*sides)),
+                     draw(st.integers(*sides)), draw(st.integers(*kernels)), r, s,
+                     stride=draw(st.integers(1, stride)),
+                     padding=(r // 2, r // 2, s // 2, s // 2), dtype="int8")
+
+
+@settings(max_examples=25, deadline=None)
+@given(busy_layers(), stalling,
+       st.integers(0, 2**31), st.sampled_from([1.0, 0.5]), st.sampled_from([0.5, "unlimited"]))
+def test_emulator_equals_fast_model_when_the_first_buffers_fill(layer, p, seed, density,
+                                                                 bandwidth):
+    """Every LayerStats field equal (cycles, first-buffer stalls, bus waits, stalls by
+    cause) on bus-bound layers whose units stall on their 1 KiB first buffers, or not."""
+    emu, fast = _priced_pair(layer.with_dtype("int8"), p, seed, density,
+                             dram_bytes_per_cycle=bandwidth)
+    assert emu == fast
+
+
+@settings(max_examples=15, deadline=None)
+@given(busy_layers(stride=1, sides=(10, 12), kernels=(8, 8)), spilling,
+       st.integers(0, 2**31), st.sampled_from([1.0, 0.5]), st.sampled_from([0.5, "unlimited"]))
+def test_emulator_equals_fast_model_when_the_output_bands_overflow_the_second_buffers(
+        layer, p, seed, density, bandwidth):
+    """Every LayerStats field equal, on second buffers of 1 KiB that the output bands of
+    these layers overflow (their partial sums spill and are read back) or not."""
+    p = dataclasses.replace(p, second_buffer_kb=1)
+    emu, fast = _priced_pair(layer.with_dtype("int8"), p, seed, density,
+                             dram_bytes_per_cycle=bandwidth)
+    assert emu == fast
+
+
+def test_the_spill_of_a_random_layer_is_counted_alike_by_both_models():
+    """The agreement above covers spills: 2 -> 8 channels, 3x3 'same' on 12x12, 2x2
+    regions, one output unit of 1 KiB (a band: 8 kernels x 4 rows x 12 x 4 B = 1,536 B)."""
+    layer = ConvLayer(1, 2, 12, 12, 8, 3, 3, padding=1, dtype="int8")
+    p = Params(region_rows=2, region_cols=2, operation_units=2, processing_units=8,
+               output_units=1, second_buffer_kb=1)
+    emu, fast = _priced_pair(layer, p, 4, 0.5, dram_bytes_per_cycle="unlimited")
+    assert fast.dram_ofmap_bytes > 2 * 8 * 12 * 12  # the OFM is at most 1,152 B + bitmaps
+    assert emu == fast
 
 
 def test_a_taller_partial_ofm_in_the_fast_planner_is_caught_by_the_emulator(monkeypatch):

@@ -216,6 +216,7 @@ def test_first_buffer_too_small_is_refused_with_the_reason():
     ('[input-reuse]\ninterconnect = "ring"', r"x.toml: input-reuse.interconnect.*full, bus, chain"),
     ("[input-reuse]\nregion_rows = 0", r"x.toml: input-reuse.region_rows=0.*>= 1"),
     ("[input-reuse]\nwarp = 2", r"unknown key.*warp.*valid keys.*bus_width"),
+    ("[input-reuse]\nsecond_buffer_kb = 0", r"x.toml: input-reuse.second_buffer_kb=0.*>= 1"),
 ])
 def test_bad_input_reuse_section_names_the_key(text, message):
     with pytest.raises(ConfigError, match=message):
@@ -286,17 +287,18 @@ def test_weights_that_overflow_the_filter_sram_are_fetched_again_for_every_regio
     cycled per region; 576 B do not fit 512 usable bytes (1 KiB double buffered): 4
     fetches. IFM stream: 64 x 2 blocks x 2 B bitmaps + 2048 values = 2304 B, 1152 per
     region, fetched when the region starts. OFM: 8 x 2 blocks x 2 B + 256 values = 288 B,
-    72 B written after each step. At 2 B/cycle, each step hides the next step's fetch and
-    the last step's write-back if they take under 64 cycles, the excess stalls, shared
-    by bytes: prologue (1152 + 288) / 2; step 0: 288 B; step 1: 1152 + 288 + 72 B;
-    step 2: 288 + 72 B; step 3: 72 B (hidden); epilogue 72 B."""
+    one band (the map is one row of regions; its accumulators, 8 x 4 x 8 x 4 B = 1 KiB,
+    fit the second buffers), written after its last step. At 2 B/cycle, each step hides
+    the next step's fetch if it takes under 64 cycles, the excess stalls, shared by
+    bytes: prologue (1152 + 288) / 2; step 0: 288 B; step 1: 1152 + 288 B; step 2: 288 B;
+    step 3: nothing; epilogue: the 288 B of OFM, exposed."""
     s = _refetch_case(1, 1, 2.0)
     assert s.compute_cycles == 4 * 64
     assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 4 * 288, 288)
-    step1, step2 = 1512 / 2 - 64, 360 / 2 - 64
-    assert_stalls(s, ifmap=1152 / 2 + step1 * 1152 / 1512,
-                  filter=288 / 2 + (288 / 2 - 64) + step1 * 288 / 1512 + step2 * 288 / 360,
-                  ofmap=step1 * 72 / 1512 + step2 * 72 / 360 + 72 / 2)
+    step1, step2 = 1440 / 2 - 64, 288 / 2 - 64
+    assert_stalls(s, ifmap=1152 / 2 + step1 * 1152 / 1440,
+                  filter=288 / 2 + (288 / 2 - 64) + step1 * 288 / 1440 + step2,
+                  ofmap=288 / 2)
     assert s.cycles == s.compute_cycles + s.stall_cycles and s.bound == "dram"
     # a 64 KiB filter SRAM holds both sets: each fetched once
     assert _refetch_case(1, 64, 2.0).dram_filter_bytes == 2 * 288
@@ -447,3 +449,72 @@ def test_fig11_mapping_runs_a_region_on_its_own_unit(emulate, mapping, cycles, b
                      interconnect="bus", bus_width=64, mapping=mapping)
     _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
     assert s.cycles == cycles and s.extra["opunit_busy_cycles_by_unit"] == busy
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_a_full_first_buffer_stalls_its_unit_until_the_bus_drains_one(emulate):
+    """One unit, one PU, one 8x8 region (64 accumulators), six 1x1 kernels, dense: six jobs
+    of one weight cycle, ending at 1, 2, ..., each with one 64-pixel partial OFM (256 B) that
+    takes 64 / 8 = 8 bus cycles. A 1 KiB first buffer holds four. Jobs 0-3 hand off at
+    1, 2, 3, 4 (the bus moves them at 1-9, 9-17, 17-25, 25-33); job 4 ends at 5 with the
+    buffer full and waits for the first transfer to end at 9 (4 cycles stalled), moved at
+    33-41; job 5 starts at 9, ends at 10 and waits for the second to end at 17 (7 cycles),
+    moved at 41-49. Stalled 4 + 7 = 11 cycles; 49 cycles (the bus never idles); the bus
+    waits are counted from the hand-offs (1, 2, 3, 4, 9, 17 against starts 1, 9, 17, 25,
+    33, 41): 0 + 7 + 14 + 21 + 24 + 24 = 90, not the 105 of an unbounded buffer."""
+    layer = ConvLayer(1, 1, 8, 8, 6, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    got = {}
+    for kib in (1, 16):
+        arch = arch_with(FREE, operation_units=1, processing_units=1, region_rows=8,
+                         region_cols=8, accumulators=64, interconnect="bus", bus_width=8,
+                         work_stealing=False, first_buffer_kb=kib)
+        out, got[kib] = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+        np.testing.assert_array_equal(out, reference.conv2d(x, w, None, layer))
+    small, big = got[1], got[16]
+    assert small.extra["first_buffer_stall_cycles"] == 11
+    assert (small.cycles, small.extra["contention_cycles"]) == (49, 90)
+    assert big.extra["first_buffer_stall_cycles"] == 0
+    assert (big.cycles, big.extra["contention_cycles"]) == (49, 105)
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_an_output_band_that_overflows_the_second_buffer_spills_its_partial_sums(emulate):
+    """1 -> 8 channels, 1x1 kernels on a 4x24 map, dense, 4x4 regions: six regions in one
+    region row (one band: OFM rows 0-3, no halo), one kernel set of 8 PUs, two units: rows
+    of jobs (regions 0, 1), (2, 3), (4, 5), each job 8 partial OFMs of 16 pixels, a row
+    128 x 2 x 4 B = 1,024 B of partial sums. The band's accumulators are 8 kernels x 4 rows
+    x 24 columns x 4 B = 3,072 B; one output unit's 1 KiB second buffer cannot hold them,
+    so rows 0 and 1 spill theirs after them (2 x 1,024 B written) and rows 1 and 2 read
+    them back (2 x 1,024 B): 4,096 B, beside the OFM written once, compressed: 8 channels x
+    6 blocks x 2 B of bitmap + 768 int8 values = 864 B. A 3 KiB second buffer holds the
+    band: 864 B only."""
+    layer = ConvLayer(1, 1, 4, 24, 8, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    got = {}
+    for kib in (1, 3):
+        arch = arch_with(FREE, operation_units=2, processing_units=8, output_units=1,
+                         interconnect="bus", second_buffer_kb=kib)
+        out, got[kib] = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+        np.testing.assert_array_equal(out, reference.conv2d(x, w, None, layer))
+    assert got[1].dram_ofmap_bytes == 864 + 4096
+    assert got[3].dram_ofmap_bytes == 864
+    assert got[1].compute_cycles == got[3].compute_cycles
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_kernel_major_is_taken_when_the_band_of_every_kernel_would_spill(emulate):
+    """The layer above with two kernel sets of 4 (4 PUs) and a 1 KiB second buffer:
+    region-major holds all 8 kernels' band (3,072 B: spills), kernel-major one set's
+    (4 x 4 x 24 x 4 B = 1,536 B: spills too; rows of 2 jobs of 4 x 16 pixels = 512 B, three
+    rows per set, 2 written and 2 read back per set: 4 x 512 x 2 sets = 4,096 B) against
+    region-major's six rows of 512 B in one band, 5 written + 5 read: 5,120 B; with the
+    regions and weights fetched once either way, kernel-major moves fewer bytes and is
+    taken: 864 + 4,096 B of OFM traffic."""
+    layer = ConvLayer(1, 1, 4, 24, 8, 1, 1, dtype="int8")
+    x, w = np.ones(layer.input_shape, np.int8), np.ones(layer.weight_shape, np.int8)
+    arch = arch_with(FREE, operation_units=2, processing_units=4, output_units=1,
+                     interconnect="bus", second_buffer_kb=1)
+    _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
+    assert s.extra["kernel_major_layers"] == 1
+    assert s.dram_ofmap_bytes == 864 + 4096

@@ -159,7 +159,33 @@ def test_bandwidth_sweep_is_monotone_and_above_the_floors(seed, double):
     assert free.stall_cycles == 0 and free.bound == "compute"
 
 
+def test_a_block_held_whole_spills_only_the_part_each_step_touches():
+    """One output block (ofmap 0) over three steps, each accumulating into 3 KiB of it, the
+    block's partial sums 40 KiB in all (``psum_size``), in a machine's own 36 KiB buffer
+    (``ofmap_capacity``, used whole; the 64 KiB ofmap SRAM is not): 40 > 36, so steps 0 and
+    1 spill their 3 KiB after them, steps 1 and 2 read theirs back before; the 8 KiB of
+    outputs are written once, after step 2. With 40 KiB of buffer the block stays; a step
+    that touches nothing (0 B) spills nothing, not the block's outputs."""
+    part, out = 3 * 1024, 8 * 1024
+    steps = Steps(compute=[100] * 3, ofmap=0, ofmap_bytes=out, psum_bytes=[part, part, 0],
+                  psum_size=40 * 1024, ofmap_capacity=36 * 1024)
+    t = traffic(steps, mem())
+    assert t["ofmap_out"].tolist() == [part, part, out]
+    assert t["psum_in"].tolist() == [0, part, 0]
+    fits = dataclasses.replace(steps, ofmap_capacity=40 * 1024)
+    t = traffic(fits, mem())
+    assert t["ofmap_out"].tolist() == [0, 0, out] and not t["psum_in"].any()
+    # without psum_size and capacity the 3 KiB parts are the block: it fits the ofmap SRAM
+    plain = traffic(Steps(compute=[100] * 3, ofmap=0, ofmap_bytes=out, psum_bytes=part),
+                    mem())
+    assert not plain["psum_in"].any()
+
+
 def test_steps_reject_bad_arrays():
+    with pytest.raises(LayerError, match=r"Steps\.psum_size"):
+        Steps(compute=[1, 2], psum_size=[1, 2, 3])
+    with pytest.raises(LayerError, match=r"ofmap_capacity=-1"):
+        Steps(compute=[1, 2], ofmap_capacity=-1)
     with pytest.raises(LayerError, match=r"Steps\.filter_bytes: shape \(3,\), must be \(2,\)"):
         Steps(compute=[1, 2], filter_bytes=[1, 2, 3])
     with pytest.raises(LayerError, match="negative"):

@@ -77,3 +77,35 @@ def test_chain_transfer_to_its_own_unit_does_not_move():
     t = ou.Transfers(job=np.array([1, 1]), kernel=np.array([1, 2]), pixels=np.array([36, 36]))
     q = ou.queue(t, units=4, interconnect="chain", output_units=4, width=16)
     assert q.transfers == 1 and q.server.tolist() == [2] and q.hops == 1
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.lists(st.tuples(st.integers(0, 2),
+                                                                 st.integers(1, 6)),
+                                                       max_size=4)),
+                min_size=1, max_size=14),
+       st.integers(1, 3), st.sampled_from(["full", "bus"]))
+def test_back_pressure_events_with_room_to_spare_equal_the_closed_form(jobs, units, link):
+    """Jobs (weight cycles, transfers (kernel, pixels)) on ``units`` units: played as events
+    with first buffers that hold every partial OFM (capacity = all the pixels), the
+    schedule is the closed form's (running sums per unit, FIFO servers): same hand-offs,
+    last transfer and waits, and no stall; with one pixel less some unit may stall, never
+    earlier than the closed form's job ends."""
+    rows = [(j, k, px) for j, (_, ts) in enumerate(jobs) for k, px in ts]
+    job, kernel, pixels = (np.array(rows, np.int64).reshape(-1, 3).T if rows
+                           else (np.zeros(0, np.int64),) * 3)
+    slots = np.array([[c] for c, _ in jobs], np.int64)
+    q = ou.queue(ou.Transfers(job, kernel, pixels), units=units, interconnect=link,
+                 output_units=3, width=1)
+    free = ou.schedule(slots, q, units=units, stealing=False)
+    whole = int(pixels.sum())
+    roomy = ou.schedule(slots, q, units=units, stealing=False, capacity=max(whole, 1))
+    source = np.arange(len(jobs)) % units
+    ends, stalls, last, wait = ou._backpressure(
+        slots[:, 0].copy(), source, units, q.job, q.server, q.first, q.count,
+        q.moving_duration, q.moving_pixels, q.servers, max(whole, 1))
+    assert (ends.tolist(), last, wait, stalls) == (
+        free.job_end.tolist(), free.transfer_end, free.contention, 0)
+    assert (roomy.cycles, roomy.contention) == (free.cycles, free.contention)
+    if whole > 1:
+        tight = ou.schedule(slots, q, units=units, stealing=False, capacity=whole - 1)
+        assert (tight.job_end >= free.job_end).all() and tight.cycles >= free.cycles

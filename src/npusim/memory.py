@@ -16,6 +16,10 @@ turns that into time on an ``arch.Memory``:
   blocks open at once overflow the ofmap SRAM, a block left before its last step
   spills its partial sums (``psum_bytes``, written) and reads them back on return;
   a block whose partial sums alone overflow the buffer spills after every step.
+  A machine whose steps each accumulate into part of a block gives the whole block's
+  partial sums (``psum_size``, what must stay on chip) beside each step's part
+  (``psum_bytes``, what that step spills and reads back); one that accumulates in
+  buffers of its own rather than the ofmap SRAM names their bytes (``ofmap_capacity``).
 - **Overlap.** Double buffered, the fetch of step i+1 and the write-back of step i-1
   run during step i; step 0's fetch and the last write-back are exposed. A step
   lasts ``max(compute, SRAM bytes / SRAM bandwidth, DRAM bytes / DRAM bandwidth
@@ -68,7 +72,14 @@ class Steps:
     ofmap:          (n,) id of the output block step i accumulates into (-1: none)
     ofmap_bytes:    (n,) bytes of that output block as written to DRAM (final outputs)
     psum_bytes:     (n,) bytes of that block's partial sums if spilled (accumulator
-                    width); 0 means the same as ``ofmap_bytes``
+                    width); 0 means the same as ``ofmap_bytes`` (unless ``psum_size``
+                    is given: then the bytes of the part step i spills, 0 for none)
+    psum_size:      (n,) optional: the whole block's partial sums when a step
+                    accumulates into part of it, held on chip from its first step to
+                    its last; by default the same as ``psum_bytes``
+    ofmap_capacity: optional bytes that hold the output blocks' partial sums when the
+                    machine accumulates in buffers of its own (used whole); by default
+                    the ofmap SRAM's usable bytes
     sram_bytes:     (n,) bytes step i moves across the on-chip buffer ports
     compute_bound:  "compute", or "bus" when the machine's compute time is set by its
                     interconnect rather than its multipliers
@@ -88,6 +99,8 @@ class Steps:
     psum_bytes: np.ndarray | int = 0
     sram_bytes: np.ndarray | int = 0
     compute_bound: str = "compute"
+    psum_size: np.ndarray | int | None = None
+    ofmap_capacity: int | None = None
 
     def __post_init__(self):
         compute = np.atleast_1d(np.asarray(self.compute, np.int64))
@@ -109,6 +122,15 @@ class Steps:
             if name not in _IDS and negative:
                 raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
             object.__setattr__(self, name, arr)
+        if self.psum_size is not None:
+            size = np.asarray(self.psum_size, np.int64)
+            size = np.full(n, int(size), np.int64) if size.ndim == 0 else size
+            if size.shape != (n,) or size.min() < 0:
+                raise LayerError(f"Steps.psum_size: shape {size.shape} or negative values; "
+                                 f"must be ({n},) bytes >= 0 like compute")
+            object.__setattr__(self, "psum_size", size)
+        if self.ofmap_capacity is not None and self.ofmap_capacity < 0:
+            raise LayerError(f"Steps.ofmap_capacity={self.ofmap_capacity}: bytes, must be >= 0")
         if self.compute_bound not in ("compute", "bus"):
             raise LayerError(f"Steps.compute_bound={self.compute_bound!r}: must be compute or bus")
 
@@ -215,19 +237,24 @@ def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
     return out
 
 
-def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float):
-    """(partial-sum bytes read back before each step, bytes written after each step)."""
+def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float, psum_size=None):
+    """(partial-sum bytes read back before each step, bytes written after each step);
+    ``psum_size``: the whole blocks' partial sums (None: a step's ``psum_bytes`` are its
+    block's, 0 meaning ``out_bytes``)."""
     reads, writes = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
     pos = _used_positions(ids)
     if pos is not None and len(pos) == 0:
         return reads, writes
     where = slice(None) if pos is None else pos
     v, out_b, psum_b = ids[where], out_bytes[where], psum_bytes[where]
-    psum = np.where(psum_b > 0, psum_b, out_b)
+    if psum_size is None:
+        psum = held = np.where(psum_b > 0, psum_b, out_b)
+    else:
+        psum, held = psum_b, psum_size[where]
     inverse, first, last, change, peak = _first_last(v)
     w, r = np.zeros(len(v), np.int64), np.zeros(len(v), np.int64)
     w[last] = out_b[last]
-    occupancy = np.maximum(psum, out_b)[first]
+    occupancy = np.maximum(held, out_b)[first]
     if peak(occupancy) > capacity:
         k = np.arange(len(v))
         huge = occupancy[inverse] > capacity  # cannot stay even between consecutive steps
@@ -255,8 +282,10 @@ def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
                         usable_bytes(memory.ifmap_sram_kb, memory))
     ff = _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
                         usable_bytes(memory.filter_sram_kb, memory))
-    pr, wo = _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes,
-                            usable_bytes(memory.ofmap_sram_kb, memory))
+    capacity = (usable_bytes(memory.ofmap_sram_kb, memory) if steps.ofmap_capacity is None
+                else steps.ofmap_capacity)
+    pr, wo = _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes, capacity,
+                            steps.psum_size)
     return {"ifmap": fi, "filter": ff, "psum_in": pr, "ofmap_out": wo}
 
 

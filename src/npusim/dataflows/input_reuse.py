@@ -81,6 +81,8 @@ class Params:
     work_stealing: bool = spec(True, "idle processing units take weight cycles")
     first_buffer_kb: int = spec(16, "KiB per operation unit for partial OFMs", min=1,
                                  max=MAX_KIB)
+    second_buffer_kb: int = spec(32, "KiB per output unit (chain: per operation unit) for "
+                                 "the output accumulators", min=1, max=MAX_KIB)
 
     @property
     def multipliers(self) -> int:
@@ -188,8 +190,10 @@ class Jobs:
     the layer's stall-free cycles and whether the last transfer ends after the last job,
     the bytes of the compressed input stream as stored and its non-zeros, those of every region
     (over its channels and stride phases, in job order), the compressed bytes of every
-    kernel set (in a region's job order), the compressed OFM's bytes, the accumulator
-    pixels of the partial OFMs in flight and the bytes at the SRAM ports."""
+    kernel set (in a region's job order), the compressed OFM's bytes and the bytes at
+    the SRAM ports; for the output accumulators: every job's partial-OFM pixels
+    (region-major order), the OFM rows the partial OFMs of each row of regions touch, and
+    the regions in a row."""
 
     end: np.ndarray
     busy: np.ndarray
@@ -200,8 +204,10 @@ class Jobs:
     region_nonzeros: np.ndarray
     kernel_set_bytes: np.ndarray
     ofm_bytes: int
-    psum_pixels: int
     sram_total: int
+    pofm_pixels: np.ndarray
+    band_rows: np.ndarray
+    grid_cols: int
     order: str = "region-major"
 
 
@@ -224,9 +230,12 @@ def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory) -> str:
     for order in ORDERS:  # the steps' blocks alone (``steps`` without the times and ports)
         ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, dataclasses.replace(
             jobs, order=order), region_bytes, first, last)
+        band, out, psum, held = _output_blocks(layer, p, dataclasses.replace(
+            jobs, order=order), rows, last)
         t = traffic(Steps(compute=np.zeros(rows, np.int64), ifmap=ifmap, ifmap_bytes=ifmap_bytes,
-                          filter=filt, filter_bytes=filt_bytes, ofmap=np.arange(rows),
-                          psum_bytes=jobs.psum_pixels * ACC_BYTES), memory)
+                          filter=filt, filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out,
+                          psum_bytes=psum, psum_size=held,
+                          ofmap_capacity=second_buffer_bytes(p)), memory)
         moved[order] = int(sum(int(v.sum()) for v in t.values()))
     return min(ORDERS, key=moved.get)
 
@@ -288,9 +297,10 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
       row runs all of them (one block, streamed again when it exceeds the filter buffer),
       else each row a window of ``U`` sets: cycled once per region, so weights that do
       not fit are fetched again for every region;
-    - ofmap: the outputs of the row's jobs, its share of the compressed OFM, written
-      once (the overlap-add of neighbouring regions' halos happens in the output units'
-      buffers); its partial sums are the row's partial OFMs (4-byte accumulators).
+    - ofmap: the output accumulators of the row's band (``bands``), held in the second
+      buffers (``second_buffer_bytes``); the band's share of the compressed OFM is
+      written once after its last row; if the band's accumulators do not fit, each row
+      spills and reads back its own partial OFMs' pixels (4-byte accumulators).
     """
     units, n_jobs = p.operation_units, len(jobs.end)
     rows, first, last = _rows(p, jobs)
@@ -303,12 +313,69 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     busy[:n_jobs] = jobs.busy
     ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, jobs, _region_bytes(layer, jobs),
                                                    first, last)
+    band, out, psum, held = _output_blocks(layer, p, jobs, rows, last)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
-                 filter_bytes=filt_bytes, ofmap=np.arange(rows),
-                 ofmap_bytes=_ofmap_bytes(p, jobs, rows),
-                 psum_bytes=jobs.psum_pixels * ACC_BYTES,
+                 filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out, psum_bytes=psum,
+                 psum_size=held, ofmap_capacity=second_buffer_bytes(p),
                  sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
                  compute_bound="bus" if jobs.bus_bound else "compute")
+
+
+def _output_blocks(layer: ConvLayer, p: Params, jobs: Jobs, rows: int, last: np.ndarray):
+    """(ofmap ids, their bytes, partial-sum bytes a row spills, the block's whole partial
+    sums) of the steps whose last jobs are ``last`` (see ``steps``)."""
+    regions = len(jobs.region_nonzeros)
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    band, held = bands(layer, p, jobs, last)
+    out = _ofmap_bytes(p, jobs, rows)
+    pixels = np.zeros(rows * p.operation_units, np.int64)
+    pixels[:len(jobs.end)] = jobs.pofm_pixels[run_order(regions, per_region, jobs.order)]
+    return (band, np.bincount(band, out)[band].astype(np.int64),
+            ACC_BYTES * pixels.reshape(rows, p.operation_units).sum(axis=1), held)
+
+
+def second_buffer_bytes(p: Params) -> int:
+    """Bytes of output accumulators on the device: a second buffer per output unit, or, on a
+    chain (no output units, Fig. 13), per operation unit."""
+    owners = p.operation_units if p.interconnect == "chain" else p.output_units
+    return owners * p.second_buffer_kb * 1024
+
+
+def bands(layer: ConvLayer, p: Params, jobs: Jobs, last: np.ndarray):
+    """(output block of each row of jobs, its accumulators' bytes): the *band* of the
+    region row (image, region row) of the row's last job, over every kernel
+    (region-major), or over the kernels of that job's set (kernel-major: set, then
+    band): 4 B for every kernel and every OFM pixel in the rows its partial OFMs touch
+    (``jobs.band_rows``) across the map. Rows of jobs run band after band, so a band
+    stays while it is accumulated; one that does not fit spills row by row."""
+    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
+    regions = len(jobs.region_nonzeros)
+    job = run_order(regions, per_region, jobs.order)[last]
+    band = job // per_region // jobs.grid_cols
+    rows = jobs.band_rows[band % len(jobs.band_rows)]
+    if jobs.order == "region-major":
+        return band, ACC_BYTES * layer.K * rows * layer.Q
+    k0 = np.arange(0, layer.Kg, p.processing_units)
+    kernels = np.tile(np.minimum(p.processing_units, layer.Kg - k0), layer.groups)
+    kset = job % per_region
+    return (kset * (regions // jobs.grid_cols) + band,
+            ACC_BYTES * kernels[kset] * rows * layer.Q)
+
+
+def band_rows(layer: ConvLayer, p: Params) -> tuple[np.ndarray, int]:
+    """(OFM rows the partial OFMs of each region row touch, regions per row): region row
+    ``i`` holds phase rows ``origin + i*n`` to ``origin + (i+1)*n``; a tap at row offset
+    ``u`` puts them on outputs ``u`` rows up, so the band reaches from ``origin + i*n -
+    max u`` to ``origin + (i+1)*n - min u`` (over every part), inside the OFM."""
+    layout = p.plan(layer)
+    rh, r0 = p.region_rows, layout.origin[0]
+    grid = [-(-e // r) for e, r in zip(layout.extent, p.region, strict=True)]
+    umax = max(int(part.u.max()) for part in layout.parts)
+    umin = min(int(part.u.min()) for part in layout.parts)
+    i = np.arange(grid[0], dtype=np.int64)
+    lo = np.clip(r0 + i * rh - umax, 0, layer.P)
+    hi = np.clip(r0 + (i + 1) * rh - umin, 0, layer.P)
+    return hi - lo, grid[1]
 
 
 def _region_bytes(layer, jobs: Jobs) -> np.ndarray:
@@ -379,6 +446,7 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "transfers": sch.transfers,
         "transfer_cycles": sch.transfer_cycles,
         "contention_cycles": sch.contention,
+        "first_buffer_stall_cycles": sch.first_buffer_stalls,
         "chain_hops": sch.hops,
         "stealing_saved_cycles": saved,
         "peak_pofm_pixels": work.pofm_peak[0] * work.pofm_peak[1],
@@ -412,6 +480,11 @@ def job_units(p: Params, order: np.ndarray, per_region: int) -> np.ndarray | Non
     return (order // per_region) % p.operation_units
 
 
+def first_buffer_pixels(p: Params) -> int:
+    """Partial-OFM pixels (4-byte accumulators) one operation unit's first buffer holds."""
+    return p.first_buffer_kb * 1024 // ACC_BYTES
+
+
 def timing(work: Work, p: Params, unit: np.ndarray | None = None,
            memo: Memo | None = None, key: tuple = ()) -> tuple[Schedule, int]:
     """The layer's schedule on the units (``unit``: see ``job_units``), and the cycles work
@@ -429,7 +502,7 @@ def timing(work: Work, p: Params, unit: np.ndarray | None = None,
                                              output_units=p.output_units, width=p.bus_width,
                                              unit=unit))
         return schedule(work.slot_cycles, q, units=p.operation_units, stealing=stealing,
-                        unit=unit)
+                        unit=unit, capacity=first_buffer_pixels(p))
 
     sch = run(work.transfers, p.work_stealing)
     if not p.work_stealing:
@@ -462,16 +535,19 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     work = memo.get(("work", geo), lambda: region_work(layer, x_mask, w_mask, geo, counted))
     kernel_nonzeros = derived(w_mask, ("kernel_nonzeros", layer.K), lambda: frozen(
         np.count_nonzero(w_mask.reshape(layer.K, -1), axis=1)))
-    elem, pus = element_bytes(layer.dtype), p.operation_units * p.processing_units
+    elem = element_bytes(layer.dtype)
     idle = np.zeros(len(work.slot_cycles), np.int64)
-    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+    rows, cols = memo.get(("bands", geo), lambda: band_rows(layer, p))
+    pofm = memo.get(("pofm_pixels", geo), lambda: np.bincount(
+        work.transfers.job, work.transfers.pixels, minlength=len(idle)).astype(np.int64))
+    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False, pofm_pixels=pofm,
+                  band_rows=rows, grid_cols=cols,
                   stream_bytes=compressed_ifm.stream_bytes(layer.input_shape,
                                                            work.input_nonzeros, p.region, elem),
                   input_nonzeros=work.input_nonzeros, region_nonzeros=work.region_nonzeros,
                   kernel_set_bytes=kernel_set_bytes(layer, kernel_nonzeros,
                                                     p.processing_units),
-                  ofm_bytes=0, psum_pixels=pus * work.pofm_peak[0] * work.pofm_peak[1],
-                  sram_total=0)
+                  ofm_bytes=0, sram_total=0)
     mem = arch.memory
     buffers = tuple(usable_bytes(kb, mem) for kb in (mem.ifmap_sram_kb, mem.filter_sram_kb,
                                                      mem.ofmap_sram_kb))
@@ -500,7 +576,8 @@ def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jo
     c = counts(layer, p, work, extra, name)
     jobs = dataclasses.replace(
         blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
-        bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0)),
+        bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0))
+        or sch.first_buffer_stalls > 0,
         ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape, ofm, p.region, elem),
         sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
     return c, steps(layer, p, jobs)
@@ -549,7 +626,8 @@ class InputReuse(Machine):
     def hardware(self, arch, dtype):
         """Per operation unit: a region register (n x m x l input pixels), its processing
         units' multipliers, each unit's ``accumulators`` (32 bits) and a ``mux_fan_in``-input
-        multiplexer per multiplier (Fig. 6), and its first buffer (SRAM); the bus that carries
+        multiplexer per multiplier (Fig. 6), and its first buffer (SRAM); the second buffers
+        (SRAM, per output unit, or per operation unit on a chain); the bus that carries
         bus_width partial-OFM pixels from any of the operation units (a multiplexer of
         operation_units inputs per bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
@@ -562,18 +640,22 @@ class InputReuse(Machine):
                  + (p.operation_units - 1) * p.bus_width * 32)
         return Hardware(macs=p.multipliers, register_bits=registers,
                         sram_kib={**memory_kib(arch.memory),
-                                  "first buffers": p.first_buffer_kb * p.operation_units},
+                                  "first buffers": p.first_buffer_kb * p.operation_units,
+                                  "second buffers": second_buffer_bytes(p) // 1024},
                         mux_bits=muxes)
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Kernel parts of the fixed datapath, cycles lost to contention on the units'
-        interconnect, cycles work stealing saved, and the partial-sum transfers."""
+        interconnect and to full first buffers, cycles work stealing saved, and the
+        partial-sum transfers."""
         e = total.extra
         idle = e.get("opunit_idle_cycles", 0)
         return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
                 ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
                                "the others region-major"),
                 ("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+                ("first buffers full", f"{int(e.get('first_buffer_stall_cycles', 0)):,} "
+                                       "cycles the operation units stalled"),
                 ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),

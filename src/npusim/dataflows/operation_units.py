@@ -20,10 +20,17 @@ Closed forms, vectorised over jobs, of what the cycle emulator
   ``hops`` links away, store-and-forward. A transfer lasts
   ``ceil(pixels / bus_width) * (hops if chain else 1)`` cycles; a server takes
   waiting transfers in order of (ready time, sequence), one at a time.
+- **First buffer** (back-pressure): a finished job's moving partial OFMs wait in its
+  unit's first buffer of ``capacity`` accumulator pixels until their transfer ends. A job
+  hands them off when they fit beside those still there (or the buffer is empty); until
+  then its unit stalls and starts no job. Handing off is what makes them ready, so a
+  stalled job's transfers queue from its hand-off.
 
 The FIFO servers are one compiled pass over the transfers sorted by (server, ready,
-sequence): each starts at ``max(ready, previous finish on its server)``.
-Layer cycles = max(last job end, last transfer finish).
+sequence): each starts at ``max(ready, previous finish on its server)``. When some
+unit's moving partial OFMs exceed its first buffer the units and servers are instead
+played as events in time order (``_backpressure``, compiled).
+Layer cycles = max(last hand-off, last transfer finish).
 """
 
 from __future__ import annotations
@@ -47,7 +54,9 @@ class Transfers:
 @dataclass(frozen=True)
 class Schedule:
     """Timing of one layer on the units (all counts in cycles unless named otherwise):
-    ``job_end`` is every job's end (J,), ``transfer_end`` the last transfer's finish."""
+    ``job_end`` is every job's hand-off (J,: its end, or later when its unit stalled on a
+    full first buffer), ``transfer_end`` the last transfer's finish, ``first_buffer_stalls``
+    the units' cycles stalled on their full first buffers (summed over units)."""
 
     cycles: int
     unit_busy: np.ndarray
@@ -58,12 +67,15 @@ class Schedule:
     hops: int
     job_end: np.ndarray
     transfer_end: int
+    first_buffer_stalls: int = 0
 
 
 @dataclass(frozen=True)
 class Queue:
     """A layer's moving transfers, routed and batched once for every timing of its jobs:
-    one item per run of consecutive transfers of one job to one server (``queue``)."""
+    one item per run of consecutive transfers of one job to one server (``queue``), the
+    moving transfers' own durations and pixels (in sequence order; item i's are
+    ``first[i]`` to ``first[i] + count[i]``) and the number of servers."""
 
     job: np.ndarray
     server: np.ndarray
@@ -73,6 +85,10 @@ class Queue:
     transfers: int
     transfer_cycles: int
     hops: int
+    first: np.ndarray
+    moving_duration: np.ndarray
+    moving_pixels: np.ndarray
+    servers: int
 
 
 def reduce_last(a: np.ndarray, op: np.ufunc, dtype=None) -> np.ndarray:
@@ -168,22 +184,27 @@ def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
     the operation unit of every job (default: job mod units)."""
     job = t.job.astype(np.int64)
     source = job % units if unit is None else np.asarray(unit, np.int64)[job]
-    job, server, duration, count, totals = _route_and_batch(
+    job, server, duration, count, first, mv_duration, mv_pixels, totals = _route_and_batch(
         job, source, t.kernel.astype(np.int64), t.pixels.astype(np.int64),
         LINKS.index(interconnect), units, output_units, width)
     inner, moving, cycles, hops = (int(v) for v in totals)
+    servers = {"bus": 1, "full": output_units, "chain": units}[interconnect]
     return Queue(job, server, duration, count, inner, transfers=moving,
-                 transfer_cycles=cycles, hops=hops)
+                 transfer_cycles=cycles, hops=hops, first=first,
+                 moving_duration=mv_duration, moving_pixels=mv_pixels, servers=servers)
 
 
 @njit(cache=True, nogil=True)
 def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
                      width):  # pragma: no cover
-    """``queue`` in one pass: items (job, server, duration, count) and the totals (inner
-    wait, moving transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
+    """``queue`` in one pass: items (job, server, duration, count, first moving transfer),
+    the moving transfers' durations and pixels, and the totals (inner wait, moving
+    transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
     n = job.size
     item_job, item_server = np.empty(n, np.int64), np.empty(n, np.int64)
     item_duration, item_count = np.empty(n, np.int64), np.empty(n, np.int64)
+    item_first = np.empty(n, np.int64)
+    mv_duration, mv_pixels = np.empty(n, np.int64), np.empty(n, np.int64)
     items = inner = moving = cycles = hops_total = 0
     for i in range(n):
         beats = (pixels[i] + width - 1) // width
@@ -198,6 +219,7 @@ def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
         hops_total += hops
         if duration == 0:
             continue
+        mv_duration[moving], mv_pixels[moving] = duration, pixels[i]
         moving += 1
         last = items - 1
         if items and item_job[last] == job[i] and item_server[last] == server:
@@ -207,20 +229,154 @@ def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
         else:
             item_job[items], item_server[items] = job[i], server
             item_duration[items], item_count[items] = duration, 1
+            item_first[items] = moving - 1
             items += 1
     totals = np.array([inner, moving, cycles, hops_total], np.int64)
     return (item_job[:items], item_server[:items], item_duration[:items], item_count[:items],
-            totals)
+            item_first[:items], mv_duration[:moving], mv_pixels[:moving], totals)
 
 
 def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
-             unit: np.ndarray | None = None) -> Schedule:
+             unit: np.ndarray | None = None, capacity: int | None = None) -> Schedule:
     """Time the jobs (J x P weight cycles, in global order, on ``unit``: default round
-    robin) and their queued transfers."""
+    robin) and their queued transfers; ``capacity``: accumulator pixels of each unit's
+    first buffer (None: unbounded)."""
     times = job_times(slot_cycles, stealing)
     ends, busy = job_ends(times, units, unit)
+    if capacity is not None and q.job.size:
+        source = (np.arange(len(times)) % units if unit is None
+                  else np.asarray(unit, np.int64))
+        item_pixels = np.add.reduceat(q.moving_pixels, q.first)
+        if np.bincount(source[q.job], item_pixels, minlength=units).max() > capacity:
+            ends, stalls, last, wait = _backpressure(
+                times.astype(np.int64), source.astype(np.int64), units, q.job, q.server,
+                q.first, q.count, q.moving_duration, q.moving_pixels, q.servers, capacity)
+            return Schedule(cycles=max(int(ends.max(initial=0)), int(last)), unit_busy=busy,
+                            pu_busy=int(slot_cycles.sum()), transfers=q.transfers,
+                            transfer_cycles=q.transfer_cycles, contention=int(wait),
+                            hops=q.hops, job_end=ends, transfer_end=int(last),
+                            first_buffer_stalls=int(stalls))
     last, wait = fifo(q.server, ends[q.job], q.duration, q.count)
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
                     pu_busy=int(slot_cycles.sum()), transfers=q.transfers,
                     transfer_cycles=q.transfer_cycles, contention=wait + q.inner_wait,
                     hops=q.hops, job_end=ends, transfer_end=last)
+
+
+@njit(cache=True, nogil=True)
+def _backpressure(times, source, units, item_job, item_server, item_first, item_count,
+                  duration, pixels, servers, capacity):  # pragma: no cover
+    """(hand-off of every job, stalled cycles, last transfer finish, total wait) of jobs
+    (``times`` cycles each, on unit ``source[j]``, each unit's in global order) whose
+    moving partial OFMs (items as in ``Queue``) wait in first buffers of ``capacity``
+    pixels, played as events in time order. At each time: transfers that finish free
+    their pixels; waiting jobs that fit hand off, in job order (their transfers join their
+    servers' queues, ready now) and their units start their next jobs; idle servers start
+    the head of their queues (ready order, then sequence)."""
+    jobs, n_items, n_moving = times.size, item_job.size, duration.size
+    need = np.zeros(jobs, np.int64)
+    lo = np.full(jobs, -1, np.int64)
+    hi = np.zeros(jobs, np.int64)
+    for i in range(n_items):
+        j = item_job[i]
+        if lo[j] < 0:
+            lo[j] = i
+        hi[j] = i + 1
+        for k in range(item_first[i], item_first[i] + item_count[i]):
+            need[j] += pixels[k]
+    start = np.zeros(units + 1, np.int64)  # each unit's jobs: own[start[u]:start[u + 1]]
+    for j in range(jobs):
+        start[source[j] + 1] += 1
+    for u in range(units):
+        start[u + 1] += start[u]
+    fill = start[:-1].copy()
+    own = np.empty(jobs, np.int64)
+    for j in range(jobs):
+        own[fill[source[j]]] = j
+        fill[source[j]] += 1
+    qstart = np.zeros(servers + 1, np.int64)  # each server's queue, in arrival order
+    for i in range(n_items):
+        qstart[item_server[i] + 1] += item_count[i]
+    for s in range(servers):
+        qstart[s + 1] += qstart[s]
+    line = np.empty(n_moving, np.int64)
+    head, tail = qstart[:-1].copy(), qstart[:-1].copy()
+    ready, owner = np.zeros(n_moving, np.int64), np.zeros(n_moving, np.int64)
+    busy_until = np.zeros(servers, np.int64)
+    serving = np.full(servers, -1, np.int64)
+    held = np.zeros(units, np.int64)
+    nxt = start[:-1].copy()
+    state = np.zeros(units, np.int64)  # 0 no job, 1 running, 2 waiting to hand off
+    job = np.full(units, -1, np.int64)
+    finish, since = np.zeros(units, np.int64), np.zeros(units, np.int64)
+    ends = np.zeros(jobs, np.int64)
+    stalls = wait = last = 0
+    for u in range(units):  # every unit starts its first job at 0
+        if nxt[u] < start[u + 1]:
+            job[u] = own[nxt[u]]
+            nxt[u] += 1
+            finish[u] = times[job[u]]
+            state[u] = 2 if finish[u] == 0 else 1
+    waiting = 0
+    for u in range(units):
+        waiting += state[u] == 2
+    t = 0
+    while True:
+        while waiting:  # hand-offs at t, in job order
+            best = -1
+            for u in range(units):
+                if state[u] == 2 and (held[u] == 0 or held[u] + need[job[u]] <= capacity):
+                    if best < 0 or job[u] < job[best]:
+                        best = u
+            if best < 0:
+                break
+            u, j = best, job[best]
+            waiting -= 1
+            ends[j] = t
+            stalls += t - since[u]
+            held[u] += need[j]
+            if lo[j] >= 0:
+                for i in range(lo[j], hi[j]):
+                    s = item_server[i]
+                    for k in range(item_first[i], item_first[i] + item_count[i]):
+                        line[tail[s]] = k
+                        tail[s] += 1
+                        ready[k], owner[k] = t, u
+            if nxt[u] < start[u + 1]:
+                job[u] = own[nxt[u]]
+                nxt[u] += 1
+                finish[u] = t + times[job[u]]
+                if finish[u] == t:
+                    state[u], since[u] = 2, t
+                    waiting += 1
+                else:
+                    state[u] = 1
+            else:
+                state[u] = 0
+        for s in range(servers):  # idle servers start their next transfer
+            if serving[s] < 0 and head[s] < tail[s]:
+                k = line[head[s]]
+                head[s] += 1
+                wait += t - ready[k]
+                serving[s], busy_until[s] = k, t + duration[k]
+        t_next = -1
+        for u in range(units):
+            if state[u] == 1 and (t_next < 0 or finish[u] < t_next):
+                t_next = finish[u]
+        for s in range(servers):
+            if serving[s] >= 0 and (t_next < 0 or busy_until[s] < t_next):
+                t_next = busy_until[s]
+        if t_next < 0:
+            break
+        t = t_next
+        for s in range(servers):  # transfers that end now free their pixels
+            if serving[s] >= 0 and busy_until[s] == t:
+                k = serving[s]
+                held[owner[k]] -= pixels[k]
+                last = max(last, t)
+                serving[s] = -1
+        for u in range(units):
+            if state[u] == 1 and finish[u] == t:
+                state[u], since[u] = 2, t
+                waiting += 1
+    return ends, stalls, last, wait

@@ -22,10 +22,13 @@ the ``Jobs`` value type and the pricing (``steps``, ``stats.price``).
 
 Per cycle: every operation unit's processing units each execute one weight cycle
 (their own, or, with work stealing, one taken from the unit with most left); a
-job that has no weight cycle left hands its partial OFMs to the interconnect;
-each server (bus / output unit / chain owner) moves one partial OFM at a time,
-``ceil(pixels / bus_width)`` cycles per hop; output units add them onto the OFM at
-the region's place (overlap-add) and the output handler adds the bias.
+job that has no weight cycle left hands its partial OFMs to the interconnect when
+the travelling ones fit its unit's first buffer (``first_buffer_kb``, 4 B a pixel)
+beside those whose transfer has not ended, or the buffer is empty; until then the unit
+stalls (``first_buffer_stalls``) and starts no job; each server (bus / output unit /
+chain owner) moves one partial OFM at a time, ``ceil(pixels / bus_width)`` cycles per
+hop; output units add them onto the OFM at the region's place (overlap-add) and the
+output handler adds the bias.
 The dispatcher reads each region as the compressed stream holds it (a bitmap per
 channel block and its non-zero values) and the emulator counts the bytes at every
 port: region blocks read per kernel set, one weight word per PU and weight cycle, the
@@ -173,6 +176,7 @@ class Job:
     regions: dict  # (a, b) phase -> Cg x rh x rw read by the dispatcher
     pofms: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> accumulators
     hits: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> products per cell
+    rm: int = -1  # index in region-major order (region, then conv group and kernel set)
 
 
 @dataclass
@@ -185,6 +189,7 @@ class Counters:
     transfers: int = 0
     transfer_cycles: int = 0
     contention: int = 0
+    first_buffer_stalls: int = 0
     hops: int = 0
     last_job_end: int = 0
     last_transfer_end: int = 0
@@ -194,8 +199,9 @@ class Counters:
     weight_only_cycles: int = 0
     sram_ifmap_bytes: int = 0
     sram_ofmap_bytes: int = 0
-    job_end: dict = field(default_factory=dict)  # job sequence -> cycle it ended
+    job_end: dict = field(default_factory=dict)  # job sequence -> cycle it handed off
     job_busy: dict = field(default_factory=dict)  # job sequence -> its weight cycles
+    pofm_pixels: dict = field(default_factory=dict)  # region-major job -> partial-OFM pixels
     region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region
 
 
@@ -299,8 +305,11 @@ class Machine:
         """Every region's jobs (image, region row, region column), each region's in its
         order (conv group, kernel set)."""
         L = self.layer
-        return [list(self.region_jobs(n, ti, tj)) for n in range(L.N)
-                for ti in range(self.grid[0]) for tj in range(self.grid[1])]
+        out = [list(self.region_jobs(n, ti, tj)) for n in range(L.N)
+               for ti in range(self.grid[0]) for tj in range(self.grid[1])]
+        for rm, job in enumerate(job for region in out for job in region):
+            job.rm = rm
+        return out
 
     def jobs(self) -> list[deque]:
         """Every job in the run order (``region-major``: a region's kernel sets one after
@@ -356,11 +365,10 @@ class Machine:
         acc.reshape(-1)[cells] += products.reshape(-1)[pixels]
         seen.reshape(-1)[cells] += hit.reshape(-1)[pixels]
 
-    def unit_cycle(self, job: Job) -> None:
-        """All processing units of one operation unit for one cycle: each with work left
-        runs its next; with work stealing each idle one (in slot order) takes the last
-        cycle of the one with most left."""
-        queues = job.queues
+    def deal(self, queues: list) -> list:
+        """One cycle's (kernel slot, PU, weight cycle) of an operation unit, taken off its
+        PUs' queues: each with work left runs its next; with work stealing each idle one
+        (in slot order) takes the last cycle of the one with most left."""
         idle = [slot for slot, q in enumerate(queues) if not q]
         todo = [(slot, slot, q.popleft()) for slot, q in enumerate(queues) if q]
         if self.stealing:
@@ -369,35 +377,83 @@ class Machine:
                 if not queues[victim]:
                     break
                 todo.append((victim, thief, queues[victim].pop()))
+        return todo
+
+    def unit_cycle(self, job: Job) -> None:
+        """All processing units of one operation unit for one cycle (``deal``)."""
+        todo = self.deal(job.queues)
         for slot, pu, item in todo:
             self.pu_cycle(job, slot, pu, item)
         self.counters.pu_busy += len(todo)
 
+    def planned_pofm_pixels(self, job: Job) -> int:
+        """Pixels of the partial OFMs the job will fill (one per kernel slot, PU and part
+        that runs a cycle), by dealing its cycles on copies of its queues."""
+        queues, keys = [deque(q) for q in job.queues], set()
+        while any(queues):
+            keys.update((slot, pu, item[0]) for slot, pu, item in self.deal(queues))
+        return sum(math.prod(self.paths[part].pofm) for _, _, part in keys)
+
+    def band_rows(self) -> np.ndarray:
+        """OFM rows the partial OFMs of each region row reach (the union over kernel parts
+        of where ``accumulate`` puts them), inside the OFM."""
+        out = []
+        for ti in range(self.grid[0]):
+            tops = [self.origin[0] + ti * self.region[0] - d.top[0] for d in self.paths]
+            lo = max(min(tops), 0)
+            hi = min(max(t + d.pofm[0] for t, d in zip(tops, self.paths, strict=True)),
+                     self.layer.P)
+            out.append(max(hi - lo, 0))
+        return np.array(out, np.int64)
+
     # -- output side: servers and output units ---------------------------------------------
+
+    def route(self, job: Job, key: tuple, unit: int) -> tuple[int, int]:
+        """(server, cycles) of one partial OFM of ``job`` on ``unit``: ``ceil(pixels /
+        bus_width)`` per hop to the bus, kernel k's output unit (full) or its owning
+        operation unit (chain: 0 cycles when that is the unit itself)."""
+        p, k = self.p, job.kernels[key[0]]
+        beats = math.ceil(job.pofms[key].size / p.bus_width)
+        if p.interconnect == "bus":
+            return 0, beats
+        if p.interconnect == "full":
+            return k % p.output_units, beats
+        server = k % p.operation_units
+        return server, beats * abs(unit - server)
+
+    def moving_pixels(self, job: Job, unit: int) -> int:
+        """Pixels of the job's partial OFMs that must wait in the first buffer (those that
+        travel; a chain owner's own ones are accumulated at once)."""
+        return sum(pofm.size for key, pofm in job.pofms.items() if self.route(job, key, unit)[1])
+
+    def fits(self, job: Job, unit: int, now: int) -> bool:
+        """Whether the job's travelling partial OFMs fit the unit's first buffer at ``now``
+        beside those whose transfer has not ended (or the buffer is empty)."""
+        done = [t for t in self.in_flight if t[0] <= now]
+        for t in done:
+            self.in_flight.remove(t)
+            self.held[t[1]] -= t[2]
+        need = self.moving_pixels(job, unit)
+        held = self.held[unit]
+        return held == 0 or held + need <= self.p.first_buffer_kb * 1024 // ACC_BYTES
 
     def hand_off(self, job: Job, unit: int, now: int, pending: list) -> None:
         """Queue the job's partial OFMs (kernel slot, PU, part order) for their servers; each
-        is written to and read from the first buffer once (4-byte accumulators)."""
-        p = self.p
+        is written to and read from the first buffer once (4-byte accumulators); the ones
+        that travel stay in the unit's first buffer until their transfer ends."""
         for key, pofm in sorted(job.pofms.items()):
-            slot, _, pi = key
             self.counters.sram_ofmap_bytes += 2 * ACC_BYTES * pofm.size
-            k = job.kernels[slot]
-            beats = math.ceil(pofm.size / p.bus_width)
-            if p.interconnect == "bus":
-                server, duration = 0, beats
-            elif p.interconnect == "full":
-                server, duration = k % p.output_units, beats
-            else:
-                server = k % p.operation_units
-                hops = abs(unit - server)
-                duration = beats * hops
-                self.counters.hops += hops
+            pix = self.counters.pofm_pixels
+            pix[job.rm] = pix.get(job.rm, 0) + pofm.size
+            server, duration = self.route(job, key, unit)
+            if self.p.interconnect == "chain":
+                self.counters.hops += abs(unit - server)
             self.counters.transfer_cycles += duration
             if duration == 0:
                 self.accumulate(job, key, pofm)
                 continue
-            pending.append(((now, job.seq, key), server, duration, job, key, pofm))
+            self.held[unit] += pofm.size
+            pending.append(((now, job.seq, key), server, duration, job, key, pofm, unit))
 
     def accumulate(self, job: Job, key: tuple, pofm: np.ndarray) -> None:
         """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add);
@@ -427,8 +483,9 @@ class Machine:
                 continue
             t = min(ready, key=lambda t: t[0])
             pending.remove(t)
-            (ready_at, *_), _, duration, job, key, pofm = t
+            (ready_at, *_), _, duration, job, key, pofm, unit = t
             busy[server] = now + duration
+            self.in_flight.append((now + duration, unit, pofm.size))
             c = self.counters
             c.transfers += 1
             c.contention += now - ready_at
@@ -437,26 +494,53 @@ class Machine:
 
     # -- the clock --------------------------------------------------------------------------
 
-    def start_next(self, queue: deque, unit: int, now: int, pending: list):
-        """The unit's next job with work; jobs without any weight cycle end at once."""
-        while queue:
-            job = queue.popleft()
-            self.counters.pu_dealt[unit] += [len(q) for q in job.queues]
-            self.counters.job_busy[job.seq] = sum(len(q) for q in job.queues)
-            if any(job.queues):
-                return job
-            self.counters.job_end[job.seq] = now
+    def start_next(self, queue: deque, unit: int):
+        """The unit's next job (None when it has none left)."""
+        if not queue:
+            return None
+        job = queue.popleft()
+        self.counters.pu_dealt[unit] += [len(q) for q in job.queues]
+        self.counters.job_busy[job.seq] = sum(len(q) for q in job.queues)
+        return job
+
+    def settle(self, unit: int, now: int, current: list, waiting: list, queues, pending):
+        """Hand off the unit's finished job at ``now`` if its partial OFMs fit the first
+        buffer (else it keeps waiting: the unit stalls), then start its next jobs; a job
+        without any weight cycle ends at once."""
+        c = self.counters
+        while waiting[unit] is not None:
+            job, since = waiting[unit]
+            if not self.fits(job, unit, now):
+                return
             self.hand_off(job, unit, now, pending)
-        return None
+            c.job_end[job.seq] = now
+            c.last_job_end = max(c.last_job_end, now)
+            c.first_buffer_stalls += now - since
+            waiting[unit] = None
+            nxt = self.start_next(queues[unit], unit)
+            if nxt is not None and not any(nxt.queues):
+                waiting[unit] = (nxt, now)
+            else:
+                current[unit] = nxt
 
     def run(self) -> int:
         """Clock the device until every job and transfer is done; returns the cycle count."""
         queues = self.jobs()
+        units = len(queues)
         pending: list = []
-        current = [self.start_next(q, u, 0, pending) for u, q in enumerate(queues)]
+        self.held, self.in_flight = [0] * units, []
+        current, waiting = [None] * units, [None] * units
+        for u in range(units):
+            job = self.start_next(queues[u], u)
+            if job is not None and not any(job.queues):
+                waiting[u] = (job, 0)
+                self.settle(u, 0, current, waiting, queues, pending)
+            else:
+                current[u] = job
         busy: dict = {}
         now = 0
-        while any(j is not None for j in current) or pending:
+        while (any(j is not None for j in current) or pending
+               or any(w is not None for w in waiting)):
             self.serve(now, pending, busy)
             for u, job in enumerate(current):
                 if job is None:
@@ -464,10 +548,9 @@ class Machine:
                 self.unit_cycle(job)
                 self.counters.unit_busy[u] += 1
                 if not any(job.queues):
-                    self.hand_off(job, u, now + 1, pending)
-                    self.counters.last_job_end = now + 1
-                    self.counters.job_end[job.seq] = now + 1
-                    current[u] = self.start_next(queues[u], u, now + 1, pending)
+                    current[u], waiting[u] = None, (job, now + 1)
+            for u in range(units):
+                self.settle(u, now + 1, current, waiting, queues, pending)
             now += 1
         return max(self.counters.last_job_end, self.counters.last_transfer_end)
 
@@ -552,6 +635,7 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
         "transfers": c.transfers,
         "transfer_cycles": c.transfer_cycles,
         "contention_cycles": c.contention,
+        "first_buffer_stall_cycles": c.first_buffer_stalls,
         "chain_hops": c.hops,
         "stealing_saved_cycles": saved,
         "peak_pofm_pixels": largest.pofm[0] * largest.pofm[1],
@@ -570,11 +654,14 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
     touched = m.touched if not layer.bias else np.ones(layer.output_shape, bool)
     jobs = Jobs(end=np.array([c.job_end[j] for j in ended], np.int64),
                 busy=np.array([c.job_busy[j] for j in ended], np.int64), cycles=res.cycles,
-                bus_bound=c.last_transfer_end > c.last_job_end, stream_bytes=stream,
+                bus_bound=c.last_transfer_end > int(c.unit_busy.max())
+                or c.first_buffer_stalls > 0, stream_bytes=stream,
                 input_nonzeros=x_nonzeros,
                 region_nonzeros=c.region_nonzeros, kernel_set_bytes=m.kernel_set_bytes(),
                 ofm_bytes=map_stream_bytes(touched, region, elem),
-                psum_pixels=pus * largest.pofm[0] * largest.pofm[1],
+                pofm_pixels=np.array([c.pofm_pixels.get(j, 0) for j in range(len(ended))],
+                                     np.int64),
+                band_rows=m.band_rows(), grid_cols=m.grid[1],
                 sram_total=counts.sram_ifmap_bytes + counts.sram_filter_bytes
                 + counts.sram_ofmap_bytes, order=order)
     return res.output, price(layer, counts, steps(layer, params, jobs), arch)
@@ -586,16 +673,15 @@ def choose_order(layer: ConvLayer, x, w, params, arch) -> str:
     from ..dataflows.input_reuse import Jobs, loop_order
 
     m = Machine(layer, x, w, params)
-    m.region_major()
-    jobs = len(m.counters.region_nonzeros) * len(m.kernel_set_bytes())
-    idle = np.zeros(jobs, np.int64)
+    planned = [m.planned_pofm_pixels(job) for region in m.region_major() for job in region]
+    idle = np.zeros(len(planned), np.int64)
     blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
+                  pofm_pixels=np.array(planned, np.int64), band_rows=m.band_rows(),
+                  grid_cols=m.grid[1],
                   stream_bytes=map_stream_bytes(x, m.region, m.elem),
                   input_nonzeros=int(np.count_nonzero(x)),
                   region_nonzeros=m.counters.region_nonzeros,
-                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0,
-                  psum_pixels=params.operation_units * params.processing_units
-                  * math.prod(m.largest_path().pofm), sram_total=0)
+                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0, sram_total=0)
     return loop_order(layer, params, blocks, arch.memory)
 
 
