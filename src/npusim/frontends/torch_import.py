@@ -40,7 +40,8 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from .torch_ops import Call, Parts, Ref, kind_and_converter, supported_ops  # noqa: E402
+from .torch_ops import Call, Parts, Ref  # noqa: E402
+from .torch_table import kind_and_converter, supported_ops  # noqa: E402
 
 DEFAULT_INPUT_SHAPE = (1, 3, 224, 224)
 

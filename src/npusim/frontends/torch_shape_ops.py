@@ -1,0 +1,153 @@
+"""PyTorch calls -> lowering rules for the calls that move, cut, join, resample, reduce or
+pass data through (cat, permute, split, reshape, pad, indexing, interpolate, mean, softmax,
+dropout): one converter per kind of call, with the torch call's own parameters (see
+``torch_ops`` for what a converter takes and returns)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from . import lowering as rules
+from .lowering import Refusal as _Refusal
+from .torch_ops import Parts, Ref, computed
+
+
+def cat(c, tensors, dim=0):
+    computed = all(isinstance(t, Ref) for t in tensors)
+    return rules.concat(dim, len(tensors[0].shape) if computed else 1, computed)
+
+
+def mean(c, input, dim=None, keepdim=False, *, dtype=None):
+    x = computed(input)
+    if dtype is not None:
+        raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
+    return rules.reduce("mean", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
+
+
+def amax(c, input, dim=(), keepdim=False):
+    x = computed(input)
+    return rules.reduce("max", dim if dim != () else range(len(x.shape)), keepdim, x.shape)
+
+
+def permute(c, input, *dims):
+    x = computed(input)
+    dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
+    return rules.transpose(dims, len(x.shape))
+
+
+def transpose(c, input, dim0, dim1):
+    return rules.swap_axes(dim0, dim1, len(computed(input).shape))
+
+
+def split(c, input, split_size_or_sections=None, dim=0, *, chunks=None):
+    """chunk / split: one Slice per part, the part sizes as PyTorch made them."""
+    x = computed(input)
+    axis = dim % len(x.shape)
+    return Parts(x, tuple(rules.split(axis, [p[axis] for p in c.parts], x.shape)))
+
+
+def chunk(c, input, chunks, dim=0):
+    return split(c, input, dim=dim)
+
+
+def concatenate(c, tensors, axis=0):
+    return cat(c, tensors, axis)
+
+
+def reshape_to(c, input, *args, **kwargs):
+    """flatten / view / reshape / squeeze / unsqueeze: the result shape PyTorch produced."""
+    return rules.reshape(computed(input).shape, c.out_shape)
+
+
+def interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None, antialias=False):
+    (_, _, h, w), (_, _, p, q) = computed(input, 4).shape, c.out_shape
+    if mode not in ("nearest", "bilinear") or antialias:
+        raise _Refusal(f"mode={mode!r}{', antialias' if antialias else ''}: the IR resamples "
+                       "'nearest' or 'bilinear' (no antialias)")
+    if scale_factor is not None and not recompute_scale_factor:
+        op = ops.Upsample(scale_factor, mode, bool(align_corners))  # samples at 1/scale
+    else:
+        op = rules.upsample_to((h, w), (p, q), mode, bool(align_corners))
+    check_resampling(op, (h, w), lambda t: F.interpolate(
+        t, size, scale_factor, mode, align_corners, recompute_scale_factor))
+    return op
+
+
+def check_resampling(op: ops.Upsample, hw, torch_fn) -> None:
+    """Refuse unless the IR's Upsample samples exactly as PyTorch does at this size."""
+    x = np.random.default_rng(0).standard_normal((1, 1, *hw)).astype(np.float32)
+    want = torch_fn(torch.from_numpy(x)).numpy()
+    if not np.allclose(op(x), want, rtol=0, atol=1e-5):
+        raise _Refusal("the IR's Upsample (nearest: floor(dst * step); bilinear: half-pixel or "
+                       "align_corners; step = 1/scale, or in/out for a size) samples this size "
+                       "and scale differently")
+
+
+def softmax(c, input, dim=None, _stacklevel=3, dtype=None):
+    computed(input)
+    if dim is None or dtype is not None:
+        raise _Refusal(f"dim={dim}, dtype={dtype}: give dim explicitly and no dtype")
+    return rules.softmax(dim, len(input.shape))
+
+
+def pad(c, input, pad, mode="constant", value=None):
+    """F.pad: held on the tensor until a conv or pooling absorbs it (see ``pending_pad``)."""
+    x = input if isinstance(input, Ref) else computed(input)
+    fill = 0.0 if value is None else float(value)
+    pad = [int(p) for p in pad]
+    if min(pad) < 0 or any(pad[4:]) or len(pad) % 2 or mode not in ("constant", "reflect",
+                                                                     "replicate"):
+        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect or replicate, "
+                       "non-negative padding of H and W is supported")
+    left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
+    result = rules.pad((top, bottom, left, right), mode, fill, x.pad)
+    if isinstance(result, rules.Pending):
+        return Ref(x.name, c.out_shape, result)
+    return result, (x.name,)
+
+
+def getitem(c, input, index):
+    """A part of chunk / split; ``x[...]`` of start:stop:step slices (and one ``...``): a
+    Slice per axis it cuts (chained), a pass-through if it keeps the whole tensor."""
+    if isinstance(input, Parts):
+        if not isinstance(index, int):
+            raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
+                           "by an integer index")
+        return input.slices[index], (input.source.name,)
+    x = computed(input)
+    cuts = [(axis, p) for axis, p in enumerate(index_slices(index, x.shape))
+            if p.indices(x.shape[axis]) != (0, x.shape[axis], 1)]
+    if not cuts:
+        return x
+    return c.build.chain([f"{c.name}_axis{axis}" for axis, _ in cuts[:-1]],
+                         [ops.Slice(axis, p.start or 0, p.stop, p.step or 1) for axis, p in cuts],
+                         x.name)
+
+
+def index_slices(index, shape) -> list[slice]:
+    """An index of slices and at most one ``...`` as one slice per axis of ``shape``."""
+    parts = list(index) if isinstance(index, tuple) else [index]
+    if parts.count(Ellipsis) > 1 or not all(p is Ellipsis or isinstance(p, slice)
+                                            and (p.step or 1) >= 1 for p in parts):
+        raise _Refusal(f"indexing {shape} with {index}: the IR slices with start:stop:step "
+                       "(step >= 1) per axis and one '...' (no integers, None, tensors)")
+    if Ellipsis in parts:
+        i = parts.index(Ellipsis)
+        parts[i:i + 1] = [slice(None)] * (len(shape) - len(parts) + 1)
+    if len(parts) > len(shape):
+        raise _Refusal(f"indexing {shape} with {index}: more indices than axes")
+    return parts + [slice(None)] * (len(shape) - len(parts))
+
+
+def dropout(c, input, p=0.5, training=True, inplace=False):
+    if training:
+        raise _Refusal("training=True drops at random; pass training=self.training")
+    return computed(input)
+
+
+def identity(c, input, *args, **kwargs):
+    return computed(input)

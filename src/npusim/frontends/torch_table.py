@@ -1,0 +1,185 @@
+"""Which torch modules, functions and tensor methods each converter handles
+(``torch_ops``, ``torch_shape_ops``), how a user would write each, and the look-up the
+importer does per graph node."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import ops
+from .torch_ops import (
+    adaptive_avg_pool2d,
+    arith,
+    avg_pool2d,
+    batch_norm,
+    clamp,
+    computed,
+    conv2d,
+    conv_module,
+    conv_transpose2d,
+    conv_transpose_module,
+    gelu,
+    group_norm,
+    hardtanh,
+    layer_norm,
+    leaky_relu,
+    linear,
+    max_pool2d,
+    prelu,
+    relu,
+    relu6,
+    unary,
+)
+from .torch_shape_ops import (
+    amax,
+    cat,
+    chunk,
+    concatenate,
+    dropout,
+    getitem,
+    identity,
+    interpolate,
+    mean,
+    pad,
+    permute,
+    reshape_to,
+    softmax,
+    split,
+    transpose,
+)
+
+_MODULES = {
+    nn.Conv2d: conv_module,
+    nn.ConvTranspose2d: conv_transpose_module,
+    nn.Linear: lambda c, m, x: linear(c, x, m.weight, m.bias),
+    nn.Sigmoid: lambda c, m, x: unary(ops.Sigmoid)(c, x),
+    nn.Hardsigmoid: lambda c, m, x: unary(ops.HardSigmoid)(c, x),
+    nn.Hardswish: lambda c, m, x: unary(ops.HardSwish)(c, x),
+    nn.SiLU: lambda c, m, x: unary(ops.Silu)(c, x),
+    nn.Tanh: lambda c, m, x: unary(ops.Tanh)(c, x),
+    nn.GELU: lambda c, m, x: gelu(c, x, m.approximate),
+    nn.LayerNorm: lambda c, m, x: layer_norm(c, x, m.normalized_shape, m.weight, m.bias, m.eps),
+    nn.GroupNorm: lambda c, m, x: group_norm(c, x, m.num_groups, m.weight, m.bias, m.eps),
+    nn.BatchNorm2d: lambda c, m, x: batch_norm(
+        c, x, m.running_mean, m.running_var, m.weight, m.bias, m.training, eps=m.eps),
+    nn.ReLU: lambda c, m, x: relu(c, x),
+    nn.ReLU6: lambda c, m, x: relu6(c, x),
+    nn.Hardtanh: lambda c, m, x: clamp(c, x, m.min_val, m.max_val),
+    nn.LeakyReLU: lambda c, m, x: leaky_relu(c, x, m.negative_slope),
+    nn.PReLU: lambda c, m, x: prelu(c, x, m.weight),
+    nn.MaxPool2d: lambda c, m, x: max_pool2d(c, x, m.kernel_size, m.stride, m.padding,
+                                              m.dilation, m.ceil_mode, m.return_indices),
+    nn.AvgPool2d: lambda c, m, x: avg_pool2d(c, x, m.kernel_size, m.stride, m.padding,
+                                              m.ceil_mode, m.count_include_pad,
+                                              m.divisor_override),
+    nn.AdaptiveAvgPool2d: lambda c, m, x: adaptive_avg_pool2d(c, x, m.output_size),
+    nn.Flatten: lambda c, m, x: reshape_to(c, x),
+    nn.Softmax: lambda c, m, x: softmax(c, x, m.dim),
+    nn.Identity: lambda c, m, x: computed(x),
+    nn.ConstantPad2d: lambda c, m, x: pad(c, x, m.padding, "constant", m.value),
+    nn.ZeroPad2d: lambda c, m, x: pad(c, x, m.padding, "constant", 0.0),
+    nn.ReflectionPad2d: lambda c, m, x: pad(c, x, m.padding, "reflect"),
+    nn.ReplicationPad2d: lambda c, m, x: pad(c, x, m.padding, "replicate"),
+    **{cls: lambda c, m, x: interpolate(c, x, m.size, m.scale_factor, m.mode, m.align_corners,
+                                         m.recompute_scale_factor)
+       for cls in (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)},
+    # at inference (the module is put in eval mode) dropout passes its input through
+    **{cls: lambda c, m, x: computed(x)
+       for cls in (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)},
+}
+
+
+def _table(*rows) -> dict:
+    return {target: row[0] for row in rows for target in row[1:]}
+
+
+_FUNCTIONS = _table(
+    (conv2d, torch.conv2d),
+    (conv_transpose2d, F.conv_transpose2d, torch.conv_transpose2d),
+    (linear, F.linear),
+    (batch_norm, F.batch_norm),
+    (relu, F.relu, F.relu_, torch.relu, torch.relu_),
+    (relu6, F.relu6),
+    (clamp, torch.clamp, torch.clip),
+    (hardtanh, F.hardtanh, F.hardtanh_),
+    (leaky_relu, F.leaky_relu, F.leaky_relu_),
+    (prelu, torch.prelu),
+    (max_pool2d, F.max_pool2d, torch.max_pool2d),
+    (avg_pool2d, F.avg_pool2d),
+    (adaptive_avg_pool2d, F.adaptive_avg_pool2d),
+    (arith("add"), operator.add, operator.iadd, torch.add),
+    (arith("sub"), operator.sub, operator.isub, torch.sub, torch.subtract),
+    (arith("mul"), operator.mul, operator.imul, torch.mul, torch.multiply),
+    (arith("div"), operator.truediv, operator.itruediv, torch.div, torch.divide),
+    (arith("max"), torch.maximum),
+    (arith("min"), torch.minimum),
+    (unary(ops.Sigmoid), torch.sigmoid, F.sigmoid),
+    (unary(ops.HardSigmoid), F.hardsigmoid),
+    (unary(ops.HardSwish), F.hardswish),
+    (unary(ops.Silu), F.silu),
+    (unary(ops.Tanh), torch.tanh, F.tanh),
+    (gelu, F.gelu),
+    (layer_norm, F.layer_norm),
+    (group_norm, F.group_norm),
+    (mean, torch.mean),
+    (amax, torch.amax),
+    (permute, torch.permute),
+    (transpose, torch.transpose),
+    (split, torch.split),
+    (chunk, torch.chunk),
+    (cat, torch.cat, torch.concat),
+    (concatenate, torch.concatenate),
+    (reshape_to, torch.flatten, torch.reshape),
+    (pad, F.pad),
+    (getitem, operator.getitem),
+    (interpolate, F.interpolate, F.upsample),
+    (softmax, F.softmax, torch.softmax),
+    (dropout, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout),
+)
+
+_METHODS = {
+    "relu": relu, "relu_": relu, "clamp": clamp, "clamp_": clamp, "clip": clamp,
+    "add": arith("add"), "add_": arith("add"), "sub": arith("sub"), "sub_": arith("sub"),
+    "mul": arith("mul"), "mul_": arith("mul"), "div": arith("div"), "div_": arith("div"),
+    "sigmoid": unary(ops.Sigmoid), "sigmoid_": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
+    "mean": mean, "amax": amax, "permute": permute, "transpose": transpose,
+    "split": split, "chunk": chunk, "flatten": reshape_to, "view": reshape_to,
+    "reshape": reshape_to, "squeeze": reshape_to, "unsqueeze": reshape_to,
+    "softmax": softmax, "contiguous": identity,
+}
+
+
+def _function_name(fn) -> str:
+    """``F.relu``, ``torch.cat``, ``operator.add``: how a user would write the call."""
+    name = getattr(fn, "__name__", repr(fn))
+    for prefix, namespace in (("F", F), ("torch", torch), ("operator", operator)):
+        if getattr(namespace, name, None) is fn:
+            return f"{prefix}.{name}"
+    return f"{getattr(fn, '__module__', None) or '?'}.{name}"
+
+
+def _module_name(cls: type) -> str:
+    return f"nn.{cls.__name__}" if cls.__module__.startswith("torch.nn") \
+        else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def supported_ops() -> list[str]:
+    """Every module class, function and tensor method the importer maps to the IR."""
+    return sorted({_module_name(cls) for cls in _MODULES}
+                  | {_function_name(fn) for fn in _FUNCTIONS}
+                  | {f"Tensor.{m}" for m in _METHODS})
+
+
+def kind_and_converter(gm, n):
+    """How a node is named in messages, and its converter (None if unsupported)."""
+    if n.op == "call_module":
+        module = gm.get_submodule(n.target)
+        conv = _MODULES.get(type(module))
+        return _module_name(type(module)), (conv and (lambda c, *a, **k: conv(c, module, *a, **k)))
+    if n.op == "call_method":
+        return f"Tensor.{n.target}", _METHODS.get(n.target)
+    return _function_name(n.target), _FUNCTIONS.get(n.target)
