@@ -1,5 +1,6 @@
 """Commands that need no compiled kernel, tensor import or plot load none of the heavy
-libraries (a module-set check in a fresh interpreter; no timing)."""
+libraries, and ``--help`` not even numpy, rich or the simulator (a module-set check in a
+fresh interpreter; no timing: bench/bench_startup.py times them)."""
 
 import json
 import os
@@ -11,6 +12,8 @@ import pytest
 
 HEAVY = ("numba", "llvmlite", "torch", "onnx", "onnxruntime", "skimage", "matplotlib",
          "scipy", "PIL")
+PARSER_ONLY = HEAVY + ("numpy", "rich", "npusim.simulate", "npusim.dataflows", "npusim.ir",
+                       "npusim.dse.runner", "threadpoolctl")
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SCRIPT = """
@@ -25,20 +28,30 @@ print(json.dumps(loaded))
 """
 
 
-def _heavy_loaded(argvs: list[list[str]]) -> dict:
-    """{'import': modules, 'cmd ...': [exit code, modules]} from a fresh interpreter."""
-    code = f"HEAVY = {HEAVY!r}\nARGVS = {argvs!r}\n{SCRIPT}"
+def _heavy_loaded(argvs: list[list[str]], heavy: tuple[str, ...] = HEAVY) -> dict:
+    """{'import': modules, 'cmd ...': [exit code, modules]} from a fresh interpreter: which
+    of ``heavy`` are loaded after importing the CLI, and after each command."""
+    code = f"HEAVY = {heavy!r}\nARGVS = {argvs!r}\n{SCRIPT}"
+    return json.loads(_fresh_python(code).splitlines()[-1])
+
+
+def _fresh_python(code: str) -> str:
+    """The standard output of ``python -c code`` in a new interpreter on this tree's npusim."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True).stdout
 
 
-def test_importing_the_cli_loads_no_heavy_library():
-    assert _heavy_loaded([]) == {"import": []}
+def test_importing_the_cli_and_its_help_load_neither_numpy_nor_the_simulator():
+    """The parser is built from the light modules alone (``npusim.choices``, the lazy
+    packages): numpy, rich and the machines wait for a command that uses them."""
+    loaded = _heavy_loaded([["--help"], ["sweep", "--help"], ["run", "--help"]], PARSER_ONLY)
+    assert loaded == {"import": [], "--help": [0, []], "sweep --help": [0, []],
+                      "run --help": [0, []]}
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["models"], ["archs"], ["run", "Resnet18.csv"],
+                                  ["run", "yolo_tiny.csv", "--arch", "systolic-32x32-os"],
                                   ["run", "Resnet18.csv", "--arch", "group-tile-64mac", "-q"]])
 def test_light_commands_load_no_heavy_library(argv):
     """(A shape-only run on a machine whose costs come from compiled kernels, such as
@@ -55,7 +68,19 @@ def test_a_kernel_call_still_compiles_with_numba():
             "w = bitconv.pack_weights(layer, np.ones((2, 3, 3, 3), bool))\n"
             "print(int(bitconv.kernel_ones(w).sum()), 'numba' in sys.modules,\n"
             "      type(bitconv._pack_kernels).__module__)")
-    env = {**os.environ, "PYTHONPATH": SRC}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True).stdout.split()
+    out = _fresh_python(code).split()
     assert out == ["54", "True", "numba.core.registry"]
+
+
+def test_the_lazy_package_names_are_the_library_objects():
+    """``npusim.simulate`` stays the function, not the module of the same name, however that
+    module was first imported; every exported name resolves."""
+    code = ("import npusim.cli, npusim.simulate as m, npusim, npusim.dse\n"
+            "from npusim.simulate import simulate\n"
+            "missing = [n for n in npusim.__all__ + npusim.dse.__all__ if n not in "
+            "{'from_torch', 'from_factory', 'from_onnx'} and not hasattr("
+            "npusim if n in npusim.__all__ else npusim.dse, n)]\n"
+            "print(npusim.simulate is simulate, m is simulate, npusim.dse.pareto.__module__,\n"
+            "      missing, 'simulate' in dir(npusim))")
+    out = _fresh_python(code).split()
+    assert out == ["True", "True", "npusim.dse.pareto", "[]", "True"]
