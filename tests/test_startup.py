@@ -60,6 +60,21 @@ def test_light_commands_load_no_heavy_library(argv):
     assert loaded[" ".join(argv)] == [0, []]
 
 
+@pytest.mark.parametrize("argv", [["models"], ["archs"]])
+def test_the_listings_load_no_rich(argv):
+    """``models`` and ``archs`` print plain columns (``cli.print_columns``), not rich tables."""
+    loaded = _heavy_loaded([argv], HEAVY + ("rich",))
+    assert loaded[" ".join(argv)] == [0, []]
+
+
+def test_python_m_npusim_runs_the_command_line():
+    """``python -m npusim`` is the ``npusim`` script: same parser, same exit code."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "npusim", "no-such-command"],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2 and "invalid choice: 'no-such-command'" in done.stderr
+
+
 def test_a_kernel_call_still_compiles_with_numba():
     """The lazy kernels become numba's on first use (the run then loads numba)."""
     code = ("import sys, numpy as np\nfrom npusim import bitconv\n"
@@ -74,13 +89,14 @@ def test_a_kernel_call_still_compiles_with_numba():
 
 def test_the_lazy_package_names_are_the_library_objects():
     """``npusim.simulate`` stays the function, not the module of the same name, however that
-    module was first imported; every exported name resolves."""
-    code = ("import npusim.cli, npusim.simulate as m, npusim, npusim.dse\n"
+    module was first imported; every exported name of each lazy package resolves (torch and
+    onnx are installed for the tests) and is listed by ``dir``."""
+    code = ("import npusim.cli, npusim.simulate as m, npusim, npusim.dse, npusim.report\n"
             "from npusim.simulate import simulate\n"
-            "missing = [n for n in npusim.__all__ + npusim.dse.__all__ if n not in "
-            "{'from_torch', 'from_factory', 'from_onnx'} and not hasattr("
-            "npusim if n in npusim.__all__ else npusim.dse, n)]\n"
+            "packages = (npusim, npusim.dse, npusim.report)\n"
+            "bad = [f'{p.__name__}.{n}' for p in packages for n in p.__all__\n"
+            "       if getattr(p, n, None) is None or n not in dir(p)]\n"
             "print(npusim.simulate is simulate, m is simulate, npusim.dse.pareto.__module__,\n"
-            "      missing, 'simulate' in dir(npusim))")
+            "      npusim.from_onnx.__module__, repr(bad).replace(' ', ''))")
     out = _fresh_python(code).split()
-    assert out == ["True", "True", "npusim.dse.pareto", "[]", "True"]
+    assert out == ["True", "True", "npusim.dse.pareto", "npusim.frontends.onnx_import", "[]"]

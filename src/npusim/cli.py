@@ -259,37 +259,35 @@ def _stdout(stderr: bool = False) -> Console:
 
 def cmd_models(args) -> int:
     """List the zoo's models with one line each."""
-    from rich.table import Table
-
     from .frontends import zoo
 
-    table = Table("model", "description", box=None, header_style="bold")
-    for name in zoo.names():
-        table.add_row(name, zoo.describe(name))
-    _stdout().print(table)
+    print_columns(["model", "description"], [[name, zoo.describe(name)] for name in zoo.names()])
     return EXIT_OK
 
 
 def cmd_archs(args) -> int:
     """List the arch presets: name, default dataflow, clock, description, and the memory
     (printed once if every preset has the same)."""
-    from rich.table import Table
-
     from .arch import load_arch, presets
     from .memory import describe, same_memory
 
     archs = [load_arch(name) for name in presets()]
     same = same_memory(archs)
-    table = Table("arch", "dataflow", "clock", "description", *([] if same else ["memory"]),
-                  box=None, header_style="bold")
-    for arch in archs:
-        table.add_row(arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
-                      *([] if same else [describe(arch.memory)]))
-    console = _stdout()
-    console.print(table)
+    print_columns(["arch", "dataflow", "clock", "description", *([] if same else ["memory"])],
+                  [[arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
+                    *([] if same else [describe(arch.memory)])] for arch in archs])
     if same and archs:
-        console.print(f"memory of every preset: {describe(archs[0].memory)}")
+        print(f"memory of every preset: {describe(archs[0].memory)}")
     return EXIT_OK
+
+
+def print_columns(header: list[str], rows: list[list[str]]) -> None:
+    """``rows`` under ``header`` on stdout, each column as wide as its widest cell: the plain
+    listing of ``models`` and ``archs``, which so import no rich (its console and table
+    would add about a fifth to their start-up)."""
+    widths = [max(map(len, column)) for column in zip(header, *rows, strict=True)]
+    for row in [header, *rows]:
+        print(" " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 def cmd_tune_groups(args) -> int:
