@@ -1,5 +1,6 @@
 """Commands that need no compiled kernel, tensor import or plot load none of the heavy
-libraries (a module-set check in a fresh interpreter; no timing)."""
+libraries, and ``--help`` not even numpy, rich or the simulator (a module-set check in a
+fresh interpreter; no timing: bench/bench_startup.py times them)."""
 
 import json
 import os
@@ -11,6 +12,8 @@ import pytest
 
 HEAVY = ("numba", "llvmlite", "torch", "onnx", "onnxruntime", "skimage", "matplotlib",
          "scipy", "PIL")
+PARSER_ONLY = HEAVY + ("numpy", "rich", "npusim.simulate", "npusim.dataflows", "npusim.ir",
+                       "npusim.dse.runner", "threadpoolctl")
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SCRIPT = """
@@ -25,26 +28,51 @@ print(json.dumps(loaded))
 """
 
 
-def _heavy_loaded(argvs: list[list[str]]) -> dict:
-    """{'import': modules, 'cmd ...': [exit code, modules]} from a fresh interpreter."""
-    code = f"HEAVY = {HEAVY!r}\nARGVS = {argvs!r}\n{SCRIPT}"
+def _heavy_loaded(argvs: list[list[str]], heavy: tuple[str, ...] = HEAVY) -> dict:
+    """{'import': modules, 'cmd ...': [exit code, modules]} from a fresh interpreter: which
+    of ``heavy`` are loaded after importing the CLI, and after each command."""
+    code = f"HEAVY = {heavy!r}\nARGVS = {argvs!r}\n{SCRIPT}"
+    return json.loads(_fresh_python(code).splitlines()[-1])
+
+
+def _fresh_python(code: str) -> str:
+    """The standard output of ``python -c code`` in a new interpreter on this tree's npusim."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True).stdout
 
 
-def test_importing_the_cli_loads_no_heavy_library():
-    assert _heavy_loaded([]) == {"import": []}
+def test_importing_the_cli_and_its_help_load_neither_numpy_nor_the_simulator():
+    """The parser is built from the light modules alone (``npusim.choices``, the lazy
+    packages): numpy, rich and the machines wait for a command that uses them."""
+    loaded = _heavy_loaded([["--help"], ["sweep", "--help"], ["run", "--help"]], PARSER_ONLY)
+    assert loaded == {"import": [], "--help": [0, []], "sweep --help": [0, []],
+                      "run --help": [0, []]}
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["models"], ["archs"], ["run", "Resnet18.csv"],
+                                  ["run", "yolo_tiny.csv", "--arch", "systolic-32x32-os"],
                                   ["run", "Resnet18.csv", "--arch", "group-tile-64mac", "-q"]])
 def test_light_commands_load_no_heavy_library(argv):
     """(A shape-only run on a machine whose costs come from compiled kernels, such as
     input-reuse, loads numba: it calls them.)"""
     loaded = _heavy_loaded([argv])
     assert loaded[" ".join(argv)] == [0, []]
+
+
+@pytest.mark.parametrize("argv", [["models"], ["archs"]])
+def test_the_listings_load_no_rich(argv):
+    """``models`` and ``archs`` print plain columns (``cli.print_columns``), not rich tables."""
+    loaded = _heavy_loaded([argv], HEAVY + ("rich",))
+    assert loaded[" ".join(argv)] == [0, []]
+
+
+def test_python_m_npusim_runs_the_command_line():
+    """``python -m npusim`` is the ``npusim`` script: same parser, same exit code."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "npusim", "no-such-command"],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2 and "invalid choice: 'no-such-command'" in done.stderr
 
 
 def test_a_kernel_call_still_compiles_with_numba():
@@ -55,7 +83,20 @@ def test_a_kernel_call_still_compiles_with_numba():
             "w = bitconv.pack_weights(layer, np.ones((2, 3, 3, 3), bool))\n"
             "print(int(bitconv.kernel_ones(w).sum()), 'numba' in sys.modules,\n"
             "      type(bitconv._pack_kernels).__module__)")
-    env = {**os.environ, "PYTHONPATH": SRC}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True).stdout.split()
+    out = _fresh_python(code).split()
     assert out == ["54", "True", "numba.core.registry"]
+
+
+def test_the_lazy_package_names_are_the_library_objects():
+    """``npusim.simulate`` stays the function, not the module of the same name, however that
+    module was first imported; every exported name of each lazy package resolves (torch and
+    onnx are installed for the tests) and is listed by ``dir``."""
+    code = ("import npusim.cli, npusim.simulate as m, npusim, npusim.dse, npusim.report\n"
+            "from npusim.simulate import simulate\n"
+            "packages = (npusim, npusim.dse, npusim.report)\n"
+            "bad = [f'{p.__name__}.{n}' for p in packages for n in p.__all__\n"
+            "       if getattr(p, n, None) is None or n not in dir(p)]\n"
+            "print(npusim.simulate is simulate, m is simulate, npusim.dse.pareto.__module__,\n"
+            "      npusim.from_onnx.__module__, repr(bad).replace(' ', ''))")
+    out = _fresh_python(code).split()
+    assert out == ["True", "True", "npusim.dse.pareto", "npusim.frontends.onnx_import", "[]"]

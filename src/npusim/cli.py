@@ -4,26 +4,31 @@ Thin: it parses, calls the library, prints. Every ``NpusimError`` (and every bad
 flag value) becomes one line on stderr and exit code 2, before anything is
 written; ``--check`` above its tolerance exits 1. JSON and CSV reports are
 written only after the run succeeded, each atomically.
+
+Only the standard library and npusim's light modules are imported here: each command
+imports what it uses (the simulator, numpy, rich) when it runs, so ``npusim --help``
+loads none of them (docs/architecture.md, "Start-up").
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import sys
 import time
 import warnings
 from pathlib import Path
-
-import numpy as np
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from . import __version__, outfile
+from .choices import DTYPES, MODES
 from .errors import InputError, NpusimError, NpusimWarning
-from .frontends import onnx_source
-from .ir import DTYPES, Graph
+
+if TYPE_CHECKING:
+    import numpy as np
+    from rich.console import Console
+
+    from .ir import Graph
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 OPTIONAL_EXTRAS = {"torch": "torch", "onnx": "onnx", "onnxruntime": "onnx", "google": "onnx"}
@@ -129,8 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
-    from .simulate import MODES
-
     run.add_argument("model", metavar="MODEL",
                      help="zoo name (npusim models), FILE.onnx, FILE.py:factory, or a SCALE-Sim "
                           "topology FILE.csv (shape-only run)")
@@ -248,6 +251,8 @@ def one_line(message: str) -> str:
 def _stdout(stderr: bool = False) -> Console:
     """Console on stdout (or stderr); 160 columns when it is a file or pipe (rich would
     assume 80)."""
+    from rich.console import Console
+
     console = Console(stderr=stderr)
     return console if console.is_terminal else Console(stderr=stderr, width=160)
 
@@ -256,10 +261,7 @@ def cmd_models(args) -> int:
     """List the zoo's models with one line each."""
     from .frontends import zoo
 
-    table = Table("model", "description", box=None, header_style="bold")
-    for name in zoo.names():
-        table.add_row(name, zoo.describe(name))
-    _stdout().print(table)
+    print_columns(["model", "description"], [[name, zoo.describe(name)] for name in zoo.names()])
     return EXIT_OK
 
 
@@ -271,16 +273,21 @@ def cmd_archs(args) -> int:
 
     archs = [load_arch(name) for name in presets()]
     same = same_memory(archs)
-    table = Table("arch", "dataflow", "clock", "description", *([] if same else ["memory"]),
-                  box=None, header_style="bold")
-    for arch in archs:
-        table.add_row(arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
-                      *([] if same else [describe(arch.memory)]))
-    console = _stdout()
-    console.print(table)
+    print_columns(["arch", "dataflow", "clock", "description", *([] if same else ["memory"])],
+                  [[arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
+                    *([] if same else [describe(arch.memory)])] for arch in archs])
     if same and archs:
-        console.print(f"memory of every preset: {describe(archs[0].memory)}")
+        print(f"memory of every preset: {describe(archs[0].memory)}")
     return EXIT_OK
+
+
+def print_columns(header: list[str], rows: list[list[str]]) -> None:
+    """``rows`` under ``header`` on stdout, each column as wide as its widest cell: the plain
+    listing of ``models`` and ``archs``, which so import no rich (its console and table
+    would add about a fifth to their start-up)."""
+    widths = [max(map(len, column)) for column in zip(header, *rows, strict=True)]
+    for row in [header, *rows]:
+        print(" " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 def cmd_tune_groups(args) -> int:
@@ -311,6 +318,8 @@ def cmd_export_topology(args) -> int:
 
 def dataflow_summary(arch, dataflow: str) -> str:
     """'systolic rows=32 cols=32 stationary=ws': the dataflow and its section of ``arch``."""
+    import dataclasses
+
     params = dataclasses.asdict(arch.params(dataflow))
     return " ".join([dataflow] + [f"{k}={','.join(v) if isinstance(v, tuple) else v}"
                                    for k, v in params.items()])  # a hybrid's machines: a,b,c
@@ -330,7 +339,7 @@ def cmd_run(args) -> int:
     dataflow = RunConfig.of(arch, args.dataflow).name  # one machine, or a hybrid's members
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
-    args.batch = model.input_shape[0] if isinstance(model, Graph) else model[0].N
+    args.batch = model.input_shape[0] if _is_graph(model) else model[0].N
     result, x, source, check = _run_model(args, model, arch, dataflow)
     human = sys.stderr if _report_to_stdout(args) else sys.stdout  # stdout: the report alone
     if not args.quiet:
@@ -350,17 +359,24 @@ def cmd_run(args) -> int:
     return EXIT_CHECK_FAILED if check and not check.passed else EXIT_OK
 
 
+def _is_graph(model) -> bool:
+    """Whether ``model`` is a network (a ``Graph``), not a topology CSV's ``ConvLayer`` list."""
+    from .ir import Graph
+
+    return isinstance(model, Graph)
+
+
 def _fallbacks(model) -> dict[str, str]:
     """Node -> source op of each op computed by its framework (``--fallback``)."""
     from .ops import Fallback
 
-    nodes = model.nodes if isinstance(model, Graph) else []
+    nodes = model.nodes if _is_graph(model) else []
     return {n.name: n.op.source for n in nodes if isinstance(n.op, Fallback)}
 
 
 def _run_model(args, model, arch, dataflow: str):
     """(SimResult, input or None, where the input came from, CheckOutcome or None)."""
-    if not isinstance(model, Graph):
+    if not _is_graph(model):
         from .simulate import simulate_shapes
 
         return (simulate_shapes(model, arch, dataflow, args.dtype), None,
@@ -370,6 +386,8 @@ def _run_model(args, model, arch, dataflow: str):
     check = None
     if args.check:
         with _status(args, "comparing every layer with PyTorch"):
+            from .frontends import onnx_source
+
             check = _check(model, x, result, onnx_source(args.model))
     return result, x, source, check
 
@@ -416,7 +434,7 @@ def _load_model(args):
 
     model = load_model(args.model, batch=args.batch, input_shape=args.input_shape,
                        seed=args.seed, fallback=args.fallback)
-    if not isinstance(model, Graph):
+    if not _is_graph(model):
         return model
     if args.input_shape and model.input_shape != args.input_shape:
         raise InputError(f"--input-shape {','.join(map(str, args.input_shape))}: {args.model} "
@@ -447,6 +465,7 @@ class _ProgressBar:
             return
         if self.bar is None and time.perf_counter() - self.start > PROGRESS_AFTER_S:
             from rich import progress as rp  # a bar only for slow runs: not imported before
+            from rich.console import Console
 
             self.bar = rp.Progress(rp.TextColumn("{task.description:<24}"), rp.BarColumn(),
                                    rp.MofNCompleteColumn(), rp.TimeElapsedColumn(),
@@ -463,13 +482,19 @@ class _ProgressBar:
 
 def _interactive(args) -> bool:
     """Whether to draw transient progress on stderr: a terminal, and not --quiet."""
-    return not args.quiet and Console(stderr=True).is_terminal
+    if args.quiet:
+        return False
+    from rich.console import Console
+
+    return Console(stderr=True).is_terminal
 
 
 def _status(args, text: str):
     """A transient spinner with ``text`` on stderr while a slow step runs (if interactive)."""
     if not _interactive(args):
         return contextlib.nullcontext()
+    from rich.console import Console
+
     return Console(stderr=True).status(text)
 
 
@@ -533,7 +558,7 @@ def _wants_figures(args) -> bool:
 
 def _figure_density(model, x, result):
     """``plots.densities`` of a run that kept its outputs, else None (shape-only run)."""
-    if not isinstance(model, Graph) or not result.outputs:
+    if not _is_graph(model) or not result.outputs:
         return None
     from .report.plots import densities
 
@@ -566,6 +591,8 @@ def _write_figures(args, run, density, source: str) -> None:
 def cmd_compare(args) -> int:
     """``npusim compare``: the same network, weights and input on every ``--arch``; the
     side-by-side table, JSON, CSV, figures."""
+    from rich.console import Console
+
     from .arch import load_arch
     from .report import compare
 
@@ -577,8 +604,8 @@ def cmd_compare(args) -> int:
         archs = [a.with_memory(dram_bytes_per_cycle=args.bandwidth) for a in archs]
     with _status(args, f"loading {args.model}"):
         model = _load_model(args)
-    args.batch = model.input_shape[0] if isinstance(model, Graph) else model[0].N
-    x, source = ((None, "shapes only (topology CSV)") if not isinstance(model, Graph)
+    args.batch = model.input_shape[0] if _is_graph(model) else model[0].N
+    x, source = ((None, "shapes only (topology CSV)") if not _is_graph(model)
                  else _input_tensor(args, model))
     with _status(args, f"running {args.model} on {len(archs)} archs"):
         result = compare.compare(model, x, archs, model_name=args.model, mode=args.mode,

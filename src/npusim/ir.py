@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ops as _ops
+from .choices import DTYPES
 from .errors import LayerError
 from .geometry import Padding, Pair, padding4, pair, used_pixels
 
 Shape = tuple[int, ...]
-DTYPES = ("float32", "int8")
 
 
 # simulate.py still reads these two under their old private names

@@ -31,11 +31,12 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
+from .choices import DTYPES, MODES
 from .dataflows import Dataflow
 from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
-from .ir import DTYPES, ConvLayer, Graph
+from .ir import ConvLayer, Graph
 from .memory import Steps
 from .parallel import cores
 from .stats import Counts, LayerStats, Op, price, total
@@ -133,8 +134,7 @@ def _emulate_mode(df, layer, x, w, b, arch, count):
     return df.emulate(layer, x, w, b, arch)
 
 
-MODE_TABLE = {"run": _run_mode, "estimate": _estimate_mode, "emulate": _emulate_mode}
-MODES = tuple(MODE_TABLE)
+MODE_TABLE = dict(zip(MODES, (_run_mode, _estimate_mode, _emulate_mode), strict=True))
 
 
 def check_supports(df: Dataflow, layer: ConvLayer, arch: Arch) -> None:

@@ -6,13 +6,16 @@ unknown keys (listing the valid ones), wrong types and impossible values with a
 message that names the file and the key. Each dataflow declares its own
 section (``[systolic]``, ``[input-reuse]``...) as a dataclass of the same kind: the
 machines hand their sections to the loader (``declare_section``, called as each registers),
-so this package imports no machine and the dependency runs one way, machines -> arch.
+so this package's modules import no machine and the dependency runs one way, machines ->
+arch. Reading an arch file needs them all declared: ``declared_sections`` imports the
+machine packages (``MACHINES``) the first time, by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import math
 import tomllib
 import types
@@ -41,6 +44,8 @@ INT64_MAX = 2**63 - 1
 
 SECTIONS: dict[str, type] = {}
 """Section name -> its dataclass, as the machines (and the hybrid) declared them."""
+MACHINES = ("npusim.dataflows", "npusim.hybrid")
+"""The modules whose import declares every section."""
 
 T = TypeVar("T")
 
@@ -49,6 +54,13 @@ def declare_section(name: str, params_cls: type) -> None:
     """Declare the arch section ``[name]`` and the frozen dataclass that holds it; the loader
     accepts and validates only declared sections (``arch_from_toml_text``)."""
     SECTIONS[name] = params_cls
+
+
+def declared_sections() -> dict[str, type]:
+    """``SECTIONS``, every machine's declared (importing ``MACHINES`` if not yet imported)."""
+    for module in MACHINES:
+        importlib.import_module(module)
+    return SECTIONS
 
 
 def spec(default, unit: str, *, min=None, max=None, choices=None):
@@ -256,10 +268,11 @@ class Arch:
         if isinstance(kind, str):
             if kind in self.sections:
                 return self.sections[kind]
-            if kind not in SECTIONS:
+            sections = declared_sections()
+            if kind not in sections:
                 raise ConfigError(f"{self.name}: no section [{kind}]; declared sections: "
-                                  f"{', '.join(sorted(SECTIONS))}")
-            kind = SECTIONS[kind]
+                                  f"{', '.join(sorted(sections))}")
+            kind = sections[kind]
         found = [p for p in self.sections.values() if type(p) is kind]
         return found[0] if found else kind()
 
@@ -294,8 +307,8 @@ def arch_from_toml_text(text: str, where: str,
                         sections: Mapping[str, type] | None = None) -> Arch:
     """Parse and validate a TOML hardware description; ``where`` names it in errors.
     ``sections`` maps each section a file may hold (and each valid ``dataflow``) to its
-    dataclass; by default the ones declared so far (``SECTIONS``)."""
-    known = SECTIONS if sections is None else sections
+    dataclass; by default every machine's (``declared_sections``)."""
+    known = declared_sections() if sections is None else sections
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

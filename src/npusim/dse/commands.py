@@ -2,7 +2,8 @@
 
 Thin, like the rest of the command line: parse, call ``dse``, print. A sweep shows a progress
 bar (points done, failures, ETA) on a terminal; Ctrl-C stops it with every finished point
-stored, and the same command resumes.
+stored, and the same command resumes. Building the parser (``add_commands``) imports
+nothing beyond argparse: each command imports what it runs.
 """
 
 from __future__ import annotations
@@ -10,17 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from .. import outfile
 
@@ -57,7 +47,7 @@ def cmd_sweep(args) -> int:
     """``npusim sweep SPEC --store FILE`` or ``npusim sweep export STORE --csv OUT``."""
     if args.spec == "export":
         return _export(args)
-    from ..cli import UsageError
+    from ..cli import UsageError, _interactive
 
     if args.export_store or args.csv or args.parquet:
         raise UsageError("--csv and --parquet go with 'npusim sweep export STORE'")
@@ -72,7 +62,7 @@ def cmd_sweep(args) -> int:
     spec = load_spec(args.spec)
     store = Store.open(args.store, spec)
     runner = make_runner(args.workers, args.scheduler)
-    bar = _Bar(not args.quiet and Console(stderr=True).is_terminal)
+    bar = _Bar(_interactive(args))
     try:
         outcome = run_sweep(spec, store, runner, bar)
     except KeyboardInterrupt:
@@ -112,6 +102,8 @@ def _export(args) -> int:
 
 def cmd_pareto(args) -> int:
     """``npusim pareto STORE --x A --y B``: print the front, write its plot."""
+    from rich.table import Table
+
     from ..cli import _stdout
     from .pareto import pareto, plot
 
@@ -139,10 +131,15 @@ class _Bar:
         if not self.enabled:
             return
         if self.bar is None:
-            self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
-                                TextColumn("ETA"), TimeRemainingColumn(),
-                                console=Console(stderr=True), transient=True)
+            from rich import progress as rp
+            from rich.console import Console
+
+            self.bar = rp.Progress(rp.TextColumn("sweep"), rp.BarColumn(),
+                                   rp.MofNCompleteColumn(),
+                                   rp.TextColumn("{task.fields[failed]} failed"),
+                                   rp.TimeElapsedColumn(), rp.TextColumn("ETA"),
+                                   rp.TimeRemainingColumn(), console=Console(stderr=True),
+                                   transient=True)
             self.task = self.bar.add_task("sweep", total=total, failed=0)
             self.bar.start()
         self.bar.update(self.task, completed=done, total=total, failed=failed)

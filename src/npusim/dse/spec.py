@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..arch.spec import PARTS, PRESET_DIR, Arch, arch_from_toml_text, presets
+from ..choices import DTYPES
 from ..errors import NpusimError
-from ..ir import DTYPES
 from ..stats import LayerStats
 
 MODES = ("estimate", "run")

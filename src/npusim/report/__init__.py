@@ -2,9 +2,11 @@
 and the comparison of its outputs with PyTorch's (``check``; running it needs torch).
 
 The table, JSON and CSV are pure functions of a ``SimResult``: they read the stats, never rerun.
+Each name is imported on first use (``npusim.lazy``): a run that prints its table loads no
+JSON or CSV writer.
 """
 
-from .export import to_csv, to_json
-from .table import render, report
+from ..lazy import lazy_exports
 
-__all__ = ["render", "report", "to_csv", "to_json"]
+__all__ = lazy_exports(__name__, {".export": ("to_csv", "to_json"),
+                                  ".table": ("render", "report")})
