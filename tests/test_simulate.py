@@ -148,9 +148,19 @@ def test_conv2d_errors(kwargs, message):
 def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monkeypatch):
     """The worker thread only changes where the counts run: same stats, same order, and
     BLAS gets its thread count back afterwards."""
+    import threading
+
     from threadpoolctl import threadpool_info
 
+    from npusim.dataflows import get
+
     sim = importlib.import_module("npusim.simulate")  # the module, not the function
+    monkeypatch.setattr(sim, "threads", lambda: 2)  # two threads allowed, whatever the machine
+    where = []
+    df = get(npusim.load_arch(arch).dataflow)
+    counted = df.estimate
+    monkeypatch.setattr(df, "estimate", lambda *a: where.append(
+        threading.current_thread().name) or counted(*a))
     rng = np.random.default_rng(2)
     graph, _ = small_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
@@ -161,6 +171,7 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
     beside = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
     after = threads()
     assert {path: after[path] for path in before} == before
+    assert where and all(name.startswith("npusim-costs") for name in where)
     counted_here = sim._Costs.__init__
     monkeypatch.setattr(sim._Costs, "__init__",
                         lambda self, background, depth=2: counted_here(self, False, depth))
@@ -168,6 +179,40 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
     for m in beside:
         assert beside[m].layers == inline[m].layers
         assert np.array_equal(beside[m].output, inline[m].output)
+
+
+def test_costs_are_counted_inline_when_one_thread_is_allowed(monkeypatch):
+    """One core in the affinity, or OMP_NUM_THREADS=1: no worker thread, BLAS untouched."""
+    from npusim import parallel
+
+    sim = importlib.import_module("npusim.simulate")
+    monkeypatch.setattr(parallel, "cores", lambda: 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with sim._Costs(background=True) as costs:
+        assert costs.pool is None and costs.limits is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with sim._Costs(background=True) as costs:
+        assert costs.pool is not None
+
+
+@pytest.mark.parametrize(("affinity", "env", "expected"), [
+    ({0, 1, 2, 3}, {}, 4), ({0, 1, 2, 3}, {"OMP_NUM_THREADS": "2"}, 2),
+    ({0, 1, 2, 3}, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "3"}, 1),
+    ({0, 1, 2, 3}, {"OMP_NUM_THREADS": "8"}, 4), ({5}, {}, 1),
+    ({0, 1}, {"OMP_NUM_THREADS": "zero"}, 2), ({0, 1}, {"OMP_NUM_THREADS": "0"}, 2),
+])
+def test_thread_count_follows_affinity_and_the_users_variables(affinity, env, expected,
+                                                                monkeypatch):
+    import os
+
+    from npusim import parallel
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: affinity, raising=False)
+    for var in parallel.THREAD_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert parallel.threads() == expected
 
 
 def test_an_error_while_counting_costs_reaches_the_caller(monkeypatch):
