@@ -1,13 +1,15 @@
 """Counting a layer's costs inline against counting them on a worker thread (issue 15, item 5).
 
-``simulate`` counts a mask-reading machine's costs on one worker thread while the main thread
-computes the outputs, with BLAS held to one thread fewer meanwhile (``simulate._Costs``). Here
-two long-lived child processes of this tree (same environment, same CPU affinity) run the same
-cells: one as ``simulate`` does, one with the costs counted inline (``RunConfig.background``
-forced off, BLAS at its own thread count). After one warm-up of every cell in each child, the
-parent asks them for one timed ``simulate`` at a time, alternating sides within each round (and
-which side goes first from round to round), so load from other processes falls on both; a cell's
-figure is the median over rounds of thread / inline (below 1: the thread pays). On one core,
+``simulate`` may count a mask-reading machine's costs on one worker thread while the main thread
+computes the outputs, with BLAS held to one thread fewer meanwhile (``simulate._Costs``; it does
+so in mode run only, where it pays). Here two long-lived child processes of this tree (same
+environment, same CPU affinity) run the same cells in every mode: one with the worker thread
+wherever the machine reads masks (``RunConfig.background`` forced on), one with the costs
+counted inline (forced off, BLAS at its own thread count). After one warm-up of every cell
+in each child, the parent asks them for one timed ``simulate`` at a time, alternating sides
+within each round (and which side goes first from round to round), so load from other
+processes falls on both; a cell's figure is the median over rounds of thread / inline (below 1:
+the thread pays). On one core,
 or with ``OMP_NUM_THREADS=1``, both sides count inline (``parallel.threads``).
 
 Run: ``python bench/bench_costs_thread.py [--rounds 5] [--networks resnet50 vgg16]
@@ -34,16 +36,17 @@ MODES = ("estimate", "run")
 def serve(side: str) -> None:
     """The child: build the cells named on stdin's first line, warm each up, then time one
     ``simulate`` per request line ("network preset mode") and answer its seconds. ``side``
-    "inline" counts every layer's costs on the main thread."""
+    "thread" counts a mask-reading machine's costs on the worker thread, "inline" on the
+    main thread."""
     import importlib
 
     import npusim
     from npusim.frontends import zoo
     from npusim.frontends.prune import prune
 
-    if side == "inline":
-        sim = importlib.import_module("npusim.simulate")  # the module, not the function
-        sim.RunConfig.background = property(lambda self: False)
+    sim = importlib.import_module("npusim.simulate")  # the module, not the function
+    sim.RunConfig.background = property(
+        lambda cfg: side == "thread" and len(cfg.machines) == 1 and cfg.machines[0].reads_masks)
     spec = json.loads(sys.stdin.readline())
     nets = {}
     for name in spec["networks"]:

@@ -11,8 +11,14 @@ from npusim import load_arch
 from npusim.arch import Memory
 from npusim.errors import LayerError
 from npusim.ir import ConvLayer
-from npusim.memory import (Steps, dense_dram_bytes, on_chip_timing, time_layer, traffic,
-                           used_input_pixels)
+from npusim.memory import (
+    Steps,
+    dense_dram_bytes,
+    on_chip_timing,
+    time_layer,
+    traffic,
+    used_input_pixels,
+)
 from npusim.stats import Counts, LayerStats, Op, price, total
 
 

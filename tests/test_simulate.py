@@ -146,8 +146,8 @@ def test_conv2d_errors(kwargs, message):
 
 @pytest.mark.parametrize("arch", ["input-reuse-1024", "sparse-pairs-32x32"])
 def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monkeypatch):
-    """The worker thread only changes where the counts run: same stats, same order, and
-    BLAS gets its thread count back afterwards."""
+    """The worker thread (mode run; estimate counts inline) only changes where the counts run:
+    same stats, same order, and BLAS gets its thread count back afterwards."""
     import threading
 
     from threadpoolctl import threadpool_info
@@ -168,10 +168,14 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
         return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info()}
 
     before = threads()
-    beside = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
+    beside = {}
+    for m in ("run", "estimate"):
+        where.clear()
+        beside[m] = npusim.simulate(graph, x, arch, mode=m)
+        counted_on = {name.split("_")[0] for name in where}
+        assert counted_on == ({"npusim-costs"} if m == "run" else {"MainThread"})
     after = threads()
     assert {path: after[path] for path in before} == before
-    assert where and all(name.startswith("npusim-costs") for name in where)
     counted_here = sim._Costs.__init__
     monkeypatch.setattr(sim._Costs, "__init__",
                         lambda self, background, depth=2: counted_here(self, False, depth))

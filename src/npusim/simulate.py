@@ -111,11 +111,11 @@ class RunConfig:
 
     @property
     def background(self) -> bool:
-        """Whether the costs may be counted on the worker thread (``_Costs``): one machine
-        whose costs read the masks, not emulated (a hybrid needs its members' costs at once,
-        to choose)."""
-        return (self.mode != "emulate" and len(self.machines) == 1
-                and self.machines[0].reads_masks)
+        """Whether the costs may be counted on the worker thread (``_Costs``): mode run on one
+        machine whose costs read the masks (a hybrid needs its members' costs at once, to
+        choose). In mode estimate the dense engine's outputs take less time than the counts,
+        and counting beside them measured no faster than inline (docs/architecture.md)."""
+        return self.mode == "run" and len(self.machines) == 1 and self.machines[0].reads_masks
 
 
 def _run_mode(df, layer, x, w, b, arch, count):
