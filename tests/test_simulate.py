@@ -247,3 +247,26 @@ def test_tensors_are_dropped_exactly_when_no_later_node_reads_them(name):
         later = {n for after in graph.nodes[i + 1:] for n in after.inputs}
         produced = {graph.input_name} | {n.name for n in graph.nodes[:i + 1]}
         assert live == produced & (later | graph.output_nodes), node.name
+
+
+@pytest.mark.parametrize("arch", ["systolic-32x32-ws", "dilated-grid-2x2-h3", "group-tile-64mac"])
+def test_shape_only_costs_counted_once_equal_the_machine_counting_each_layer(arch):
+    """Two convs of one geometry under different names, and a second call: every conv's stats
+    are what the machine counts for that layer by itself, names included."""
+    from npusim.dataflows import get
+
+    rng = np.random.default_rng(5)
+    g = GraphBuilder("twins", (1, 8, 12, 12))
+    w = [rng.standard_normal((8, 8, 3, 3)).astype(np.float32) for _ in range(3)]
+    a = g.conv(g.input, w[0], padding=1, name="first")
+    b = g.conv(a, w[1], padding=1, name="second")
+    graph = g.build(g.conv(b, w[2], stride=2, padding=1, name="third"))
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    spec = npusim.load_arch(arch)
+    df = get(spec.dataflow)
+    want = [df.estimate(graph.layers[n.name], None, None, spec) for n in graph.conv_nodes]
+    for _ in range(2):
+        got = [s for s in npusim.simulate(graph, x, spec, mode="estimate").layers
+               if s.dataflow != "vector"]
+        assert got == want
+        assert [s.name for s in got] == ["first", "second", "third"]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
-from .dataflows import Dataflow
+from .dataflows import REGISTRY, Dataflow
 from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
@@ -151,9 +153,36 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
     if len(cfg.machines) == 1:
         df = cfg.machines[0]
         check_supports(df, layer, cfg.arch)
+        if not df.reads_masks and REGISTRY.get(df.name) is df:  # not a wrapper (dse.reuse)
+            return df, lambda: shape_costs(df, layer, cfg.arch), None
         return df, lambda: costs.submit(df.estimate, layer, *masks(df), cfg.arch), None
     placed = hybrid.place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
     return placed.machine, lambda: placed.stats, placed
+
+
+SHAPE_COSTS_KEPT = 4096  # layer geometries whose costs each arch keeps (networks repeat theirs)
+_shape_costs: dict[int, OrderedDict] = {}
+
+
+def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
+    """``df.estimate`` of ``layer`` for a machine whose costs follow the shapes alone
+    (``reads_masks`` False), counted once per geometry and dtype on ``arch`` (the same
+    ``Arch`` object: presets are shared, ``load_arch``) and renamed for each layer: repeated
+    blocks and later calls on the same arch (a sweep, a bench) do not count them again."""
+    store = _shape_costs.get(id(arch))
+    if store is None:
+        store = _shape_costs[id(arch)] = OrderedDict()
+        weakref.finalize(arch, _shape_costs.pop, id(arch), None)
+    key = (df.name, layer.N, layer.C, layer.H, layer.W, layer.K, layer.R, layer.S,
+           layer.stride, layer.padding, layer.dilation, layer.groups, layer.bias, layer.dtype)
+    st = store.get(key)
+    if st is None:
+        st = store[key] = df.estimate(layer, None, None, arch)
+        if len(store) > SHAPE_COSTS_KEPT:
+            store.popitem(last=False)
+    else:
+        store.move_to_end(key)
+    return st if st.name == layer.name else st.renamed(layer.name)
 
 
 def _tensor_masks(x: np.ndarray, w: np.ndarray):
