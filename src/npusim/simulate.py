@@ -114,10 +114,13 @@ class RunConfig:
     @property
     def background(self) -> bool:
         """Whether the costs may be counted on the worker thread (``_Costs``): mode run on one
-        machine whose costs read the masks (a hybrid needs its members' costs at once, to
-        choose). In mode estimate the dense engine's outputs take less time than the counts,
-        and counting beside them measured no faster than inline (docs/architecture.md)."""
-        return self.mode == "run" and len(self.machines) == 1 and self.machines[0].reads_masks
+        machine whose costs read the masks and whose arithmetic leaves a core free (a hybrid
+        needs its members' costs at once, to choose). Elsewhere counting beside the outputs
+        measured no faster than inline (docs/architecture.md): in mode estimate, and beside
+        arithmetic that runs on every core already."""
+        df = self.machines[0]
+        return (self.mode == "run" and len(self.machines) == 1 and df.reads_masks
+                and not getattr(df, "compute_on_every_core", False))
 
 
 def _run_mode(df, layer, x, w, b, arch, count):
