@@ -12,10 +12,14 @@ npusim / PyTorch ratio (a pair measured seconds apart sees the same load).
 
 The sparse presets run on weights magnitude-pruned to 0.3 density (``npusim.frontends.prune``),
 the dense ones on the zoo's weights. Targets (issue 15): estimate <= 2x and run <= 4x on every
-cell, one core. The peak resident memory of each child is printed after its table.
+cell, one core. The peak resident memory of each child is printed after its table, and then
+(issue 15, item 6: under 600 MiB) the peak of one ``simulate`` of ResNet-50 at batch 8
+(``--peak-batch``) per mode on the systolic and the sparse-pairs preset, each in a fresh
+child process of its own (``resource.getrusage`` ``ru_maxrss``: imports, network and run).
 
 Run: ``python bench/bench_speed.py [--rounds 3] [--cores one all] [--networks resnet18 ...]
-[--presets systolic-32x32-ws ...]`` (the whole table takes about 20 minutes on two cores).
+[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 20 minutes
+on two cores; ``--peak-only`` prints the peak memory alone, ``--peak-batch 0`` skips it).
 """
 
 from __future__ import annotations
@@ -99,6 +103,44 @@ def child(args) -> None:
     print(json.dumps({"peak_rss_mib": peak}), flush=True)
 
 
+PEAK_NETWORK = "resnet50"
+PEAK_PRESETS = ("systolic-32x32-ws", "sparse-pairs-32x32")
+PEAK_TARGET_MIB = 600
+
+
+def peak_child(network: str, preset: str, mode: str, batch: int) -> None:
+    """One ``simulate`` of ``network`` at ``batch`` images; print the process's peak RSS."""
+    import numpy as np
+
+    import npusim
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+
+    graph, x = zoo.build(network), zoo.input_for(network)
+    density = PRESETS[preset]
+    graph = graph if density is None else prune(graph, density)
+    x = np.repeat(x[:1], batch, axis=0)
+    npusim.simulate(graph, x, preset, mode=mode)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, flush=True)
+
+
+def peak_table(batch: int) -> None:
+    """Peak RSS of one simulate per preset and mode, each in a fresh child."""
+    print(f"\npeak RSS (MiB) of one simulate of {PEAK_NETWORK} at batch {batch}, a fresh process "
+          f"each (target: < {PEAK_TARGET_MIB} MiB)")
+    print("| preset | estimate | run |")
+    print("| --- | --- | --- |")
+    for preset in PEAK_PRESETS:
+        cells = []
+        for mode in ("estimate", "run"):
+            out = subprocess.run([sys.executable, __file__, "--peak-child", PEAK_NETWORK, preset,
+                                  mode, str(batch)], capture_output=True, text=True)
+            cells.append(f"{float(out.stdout.split()[-1]):.0f}" if out.returncode == 0 else
+                         f"failed ({out.stderr.strip().splitlines()[-1:]})")
+        label = preset if PRESETS[preset] is None else f"{preset} ({PRESETS[preset]})"
+        print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+
+
 def child_env(cores: str) -> dict:
     """The environment of a child: every library at one thread for one core."""
     env = dict(os.environ)
@@ -154,14 +196,25 @@ def main() -> None:
     parser.add_argument("--cores", nargs="+", choices=("one", "all"), default=["one", "all"])
     parser.add_argument("--networks", nargs="+", default=list(NETWORKS))
     parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=list(PRESETS))
+    parser.add_argument("--peak-batch", type=int, default=8,
+                        help="batch of the peak-memory runs (0: none)")
+    parser.add_argument("--peak-only", action="store_true", help="the peak memory alone")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--peak-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peak_child:
+        network, preset, mode, batch = args.peak_child
+        peak_child(network, preset, mode, int(batch))
+        return
     if args.child:
         args.cores = args.cores[0]
         child(args)
         return
-    for cores in args.cores:
-        table(cores, measure(cores, args), args)
+    if not args.peak_only:
+        for cores in args.cores:
+            table(cores, measure(cores, args), args)
+    if args.peak_batch:
+        peak_table(args.peak_batch)
 
 
 if __name__ == "__main__":

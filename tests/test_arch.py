@@ -277,3 +277,12 @@ def test_the_loader_takes_the_sections_it_is_handed():
                             {"toy": Toy})
     with pytest.raises(ConfigError, match=r"t.toml: toy.names='b': must be an array of"):
         arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = "b"\n', "t.toml", {"toy": Toy})
+
+
+def test_a_preset_is_parsed_once_and_equals_its_file():
+    from npusim.arch.spec import PRESET_DIR, arch_from_toml_text
+
+    name = "input-reuse-1024"
+    path = PRESET_DIR / f"{name}.toml"
+    assert load_arch(name) is load_arch(name)
+    assert load_arch(name) == arch_from_toml_text(path.read_text(), str(path))

@@ -11,7 +11,14 @@ from npusim import load_arch
 from npusim.arch import Memory
 from npusim.errors import LayerError
 from npusim.ir import ConvLayer
-from npusim.memory import Steps, dense_dram_bytes, time_layer, traffic, used_input_pixels
+from npusim.memory import (
+    Steps,
+    dense_dram_bytes,
+    on_chip_timing,
+    time_layer,
+    traffic,
+    used_input_pixels,
+)
 from npusim.stats import Counts, LayerStats, Op, price, total
 
 
@@ -134,6 +141,33 @@ def test_steps_without_dram_take_their_compute_or_their_sram_ports():
     assert (ported.cycles, ported.stall_sram_cycles, ported.bound) == (10 + 50, 30, "sram")
 
 
+def test_one_on_chip_step_in_scalars():
+    """A vector op's one step: 10 cycles, 300 B at 20 B/cycle = 15 cycles of ports (5 of
+    stall, SRAM-bound); 205 B = 10.25 cycles: a cycle begun is spent (1 of stall, and the
+    ports still outlast the compute); unlimited ports: the compute."""
+    t = on_chip_timing(10, 300, mem(sram_bytes_per_cycle=20.0))
+    assert (t.cycles, t.stall_sram_cycles, t.bound, t.dram_bytes) == (15, 5, "sram", 0)
+    t = on_chip_timing(10, 205, mem(sram_bytes_per_cycle=20.0))
+    assert (t.cycles, t.stall_sram_cycles, t.bound) == (11, 1, "sram")
+    t = on_chip_timing(10, 100, mem(sram_bytes_per_cycle=20.0))
+    assert (t.cycles, t.stall_cycles, t.bound) == (10, 0, "compute")
+    assert on_chip_timing(7, 10**6, mem()).cycles == 7
+    with pytest.raises(LayerError, match="cycles and bytes are >= 0"):
+        on_chip_timing(-1, 0, mem())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_on_chip_step_equals_the_array_rule(seed):
+    """``on_chip_timing`` against the steps' array rule on the same step followed by an
+    empty one (which adds nothing: no cycles, no bytes)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        cycles, moved = int(rng.integers(0, 5000)), int(rng.integers(0, 90_000))
+        memory = mem(sram_bytes_per_cycle=float(rng.choice([1.0, 3.0, 16.0, 64.0, 7.3])))
+        steps = Steps(compute=[cycles, 0], sram_bytes=[moved, 0])
+        assert on_chip_timing(cycles, moved, memory) == time_layer(steps, memory)
+
+
 def _random_steps(rng, n=40):
     return Steps(compute=rng.integers(1, 500, n), ifmap=rng.integers(-1, 6, n),
                  ifmap_bytes=rng.integers(0, 30_000, n), filter=rng.integers(-1, 9, n),
@@ -190,6 +224,11 @@ def test_steps_reject_bad_arrays():
         Steps(compute=[1, 2], filter_bytes=[1, 2, 3])
     with pytest.raises(LayerError, match="negative"):
         Steps(compute=[1, -2])
+    with pytest.raises(LayerError, match=r"Steps\.ifmap_bytes: negative"):
+        Steps(compute=[1, 2], ifmap_bytes=-1)
+    with pytest.raises(LayerError, match=r"Steps\.sram_bytes: negative"):
+        Steps(compute=[1, 2], sram_bytes=np.array([3, -1]))
+    assert Steps(compute=5, ifmap=-1, ofmap=np.int64(-1)).ifmap.tolist() == [-1]  # no block
     with pytest.raises(LayerError, match="at least one step"):
         Steps(compute=[])
 

@@ -146,11 +146,22 @@ def test_conv2d_errors(kwargs, message):
 
 @pytest.mark.parametrize("arch", ["input-reuse-1024", "sparse-pairs-32x32"])
 def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monkeypatch):
-    """The worker thread only changes where the counts run: same stats, same order, and
-    BLAS gets its thread count back afterwards."""
+    """The worker thread (mode run on input-reuse; estimate, and sparse-pairs whose arithmetic
+    takes every core, count inline) only changes where the counts run: same stats, same
+    order, and BLAS gets its thread count back afterwards."""
+    import threading
+
     from threadpoolctl import threadpool_info
 
+    from npusim.dataflows import get
+
     sim = importlib.import_module("npusim.simulate")  # the module, not the function
+    monkeypatch.setattr(sim, "threads", lambda: 2)  # two threads allowed, whatever the machine
+    where = []
+    df = get(npusim.load_arch(arch).dataflow)
+    counted = df.estimate
+    monkeypatch.setattr(df, "estimate", lambda *a: where.append(
+        threading.current_thread().name) or counted(*a))
     rng = np.random.default_rng(2)
     graph, _ = small_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
@@ -158,7 +169,13 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
         return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info()}
 
     before = threads()
-    beside = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
+    beside = {}
+    for m in ("run", "estimate"):
+        where.clear()
+        beside[m] = npusim.simulate(graph, x, arch, mode=m)
+        counted_on = {name.split("_")[0] for name in where}
+        beside_it = m == "run" and arch == "input-reuse-1024"
+        assert counted_on == ({"npusim-costs"} if beside_it else {"MainThread"})
     after = threads()
     assert {path: after[path] for path in before} == before
     counted_here = sim._Costs.__init__
@@ -168,6 +185,40 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
     for m in beside:
         assert beside[m].layers == inline[m].layers
         assert np.array_equal(beside[m].output, inline[m].output)
+
+
+def test_costs_are_counted_inline_when_one_thread_is_allowed(monkeypatch):
+    """One core in the affinity, or OMP_NUM_THREADS=1: no worker thread, BLAS untouched."""
+    from npusim import parallel
+
+    sim = importlib.import_module("npusim.simulate")
+    monkeypatch.setattr(parallel, "cores", lambda: 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with sim._Costs(background=True) as costs:
+        assert costs.pool is None and costs.limits is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with sim._Costs(background=True) as costs:
+        assert costs.pool is not None
+
+
+@pytest.mark.parametrize(("affinity", "env", "expected"), [
+    ({0, 1, 2, 3}, {}, 4), ({0, 1, 2, 3}, {"OMP_NUM_THREADS": "2"}, 2),
+    ({0, 1, 2, 3}, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "3"}, 1),
+    ({0, 1, 2, 3}, {"OMP_NUM_THREADS": "8"}, 4), ({5}, {}, 1),
+    ({0, 1}, {"OMP_NUM_THREADS": "zero"}, 2), ({0, 1}, {"OMP_NUM_THREADS": "0"}, 2),
+])
+def test_thread_count_follows_affinity_and_the_users_variables(affinity, env, expected,
+                                                                monkeypatch):
+    import os
+
+    from npusim import parallel
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: affinity, raising=False)
+    for var in parallel.THREAD_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert parallel.threads() == expected
 
 
 def test_an_error_while_counting_costs_reaches_the_caller(monkeypatch):
@@ -198,3 +249,26 @@ def test_tensors_are_dropped_exactly_when_no_later_node_reads_them(name):
         later = {n for after in graph.nodes[i + 1:] for n in after.inputs}
         produced = {graph.input_name} | {n.name for n in graph.nodes[:i + 1]}
         assert live == produced & (later | graph.output_nodes), node.name
+
+
+@pytest.mark.parametrize("arch", ["systolic-32x32-ws", "dilated-grid-2x2-h3", "group-tile-64mac"])
+def test_shape_only_costs_counted_once_equal_the_machine_counting_each_layer(arch):
+    """Two convs of one geometry under different names, and a second call: every conv's stats
+    are what the machine counts for that layer by itself, names included."""
+    from npusim.dataflows import get
+
+    rng = np.random.default_rng(5)
+    g = GraphBuilder("twins", (1, 8, 12, 12))
+    w = [rng.standard_normal((8, 8, 3, 3)).astype(np.float32) for _ in range(3)]
+    a = g.conv(g.input, w[0], padding=1, name="first")
+    b = g.conv(a, w[1], padding=1, name="second")
+    graph = g.build(g.conv(b, w[2], stride=2, padding=1, name="third"))
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+    spec = npusim.load_arch(arch)
+    df = get(spec.dataflow)
+    want = [df.estimate(graph.layers[n.name], None, None, spec) for n in graph.conv_nodes]
+    for _ in range(2):
+        got = [s for s in npusim.simulate(graph, x, spec, mode="estimate").layers
+               if s.dataflow != "vector"]
+        assert got == want
+        assert [s.name for s in got] == ["first", "second", "third"]

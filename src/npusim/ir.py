@@ -126,7 +126,7 @@ class ConvLayer:
         return dataclasses.replace(self, N=n)
 
     def with_dtype(self, dtype: str) -> ConvLayer:
-        return dataclasses.replace(self, dtype=dtype)
+        return self if dtype == self.dtype else dataclasses.replace(self, dtype=dtype)
 
     def describe(self) -> str:
         """Short text of the shape, for tables: C x H x W -> K x P x Q, R x S / stride."""

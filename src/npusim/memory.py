@@ -55,6 +55,13 @@ _ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_by
 _IDS = ("ifmap", "filter", "ofmap")
 
 
+def _int64(value) -> np.ndarray:
+    """``value`` as an int64 array (itself when it is one already)."""
+    if type(value) is np.ndarray and value.dtype == np.int64:
+        return value
+    return np.asarray(value, np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class Steps:
     """A layer as the machine's loop order runs it: n steps (passes/tiles/folds), in order.
@@ -103,7 +110,9 @@ class Steps:
     ofmap_capacity: int | None = None
 
     def __post_init__(self):
-        compute = np.atleast_1d(np.asarray(self.compute, np.int64))
+        compute = _int64(self.compute)
+        if compute.ndim == 0:
+            compute = compute.reshape(1)
         n = len(compute)
         if n == 0:
             raise LayerError("Steps: a layer needs at least one step")
@@ -111,14 +120,19 @@ class Steps:
             value = compute if name == "compute" else getattr(self, name)
             if value is None:  # a block size not given: the bytes fetched
                 value = getattr(self, name.replace("_size", "_bytes"))
-            arr = np.asarray(value, np.int64)
+            if isinstance(value, int):  # the common scalar: no array to inspect
+                if value < 0 and name not in _IDS:
+                    raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
+                object.__setattr__(self, name, np.full(n, value, np.int64))
+                continue
+            arr = _int64(value)
             if arr.ndim == 0:
                 negative = int(arr) < 0
                 arr = np.full(n, int(arr), np.int64)
             elif arr.shape != (n,):
                 raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like compute")
             else:
-                negative = arr.min() < 0
+                negative = name not in _IDS and arr.min() < 0
             if name not in _IDS and negative:
                 raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
             object.__setattr__(self, name, arr)
@@ -372,6 +386,9 @@ def _time_steps(steps: Steps, memory) -> Timing:
 def _on_chip(steps: Steps, memory) -> Timing:
     """The Timing of steps that touch no DRAM (a vector-unit op): compute, and the SRAM
     ports if they are slower."""
+    if len(steps) == 1:
+        return on_chip_timing(int(steps.compute[0]), int(steps.sram_bytes[0]), memory,
+                              steps.compute_bound)
     compute = int(steps.compute.sum())
     stall = 0
     if not unlimited(memory.sram_bytes_per_cycle):
@@ -380,6 +397,22 @@ def _on_chip(steps: Steps, memory) -> Timing:
     bound = "sram" if stall and steps.sram_bytes.sum() / memory.sram_bytes_per_cycle > compute \
         else steps.compute_bound
     return Timing(compute, 0, 0, 0, stall, bound, 0, 0, 0)
+
+
+def on_chip_timing(cycles: int, sram_bytes: int, memory, bound: str = "compute") -> Timing:
+    """The Timing of one step of ``cycles`` that touches no DRAM and moves ``sram_bytes``
+    across the buffer ports (a vector-unit op), in Python scalars: what ``time_layer`` gives
+    for ``Steps(compute=[cycles], sram_bytes=sram_bytes)``, without the arrays."""
+    if cycles < 0 or sram_bytes < 0:
+        raise LayerError(f"on-chip step of {cycles} cycles and {sram_bytes} bytes: "
+                         "cycles and bytes are >= 0")
+    stall = 0
+    if not unlimited(memory.sram_bytes_per_cycle):
+        sram = sram_bytes / memory.sram_bytes_per_cycle
+        stall = _integers([float(max(sram - cycles, 0))])[0]
+        if stall and sram > cycles:
+            bound = "sram"
+    return Timing(cycles, 0, 0, 0, stall, bound, 0, 0, 0)
 
 
 def _overlapped(t, compute, sram, memory) -> list[float]:

@@ -25,7 +25,7 @@ Shape = tuple[int, ...]
 
 
 def _numel(shape: Shape) -> int:
-    return int(np.prod(shape))
+    return int(math.prod(shape))
 
 
 class Op:

@@ -2,7 +2,8 @@
 
 A kernel here is a numba function compiled with ``nogil=True`` whose last two arguments
 are the first and the end row it computes; ``in_parallel`` cuts the rows into a few
-chunks per core. Idle pool threads sleep, so they take no core from BLAS.
+chunks per thread (``threads``: the process's cores, or fewer if the user asks for
+fewer). Idle pool threads sleep, so they take no core from BLAS.
 """
 
 from __future__ import annotations
@@ -22,14 +23,30 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def threads() -> int:
+    """Threads npusim keeps busy at once: the cores of its CPU affinity (``cores``), at most
+    the smallest of ``OMP_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` a user set (a value
+    that is no integer >= 1 is ignored, as OpenBLAS ignores it)."""
+    n = cores()
+    for var in THREAD_VARIABLES:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            n = min(n, int(value))
+    return n
+
+
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(cores(), thread_name_prefix="npusim-rows")
+    return ThreadPoolExecutor(threads(), thread_name_prefix="npusim-rows")
 
 
 def in_parallel(kernel, args: tuple, rows: int) -> None:
-    """``kernel(*args, first, stop)`` over ``rows`` rows, in chunks on the thread pool."""
-    chunks = max(1, min(rows, 4 * cores()))
+    """``kernel(*args, first, stop)`` over ``rows`` rows, in chunks on the thread pool
+    (``threads()`` threads, fixed at the first call)."""
+    chunks = max(1, min(rows, 4 * threads()))
     bounds = np.linspace(0, rows, chunks + 1).astype(np.int64)
     jobs = [_pool().submit(kernel, *args, int(a), int(b))
             for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,13 +34,13 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from . import engine, hybrid, ops, quant, tensors
 from .arch import Arch, load_arch
 from .choices import DTYPES, MODES
-from .dataflows import Dataflow
+from .dataflows import REGISTRY, Dataflow
 from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
 from .ir import ConvLayer, Graph
-from .memory import Steps
-from .parallel import cores
+from .memory import on_chip_timing
+from .parallel import threads
 from .stats import Counts, LayerStats, Op, price, total
 
 # Emulator steps (about 1 us each on a 2-core x86 machine, docs/cli.md) one layer may take in
@@ -112,11 +114,14 @@ class RunConfig:
 
     @property
     def background(self) -> bool:
-        """Whether the costs may be counted on the worker thread (``_Costs``): one machine
-        whose costs read the masks, not emulated (a hybrid needs its members' costs at once,
-        to choose)."""
-        return (self.mode != "emulate" and len(self.machines) == 1
-                and self.machines[0].reads_masks)
+        """Whether the costs may be counted on the worker thread (``_Costs``): mode run on one
+        machine whose costs read the masks and whose arithmetic leaves a core free (a hybrid
+        needs its members' costs at once, to choose). Elsewhere counting beside the outputs
+        measured no faster than inline (docs/architecture.md): in mode estimate, and beside
+        arithmetic that runs on every core already."""
+        df = self.machines[0]
+        return (self.mode == "run" and len(self.machines) == 1 and df.reads_masks
+                and not getattr(df, "compute_on_every_core", False))
 
 
 def _run_mode(df, layer, x, w, b, arch, count):
@@ -151,9 +156,36 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
     if len(cfg.machines) == 1:
         df = cfg.machines[0]
         check_supports(df, layer, cfg.arch)
+        if not df.reads_masks and REGISTRY.get(df.name) is df:  # not a wrapper (dse.reuse)
+            return df, lambda: shape_costs(df, layer, cfg.arch), None
         return df, lambda: costs.submit(df.estimate, layer, *masks(df), cfg.arch), None
     placed = hybrid.place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
     return placed.machine, lambda: placed.stats, placed
+
+
+SHAPE_COSTS_KEPT = 4096  # layer geometries whose costs each arch keeps (networks repeat theirs)
+_shape_costs: dict[int, OrderedDict] = {}
+
+
+def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
+    """``df.estimate`` of ``layer`` for a machine whose costs follow the shapes alone
+    (``reads_masks`` False), counted once per geometry and dtype on ``arch`` (the same
+    ``Arch`` object: presets are shared, ``load_arch``) and renamed for each layer: repeated
+    blocks and later calls on the same arch (a sweep, a bench) do not count them again."""
+    store = _shape_costs.get(id(arch))
+    if store is None:
+        store = _shape_costs[id(arch)] = OrderedDict()
+        weakref.finalize(arch, _shape_costs.pop, id(arch), None)
+    key = (df.name, layer.N, layer.C, layer.H, layer.W, layer.K, layer.R, layer.S,
+           layer.stride, layer.padding, layer.dilation, layer.groups, layer.bias, layer.dtype)
+    st = store.get(key)
+    if st is None:
+        st = store[key] = df.estimate(layer, None, None, arch)
+        if len(store) > SHAPE_COSTS_KEPT:
+            store.popitem(last=False)
+    else:
+        store.move_to_end(key)
+    return st if st.name == layer.name else st.renamed(layer.name)
 
 
 def _tensor_masks(x: np.ndarray, w: np.ndarray):
@@ -209,12 +241,15 @@ def check_emulate_size(layers: list[ConvLayer], cfg: RunConfig) -> None:
 def check_model_finite(model: Graph, x: np.ndarray) -> None:
     """Refuse, before any layer runs, a network input or a conv/linear weight or bias with
     a NaN or inf (``tensors.check_finite``; each conv's input is checked again when it runs,
-    for a non-finite value an earlier op produced)."""
+    for a non-finite value an earlier op produced; a read-only weight passed once is not
+    checked again)."""
     tensors.check_finite(x, "input", model.name)
     for node in model.conv_nodes:
-        tensors.check_finite(node.op.weight, "weight", node.name)
-        if node.op.bias is not None:
-            tensors.check_finite(node.op.bias, "bias", node.name)
+        for name in ("weight", "bias"):
+            a = getattr(node.op, name)
+            if a is not None:  # checked once per read-only array (``derived``)
+                derived(a, "finite", lambda a=a, name=name, at=node.name:
+                        tensors.check_finite(a, name, at) or True)
 
 
 def _vector_stats(name: str, op, in_shapes, out_shape, arch: Arch, dtype: str) -> LayerStats:
@@ -228,7 +263,7 @@ def vector_work(name: str, op, in_shapes, out_shape, dtype: str) -> tuple[Op, in
     moves through SRAM)."""
     work = op.vector_ops(in_shapes, out_shape)
     elem = 1 if dtype == "int8" else 4
-    elements = sum(int(np.prod(s)) for s in in_shapes) + int(np.prod(out_shape))
+    elements = int(sum(map(math.prod, in_shapes)) + math.prod(out_shape))
     return Op(name, type(op).__name__, dtype), work, elements * elem if work else 0
 
 
@@ -238,7 +273,7 @@ def vector_priced(counted: tuple[Op, int, int], arch: Arch) -> LayerStats:
     cycles = math.ceil(work / arch.vector.lanes)
     counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
                     vector_ops=work)
-    return price(op, counts, Steps(compute=[cycles], sram_bytes=moved), arch)
+    return price(op, counts, None, arch, on_chip_timing(cycles, moved, arch.memory))
 
 
 def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
@@ -281,12 +316,16 @@ class _Costs:
     wait, so their masks do not pile up in memory. Without ``background`` (machines whose
     costs follow the shapes, and the emulator), counted at once.
 
-    While the worker exists, BLAS gets one core fewer: OpenBLAS threads busy-wait
-    between calls and would take the worker's core (on 2 cores, ResNet-50's estimate
-    ran 1.5x slower with both)."""
+    The worker exists only when npusim may keep two threads busy (``parallel.threads``:
+    the CPU affinity, and a user's ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``); on one
+    core it would only take turns with the main thread. While it exists, BLAS gets one
+    thread fewer: OpenBLAS threads busy-wait between calls and would take the worker's core
+    (on 2 cores, ResNet-50's estimate ran 1.5x slower with both). docs/input-reuse.md has
+    the measured gain (``bench/bench_costs_thread.py``)."""
 
     def __init__(self, background: bool, depth: int = 2):
-        self.pool = ThreadPoolExecutor(1, "npusim-costs") if background else None
+        usable = background and threads() >= 2
+        self.pool = ThreadPoolExecutor(1, "npusim-costs") if usable else None
         self.pending: list[Future] = []
         self.depth = depth
         self.limits = None
@@ -295,8 +334,8 @@ class _Costs:
         if self.pool:
             blas = [lib["num_threads"] for lib in threadpool_info()
                     if lib["user_api"] == "blas"]
-            threads = max(1, min(max(blas, default=1), cores() - 1))
-            self.limits = threadpool_limits(threads, user_api="blas")
+            self.limits = threadpool_limits(max(1, min(max(blas, default=1), threads() - 1)),
+                                            user_api="blas")
         return self
 
     def __exit__(self, *exc) -> None:

@@ -211,13 +211,15 @@ class Op:
         return self.shape
 
 
-def price(layer, counts: Counts, steps: Steps, arch, timing: Timing | None = None) -> LayerStats:
+def price(layer, counts: Counts, steps: Steps | None, arch,
+          timing: Timing | None = None) -> LayerStats:
     """The ``LayerStats`` of what a machine counted: time through the memory model
     (``memory.time_layer`` on ``arch.memory``), energy through ``energy_pj``.
 
     ``layer`` (a ``ConvLayer``, or an ``Op``) supplies the name, the shape text
     (``describe()``) and the dtype; ``timing``, when given, is the layer's time from
-    another memory discipline (``memory_scalesim``), used instead of the steps'.
+    another memory discipline (``memory_scalesim``), or worked out already
+    (``memory.on_chip_timing``), used instead of the steps' (``steps`` may then be None).
     Units: cycles, bytes, pJ.
     """
     units = reconfig_units(layer, counts, arch)

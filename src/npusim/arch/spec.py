@@ -344,6 +344,8 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
     text = str(name_or_path)
     path = Path(text)
     if text in presets():
+        if sections is None:
+            return _preset(text, path_mtime(PRESET_DIR / f"{text}.toml"), tuple(SECTIONS))
         path = PRESET_DIR / f"{text}.toml"
     elif not (path.suffix == ".toml" or path.exists()):
         raise ConfigError(f"arch {text!r}: not a preset ({', '.join(presets())}) nor a .toml file")
@@ -356,6 +358,19 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not a TOML text file (UTF-8: {e.reason})") from None
     return arch_from_toml_text(content, str(path), sections)
+
+
+def path_mtime(path: Path) -> int:
+    """``path``'s modification time (ns), so that a cached parse of it notices an edit."""
+    return path.stat().st_mtime_ns
+
+
+@functools.lru_cache(maxsize=64)
+def _preset(name: str, mtime: int, sections: tuple[str, ...]) -> Arch:
+    """A built-in preset parsed once per version of its file and set of known sections
+    (an ``Arch`` is frozen: every call may share it)."""
+    path = PRESET_DIR / f"{name}.toml"
+    return arch_from_toml_text(path.read_text(), str(path))
 
 
 DEFAULT_PRESET = "systolic-32x32-ws"

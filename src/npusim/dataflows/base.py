@@ -44,6 +44,7 @@ class Dataflow(Protocol):
     name: ClassVar[str]
     Params: ClassVar[type]
     reads_masks: ClassVar[bool]
+    compute_on_every_core: ClassVar[bool]
 
     def supports(self, layer: ConvLayer, arch) -> str | None: ...
 
@@ -97,6 +98,9 @@ class Machine:
     """The part of the interface every dataflow class inherits."""
 
     reads_masks: ClassVar[bool] = True
+    # whether ``compute`` keeps every core busy (``parallel.in_parallel``): then counting the
+    # costs on a worker thread beside it gains nothing (``simulate.RunConfig.background``)
+    compute_on_every_core: ClassVar[bool] = False
 
     def estimate_memo(self, layer: ConvLayer, x_mask: np.ndarray | None,
                       w_mask: np.ndarray | None, arch, memo: Memo) -> LayerStats:

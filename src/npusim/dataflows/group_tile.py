@@ -476,6 +476,7 @@ class GroupTile(Machine):
     name = NAME
     Params = Params
     reads_masks = False  # the costs follow the shapes alone
+    compute_on_every_core = True  # its MAC kernels run rows on the thread pool
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         return None

@@ -415,6 +415,7 @@ def _pair_macs(fields, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # prag
 class SparsePairs(Machine):
     name = NAME
     Params = Params
+    compute_on_every_core = True  # its pair kernel runs rows on the thread pool
 
     def supports(self, layer: ConvLayer, arch) -> str | None:
         return None
