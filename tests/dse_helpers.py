@@ -25,8 +25,10 @@ def write_spec(tmp_path: Path, text: str = SMALL, name: str = "sweep.toml") -> P
 
 
 def env() -> dict:
-    """The environment for an npusim subprocess: this tree's sources first."""
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    """The environment for an npusim subprocess: this tree's sources first, then the caller's
+    path (a tool running the tests may need its own modules there)."""
+    return {**os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
 
 
 def npusim(*args, **kw) -> subprocess.CompletedProcess:

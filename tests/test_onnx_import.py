@@ -522,6 +522,7 @@ def test_element_types_are_named(tmp_path):
 def test_check_on_an_imported_model_prints_no_torch_warning(tmp_path):
     """onnx hands weights over as read-only views of the file's bytes; torch warns when
     given one, so ``--check`` must not (the run is a fresh process: torch warns once)."""
+    import os
     import subprocess
     import sys
 
@@ -534,6 +535,7 @@ def test_check_on_an_imported_model_prints_no_torch_warning(tmp_path):
                           "import sys; from npusim.cli import main; sys.exit(main(sys.argv[1:]))",
                           "run", str(path), "--check", "--quiet"],
                          capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "PYTHONPATH": str(src)})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(src), os.environ.get("PYTHONPATH", "")])})
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("check against torch, 2 nodes") and run.stderr == ""
