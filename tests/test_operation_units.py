@@ -79,10 +79,24 @@ def test_chain_transfer_to_its_own_unit_does_not_move():
     assert q.transfers == 1 and q.server.tolist() == [2] and q.hops == 1
 
 
-@given(st.lists(st.tuples(st.integers(0, 6), st.lists(st.tuples(st.integers(0, 2),
-                                                                 st.integers(1, 6)),
-                                                       max_size=4)),
-                min_size=1, max_size=14),
+def queued(jobs, units: int, link: str):
+    """(weight cycles J x 1, queue, pixels of every partial OFM) of ``jobs`` (weight cycles,
+    partial OFMs (kernel, pixels)), a pixel a beat, 3 output units."""
+    rows = [(j, k, px) for j, (_, ts) in enumerate(jobs) for k, px in ts]
+    job, kernel, pixels = (np.array(rows, np.int64).reshape(-1, 3).T if rows
+                           else (np.zeros(0, np.int64),) * 3)
+    slots = np.array([[c] for c, _ in jobs], np.int64)
+    q = ou.queue(ou.Transfers(job, kernel, pixels), units=units, interconnect=link,
+                 output_units=3, width=1)
+    return slots, q, pixels
+
+
+# jobs: (weight cycles, partial OFMs (kernel, pixels))
+jobs_with_transfers = st.lists(st.tuples(st.integers(0, 6), st.lists(
+    st.tuples(st.integers(0, 2), st.integers(1, 6)), max_size=4)), min_size=1, max_size=14)
+
+
+@given(jobs_with_transfers,
        st.integers(1, 3), st.sampled_from(["full", "bus"]))
 def test_back_pressure_events_with_room_to_spare_equal_the_closed_form(jobs, units, link):
     """Jobs (weight cycles, transfers (kernel, pixels)) on ``units`` units: played as events
@@ -90,12 +104,7 @@ def test_back_pressure_events_with_room_to_spare_equal_the_closed_form(jobs, uni
     schedule is the closed form's (running sums per unit, FIFO servers): same hand-offs,
     last transfer and waits, and no stall; with one pixel less some unit may stall, never
     earlier than the closed form's job ends."""
-    rows = [(j, k, px) for j, (_, ts) in enumerate(jobs) for k, px in ts]
-    job, kernel, pixels = (np.array(rows, np.int64).reshape(-1, 3).T if rows
-                           else (np.zeros(0, np.int64),) * 3)
-    slots = np.array([[c] for c, _ in jobs], np.int64)
-    q = ou.queue(ou.Transfers(job, kernel, pixels), units=units, interconnect=link,
-                 output_units=3, width=1)
+    slots, q, pixels = queued(jobs, units, link)
     free = ou.schedule(slots, q, units=units, stealing=False)
     whole = int(pixels.sum())
     roomy = ou.schedule(slots, q, units=units, stealing=False, capacity=max(whole, 1))
@@ -109,3 +118,67 @@ def test_back_pressure_events_with_room_to_spare_equal_the_closed_form(jobs, uni
     if whole > 1:
         tight = ou.schedule(slots, q, units=units, stealing=False, capacity=whole - 1)
         assert (tight.job_end >= free.job_end).all() and tight.cycles >= free.cycles
+
+
+def back_pressure_by_cycles(times, transfers, units, capacity):
+    """Jobs ``times[j]`` cycles long (job j on unit j mod units, each unit's back to back)
+    and their moving transfers (per job, in sequence: server, duration, pixels), played one
+    cycle at a time: at each cycle transfers that end free their unit's pixels; then, in job
+    order, a finished job hands off if its unit's first buffer is empty or has room for all
+    its pixels (its transfers join their servers' queues and its unit starts its next job);
+    then each idle server starts its oldest waiting transfer. (hand-off of every job, stalled
+    cycles, last transfer end, summed waits)."""
+    own = [list(range(u, len(times), units)) for u in range(units)]
+    running = {}  # unit: (its job, the cycle that job ends)
+    for u in range(units):
+        if own[u]:
+            j = own[u].pop(0)
+            running[u] = (j, times[j])
+    held, queues, serving = [0] * units, {}, {}
+    ends, stalls, last, wait, t = {}, 0, 0, 0, 0
+    while running or any(queues.values()) or serving:
+        for s, (end, u, px) in list(serving.items()):
+            if end == t:
+                held[u] -= px
+                last = max(last, t)
+                del serving[s]
+        while True:
+            fits = [(j, u) for u, (j, done) in running.items() if done <= t
+                    and (held[u] == 0 or held[u] + sum(p for _, _, p in transfers[j])
+                         <= capacity)]
+            if not fits:
+                break
+            j, u = min(fits)
+            ends[j], stalls = t, stalls + t - running[u][1]
+            for s, d, px in transfers[j]:
+                held[u] += px
+                queues.setdefault(s, []).append((t, d, u, px))
+            if own[u]:
+                nxt = own[u].pop(0)
+                running[u] = (nxt, t + times[nxt])
+            else:
+                del running[u]
+        for s, waiting in queues.items():
+            if s not in serving and waiting:
+                ready, d, u, px = waiting.pop(0)
+                wait += t - ready
+                serving[s] = (t + d, u, px)
+        t += 1
+    return [ends[j] for j in range(len(times))], stalls, last, wait
+
+
+@given(jobs_with_transfers,
+       st.integers(1, 3), st.sampled_from(["full", "bus"]), st.integers(1, 24))
+def test_first_buffer_schedule_equals_cycle_by_cycle_play(jobs, units, link, capacity):
+    """Any first-buffer capacity (some units stalling or none): ``schedule``'s hand-offs,
+    stalls, last transfer, waits and cycles are those of a cycle-by-cycle play (each
+    partial OFM of k pixels, kernel k', a transfer of k beats to server k' mod 3 on full,
+    0 on the bus)."""
+    slots, q, pixels = queued(jobs, units, link)
+    got = ou.schedule(slots, q, units=units, stealing=False, capacity=capacity)
+    moving = [[(k % 3 if link == "full" else 0, px, px) for k, px in ts] for _, ts in jobs]
+    ends, stalls, last, wait = back_pressure_by_cycles([c for c, _ in jobs], moving, units,
+                                                       capacity)
+    assert (got.job_end.tolist(), got.first_buffer_stalls, got.transfer_end,
+            got.contention) == (ends, stalls, last, wait)
+    assert got.cycles == max(max(ends), last)

@@ -221,23 +221,37 @@ def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
     return (idx if order == "region-major" else idx.T).ravel()
 
 
-def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory) -> str:
+def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory, memo: Memo | None = None) -> str:
     """The order whose steps move fewer DRAM bytes on ``memory`` (region-major on a tie).
-    The bytes depend on the jobs' blocks and their order only, not on their ends."""
-    rows, first, last = _rows(p, jobs)
-    region_bytes = _region_bytes(layer, jobs)
+    The bytes depend on the jobs' blocks and their order only, not on their ends (nor on
+    the output's bytes: ``jobs.ofm_bytes`` is 0 here). ``memo`` keeps each order's blocks
+    (``order_blocks``) for ``steps``."""
+    memo = Memo() if memo is None else memo
+    rows = _rows(p, jobs)[0]
+    zero = np.zeros(rows, np.int64)
     moved = {}
     for order in ORDERS:  # the steps' blocks alone (``steps`` without the times and ports)
-        ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, dataclasses.replace(
-            jobs, order=order), region_bytes, first, last)
-        band, out, psum, held = _output_blocks(layer, p, dataclasses.replace(
-            jobs, order=order), rows, last)
-        t = traffic(Steps(compute=np.zeros(rows, np.int64), ifmap=ifmap, ifmap_bytes=ifmap_bytes,
-                          filter=filt, filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out,
+        ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = memo.get(
+            ("blocks", p, order), lambda o=order: order_blocks(layer, p, jobs, o))
+        t = traffic(Steps(compute=zero, ifmap=ifmap, ifmap_bytes=ifmap_bytes,
+                          filter=filt, filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=zero,
                           psum_bytes=psum, psum_size=held,
                           ofmap_capacity=second_buffer_bytes(p)), memory)
         moved[order] = int(sum(int(v.sum()) for v in t.values()))
     return min(ORDERS, key=moved.get)
+
+
+def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> tuple:
+    """(ifmap ids, their bytes, filter ids, their bytes, ofmap ids, partial-sum bytes a row
+    spills, the ofmap block's whole partial sums) of the steps of ``jobs`` run in ``order``:
+    what ``steps`` knows before the jobs' times, ports and output bytes. They follow the
+    masks, ``p`` and the order alone (``jobs``: the blocks of ``layer_stats``)."""
+    jobs = dataclasses.replace(jobs, order=order)
+    rows, first, last = _rows(p, jobs)
+    ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, jobs, _region_bytes(layer, jobs),
+                                                   first, last)
+    band, psum, held = _output_blocks(layer, p, jobs, rows, last)
+    return ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held
 
 
 def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
@@ -284,7 +298,7 @@ def kernel_set_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray, pus: int) ->
     return grid.reshape(-1, pus).sum(axis=1)
 
 
-def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
+def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: tuple | None = None) -> Steps:
     """The layer as the memory model sees it: one step per row of ``U`` jobs in global order
     (the jobs the operation units run side by side), lasting from the last end of the
     rows before to its own last end (the last step also carries the transfers' tail).
@@ -311,9 +325,9 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
     compute[-1] += jobs.cycles - edge[-1]
     busy = np.zeros(rows * units, np.int64)
     busy[:n_jobs] = jobs.busy
-    ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, jobs, _region_bytes(layer, jobs),
-                                                   first, last)
-    band, out, psum, held = _output_blocks(layer, p, jobs, rows, last)
+    ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = (
+        order_blocks(layer, p, jobs, jobs.order) if blocks is None else blocks)
+    out = np.bincount(band, _ofmap_bytes(p, jobs, rows))[band].astype(np.int64)
     return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
                  filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out, psum_bytes=psum,
                  psum_size=held, ofmap_capacity=second_buffer_bytes(p),
@@ -322,16 +336,14 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs) -> Steps:
 
 
 def _output_blocks(layer: ConvLayer, p: Params, jobs: Jobs, rows: int, last: np.ndarray):
-    """(ofmap ids, their bytes, partial-sum bytes a row spills, the block's whole partial
-    sums) of the steps whose last jobs are ``last`` (see ``steps``)."""
+    """(ofmap ids, partial-sum bytes a row spills, the block's whole partial sums) of the
+    steps whose last jobs are ``last`` (see ``steps``)."""
     regions = len(jobs.region_nonzeros)
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     band, held = bands(layer, p, jobs, last)
-    out = _ofmap_bytes(p, jobs, rows)
     pixels = np.zeros(rows * p.operation_units, np.int64)
     pixels[:len(jobs.end)] = jobs.pofm_pixels[run_order(regions, per_region, jobs.order)]
-    return (band, np.bincount(band, out)[band].astype(np.int64),
-            ACC_BYTES * pixels.reshape(rows, p.operation_units).sum(axis=1), held)
+    return band, ACC_BYTES * pixels.reshape(rows, p.operation_units).sum(axis=1), held
 
 
 def second_buffer_bytes(p: Params) -> int:
@@ -551,7 +563,7 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     mem = arch.memory
     buffers = tuple(usable_bytes(kb, mem) for kb in (mem.ifmap_sram_kb, mem.filter_sram_kb,
                                                      mem.ofmap_sram_kb))
-    order = memo.get(("order", p, buffers), lambda: loop_order(layer, p, blocks, mem))
+    order = memo.get(("order", p, buffers), lambda: loop_order(layer, p, blocks, mem, memo))
     ofm = memo.get(("ofm_pixels",), lambda: ofm_pixels(layer, x_mask, w_mask))
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     ordered = memo.get(("ordered", geo, order), lambda: reorder(
@@ -580,7 +592,8 @@ def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jo
         or sch.first_buffer_stalls > 0,
         ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape, ofm, p.region, elem),
         sram_total=c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes, order=order)
-    return c, steps(layer, p, jobs)
+    return c, steps(layer, p, jobs, memo.get(("blocks", p, order),
+                                             lambda: order_blocks(layer, p, blocks, order)))
 
 
 def buffer_need(layer: ConvLayer, p: Params) -> int:

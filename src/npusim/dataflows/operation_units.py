@@ -27,9 +27,11 @@ Closed forms, vectorised over jobs, of what the cycle emulator
   stalled job's transfers queue from its hand-off.
 
 The FIFO servers are one compiled pass over the transfers sorted by (server, ready,
-sequence): each starts at ``max(ready, previous finish on its server)``. When some
-unit's moving partial OFMs exceed its first buffer the units and servers are instead
-played as events in time order (``_backpressure``, compiled).
+sequence): each starts at ``max(ready, previous finish on its server)``. When that
+schedule would overfill some unit's first buffer (``_overflows``, compiled: each unit's
+jobs in order against a heap of its held partial OFMs) the units and servers are instead
+played as events in time order (``_backpressure``, compiled: a heap of the next events,
+and at each time only the units and servers an event touched).
 Layer cycles = max(last hand-off, last transfer finish).
 """
 
@@ -145,27 +147,36 @@ def fifo(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
          count: np.ndarray | int = 1) -> tuple[int, int]:
     """(last finish, total wait) of transfers on FIFO servers, in cycles; an item standing
     for ``count`` transfers served back to back counts its start wait ``count`` times."""
+    last, wait, _ = served(server, ready, duration, count)
+    return last, wait
+
+
+def served(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
+           count: np.ndarray | int = 1) -> tuple[int, int, np.ndarray]:
+    """``fifo``'s (last finish, total wait) and every item's finish."""
     if server.size == 0:
-        return 0, 0
+        return 0, 0, np.zeros(0, np.int64)
     server, ready = server.astype(np.int64, copy=False), ready.astype(np.int64, copy=False)
     counts = np.broadcast_to(np.asarray(count, np.int64), server.shape)
     # numpy's stable sort (timsort) is quick on the nearly sorted ready times of a layer
     order = np.argsort(server * (int(ready.max()) + 1) + ready, kind="stable")
+    finish = np.empty(server.size, np.int64)
     last, wait = _serve(order, server, ready, duration.astype(np.int64, copy=False),
-                        np.ascontiguousarray(counts))
-    return int(last), int(wait)
+                        np.ascontiguousarray(counts), finish)
+    return int(last), int(wait), finish
 
 
 @njit(cache=True, nogil=True)
-def _serve(order, server, ready, duration, count):  # pragma: no cover
-    """``fifo`` on non-empty int64 arrays, in service ``order`` (server, ready, sequence)."""
+def _serve(order, server, ready, duration, count, finish):  # pragma: no cover
+    """``fifo`` on non-empty int64 arrays, in service ``order`` (server, ready, sequence);
+    writes every item's finish into ``finish``."""
     last = wait = free = 0
     current = -1
     for i in order:
         if server[i] != current:
             current, free = server[i], 0
         start = max(ready[i], free)
-        free = start + duration[i]
+        free = finish[i] = start + duration[i]
         wait += (start - ready[i]) * count[i]
         last = max(last, free)
     return last, wait
@@ -240,14 +251,20 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
              unit: np.ndarray | None = None, capacity: int | None = None) -> Schedule:
     """Time the jobs (J x P weight cycles, in global order, on ``unit``: default round
     robin) and their queued transfers; ``capacity``: accumulator pixels of each unit's
-    first buffer (None: unbounded)."""
+    first buffer (None: unbounded). The events (``_backpressure``) are played only when
+    the closed form would overfill a first buffer (``_overflows``): otherwise no unit
+    stalls and the events give the closed form's times."""
     times = job_times(slot_cycles, stealing)
     ends, busy = job_ends(times, units, unit)
+    last, wait, finish = served(q.server, ends[q.job], q.duration, q.count)
     if capacity is not None and q.job.size:
         source = (np.arange(len(times)) % units if unit is None
                   else np.asarray(unit, np.int64))
         item_pixels = np.add.reduceat(q.moving_pixels, q.first)
-        if np.bincount(source[q.job], item_pixels, minlength=units).max() > capacity:
+        if (np.bincount(source[q.job], item_pixels, minlength=units).max() > capacity
+                and _overflows(ends.astype(np.int64, copy=False), source.astype(np.int64),
+                               units, q.job, item_pixels.astype(np.int64, copy=False),
+                               finish, capacity)):
             ends, stalls, last, wait = _backpressure(
                 times.astype(np.int64), source.astype(np.int64), units, q.job, q.server,
                 q.first, q.count, q.moving_duration, q.moving_pixels, q.servers, capacity)
@@ -256,11 +273,43 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
                             transfer_cycles=q.transfer_cycles, contention=int(wait),
                             hops=q.hops, job_end=ends, transfer_end=int(last),
                             first_buffer_stalls=int(stalls))
-    last, wait = fifo(q.server, ends[q.job], q.duration, q.count)
     return Schedule(cycles=max(int(busy.max(initial=0)), last), unit_busy=busy,
                     pu_busy=int(slot_cycles.sum()), transfers=q.transfers,
                     transfer_cycles=q.transfer_cycles, contention=wait + q.inner_wait,
                     hops=q.hops, job_end=ends, transfer_end=last)
+
+
+@njit(cache=True, nogil=True)
+def _overflows(ends, source, units, item_job, item_pixels, item_finish,
+               capacity):  # pragma: no cover
+    """Whether some job of the closed form (hand-off at its ``ends``, on unit ``source``)
+    would find its unit's first buffer too full: holding pixels, and not room for the job's
+    (``item_pixels`` of its items, in job order). An item is counted as held until its
+    last transfer ends (``item_finish``), at or after its transfers' own ends, so False
+    means no unit stalls: every hand-off is at its job's end, as in the closed form.
+    Per unit, jobs in order: items that have ended by a job's end free their pixels
+    before it hands off (a heap of the held items by finish)."""
+    jobs, items = ends.size, item_job.size
+    lo, hi = _items_of_jobs(item_job, jobs)
+    need = np.zeros(jobs, np.int64)
+    for i in range(items):
+        need[item_job[i]] += item_pixels[i]
+    start, own = _jobs_of_units(source, units)
+    heap_t, heap_px = np.empty(items, np.int64), np.empty(items, np.int64)
+    for u in range(units):
+        size = held = 0
+        for n in range(start[u], start[u + 1]):
+            j = own[n]
+            while size and heap_t[0] <= ends[j]:
+                held -= heap_px[0]
+                size = _pop(heap_t, heap_px, size)
+            if held > 0 and held + need[j] > capacity:
+                return True
+            held += need[j]
+            if lo[j] >= 0:
+                for i in range(lo[j], hi[j]):
+                    size = _push(heap_t, heap_px, size, item_finish[i], item_pixels[i])
+    return False
 
 
 @njit(cache=True, nogil=True)
@@ -272,28 +321,20 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
     pixels, played as events in time order. At each time: transfers that finish free
     their pixels; waiting jobs that fit hand off, in job order (their transfers join their
     servers' queues, ready now) and their units start their next jobs; idle servers start
-    the head of their queues (ready order, then sequence)."""
+    the head of their queues (ready order, then sequence).
+
+    The next time is the earliest pending event (a running unit's job end or a server's
+    transfer end, at most one each: a heap), and at a time only the units and servers an
+    event touched are looked at: a waiting unit that did not fit stays so until its own
+    transfers free pixels (another unit's hand-off leaves its buffer as it is), and a
+    server can start only when it has just become idle or its queue has just grown."""
     jobs, n_items, n_moving = times.size, item_job.size, duration.size
+    lo, hi = _items_of_jobs(item_job, jobs)
     need = np.zeros(jobs, np.int64)
-    lo = np.full(jobs, -1, np.int64)
-    hi = np.zeros(jobs, np.int64)
     for i in range(n_items):
-        j = item_job[i]
-        if lo[j] < 0:
-            lo[j] = i
-        hi[j] = i + 1
         for k in range(item_first[i], item_first[i] + item_count[i]):
-            need[j] += pixels[k]
-    start = np.zeros(units + 1, np.int64)  # each unit's jobs: own[start[u]:start[u + 1]]
-    for j in range(jobs):
-        start[source[j] + 1] += 1
-    for u in range(units):
-        start[u + 1] += start[u]
-    fill = start[:-1].copy()
-    own = np.empty(jobs, np.int64)
-    for j in range(jobs):
-        own[fill[source[j]]] = j
-        fill[source[j]] += 1
+            need[item_job[i]] += pixels[k]
+    start, own = _jobs_of_units(source, units)
     qstart = np.zeros(servers + 1, np.int64)  # each server's queue, in arrival order
     for i in range(n_items):
         qstart[item_server[i] + 1] += item_count[i]
@@ -308,36 +349,54 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
     nxt = start[:-1].copy()
     state = np.zeros(units, np.int64)  # 0 no job, 1 running, 2 waiting to hand off
     job = np.full(units, -1, np.int64)
-    finish, since = np.zeros(units, np.int64), np.zeros(units, np.int64)
+    since = np.zeros(units, np.int64)
     ends = np.zeros(jobs, np.int64)
+    # pending events (time, id: a unit's job end, or units + s for server s's transfer end)
+    heap_t, heap_id = np.empty(units + servers, np.int64), np.empty(units + servers, np.int64)
+    size = 0
+    cand = np.empty(units, np.int64)  # waiting units that may fit now
+    is_cand = np.zeros(units, np.bool_)
+    n_cand = 0
+    touched = np.empty(servers, np.int64)  # servers that may start a transfer now
+    is_touched = np.zeros(servers, np.bool_)
+    n_touched = 0
     stalls = wait = last = 0
+    t = 0
     for u in range(units):  # every unit starts its first job at 0
         if nxt[u] < start[u + 1]:
             job[u] = own[nxt[u]]
             nxt[u] += 1
-            finish[u] = times[job[u]]
-            state[u] = 2 if finish[u] == 0 else 1
-    waiting = 0
-    for u in range(units):
-        waiting += state[u] == 2
-    t = 0
+            if times[job[u]] == 0:
+                state[u] = 2
+                cand[n_cand], is_cand[u] = u, True
+                n_cand += 1
+            else:
+                state[u] = 1
+                size = _push(heap_t, heap_id, size, times[job[u]], u)
     while True:
-        while waiting:  # hand-offs at t, in job order
+        while n_cand:  # hand-offs at t, in job order
             best = -1
-            for u in range(units):
-                if state[u] == 2 and (held[u] == 0 or held[u] + need[job[u]] <= capacity):
-                    if best < 0 or job[u] < job[best]:
-                        best = u
+            for c in range(n_cand):
+                u = cand[c]
+                if held[u] == 0 or held[u] + need[job[u]] <= capacity:
+                    if best < 0 or job[u] < job[cand[best]]:
+                        best = c
             if best < 0:
                 break
-            u, j = best, job[best]
-            waiting -= 1
+            u = cand[best]
+            n_cand -= 1
+            cand[best] = cand[n_cand]
+            is_cand[u] = False
+            j = job[u]
             ends[j] = t
             stalls += t - since[u]
             held[u] += need[j]
             if lo[j] >= 0:
                 for i in range(lo[j], hi[j]):
                     s = item_server[i]
+                    if not is_touched[s]:
+                        touched[n_touched], is_touched[s] = s, True
+                        n_touched += 1
                     for k in range(item_first[i], item_first[i] + item_count[i]):
                         line[tail[s]] = k
                         tail[s] += 1
@@ -345,38 +404,114 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
             if nxt[u] < start[u + 1]:
                 job[u] = own[nxt[u]]
                 nxt[u] += 1
-                finish[u] = t + times[job[u]]
-                if finish[u] == t:
+                if times[job[u]] == 0:
                     state[u], since[u] = 2, t
-                    waiting += 1
+                    cand[n_cand], is_cand[u] = u, True
+                    n_cand += 1
                 else:
                     state[u] = 1
+                    size = _push(heap_t, heap_id, size, t + times[job[u]], u)
             else:
                 state[u] = 0
-        for s in range(servers):  # idle servers start their next transfer
+        for c in range(n_cand):  # those left do not fit until their own transfers end
+            is_cand[cand[c]] = False
+        n_cand = 0
+        for c in range(n_touched):  # idle servers start their next transfer
+            s = touched[c]
+            is_touched[s] = False
             if serving[s] < 0 and head[s] < tail[s]:
                 k = line[head[s]]
                 head[s] += 1
                 wait += t - ready[k]
                 serving[s], busy_until[s] = k, t + duration[k]
-        t_next = -1
-        for u in range(units):
-            if state[u] == 1 and (t_next < 0 or finish[u] < t_next):
-                t_next = finish[u]
-        for s in range(servers):
-            if serving[s] >= 0 and (t_next < 0 or busy_until[s] < t_next):
-                t_next = busy_until[s]
-        if t_next < 0:
+                size = _push(heap_t, heap_id, size, busy_until[s], units + s)
+        n_touched = 0
+        if size == 0:
             break
-        t = t_next
-        for s in range(servers):  # transfers that end now free their pixels
-            if serving[s] >= 0 and busy_until[s] == t:
+        t = heap_t[0]
+        while size and heap_t[0] == t:
+            e = heap_id[0]
+            size = _pop(heap_t, heap_id, size)
+            if e >= units:  # a transfer ends: its pixels leave its unit's first buffer
+                s = e - units
                 k = serving[s]
-                held[owner[k]] -= pixels[k]
+                u = owner[k]
+                held[u] -= pixels[k]
                 last = max(last, t)
                 serving[s] = -1
-        for u in range(units):
-            if state[u] == 1 and finish[u] == t:
-                state[u], since[u] = 2, t
-                waiting += 1
+                touched[n_touched], is_touched[s] = s, True
+                n_touched += 1
+                if state[u] == 2 and not is_cand[u]:
+                    cand[n_cand], is_cand[u] = u, True
+                    n_cand += 1
+            else:  # a job ends: its unit waits to hand it off
+                state[e], since[e] = 2, t
+                if not is_cand[e]:
+                    cand[n_cand], is_cand[e] = e, True
+                    n_cand += 1
     return ends, stalls, last, wait
+
+
+@njit(cache=True, nogil=True)
+def _items_of_jobs(item_job, jobs):  # pragma: no cover
+    """(first item, one past the last) of every job's items (items in job order; a job with
+    none: -1, 0)."""
+    lo = np.full(jobs, -1, np.int64)
+    hi = np.zeros(jobs, np.int64)
+    for i in range(item_job.size):
+        j = item_job[i]
+        if lo[j] < 0:
+            lo[j] = i
+        hi[j] = i + 1
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def _jobs_of_units(source, units):  # pragma: no cover
+    """(start, own): unit u's jobs (those with ``source[j] == u``, in order) are
+    ``own[start[u]:start[u + 1]]``."""
+    start = np.zeros(units + 1, np.int64)
+    for j in range(source.size):
+        start[source[j] + 1] += 1
+    for u in range(units):
+        start[u + 1] += start[u]
+    fill = start[:-1].copy()
+    own = np.empty(source.size, np.int64)
+    for j in range(source.size):
+        own[fill[source[j]]] = j
+        fill[source[j]] += 1
+    return start, own
+
+
+@njit(cache=True, nogil=True)
+def _push(heap_t, heap_id, size, t, e):  # pragma: no cover
+    """Add event (t, e) to the binary min-heap (by time) of ``size`` entries; the new size."""
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if heap_t[parent] <= t:
+            break
+        heap_t[i], heap_id[i] = heap_t[parent], heap_id[parent]
+        i = parent
+    heap_t[i], heap_id[i] = t, e
+    return size + 1
+
+
+@njit(cache=True, nogil=True)
+def _pop(heap_t, heap_id, size):  # pragma: no cover
+    """Remove the heap's earliest event (entry 0); the new size."""
+    size -= 1
+    t, e = heap_t[size], heap_id[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap_t[child + 1] < heap_t[child]:
+            child += 1
+        if heap_t[child] >= t:
+            break
+        heap_t[i], heap_id[i] = heap_t[child], heap_id[child]
+        i = child
+    heap_t[i], heap_id[i] = t, e
+    return size

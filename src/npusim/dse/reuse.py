@@ -27,8 +27,9 @@ from ..dataflows.base import Memo
 
 KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
 # Memo entries kept per conv and kind (a ResNet-18's region work for one geometry is about
-# 15 MB; a sweep of 10 unit counts keeps every one)
-LIMITS = {"counts": 4, "work": 10, "ordered": 10, "queue": 20, "steps": 10}
+# 15 MB; a sweep of 10 unit counts keeps every one); the blocks of the loop orders are only
+# needed by the point that chose its order on them (and later points with other memories)
+LIMITS = {"counts": 4, "work": 10, "ordered": 10, "queue": 20, "steps": 10, "blocks": 2}
 _masks: OrderedDict = OrderedDict()
 
 
