@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 DETECTED = {"killed", "timeout", "caught by type check"}
+FINAL = {"killed", "survived", "no tests", "caught by type check"}  # timeouts are run again
 
 
 def generate() -> list[str]:
@@ -73,8 +74,12 @@ def main(argv=None) -> int:
     every = generate()
     sample = sorted(random.Random(args.seed).sample(every, min(args.size, len(every))))
     print(f"{len(every)} mutants in scope; {len(sample)} drawn with seed {args.seed}", flush=True)
-    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                    str(args.max_children), *sample], check=False)
+    status = results()
+    todo = [name for name in sample if status[name] not in FINAL]  # a rerun resumes
+    print(f"{len(sample) - len(todo)} already checked; running {len(todo)}", flush=True)
+    if todo:
+        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
+                        str(args.max_children), *todo], check=False)
     status = results()
     counts = Counter(status[name] for name in sample)
     ran = sum(v for k, v in counts.items() if k != "not checked")  # no tests = not detected
