@@ -113,3 +113,17 @@ def test_the_emulator_cuts_tap_runs_by_the_grid_and_the_coefficient_storage():
     assert emu.tap_runs(5, 2, 6, 2, 2, 2) == [(0, 2), (2, 2), (4, 1)]
     assert emu.tap_runs(3, 3, 16, 2, 3, 2) == [(0, 1), (1, 1), (2, 1)]
     assert emu.reach(dilated_grid.Params(shifter="hierarchical", levels=3)) == 7
+
+
+def test_the_emulator_accumulates_int8_exactly_past_float32s_integers():
+    """int8 products summed over 1,152 taps (128 channels x 3x3) of 127 x 127 and
+    126 x 127 reach 18.4 M, past 2**24 where float32 stops holding every integer: the
+    emulator's int64 accumulators give the exact integer sum (float64 reference)."""
+    layer = ConvLayer(1, 128, 3, 3, 1, 3, 3, dtype="int8")
+    x = np.full(layer.input_shape, 127, np.int8)
+    x[0, ::2, 0, 0] = 126  # odd partial sums, which float32 rounds past 2**24
+    w = np.full(layer.weight_shape, 127, np.int8)
+    out, _ = DF.emulate(layer, x, w, None, arch_with("unlimited"))
+    exact = float(np.sum(x.astype(np.float64) * w.astype(np.float64)))
+    assert exact > 2 ** 24
+    assert float(np.asarray(out).ravel()[0]) == exact
