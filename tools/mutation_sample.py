@@ -21,13 +21,16 @@ import json
 import math
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 DETECTED = {"killed", "timeout", "caught by type check"}
-FINAL = {"killed", "survived", "no tests", "caught by type check"}  # timeouts are run again
+HUNG_SECONDS = 120
+FINAL = {"killed", "survived", "no tests", "caught by type check", "segfault"}  # timeouts rerun
 
 
 def generate() -> list[str]:
@@ -55,6 +58,29 @@ def results() -> dict[str, str]:
     return out
 
 
+def kill_hung(seconds: float, seen: dict = {}) -> None:  # noqa: B006 (kept across calls)
+    """Kill mutant processes (named ``mutmut: NAME``) whose CPU time has not moved for
+    ``seconds``: a child forked while another thread of its parent held a lock waits on it
+    for ever, and mutmut's limit counts CPU time, which a waiting process never spends.
+    mutmut records the kill as a segfault; this script reports it as hung."""
+    now = time.monotonic()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if not (proc / "cmdline").read_bytes().startswith(b"mutmut: "):
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu = int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
+        pid = int(proc.name)
+        last_cpu, since = seen.get(pid, (None, now))
+        if cpu != last_cpu:
+            seen[pid] = (cpu, now)
+        elif now - since >= seconds:
+            os.kill(pid, signal.SIGKILL)
+            print(f"killed hung {pid}", flush=True)
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95 % Wilson score interval of a proportion k / n."""
     if n == 0:
@@ -78,8 +104,11 @@ def main(argv=None) -> int:
     todo = [name for name in sample if status[name] not in FINAL]  # a rerun resumes
     print(f"{len(sample) - len(todo)} already checked; running {len(todo)}", flush=True)
     if todo:
-        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                        str(args.max_children), *todo], check=False)
+        run = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children",
+                                str(args.max_children), *todo])
+        while run.poll() is None:
+            kill_hung(HUNG_SECONDS)
+            time.sleep(10)
     status = results()
     counts = Counter(status[name] for name in sample)
     ran = sum(v for k, v in counts.items() if k != "not checked")  # no tests = not detected
@@ -87,12 +116,12 @@ def main(argv=None) -> int:
     lo, hi = wilson(detected, ran)
     print("\nstatus of the drawn mutants:")
     for k, v in counts.most_common():
-        print(f"  {k}: {v}")
+        print(f"  {'hung or crashed (killed)' if k == 'segfault' else k}: {v}")
     if ran:
         print(f"score: {detected} of {ran} detected = {100 * detected / ran:.1f} % "
               f"(95 % interval {100 * lo:.1f}-{100 * hi:.1f} %)")
     for name in sample:
-        if status[name] in ("survived", "no tests", "suspicious"):
+        if status[name] in ("survived", "no tests", "suspicious", "segfault"):
             print(f"  {status[name]}: {name}")
     return 0
 
