@@ -137,3 +137,17 @@ def test_faulty_counts_are_caught(monkeypatch, helper):
             f(layer, p, capacity), broadcasts=f(layer, p, capacity).broadcasts + 1)
     expected = {"narrow_reads": "sram_ifmap_bytes", "schedule": "broadcasts"}[helper]
     assert expected in disagreement(monkeypatch, helper, more)
+
+
+def test_levels_agree_in_float32_when_the_input_band_overflows_the_narrow_memory():
+    """A float32 layer whose input rows (3 x 16 x 32 x 4 B = 6 KiB) overflow a 1 KiB
+    narrow memory: every step fetches the activations its taps read again, in 4-byte
+    words; the two levels agree on every field and the input is read more than once."""
+    layer = ConvLayer(1, 32, 16, 16, 8, 3, 3, padding=(1, 1, 1, 1))
+    x, w, b = tensors(layer, 5, "float32", 0.5)
+    arch = arch_with(4.0, {}, Params(narrow_kb=1, wide_kb=8))
+    df = npusim.dataflows.get(NAME)
+    fast = df.estimate(layer, None, None, arch)
+    _, emulated = df.emulate(layer, x, w, b, arch)
+    assert differing_fields(fast, emulated) == []
+    assert emulated.dram_ifmap_bytes > x.size * 4

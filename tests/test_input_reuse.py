@@ -518,3 +518,17 @@ def test_kernel_major_is_taken_when_the_band_of_every_kernel_would_spill(emulate
     _, s = (DF.emulate if emulate else DF.run)(layer, x, w, None, arch)
     assert s.extra["kernel_major_layers"] == 1
     assert s.dram_ofmap_bytes == 864 + 4096
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_a_layer_of_zero_weights_outputs_its_bias(dtype):
+    """Every weight zero: no tap runs, and the output is the bias on every pixel (in the
+    output's shape), as float64 maths gives it."""
+    layer = ConvLayer(2, 3, 6, 5, 4, 3, 3, stride=(2, 1), padding=(1, 1, 1, 1), dtype=dtype)
+    x, _, _ = tensors(layer, 8, dtype)
+    w = np.zeros(layer.weight_shape, x.dtype)
+    bias = np.arange(1, 5, dtype=np.float32)
+    out = DF.compute(layer, x, w, bias, load_arch("input-reuse-1024"))
+    want = np.broadcast_to(bias.astype(np.float64)[None, :, None, None], layer.output_shape)
+    assert out.shape == layer.output_shape
+    assert np.array_equal(np.asarray(out, np.float64), want)

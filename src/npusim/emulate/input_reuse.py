@@ -213,7 +213,6 @@ class Result:
     cycles: int
     counters: Counters
     inventory: dict
-    ofm_pixels: int = 0
     machine: Machine | None = None
 
 
@@ -593,8 +592,7 @@ def emulate_layer(layer: ConvLayer, x, w, bias, params, stealing: bool | None = 
     """Run one layer on the emulated device: outputs, cycles, counters, inventory."""
     m = Machine(layer, x, w, params, stealing, order)
     cycles = m.run()
-    touched = m.touched.size if layer.bias else int(np.count_nonzero(m.touched))
-    return Result(m.output(bias), cycles, m.counters, m.inventory(), touched, m)
+    return Result(m.output(bias), cycles, m.counters, m.inventory(), m)
 
 
 def emulate(layer: ConvLayer, x, w, bias, params, arch):
