@@ -130,8 +130,8 @@ def test_float32_emulation_is_close_to_float64(link):
 
 
 def _priced_pair(layer, p, seed, density, **memory):
-    """(emulator's stats, fast model's stats) of an int8 layer on ``p`` with a memory."""
-    x, w, b = tensors(layer, seed, "int8", density)
+    """(emulator's stats, fast model's stats) of a layer on ``p`` with a memory."""
+    x, w, b = tensors(layer, seed, layer.dtype, density)
     arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__}).with_memory(**memory)
     return emulate(layer, x, w, b, p, arch)[1], layer_stats(layer, x != 0, w != 0, arch,
                                                              "input-reuse")
@@ -139,12 +139,13 @@ def _priced_pair(layer, p, seed, density, **memory):
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
        st.sampled_from([1.0, 0.3]), st.sampled_from([0.25, 4.0, "unlimited"]),
-       st.sampled_from([1, 64]))
+       st.sampled_from([1, 64]), st.sampled_from(["int8", "float32"]))
 def test_emulator_priced_through_the_memory_model_equals_the_fast_model(
-        layer, p, seed, density, bandwidth, kib):
+        layer, p, seed, density, bandwidth, kib, dtype):
     """The emulator's own job ends, regions and kernels, priced by the same function: same
-    cycles, stalls by cause and DRAM bytes (and every other field)."""
-    emu, fast = _priced_pair(layer.with_dtype("int8"), p, seed, density,
+    cycles, stalls by cause and DRAM bytes (and every other field), with 1- and 4-byte
+    values."""
+    emu, fast = _priced_pair(layer.with_dtype(dtype), p, seed, density,
                              dram_bytes_per_cycle=bandwidth, filter_sram_kb=kib,
                              ifmap_sram_kb=kib)
     assert (emu.cycles, emu.compute_cycles, emu.stall_cycles, emu.dram_bytes) == (
