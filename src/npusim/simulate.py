@@ -20,6 +20,7 @@ memory model, energy through the energy table).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import weakref
@@ -176,8 +177,7 @@ def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
     if store is None:
         store = _shape_costs[id(arch)] = OrderedDict()
         weakref.finalize(arch, _shape_costs.pop, id(arch), None)
-    key = (df.name, layer.N, layer.C, layer.H, layer.W, layer.K, layer.R, layer.S,
-           layer.stride, layer.padding, layer.dilation, layer.groups, layer.bias, layer.dtype)
+    key = (df.name, dataclasses.replace(layer, name=""))  # every field but the name
     st = store.get(key)
     if st is None:
         st = store[key] = df.estimate(layer, None, None, arch)
