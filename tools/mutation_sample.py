@@ -58,7 +58,10 @@ def results() -> dict[str, str]:
     return out
 
 
-def kill_hung(seconds: float, seen: dict = {}) -> None:  # noqa: B006 (kept across calls)
+_CPU_SEEN: dict[int, tuple[int, float]] = {}  # pid -> (CPU ticks, when they last moved)
+
+
+def kill_hung(seconds: float) -> None:
     """Kill mutant processes (named ``mutmut: NAME``) whose CPU time has not moved for
     ``seconds``: a child forked while another thread of its parent held a lock waits on it
     for ever, and mutmut's limit counts CPU time, which a waiting process never spends.
@@ -73,9 +76,9 @@ def kill_hung(seconds: float, seen: dict = {}) -> None:  # noqa: B006 (kept acro
             continue
         cpu = int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
         pid = int(proc.name)
-        last_cpu, since = seen.get(pid, (None, now))
+        last_cpu, since = _CPU_SEEN.get(pid, (None, now))
         if cpu != last_cpu:
-            seen[pid] = (cpu, now)
+            _CPU_SEEN[pid] = (cpu, now)
         elif now - since >= seconds:
             os.kill(pid, signal.SIGKILL)
             print(f"killed hung {pid}", flush=True)
