@@ -64,6 +64,17 @@ def test_kernel_loads_cost_cycles_where_the_sram_ports_do_not_hide_them(store, s
     assert wide.stall_cycles == 0  # 3152 / 64 < 256: hidden
 
 
+def test_a_streamed_kernel_is_loaded_in_the_first_step_too():
+    """The 100 B store of the case above at 12 B/cycle: each step's 4 streamed loads
+    (1056 B) + its 2096 B of other traffic last 3152 / 12 = 262.7 cycles, 6.7 over its 256
+    of compute. Leaving the first step's streamed loads to the shared remainder would make
+    it compute-bound (2624 / 12 < 256) and the second stall 50.7 cycles."""
+    layer, x, w, arch = _dense_row_case(100, 12.0)
+    s = DF.run(layer, x, w, None, arch)[1]
+    assert (s.compute_cycles, s.stall_sram_cycles) == (512, math.ceil(2 * (3152 / 12 - 256)))
+    assert DF.emulate(layer, x, w, None, arch)[1] == s
+
+
 @pytest.mark.parametrize("fetch_bits, cycles", [(4, 3 + 1), (2, 3 + 2), (1, 4 + 4)])
 def test_the_fetch_controller_takes_its_width_of_bits_a_cycle(fetch_bits, cycles):
     """The worked example (4-bit vectors; pixel 0: 3 and 1 pairs, pixel 1: 1 and 0) on one
