@@ -1,9 +1,13 @@
 """Two 50-point sweeps of ResNet-18 (density 0.3, mode estimate, on input-reuse-1024) on the
 default local pool (one worker process per core, as `npusim sweep` runs): wall time per point
 over the time of one simulate() of the same network on the base arch (which itself uses every
-core), both timed in this run on this machine; each worker's first point loads, prunes and
-records the network, and is counted. One sweep varies the memories (5 SRAM sizes x 10 DRAM
-bandwidths), the other the machine's own units (5 operation-unit x 10 processing-unit counts).
+core), both timed in this run on this machine. Each sweep runs in a fresh Python process that
+has imported npusim and nothing else (no numba, no model): it pays loading, pruning and
+feeding the network, numba's kernels and the first point's masks, which the driver builds
+before it forks the pool's workers (npusim.dse.runner.PoolRunner); the process's start and
+npusim's import are printed beside it, not counted. One sweep varies the memories (5 SRAM
+sizes x 10 DRAM bandwidths), the other the machine's own units (5 operation-unit x 10
+processing-unit counts).
 
 A sweep point reuses the model, its pruning, input and (in mode estimate) every conv's masks from
 the first point (npusim.dse.reuse), with what input-reuse counted from them that other points
@@ -11,18 +15,18 @@ share (the region counts per region geometry, the jobs per processing-unit count
 per buffer sizes, the counts and steps per machine): a memory point prices kept steps on its
 memory; a units point counts its schedule, loop order and steps again (they follow its units).
 Target (issue 13): <= 0.3.
-Run: python bench/bench_sweep.py
+Run: python bench/bench_sweep.py [--rounds N]
 """
 
 from __future__ import annotations
 
+import argparse
+import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import npusim
-from npusim.dse import spec_from_toml_text, sweep
 from npusim.dse.runner import prepared
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -43,19 +47,47 @@ SWEEPS = {
 }
 
 
+# run in a fresh process: times sweep() alone, prints "points failed sweep_s start_s"
+CHILD = """
+import sys, tempfile, time
+from pathlib import Path
+start = time.perf_counter()
+from npusim.dse import spec_from_toml_text, sweep
+imported = time.perf_counter()
+spec = spec_from_toml_text(sys.argv[1], "bench_sweep")
+with tempfile.TemporaryDirectory() as tmp:
+    begin = time.perf_counter()
+    outcome = sweep(spec, Path(tmp) / "bench.db")
+    end = time.perf_counter()
+print(outcome.ran, outcome.failed, end - begin, imported - start)
+"""
+
+
+def timed_sweep(text: str) -> tuple[int, int, float, float, float]:
+    """(points run, failed, sweep() seconds, npusim import seconds, whole process seconds)
+    of ``text`` swept in a fresh process."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", CHILD, text], capture_output=True, text=True,
+                         check=True).stdout.split()
+    whole = time.perf_counter() - start
+    return int(out[0]), int(out[1]), float(out[2]), float(out[3]), whole
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=1, help="sweeps of each kind, each paired "
+                    "with a fresh one-simulate time (default 1)")
+    args = ap.parse_args()
     _, graph, x = prepared("resnet18", 0.3, 1, 0)
-    t_one = best_time(lambda: npusim.simulate(graph, x, "input-reuse-1024", mode="estimate"))
-    for name, params in SWEEPS.items():
-        spec = spec_from_toml_text(SPEC + params, f"bench_sweep {name}")
-        with tempfile.TemporaryDirectory() as tmp:
-            start = time.perf_counter()
-            outcome = sweep(spec, Path(tmp) / "bench.db")
-            t_sweep = time.perf_counter() - start
-        print(f"{name}: {outcome.ran} points, {outcome.failed} infeasible or failed, "
-              f"{t_sweep:.1f} s")
-        report(f"resnet18 sweep over {name}, time per point", t_sweep / outcome.ran, t_one,
-               "one simulate(estimate)", "<= 0.3")
+    for _ in range(args.rounds):
+        for name, params in SWEEPS.items():
+            t_one = best_time(lambda: npusim.simulate(graph, x, "input-reuse-1024",
+                                                      mode="estimate"))
+            ran, failed, t_sweep, t_import, t_whole = timed_sweep(SPEC + params)
+            print(f"{name}: {ran} points, {failed} infeasible or failed, sweep {t_sweep:.1f} s "
+                  f"(process {t_whole:.1f} s, of which npusim's import {t_import:.2f} s)")
+            report(f"resnet18 sweep over {name}, time per point", t_sweep / ran, t_one,
+                   "one simulate(estimate)", "<= 0.3")
 
 
 if __name__ == "__main__":

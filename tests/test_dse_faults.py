@@ -94,7 +94,7 @@ def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
     spec_file = write_spec(tmp_path, MANY)
     db = tmp_path / "s.db"
     proc = sweep_until_stored(spec_file, db, 10)
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"],
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)],
                              capture_output=True, text=True).stdout.split()
     assert proc.poll() is None and workers, "the sweep ended before a worker could be killed"
     os.kill(int(workers[0]), signal.SIGKILL)

@@ -84,8 +84,45 @@ def test_pool_workers_share_the_cores_among_their_blas_threads():
 
     runner = PoolRunner(2)
     try:
-        info = runner.pool.submit(threadpoolctl.threadpool_info).result(timeout=120)
+        info = runner.submit(threadpoolctl.threadpool_info).result(timeout=120)
     finally:
         runner.close()
     blas = [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
     assert blas and all(n == max(1, cores() // 2) for n in blas)
+
+
+RUN_SWEEP = """
+base = "sparse-pairs-32x32"
+models = ["mtcnn-pnet"]
+densities = [0.5]
+mode = "run"
+[parameters]
+"sparse-pairs.processor_groups" = [4, 8, 16, 32]
+"""
+
+
+def test_forked_workers_run_points_as_the_driver_does(tmp_path):
+    """A local pool's workers are forks of the driver taken after it ran the first point,
+    whose pair kernels ran on npusim's row threads: a worker starts row threads of its own
+    (the driver's do not exist in a fork; using them would wait for ever) and every point's
+    stats equal those of the same sweep run in one process."""
+    from dse_helpers import npusim, write_spec
+
+    from npusim.dse import Store, spec_from_toml_text, sweep
+
+    spec_file = write_spec(tmp_path, RUN_SWEEP)
+    r = npusim("sweep", spec_file, "--store", tmp_path / "pool.db", "--workers", "2",
+               timeout=120)
+    assert r.returncode == 0, r.stderr
+    sweep(spec_from_toml_text(RUN_SWEEP, "inline"), tmp_path / "one.db", workers=1)
+    pool, one = Store.read(tmp_path / "pool.db"), Store.read(tmp_path / "one.db")
+    try:
+        pooled = {row["key"]: row for row in pool.rows()}
+        inline = {row["key"]: row for row in one.rows()}
+    finally:
+        pool.close()
+        one.close()
+    assert pooled.keys() == inline.keys() and len(pooled) == 4
+    for key, row in inline.items():
+        assert row["status"] == pooled[key]["status"] == "ok"
+        assert (row["totals"], row["layers"]) == (pooled[key]["totals"], pooled[key]["layers"])

@@ -43,6 +43,11 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads(), thread_name_prefix="npusim-rows")
 
 
+# A forked child (a sweep's pool worker) has none of its parent's threads: the pool it would
+# inherit would queue rows for threads that do not exist, so a child starts its own.
+os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
 def in_parallel(kernel, args: tuple, rows: int) -> None:
     """``kernel(*args, first, stop)`` over ``rows`` rows, in chunks on the thread pool
     (``threads()`` threads, fixed at the first call)."""

@@ -5,8 +5,9 @@ point's result: its status (``ok``, ``infeasible`` with the arch loader's or the
 reason, ``error`` for anything else), the network totals and the per-layer stats, each as
 ``LayerStats.as_dict()`` so every field the stats carry is kept. What depends on the model,
 density, batch and seed but not on the arch (the loaded, pruned network and its input) is built
-once per worker process and reused across arch points; so are, in mode estimate, the
-activations' and weights' masks (``reuse``).
+once per process and reused across arch points; so are, in mode estimate, the activations' and
+weights' masks (``reuse``). A local pool's workers are forked from the driver after it built
+them (``PoolRunner``), so a sweep builds them once; a Dask worker builds them on its first point.
 
 The driver (``run_sweep``) alone writes the store, one point at a time as each finishes.
 """
@@ -118,15 +119,43 @@ class InlineRunner:
 
 
 class PoolRunner:
-    """A local pool of ``workers`` processes (spawned: a fresh interpreter each)."""
+    """A local pool of ``workers`` processes, forked from the driver once it holds what the
+    points share.
+
+    Before the pool starts, the driver runs the first point of each model (``_shared``: the
+    model, density, batch, seed, dtype, mode and machine) itself: that loads, prunes and feeds
+    the network, loads numba's compiled kernels and, in mode estimate, keeps every conv's
+    masks (``reuse``). The workers are forks of the driver, so each starts with all of that in
+    memory instead of a fresh interpreter's 3-4 s (numba's import and kernels, the model again
+    in every worker). A later batch of points (a search asks in rounds) with a model the pool
+    has not seen is warmed in the driver the same way and served by a pool forked anew.
+
+    Forking is safe here: a sweep's points run npusim's own arithmetic only (numpy, numba
+    kernels, npusim's row threads, which a child starts afresh: ``parallel``), never a
+    framework's (no fallback nodes), and the driver forks between points, with no simulate
+    running; OpenBLAS shuts its threads down around a fork."""
 
     def __init__(self, workers: int):
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_worker_init,
-                                        initargs=(max(1, cores() // workers),))
+        self.workers = workers
+        self.pool: ProcessPoolExecutor | None = None
+        self.warm: set[tuple] = set()  # what the driver holds, so the pool's workers too
 
     def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
-        futures = {self.pool.submit(run_task, t): i for i, t in enumerate(tasks)}
+        firsts: dict[tuple, int] = {}
+        for i, task in enumerate(tasks):
+            shared = _shared(task)
+            if shared is not None and shared not in self.warm:
+                firsts.setdefault(shared, i)
+        for shared, i in firsts.items():
+            yield i, run_task(tasks[i])
+            self.warm.add(shared)
+        if firsts:
+            self._stop_pool()  # forked before these were warm
+        rest = sorted(set(range(len(tasks))) - set(firsts.values()))
+        yield from self._run_on_pool(tasks, rest)
+
+    def _run_on_pool(self, tasks: list[Task], indices: list[int]):
+        futures = {self.submit(run_task, tasks[i]): i for i in indices}
         try:
             for f in as_completed(futures):
                 try:
@@ -141,8 +170,35 @@ class PoolRunner:
             for f in futures:
                 f.cancel()
 
+    def submit(self, fn, *args):
+        """``fn(*args)`` on a worker (the pool is forked from the driver as it is now, if
+        none is running): its future."""
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("fork"),
+                initializer=_worker_init, initargs=(max(1, cores() // self.workers),))
+        return self.pool.submit(fn, *args)
+
+    def _stop_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self._stop_pool()
+
+
+def _shared(task: Task) -> tuple | None:
+    """What a point shares with the other points of its model (the key of what ``prepared``
+    and ``reuse`` keep), or None for a point whose arch does not load (it fails at once,
+    wherever it runs)."""
+    from ..arch.spec import arch_from_toml_text
+
+    try:
+        machine = arch_from_toml_text(task.arch_text, task.where).dataflow
+    except NpusimError:
+        return None
+    return (task.model, task.density, task.batch, task.seed, task.dtype, task.mode, machine)
 
 
 def _worker_init(threads: int) -> None:
