@@ -52,6 +52,18 @@ def test_dilated_grid_area_counts_the_shifter_links():
     assert a.interconnect_mm2 > 0
 
 
+def test_sparse_pairs_area_counts_each_processors_operands_and_accumulator():
+    """Per processor: a multiplier, a feature and a weight register of the data type and a
+    32-bit accumulator (docs/area.md); 6 groups x 5 processors."""
+    arch = arch_from_toml_text('dataflow = "sparse-pairs"\n[sparse-pairs]\n'
+                               'processor_groups = 6\nprocessors_per_group = 5\n', "t.toml")
+    for dtype, mac, bits in (("int8", MAC8, 8), ("float32", MAC32, 32)):
+        a = area_of(arch, dtype=dtype)
+        assert a.macs_mm2 == pytest.approx(mm2(30 * mac))
+        assert a.registers_mm2 == pytest.approx(mm2(30 * (bits + bits + 32) * FF))
+        assert a.sram_mm2 == pytest.approx(mm2(3 * 64 * KIB), rel=1e-4)
+
+
 def test_group_tile_area_counts_each_tiles_memories():
     arch = arch_from_toml_text('dataflow = "group-tile"\n[group-tile]\ntiles = 3\nnarrow_kb = 8\n'
                                'wide_kb = 16\n', "t.toml")

@@ -55,6 +55,17 @@ def test_sparse_pairs_estimate_bounds_the_processor_ticks():
     assert steps >= pairs
 
 
+def test_input_reuse_estimate_counts_regions_kernels_and_weight_cycles():
+    """A 1x1 conv, 5 -> 3 channels on a 10x7 map, on the preset's 4x4-pixel, 1-channel
+    regions with work stealing: 3 x 2 regions x 3 kernels x 5 weight cycles, 30 steps each,
+    clocked twice (with and without stealing)."""
+    arch = load_arch("input-reuse-1024")
+    p = arch.params("input-reuse")
+    assert (p.region_rows, p.region_cols, p.region_channels, p.work_stealing) == (4, 4, 1, True)
+    layer = ConvLayer(1, 5, 10, 7, 3, 1, 1, name="c")
+    assert get("input-reuse").emulate_steps(layer, arch) == 30 * 2 * (3 * 2) * 3 * 5
+
+
 def test_resnet18_on_sparse_pairs_is_refused_up_front():
     done = subprocess.run([*NPUSIM, "run", "resnet18", "--arch", "sparse-pairs-32x32",
                            "--mode", "emulate"], capture_output=True, text=True, timeout=120)

@@ -205,3 +205,19 @@ def test_a_broken_fold_steps_is_caught_by_the_emulator(monkeypatch, stationary, 
     fast = Systolic().stats(layer, arch)
     emulated = Systolic().emulate(layer, x, w, b, arch)[1]
     assert (fast.dram_bytes, fast.cycles) != (emulated.dram_bytes, emulated.cycles)
+
+
+@pytest.mark.parametrize("stationary", STATIONARY)
+def test_emulator_is_timed_by_scalesims_buffers_when_the_arch_says_so(stationary):
+    """``[memory] model = "scalesim"`` at 1 byte a cycle on 1 KiB SRAMs: the emulator's
+    layer is timed through SCALE-Sim's trace and buffers, as the fast model's is (its
+    own memory steps would give other cycles), and stalls."""
+    layer = ConvLayer(1, 8, 10, 10, 8, 3, 3, name="c").with_dtype("int8")
+    x, w, b = tensors(layer, 5, "int8")
+    arch = small_arch(4, 4, stationary).with_memory(
+        model="scalesim", dram_bytes_per_cycle=1, ifmap_sram_kb=1, filter_sram_kb=1,
+        ofmap_sram_kb=1)
+    emulated = Systolic().emulate(layer, x, w, b, arch)[1]
+    assert emulated == Systolic().stats(layer, arch)
+    own = Systolic().emulate(layer, x, w, b, arch.with_memory(model="npusim"))[1]
+    assert emulated.stall_cycles > 0 and emulated.cycles != own.cycles

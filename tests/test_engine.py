@@ -33,3 +33,22 @@ def test_int32_overflow_is_an_error_not_a_wrap():
     w = np.full(layer.weight_shape, 127, np.int8)
     with pytest.raises(NpusimError, match="big: int32 accumulator overflow"):
         engine.conv2d(x, w, None, layer.with_dtype("int8"))
+
+
+@pytest.mark.parametrize("preset", ["systolic-2x2-ws", "input-reuse-1024", "sparse-pairs-32x32",
+                                    "dilated-grid-2x2", "group-tile-32mac"])
+@pytest.mark.parametrize("level", ["run", "emulate"])
+def test_every_machine_names_the_layer_whose_int32_accumulator_overflows(preset, level):
+    """127 x 127 x 2 channels on a bias of 2**31 - 100 passes 2**31 - 1, on every machine's
+    fast model and emulator alike: one error naming the layer, not a wrapped output."""
+    from npusim.arch import load_arch
+    from npusim.dataflows import get
+
+    layer = ConvLayer(1, 2, 3, 3, 2, 1, 1, name="hot").with_dtype("int8")
+    x = np.full(layer.input_shape, 127, np.int8)
+    w = np.full(layer.weight_shape, 127, np.int8)
+    bias = np.full(2, 2**31 - 100, np.int64)
+    arch = load_arch(preset)
+    with pytest.raises(NpusimError, match=r"^hot: int32 accumulator overflow \(range "
+                       r"2147515806\.\.2147515806\)$"):
+        getattr(get(arch.dataflow), level)(layer, x, w, bias, arch)

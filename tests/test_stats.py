@@ -35,3 +35,12 @@ def test_total_folds_extra_keys_strings_and_unit_tuples_like_addition():
     assert total(stats).extra == {"x": 3.5, "peak_p": 0, "u_by_unit": (1, 1, 1), "late": 7}
     assert total([stats[0]]) == stats[0].renamed("total")
     assert total([]) == LayerStats("total", "")
+
+
+def test_compute_cycles_left_out_are_the_cycles_less_the_stalls():
+    """The documented default: 100 cycles of which 30 + 5 + 2 + 1 + 4 wait on memory leave
+    58 computing; given, compute_cycles is kept as it is."""
+    stalls = dict(stall_dram_ifmap_cycles=30, stall_dram_filter_cycles=5,
+                  stall_dram_ofmap_cycles=2, stall_sram_cycles=1, stall_reconfig_cycles=4)
+    assert LayerStats("c", "systolic", cycles=100, **stalls).compute_cycles == 58
+    assert LayerStats("c", "systolic", cycles=100, compute_cycles=60, **stalls).compute_cycles == 60
