@@ -85,7 +85,8 @@ def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
             proc.wait()
     count = len(Store.read(db).rows())
     assert proc.returncode == 130, err
-    assert f"interrupted; {count} points are stored in {db}; the same command resumes" in err
+    assert err == f"npusim: interrupted; {count} points are stored in {db}; the same command " \
+        "resumes\n"  # one line, not a second 'interrupted' from the command line's catch-all
     r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
     assert f"{load_spec(spec_file).grid_size - count} points run" in r.stdout, r.stderr
 

@@ -47,7 +47,7 @@ def cmd_sweep(args) -> int:
     """``npusim sweep SPEC --store FILE`` or ``npusim sweep export STORE --csv OUT``."""
     if args.spec == "export":
         return _export(args)
-    from ..cli import UsageError, _interactive
+    from ..cli import EXIT_INTERRUPTED, UsageError, _interactive
 
     if args.export_store or args.csv or args.parquet:
         raise UsageError("--csv and --parquet go with 'npusim sweep export STORE'")
@@ -70,7 +70,7 @@ def cmd_sweep(args) -> int:
         count = len(store.rows())
         print(f"npusim: interrupted; {count} points are stored in {args.store}; the same "
               "command resumes", file=sys.stderr)
-        raise
+        return EXIT_INTERRUPTED
     finally:
         bar.close()
         runner.close()
