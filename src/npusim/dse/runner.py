@@ -128,7 +128,9 @@ class PoolRunner:
     masks (``reuse``). The workers are forks of the driver, so each starts with all of that in
     memory instead of a fresh interpreter's 3-4 s (numba's import and kernels, the model again
     in every worker). A later batch of points (a search asks in rounds) with a model the pool
-    has not seen is warmed in the driver the same way and served by a pool forked anew.
+    has not seen is warmed in the driver the same way and served by a pool forked anew. At
+    most ``reuse.KEEP`` models are warmed at a time, what the driver's caches keep: a worker
+    builds any further one on its first point of it, as a spawned worker did.
 
     Forking is safe here: a sweep's points run npusim's own arithmetic only (numpy, numba
     kernels, npusim's row threads, which a child starts afresh: ``parallel``), never a
@@ -144,7 +146,7 @@ class PoolRunner:
         firsts: dict[tuple, int] = {}
         for i, task in enumerate(tasks):
             shared = _shared(task)
-            if shared is not None and shared not in self.warm:
+            if shared is not None and shared not in self.warm and len(firsts) < reuse.KEEP:
                 firsts.setdefault(shared, i)
         for shared, i in firsts.items():
             yield i, run_task(tasks[i])
