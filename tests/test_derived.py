@@ -64,29 +64,52 @@ def test_cached_weight_data_equals_a_fresh_recompute(pnet):
         np.testing.assert_array_equal(s, s0)
 
 
-@pytest.mark.parametrize(("preset", "dtype", "module", "name"), [
-    ("sparse-pairs-32x32", "int8", bitconv, "_pack"),
-    ("sparse-pairs-32x32", "int8", quant, "quantize_weights"),
-    ("input-reuse-1024", "float32", region_work, "_tap_weights"),
-    ("input-reuse-1024", "float32", derived, "_nonzero"),
+@pytest.mark.parametrize(("preset", "dtype", "mode", "module", "name"), [
+    ("sparse-pairs-32x32", "int8", "estimate", bitconv, "_pack"),
+    ("sparse-pairs-32x32", "int8", "estimate", quant, "quantize_weights"),
+    ("input-reuse-1024", "float32", "estimate", region_work, "_tap_weights"),
+    ("input-reuse-1024", "float32", "estimate", derived, "_nonzero"),
+    ("sparse-pairs-32x32", "float32", "run", derived, "_lay_out"),
+    ("sparse-pairs-32x32", "int8", "run", derived, "_lay_out"),
+    ("group-tile-64mac", "float32", "run", derived, "_lay_out"),
+    ("group-tile-64mac", "int8", "run", derived, "_lay_out"),
 ])
-def test_a_second_simulate_does_not_derive_again(pnet, monkeypatch, preset, dtype, module,
+def test_a_second_simulate_does_not_derive_again(pnet, monkeypatch, preset, dtype, mode, module,
                                                  name):
     graph, x = pnet
     net = copy.deepcopy(graph)  # weights no call has derived anything from yet
     for node in net.conv_nodes:
         node.op.weight.setflags(write=False)
     calls = counting(monkeypatch, module, name)
-    first = simulate(net, x, preset, mode="estimate", dtype=dtype)
+    first = simulate(net, x, preset, mode=mode, dtype=dtype)
     once = len(calls)
     assert once >= len(net.conv_nodes)
-    second = simulate(net, x, preset, mode="estimate", dtype=dtype)
+    second = simulate(net, x, preset, mode=mode, dtype=dtype)
     assert len(calls) == once  # nothing derived again from the same weights
     assert second.layers == first.layers
+    np.testing.assert_array_equal(second.output, first.output)
     # the same network with writeable weights (never cached) derives all again, equally
-    fresh = simulate(copy.deepcopy(graph), x, preset, mode="estimate", dtype=dtype)
+    fresh = simulate(copy.deepcopy(graph), x, preset, mode=mode, dtype=dtype)
     assert len(calls) >= 2 * once
     assert fresh.layers == first.layers
+    np.testing.assert_array_equal(fresh.output, first.output)
+
+
+def test_a_kept_layout_is_the_weights_transposed():
+    """``laid_out`` keeps, for read-only weights, the same values numpy's own transpose of a
+    writeable copy gives, read-only, and lays out a writeable array afresh on every call."""
+    rng = np.random.default_rng(3)
+    w = derived.frozen(rng.standard_normal((6, 4, 3, 2)).astype(np.float32))
+    kept = derived.laid_out(w, np.float64, (2, 3, 4, 3, 2), (0, 3, 4, 2, 1))
+    assert kept is derived.laid_out(w, np.float64, (2, 3, 4, 3, 2), (0, 3, 4, 2, 1))
+    assert not kept.flags.writeable and kept.flags.c_contiguous and kept.dtype == np.float64
+    want = w.copy().astype(np.float64).reshape(2, 3, 4, 3, 2).transpose(0, 3, 4, 2, 1)
+    np.testing.assert_array_equal(kept, want)
+    other = derived.laid_out(w, np.float32, (2, 3, 4, 3, 2), (0, 2, 3, 4, 1))
+    np.testing.assert_array_equal(other, w.reshape(2, 3, 4, 3, 2).transpose(0, 2, 3, 4, 1))
+    writeable = w.copy()
+    assert derived.laid_out(writeable, np.float32, (6, 24), (1, 0)) is not \
+        derived.laid_out(writeable, np.float32, (6, 24), (1, 0))
 
 
 def test_changeable_arrays_are_never_cached():

@@ -54,6 +54,7 @@ import numpy as np
 
 from .. import engine, memory, stats
 from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
+from ..derived import laid_out
 from ..ir import ConvLayer
 from ..jit import njit
 from ..parallel import in_parallel
@@ -407,16 +408,16 @@ def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.n
     G, Cg, Kg, R, S = layer.groups, layer.Cg, layer.Kg, layer.R, layer.S
     xp = pad_input(x.astype(acc, copy=False), layer)
     xg = np.ascontiguousarray(xp).reshape(layer.N, G, Cg, *xp.shape[2:])
-    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S)
+    shape = (G, Kg, Cg, R, S)
     steps = (*layer.stride, *layer.dilation)
     if Kg >= CHANNEL_LOOP:
         out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
-        in_parallel(_channel_macs, (xg, np.ascontiguousarray(wg.transpose(0, 2, 3, 4, 1)),
-                                    *steps, out), layer.N * G * layer.P)
+        in_parallel(_channel_macs, (xg, laid_out(w, acc, shape, (0, 2, 3, 4, 1)), *steps, out),
+                    layer.N * G * layer.P)
         out = np.ascontiguousarray(out.transpose(0, 1, 4, 2, 3))
     else:
         out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
-        in_parallel(_column_macs, (xg, np.ascontiguousarray(wg), *steps, out),
+        in_parallel(_column_macs, (xg, laid_out(w, acc, shape, (0, 1, 2, 3, 4)), *steps, out),
                     layer.N * G * Kg)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import bitconv, engine
 from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
+from ..derived import laid_out
 from ..ir import ConvLayer
 from ..jit import njit
 from ..memory import Steps
@@ -371,9 +372,8 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
     xp = pad_input(x.astype(acc, copy=False), layer)
     fields = np.ascontiguousarray(  # channels last: a tap's channels side by side
         xp.reshape(layer.N, G, Cg, *xp.shape[2:]).transpose(0, 1, 3, 4, 2))
-    kernels = np.ascontiguousarray(  # per conv group and bit (tap, channel): its Kg weights
-        w.astype(acc, copy=False).reshape(G, Kg, Cg, R, S).transpose(0, 3, 4, 2, 1)
-    ).reshape(G, R * S * Cg, Kg)
+    kernels = laid_out(  # per conv group and bit (tap, channel): its Kg weights
+        w, acc, (G, Kg, Cg, R, S), (0, 3, 4, 2, 1)).reshape(G, R * S * Cg, Kg)
     out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
     args = (fields, kernels, R, S, *layer.stride, *layer.dilation, out)
     in_parallel(_pair_macs, args, layer.N * G * layer.P)
