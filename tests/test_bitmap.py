@@ -77,6 +77,9 @@ def test_pair_counts_equal_popcounts_of_anded_vectors(layer, seed):
     ConvLayer(2, 130, 9, 11, 6, 3, 2, (2, 1), (1, 0, 2, 1), (1, 2), name="words-3"),
     ConvLayer(1, 256, 14, 14, 96, 3, 3, 1, 1, groups=2, name="two-groups"),
     ConvLayer(1, 32, 12, 12, 64, 3, 3, 2, 1, groups=32, name="depthwise-x2"),
+    ConvLayer(2, 16, 13, 10, 16, 3, 5, (1, 2), (2, 1, 3, 0), (2, 1), groups=16,
+              name="depthwise-dilated"),
+    ConvLayer(1, 24, 57, 57, 24, 3, 3, 1, 1, groups=24, name="depthwise-wide"),
     ConvLayer(1, 512, 1, 1, 100, 1, 1, name="fully-connected"),
     ConvLayer(1, 3, 224, 224, 64, 3, 3, 1, 1, name="rgb"),
 ])

@@ -178,7 +178,55 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
         out = np.empty((layer.K, layer.N * layer.P * layer.Q), np.int32)
     rows = layer.N * layer.groups * layer.P
     ones = np.empty(rows, np.int64)
-    args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
-            *layer.stride, *layer.dilation, out, ones)
-    in_parallel(_pair_rows, args, rows)
+    if layer.Cg == 1:  # depthwise: one bit a word; adding mask rows beats packing them
+        args = (_padded_mask(layer, x_mask), _tap_bits(layer, w_words))
+        kernel = _one_channel_rows
+    else:
+        args, kernel = (pack_input(layer, x_mask), w_words), _pair_rows
+    in_parallel(kernel, (*args, layer.R, layer.S, layer.P, layer.Q, *layer.stride,
+                         *layer.dilation, out, ones), rows)
     return out, ones.reshape(layer.N, layer.groups, layer.P).sum(axis=(0, 2))
+
+
+def _padded_mask(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
+    """The input mask of one-channel conv groups, padded with zeros: N x G x Hp x Wp uint8."""
+    top, bottom, left, right = layer.padding
+    padded = np.zeros((layer.N, layer.groups, layer.H + top + bottom,
+                       layer.W + left + right), np.uint8)
+    padded[:, :, top:top + layer.H, left:left + layer.W] = x_mask.reshape(
+        layer.N, layer.groups, layer.H, layer.W)
+    return padded
+
+
+def _tap_bits(layer: ConvLayer, w_words: np.ndarray) -> np.ndarray:
+    """Each kernel's taps of a one-channel group, 0 or 1: G x Kg x (R * S) uint8 (bit 0 of its
+    one word per tap)."""
+    return (w_words & np.uint64(1)).astype(np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def _one_channel_rows(xp, taps, R, S, P, Q, sh, sw, dh, dw, out, ones, first,
+                      stop):  # pragma: no cover
+    """``_pair_rows`` for conv groups of one input channel: the pairs of kernel k at a pixel
+    are the input's set bits under the kernel's set taps, so each set tap adds one strided
+    row of the padded mask ``xp`` to the output row (vectorised across the row's pixels)."""
+    G, Kg = xp.shape[1], taps.shape[1]
+    for row in range(first, stop):
+        n, g, p = row // (G * P), row // P % G, row % P
+        pixel = (n * P + p) * Q
+        seen = 0
+        for r in range(R):
+            line = xp[n, g, p * sh + r * dh]
+            for s in range(S):
+                for q in range(Q):
+                    seen += line[q * sw + s * dw]
+        ones[row] = seen
+        for k in range(Kg):
+            dest = out[g * Kg + k, pixel:pixel + Q]
+            dest[:] = 0
+            for r in range(R):
+                line = xp[n, g, p * sh + r * dh]
+                for s in range(S):
+                    if taps[g, k, r * S + s]:
+                        for q in range(Q):
+                            dest[q] += line[q * sw + s * dw]
