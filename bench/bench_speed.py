@@ -25,8 +25,10 @@ on two cores; ``--peak-only`` prints the peak memory alone, ``--peak-batch 0`` s
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import resource
 import statistics
 import subprocess
@@ -36,6 +38,7 @@ import time
 PRESETS = {"systolic-32x32-ws": None, "dilated-grid-2x2-h3": None, "group-tile-64mac": None,
            "input-reuse-1024": 0.3, "sparse-pairs-32x32": 0.3}
 NETWORKS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "ppocr-cls")
+TARGETS = {"estimate": 2.0, "run": 4.0}  # npusim / PyTorch on one core (issue 15)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS")
 
@@ -69,7 +72,39 @@ def cell(graph, x, module, xt, arch: str, rounds: int) -> dict:
     ratio = {mode: statistics.median(t / ref for t, ref in
                                      zip(times[mode], times["torch"], strict=True))
              for mode in ("estimate", "run")}
-    return {**ratio, "torch_s": statistics.median(times["torch"])}
+    hot = {mode: hot_spots(calls[mode]) for mode in ratio
+           if os.environ.get("OMP_NUM_THREADS") == "1" and ratio[mode] > TARGETS[mode]}
+    return {**ratio, "torch_s": statistics.median(times["torch"]), "hot_spots": hot}
+
+
+POOL_WAIT = "<method 'acquire' of '_thread.lock' objects>"
+
+
+def hot_spots(fn, top: int = 5) -> str:
+    """What bounds a cell: the ``top`` functions by own time in one profiled call of ``fn``
+    (cProfile), each as its share of the call, and the number of function calls made (many
+    small calls: time spread over per-layer Python and numpy overheads). The compiled
+    kernels that ``in_parallel`` runs on the row pool show in cProfile as the caller's wait
+    on a lock: that wait is given to the functions that called ``in_parallel``, in
+    proportion to their time in it."""
+    profile = cProfile.Profile()
+    profile.runcall(fn)
+    stats = pstats.Stats(profile).stats
+    own: dict[str, float] = {}
+    for (file, _, name), (_, _, tt, _, _) in stats.items():
+        if name != POOL_WAIT:
+            key = f"{os.path.basename(file).removesuffix('.py')}.{name}" if file != "~" else name
+            own[key] = own.get(key, 0.0) + tt
+    wait = sum(v[2] for k, v in stats.items() if k[2] == POOL_WAIT)
+    pools = [v[4] for k, v in stats.items() if k[2] == "in_parallel"]
+    started = {f"{os.path.basename(k[0]).removesuffix('.py')}.{k[2]} (row kernels)": v[3]
+               for callers in pools for k, v in callers.items()}
+    for key, ct in started.items():
+        own[key] = own.get(key, 0.0) + wait * ct / (sum(started.values()) or 1.0)
+    total = sum(own.values()) or 1.0
+    spots = sorted(own.items(), key=lambda kv: -kv[1])[:top]
+    calls = sum(v[1] for v in stats.values())
+    return ", ".join(f"{100 * t / total:.0f}% {name}" for name, t in spots) + f"; {calls} calls"
 
 
 def child(args) -> None:
@@ -184,6 +219,8 @@ def table(cores: str, rows: list[dict], args) -> None:
             cells.append("n/a" if "error" in r else f"{r['estimate']:.2f} / {r['run']:.2f}")
         print(f"| {label} | " + " | ".join(cells) + " |")
     for r in rows:
+        for mode, spots in r.get("hot_spots", {}).items():
+            print(f"{r['network']} {r['preset']} {mode} {r[mode]:.2f}x, over target: {spots}")
         if "error" in r:
             print(f"{r['network']} {r.get('preset', '')}: {r['error']}")
         if "peak_rss_mib" in r:
