@@ -227,6 +227,12 @@ def _one_channel_rows(xp, taps, R, S, P, Q, sh, sw, dh, dw, out, ones, first,
             for r in range(R):
                 line = xp[n, g, p * sh + r * dh]
                 for s in range(S):
-                    if taps[g, k, r * S + s]:
+                    if not taps[g, k, r * S + s]:
+                        continue
+                    if sw == 1:  # a contiguous window: the loop packs into vector instructions
+                        window = line[s * dw: s * dw + Q]
+                        for q in range(Q):
+                            dest[q] += window[q]
+                    else:
                         for q in range(Q):
                             dest[q] += line[q * sw + s * dw]

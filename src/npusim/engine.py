@@ -12,8 +12,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .ir import ConvLayer
+from .jit import njit
+from .parallel import in_parallel
 from .quant import check_int32
-from .reference import pad_input, tap_window
+from .reference import pad_input
 
 
 def im2col(x: np.ndarray, layer: ConvLayer) -> np.ndarray:
@@ -31,14 +33,37 @@ def im2col(x: np.ndarray, layer: ConvLayer) -> np.ndarray:
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc) -> np.ndarray:
-    """One kernel per channel (Cg = Kg = 1): sum of R*S scaled windows."""
-    xp = pad_input(x.astype(acc, copy=False), layer)
+    """One kernel per channel (Cg = Kg = 1): the R*S scaled windows summed tap by tap, each
+    output row on the row pool (``_depthwise_rows``)."""
+    xp = np.ascontiguousarray(pad_input(x.astype(acc, copy=False), layer))
     out = np.zeros(layer.output_shape, acc)
-    wk = w.astype(acc).reshape(layer.K, layer.R, layer.S)
-    for r in range(layer.R):
-        for s in range(layer.S):
-            out += tap_window(xp, layer, r, s) * wk[None, :, r, s, None, None]
+    wk = np.ascontiguousarray(w.astype(acc, copy=False).reshape(layer.K, layer.R, layer.S))
+    in_parallel(_depthwise_rows, (xp, wk, *layer.stride, *layer.dilation, out),
+                layer.N * layer.K * layer.P)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _depthwise_rows(xp, wk, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, k, p] += wk[k, r, s] x the window of tap (r, s), taps in (r, s) order, for the
+    output rows ``first <= (n K + k) P + p < stop``: each product rounded, then added (no
+    fused multiply-add), vectorised along the row."""
+    K, P, Q = out.shape[1:]
+    R, S = wk.shape[1:]
+    for row in range(first, stop):
+        n, k, p = row // (K * P), row // P % K, row % P
+        dest = out[n, k, p]
+        for r in range(R):
+            line = xp[n, k, p * sh + r * dh]
+            for s in range(S):
+                weight = wk[k, r, s]
+                if sw == 1:  # a contiguous window: the loop packs into vector instructions
+                    window = line[s * dw: s * dw + Q]
+                    for q in range(Q):
+                        dest[q] += window[q] * weight
+                else:
+                    for q in range(Q):
+                        dest[q] += line[q * sw + s * dw] * weight
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLayer) -> np.ndarray:
