@@ -31,6 +31,7 @@ def test_int8_bit_identical_to_exact_reference(layer, seed):
     ConvLayer(1, 48, 57, 57, 48, 3, 3, 1, 1, groups=48, name="wide rows"),
     ConvLayer(2, 24, 29, 31, 24, 5, 3, (2, 1), (2, 1, 0, 3), (1, 2), groups=24, name="strided"),
     ConvLayer(1, 16, 9, 70, 16, 3, 3, (1, 2), 2, (2, 2), groups=16, name="dilated"),
+    ConvLayer(2, 8, 11, 40, 24, 3, 2, 1, (1, 0, 2, 1), groups=8, name="channel multiplier 3"),
 ])
 def test_depthwise_layers_against_both_references(layer):
     """The depthwise kernel's rows (contiguous windows at stride 1, strided ones else) on

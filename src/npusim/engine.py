@@ -32,46 +32,49 @@ def im2col(x: np.ndarray, layer: ConvLayer) -> np.ndarray:
     return view.reshape(n, G, Cg * R * S, P * Q)
 
 
-def _depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc) -> np.ndarray:
-    """One kernel per channel (Cg = Kg = 1): the R*S scaled windows summed tap by tap, each
-    output row on the row pool (``_depthwise_rows``)."""
+def depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc,
+              taps: list[tuple[int, int]] | None = None) -> np.ndarray:
+    """Conv groups of one input channel (Cg = 1, any Kg): output channel k is the sum of the
+    R*S windows of input channel k // Kg scaled by kernel k's taps, added tap by tap in the
+    order ``taps`` ((r, s) pairs; default row-major), each product rounded, then added (no
+    fused multiply-add). N x K x P x Q of ``acc``; each output row on the row pool."""
     xp = np.ascontiguousarray(pad_input(x.astype(acc, copy=False), layer))
+    order = np.array(taps if taps is not None else
+                     [(r, s) for r in range(layer.R) for s in range(layer.S)], np.int64)
     out = np.zeros(layer.output_shape, acc)
     wk = np.ascontiguousarray(w.astype(acc, copy=False).reshape(layer.K, layer.R, layer.S))
-    in_parallel(_depthwise_rows, (xp, wk, *layer.stride, *layer.dilation, out),
+    in_parallel(_depthwise_rows, (xp, wk, order, layer.Kg, *layer.stride, *layer.dilation, out),
                 layer.N * layer.K * layer.P)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _depthwise_rows(xp, wk, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
-    """out[n, k, p] += wk[k, r, s] x the window of tap (r, s), taps in (r, s) order, for the
-    output rows ``first <= (n K + k) P + p < stop``: each product rounded, then added (no
-    fused multiply-add), vectorised along the row."""
+def _depthwise_rows(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, k, p] += wk[k, r, s] x the window of tap (r, s) of input channel k // kg, taps
+    in the order of ``taps``, for the output rows ``first <= (n K + k) P + p < stop``;
+    vectorised along the row where its window is contiguous (stride 1)."""
     K, P, Q = out.shape[1:]
-    R, S = wk.shape[1:]
     for row in range(first, stop):
         n, k, p = row // (K * P), row // P % K, row % P
-        dest = out[n, k, p]
-        for r in range(R):
-            line = xp[n, k, p * sh + r * dh]
-            for s in range(S):
-                weight = wk[k, r, s]
-                if sw == 1:  # a contiguous window: the loop packs into vector instructions
-                    window = line[s * dw: s * dw + Q]
-                    for q in range(Q):
-                        dest[q] += window[q] * weight
-                else:
-                    for q in range(Q):
-                        dest[q] += line[q * sw + s * dw] * weight
+        dest, plane = out[n, k, p], xp[n, k // kg]
+        for i in range(taps.shape[0]):
+            r, s = taps[i, 0], taps[i, 1]
+            line, weight = plane[p * sh + r * dh], wk[k, r, s]
+            if sw == 1:
+                window = line[s * dw: s * dw + Q]
+                for q in range(Q):
+                    dest[q] += window[q] * weight
+            else:
+                for q in range(Q):
+                    dest[q] += line[q * sw + s * dw] * weight
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLayer) -> np.ndarray:
     """Dense convolution of ``layer``: float32 out for float inputs, int32 for int8 inputs."""
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32
-    if layer.Cg == 1 and layer.Kg == 1:
-        out = _depthwise(x, w, layer, acc)
+    if layer.Cg == 1:
+        out = depthwise(x, w, layer, acc)
     else:
         cols = im2col(x.astype(acc, copy=False), layer)
         wm = w.astype(acc, copy=False).reshape(layer.groups, layer.Kg, -1)

@@ -394,16 +394,17 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
     times that tap's coefficients, summed. float32 in/out; int8 in, exact int32 out."""
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32  # float64 GEMM is exact for int8 sums
+    taps = shift_grid.serpentine(layer.R, layer.S)
+    if layer.Cg == 1:  # depthwise: one product per output, not G tiny GEMMs
+        out = engine.depthwise(x, w, layer, acc, taps)
+        return engine.finish(out, bias, layer, integer)
     xp = pad_input(x.astype(acc, copy=False), layer)
     G, Cg, Kg, pq = layer.groups, layer.Cg, layer.Kg, layer.P * layer.Q
     wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
     out = np.zeros((layer.N, G, Kg, pq), acc)
-    for r, s in shift_grid.serpentine(layer.R, layer.S):
+    for r, s in taps:
         win = np.ascontiguousarray(tap_window(xp, layer, r, s)).reshape(layer.N, G, Cg, pq)
-        if Cg == 1:  # depthwise: one product per output, a broadcast not G tiny GEMMs
-            out += wg[None, :, :, 0, r, s, None] * win
-        else:
-            out += np.matmul(wg[:, :, :, r, s], win)
+        out += np.matmul(wg[:, :, :, r, s], win)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
