@@ -3,7 +3,8 @@
 A kernel here is a numba function compiled with ``nogil=True`` whose last two arguments
 are the first and the end row it computes; ``in_parallel`` cuts the rows into a few
 chunks per thread (``threads``: the process's cores, or fewer if the user asks for
-fewer). Idle pool threads sleep, so they take no core from BLAS.
+fewer), or runs them all in the calling thread when there is one. Idle pool threads
+sleep, so they take no core from BLAS.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
 
 
 def cores() -> int:
@@ -39,8 +38,12 @@ def threads() -> int:
 
 
 @functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads(), thread_name_prefix="npusim-rows")
+def _pool() -> tuple[ThreadPoolExecutor | None, int]:
+    """The row pool and its thread count (``threads()``, fixed at the first call); no pool
+    for one thread, whose rows the caller runs itself (handing them to a single pool thread
+    only adds its wake-up: a tenth to a third of a small network's estimate on one core)."""
+    n = threads()
+    return (ThreadPoolExecutor(n, thread_name_prefix="npusim-rows") if n > 1 else None), n
 
 
 # A forked child (a sweep's pool worker) has none of its parent's threads: the pool it would
@@ -49,11 +52,14 @@ os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 def in_parallel(kernel, args: tuple, rows: int) -> None:
-    """``kernel(*args, first, stop)`` over ``rows`` rows, in chunks on the thread pool
-    (``threads()`` threads, fixed at the first call)."""
-    chunks = max(1, min(rows, 4 * threads()))
-    bounds = np.linspace(0, rows, chunks + 1).astype(np.int64)
-    jobs = [_pool().submit(kernel, *args, int(a), int(b))
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    """``kernel(*args, first, stop)`` over ``rows`` rows: in a few chunks per thread on the
+    thread pool, or at once in the calling thread when npusim keeps one thread busy."""
+    pool, n = _pool()
+    if pool is None or rows <= 1:
+        kernel(*args, 0, rows)
+        return
+    chunks = min(rows, 4 * n)
+    jobs = [pool.submit(kernel, *args, rows * i // chunks, rows * (i + 1) // chunks)
+            for i in range(chunks)]
     for job in jobs:
         job.result()
