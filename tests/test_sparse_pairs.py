@@ -89,6 +89,27 @@ def test_emulator_equals_the_fast_model_in_outputs_and_stats(layer, seed, densit
     assert emu_stats == fast_stats
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("layer", [
+    ConvLayer(2, 6, 9, 23, 6, 3, 3, 1, 1, groups=6, name="depthwise"),
+    ConvLayer(1, 4, 11, 13, 12, 3, 2, (2, 1), (1, 2, 0, 1), (2, 1), groups=4,
+              name="channel multiplier 3"),
+])
+def test_one_channel_groups_equal_the_emulator_with_negative_zeros_and_zero_weights(layer,
+                                                                                    dtype):
+    """Conv groups of one input channel (their own row kernel): bit-identical outputs to the
+    emulator, which multiplies only the decided pairs, on inputs holding -0.0 and +0.0 and
+    kernels with zero weights."""
+    layer = layer.with_dtype(dtype)
+    x, w, b = tensors(layer, 5, dtype, 0.5)
+    if dtype == "float32":
+        x = np.where(np.arange(x.size).reshape(x.shape) % 3 == 0, np.float32(-0.0), x)
+    out, emu_stats = DF.emulate(layer, x, w, b, arch_with())
+    fast, fast_stats = DF.run(layer, x, w, b, arch_with())
+    np.testing.assert_array_equal(out.view(np.int32), fast.view(np.int32))
+    assert emu_stats == fast_stats
+
+
 def _worked_example():
     """1x1 conv, 4 channels, 2 pixels, 2 kernels; pairs per (pixel, kernel) by hand:
     pixel 0 = [1, 1, 0, 1], pixel 1 = [0, 0, 0, 1]; k0 = [1, 1, 1, 1], k1 = [1, 0, 0, 0]

@@ -368,6 +368,12 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
     non-finite feature, whose zero-weight products are skipped as the machine skips them."""
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.int64 if integer else np.float32
+    if layer.Cg == 1 and np.isfinite(x).all():
+        # One input channel: an output's decided pairs are its non-zero inputs' taps, in bit
+        # (row-major tap) order, so the depthwise tap sum adds the same products in the same
+        # order; a zero input's skipped product is a +-0, which leaves the sum (never -0) as
+        # it is.
+        return engine.finish(engine.depthwise(x, w, layer, acc), bias, layer, integer)
     G, Cg, R, S, Kg = layer.groups, layer.Cg, layer.R, layer.S, layer.Kg
     xp = pad_input(x.astype(acc, copy=False), layer)
     fields = np.ascontiguousarray(  # channels last: a tap's channels side by side
