@@ -292,43 +292,36 @@ def test_a_kernel_split_into_parts_runs_each_part_as_its_own_partial_ofm():
 
 
 def _doubled_ifmap_steps(steps):
+    """A patch of ``steps``: every step fetches its region block twice over."""
     def patched(*a, **k):
         s = steps(*a, **k)
         return dataclasses.replace(s, ifmap_bytes=2 * s.ifmap_bytes, ifmap_size=2 * s.ifmap_size)
     return patched
 
 
-def _doubled_spills(output_blocks):
-    def patched(*a, **k):
-        band, psum, held = output_blocks(*a, **k)
-        return band, 2 * psum, held
-    return patched
-
-
-def _doubled_bands(bands):
-    def patched(*a, **k):
-        band, held = bands(*a, **k)
-        return band, 2 * held
-    return patched
+def _doubled(part):
+    """A patch of a helper that returns a tuple: its item ``part`` doubled."""
+    def patch(helper):
+        def patched(*a, **k):
+            out = list(helper(*a, **k))
+            out[part] = 2 * out[part]
+            return tuple(out)
+        return patched
+    return patch
 
 
 def _other_order(loop_order):
+    """A patch of ``loop_order``: the order it would not take."""
     return lambda *a, **k: {"region-major": "kernel-major",
                             "kernel-major": "region-major"}[loop_order(*a, **k)]
 
 
 def _first_region_holds_the_stream(region_bytes):
+    """A patch of ``_region_bytes``: the whole stream charged to the first region."""
     def patched(layer, jobs):
         out = np.zeros_like(region_bytes(layer, jobs))
         out[0] = jobs.stream_bytes
         return out
-    return patched
-
-
-def _doubled_windows(inner_blocks):
-    def patched(*a, **k):
-        ids, nbytes = inner_blocks(*a, **k)
-        return ids, 2 * nbytes
     return patched
 
 
@@ -347,11 +340,11 @@ WEIGHTS = (ConvLayer(1, 16, 8, 8, 16, 3, 3, padding=1, dtype="int8"),
 
 @pytest.mark.parametrize("helper, patch, case, second_kb, field", [
     ("steps", _doubled_ifmap_steps, BANDS, 1, "dram_ifmap_bytes"),
-    ("_output_blocks", _doubled_spills, BANDS, 1, "dram_ofmap_bytes"),
-    ("bands", _doubled_bands, BANDS, 2, "dram_ofmap_bytes"),
+    ("_output_blocks", _doubled(1), BANDS, 1, "dram_ofmap_bytes"),
+    ("bands", _doubled(1), BANDS, 2, "dram_ofmap_bytes"),
     ("second_buffer_bytes", lambda f: lambda p: f(p) // 2, BANDS, 2, "dram_ofmap_bytes"),
     ("_region_bytes", _first_region_holds_the_stream, BANDS, 1, "stall_dram_ifmap_cycles"),
-    ("_inner_blocks", _doubled_windows, WEIGHTS, 32, "dram_bytes"),
+    ("_inner_blocks", _doubled(1), WEIGHTS, 32, "dram_bytes"),
     ("loop_order", _other_order, WEIGHTS, 32, "kernel_major_layers"),
 ])
 def test_a_fault_in_the_fast_models_memory_steps_is_caught_by_the_emulator(
