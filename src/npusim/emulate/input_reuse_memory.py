@@ -103,18 +103,17 @@ def cycled_blocks(rows: list[list[Ran]], item, nbytes: list[int],
 
 
 def band_blocks(rows: list[list[Ran]], stored: Stored, order: str):
-    """(band, its accumulators' bytes, the bytes the row spills if it must) per row."""
-    out = []
-    bands = len(stored.band_pixels)
+    """(band, its accumulators' bytes, the bytes the row spills if it must) per row: the
+    band of the row's last job."""
+    out, bands = [], len(stored.band_pixels)
     for row in rows:
         last = row[-1]
-        pixels = stored.band_pixels[last.band]
-        spill = ACC_BYTES * sum(job.pofm_pixels for job in row)
-        if order == "region-major":
-            out.append((last.band, ACC_BYTES * stored.kernels * pixels, spill))
-        else:
-            out.append((last.kernel_set * bands + last.band, ACC_BYTES * last.kernels * pixels,
-                        spill))
+        if order == "region-major":  # every kernel runs over a band before the next band
+            band, kernels = last.band, stored.kernels
+        else:  # a kernel set runs over every band before the next set: a band per set
+            band, kernels = last.kernel_set * bands + last.band, last.kernels
+        out.append((band, ACC_BYTES * kernels * stored.band_pixels[last.band],
+                    ACC_BYTES * sum(job.pofm_pixels for job in row)))
     return out
 
 
