@@ -368,3 +368,33 @@ def test_a_fault_in_the_fast_models_memory_steps_is_caught_by_the_emulator(
         return stats.extra[field] if field in stats.extra else getattr(stats, field)
     assert value(fast_patched) != value(emu_patched)
     assert emu_patched == emu
+
+
+def test_memory_steps_by_hand_hold_one_operand_and_cycle_the_other():
+    """Three regions (10, 20, 30 B) x three kernel sets of 2 kernels (1, 2, 4 B) on two
+    units, one band of 5 pixels per region, 3 partial-OFM pixels a job. Region-major: a
+    row fetches the regions it begins (row 2 continues region 1: fetched again, the memory
+    model decides if it stayed) and the window of its jobs' kernel sets, named by its
+    first; kernel-major swaps them, a band per kernel set."""
+    from npusim.emulate.input_reuse import in_run_order
+    from npusim.emulate.input_reuse_memory import Ran, Stored, memory_steps
+
+    jobs = [[Ran(region=r, kernel_set=k, kernels=2, band=r, end=10 * (3 * r + k + 1),
+                 weight_cycles=1, pofm_pixels=3) for k in range(3)] for r in range(3)]
+    stored = Stored(region_bytes=[10, 20, 30], set_bytes=[1, 2, 4], band_pixels=[5, 5, 5],
+                    kernels=6, second_buffers=1024, ofm_bytes=50, sram_bytes=9)
+    s = memory_steps(in_run_order(jobs, "region-major"), stored, "region-major", 2, 95)
+    assert s.compute.tolist() == [20, 20, 20, 20, 15]
+    assert s.ifmap.tolist() == [0, 1, 1, 2, 2]
+    assert s.ifmap_bytes.tolist() == [10, 20, 20, 30, 30]
+    assert s.filter.tolist() == [0, 2, 1, 0, 2]
+    assert s.filter_bytes.tolist() == [3, 5, 6, 3, 4]
+    assert s.ofmap.tolist() == [0, 1, 1, 2, 2] and s.psum_size.tolist() == [4 * 6 * 5] * 5
+    assert s.psum_bytes.tolist() == [24, 24, 24, 24, 12]
+    assert s.ofmap_bytes.tolist() == [11, 22, 22, 17, 17]  # 50 B over 9 jobs, per band
+    assert s.sram_bytes.tolist() == [2, 2, 2, 2, 1]
+    s = memory_steps(in_run_order(jobs, "kernel-major"), stored, "kernel-major", 2, 95)
+    assert s.filter.tolist() == [0, 1, 1, 2, 2] and s.filter_bytes.tolist() == [1, 2, 2, 4, 4]
+    assert s.ifmap.tolist() == [0, 2, 1, 0, 2]
+    assert s.ifmap_bytes.tolist() == [30, 40, 50, 30, 30]
+    assert s.ofmap.tolist() == [1, 3, 5, 7, 8] and s.psum_size.tolist() == [4 * 2 * 5] * 5
