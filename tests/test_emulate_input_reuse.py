@@ -289,3 +289,112 @@ def test_a_kernel_split_into_parts_runs_each_part_as_its_own_partial_ofm():
     assert [f.shape for f in res.inventory["fan_in"]] == [(6, 6), (6, 5), (5, 6), (5, 5)]
     assert [int(f.max()) for f in res.inventory["fan_in"]] == [9, 6, 6, 4]
     assert res.counters.sram_ofmap_bytes == 2 * 4 * (36 + 30 + 30 + 25)
+
+
+def _doubled_ifmap_steps(steps):
+    """A patch of ``steps``: every step fetches its region block twice over."""
+    def patched(*a, **k):
+        s = steps(*a, **k)
+        return dataclasses.replace(s, ifmap_bytes=2 * s.ifmap_bytes, ifmap_size=2 * s.ifmap_size)
+    return patched
+
+
+def _doubled(part):
+    """A patch of a helper that returns a tuple: its item ``part`` doubled."""
+    def patch(helper):
+        def patched(*a, **k):
+            out = list(helper(*a, **k))
+            out[part] = 2 * out[part]
+            return tuple(out)
+        return patched
+    return patch
+
+
+def _other_order(loop_order):
+    """A patch of ``loop_order``: the order it would not take."""
+    return lambda *a, **k: {"region-major": "kernel-major",
+                            "kernel-major": "region-major"}[loop_order(*a, **k)]
+
+
+def _first_region_holds_the_stream(region_bytes):
+    """A patch of ``_region_bytes``: the whole stream charged to the first region."""
+    def patched(layer, jobs):
+        out = np.zeros_like(region_bytes(layer, jobs))
+        out[0] = jobs.stream_bytes
+        return out
+    return patched
+
+
+# 2 -> 8 channels, 3x3 'same' on 12x12, 2x2 regions on two units of 8 PUs, one output unit:
+# a band is 8 kernels x 4 rows x 12 x 4 B = 1,536 B: it overflows a 1 KiB second buffer
+# (its partial sums spill), fits a 2 KiB one; DRAM at 0.5 B/cycle, so the steps stall
+BANDS = (ConvLayer(1, 2, 12, 12, 8, 3, 3, padding=1, dtype="int8"),
+         Params(region_rows=2, region_cols=2, operation_units=2, processing_units=8,
+                output_units=1), {"dram_bytes_per_cycle": 0.5})
+# 16 -> 16 channels, 3x3 on 8x8, dense int8: 2,304 B of weights and a 1,152 B stream
+# against 512 usable bytes of 1 KiB SRAMs at 0.5 B/cycle (weights or regions refetched)
+WEIGHTS = (ConvLayer(1, 16, 8, 8, 16, 3, 3, padding=1, dtype="int8"),
+           Params(operation_units=4, processing_units=4),
+           {"dram_bytes_per_cycle": 0.5, "filter_sram_kb": 1, "ifmap_sram_kb": 1})
+
+
+@pytest.mark.parametrize("helper, patch, case, second_kb, field", [
+    ("steps", _doubled_ifmap_steps, BANDS, 1, "dram_ifmap_bytes"),
+    ("_output_blocks", _doubled(1), BANDS, 1, "dram_ofmap_bytes"),
+    ("bands", _doubled(1), BANDS, 2, "dram_ofmap_bytes"),
+    ("second_buffer_bytes", lambda f: lambda p: f(p) // 2, BANDS, 2, "dram_ofmap_bytes"),
+    ("_region_bytes", _first_region_holds_the_stream, BANDS, 1, "stall_dram_ifmap_cycles"),
+    ("_inner_blocks", _doubled(1), WEIGHTS, 32, "dram_bytes"),
+    ("loop_order", _other_order, WEIGHTS, 32, "kernel_major_layers"),
+])
+def test_a_fault_in_the_fast_models_memory_steps_is_caught_by_the_emulator(
+        monkeypatch, helper, patch, case, second_kb, field):
+    """The emulator derives its memory steps and loop order from its own log of the jobs it
+    ran: a fast model that fetches its regions twice, spills twice the partial sums, holds
+    bands twice as large, halves the second buffers, charges the whole stream to the first
+    region, fetches its weight windows twice or takes the other loop order disagrees with
+    it, and the emulator's stats do not move."""
+    from npusim.dataflows import input_reuse
+
+    layer, p, memory = case
+    p = dataclasses.replace(p, second_buffer_kb=second_kb)
+    emu, fast = _priced_pair(layer, p, 4, 0.5, **memory)
+    assert emu == fast
+
+    monkeypatch.setattr(input_reuse, helper, patch(getattr(input_reuse, helper)))
+    emu_patched, fast_patched = _priced_pair(layer, p, 4, 0.5, **memory)
+
+    def value(stats):
+        return stats.extra[field] if field in stats.extra else getattr(stats, field)
+    assert value(fast_patched) != value(emu_patched)
+    assert emu_patched == emu
+
+
+def test_memory_steps_by_hand_hold_one_operand_and_cycle_the_other():
+    """Three regions (10, 20, 30 B) x three kernel sets of 2 kernels (1, 2, 4 B) on two
+    units, one band of 5 pixels per region, 3 partial-OFM pixels a job. Region-major: a
+    row fetches the regions it begins (row 2 continues region 1: fetched again, the memory
+    model decides if it stayed) and the window of its jobs' kernel sets, named by its
+    first; kernel-major swaps them, a band per kernel set."""
+    from npusim.emulate.input_reuse import in_run_order
+    from npusim.emulate.input_reuse_memory import Ran, Stored, memory_steps
+
+    jobs = [[Ran(region=r, kernel_set=k, kernels=2, band=r, end=10 * (3 * r + k + 1),
+                 weight_cycles=1, pofm_pixels=3) for k in range(3)] for r in range(3)]
+    stored = Stored(region_bytes=[10, 20, 30], set_bytes=[1, 2, 4], band_pixels=[5, 5, 5],
+                    kernels=6, second_buffers=1024, ofm_bytes=50, sram_bytes=9)
+    s = memory_steps(in_run_order(jobs, "region-major"), stored, "region-major", 2, 95)
+    assert s.compute.tolist() == [20, 20, 20, 20, 15]
+    assert s.ifmap.tolist() == [0, 1, 1, 2, 2]
+    assert s.ifmap_bytes.tolist() == [10, 20, 20, 30, 30]
+    assert s.filter.tolist() == [0, 2, 1, 0, 2]
+    assert s.filter_bytes.tolist() == [3, 5, 6, 3, 4]
+    assert s.ofmap.tolist() == [0, 1, 1, 2, 2] and s.psum_size.tolist() == [4 * 6 * 5] * 5
+    assert s.psum_bytes.tolist() == [24, 24, 24, 24, 12]
+    assert s.ofmap_bytes.tolist() == [11, 22, 22, 17, 17]  # 50 B over 9 jobs, per band
+    assert s.sram_bytes.tolist() == [2, 2, 2, 2, 1]
+    s = memory_steps(in_run_order(jobs, "kernel-major"), stored, "kernel-major", 2, 95)
+    assert s.filter.tolist() == [0, 1, 1, 2, 2] and s.filter_bytes.tolist() == [1, 2, 2, 4, 4]
+    assert s.ifmap.tolist() == [0, 2, 1, 0, 2]
+    assert s.ifmap_bytes.tolist() == [30, 40, 50, 30, 30]
+    assert s.ofmap.tolist() == [1, 3, 5, 7, 8] and s.psum_size.tolist() == [4 * 2 * 5] * 5

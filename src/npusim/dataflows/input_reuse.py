@@ -185,15 +185,15 @@ def sram_bytes(layer: ConvLayer, p: Params, work: Work) -> dict:
 
 @dataclass(frozen=True)
 class Jobs:
-    """What the memory model needs of a layer's jobs, counted by the fast model or by the
-    emulator: every job's end (cycles, global order) and weight cycles (its PUs' sum),
-    the layer's stall-free cycles and whether the last transfer ends after the last job,
-    the bytes of the compressed input stream as stored and its non-zeros, those of every region
-    (over its channels and stride phases, in job order), the compressed bytes of every
-    kernel set (in a region's job order), the compressed OFM's bytes and the bytes at
-    the SRAM ports; for the output accumulators: every job's partial-OFM pixels
-    (region-major order), the OFM rows the partial OFMs of each row of regions touch, and
-    the regions in a row."""
+    """What the memory model needs of a layer's jobs, as the fast model counts them (the
+    emulator logs its own, ``emulate.input_reuse_memory``): every job's end (cycles,
+    global order) and weight cycles (its PUs' sum), the layer's stall-free cycles and
+    whether the last transfer ends after the last job, the bytes of the compressed input
+    stream as stored and its non-zeros, those of every region (over its channels and
+    stride phases, in job order), the compressed bytes of every kernel set (in a region's
+    job order), the compressed OFM's bytes and the bytes at the SRAM ports; for the output
+    accumulators: every job's partial-OFM pixels (region-major order), the OFM rows the
+    partial OFMs of each row of regions touch, and the regions in a row."""
 
     end: np.ndarray
     busy: np.ndarray

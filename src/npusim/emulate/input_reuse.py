@@ -1,9 +1,12 @@
 """Cycle-by-cycle emulator of the input-reuse device (seed 000, Figs. 5, 6, 8, 9 and 11-15).
 
 The living definition of the machine that ``dataflows.input_reuse`` counts with
-array operations; it derives its own schedule here, from the datapath rules, and
-shares with the fast model only the problem (``ConvLayer``), the arch parameters,
-the ``Jobs`` value type and the pricing (``steps``, ``stats.price``).
+array operations; it derives its own schedule here, from the datapath rules, and its
+own memory steps (``input_reuse_memory``: from its log of the jobs it ran, the regions
+and kernel sets they read and the partial OFMs they handed off); it shares with the
+fast model only the problem (``ConvLayer``), the arch parameters and the pricing
+(``stats.price``, the memory model's ``Steps`` and, to choose the loop order, its
+residency rules, ``memory.traffic``).
 
 - **Taps and phases.** Tap ``(r, s)`` of a strided, dilated kernel reads padded input
   row ``p*sh + r*dh``: phase ``r*dh mod sh`` at offset ``r*dh div sh`` (columns alike);
@@ -33,6 +36,8 @@ The dispatcher reads each region as the compressed stream holds it (a bitmap per
 channel block and its non-zero values) and the emulator counts the bytes at every
 port: region blocks read per kernel set, one weight word per PU and weight cycle, the
 partial OFMs written and read, the stream, weights and compressed OFM in DRAM.
+The loop order is the one whose steps, planned from the dispatcher's reading of the
+regions and kernels before any cycle runs, move fewer DRAM bytes (``choose_order``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..ir import ConvLayer
 from ..quant import check_int32
+from .input_reuse_memory import ORDERS, Ran, Stored, dram_bytes, memory_steps, region_blocks
 
 ACC_BYTES = 4  # one accumulator register: int32 or float32
 
@@ -177,6 +183,9 @@ class Job:
     pofms: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> accumulators
     hits: dict = field(default_factory=dict)  # (kernel slot, PU, part) -> products per cell
     rm: int = -1  # index in region-major order (region, then conv group and kernel set)
+    region: int = -1  # index of its region (image, region row, region column)
+    kernel_set: int = -1  # index of its kernel set in the region's jobs (conv group, set)
+    weight_cycles: int = 0  # its processing units' weight cycles, summed
 
 
 @dataclass
@@ -199,9 +208,7 @@ class Counters:
     weight_only_cycles: int = 0
     sram_ifmap_bytes: int = 0
     sram_ofmap_bytes: int = 0
-    job_end: dict = field(default_factory=dict)  # job sequence -> cycle it handed off
-    job_busy: dict = field(default_factory=dict)  # job sequence -> its weight cycles
-    pofm_pixels: dict = field(default_factory=dict)  # region-major job -> partial-OFM pixels
+    ran: dict = field(default_factory=dict)  # job sequence -> the job as it ran (``Ran``)
     region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region
 
 
@@ -315,16 +322,10 @@ class Machine:
         another; ``kernel-major``: a kernel set over every region), queued on the operation
         units: round robin (``spread``) or region ``t`` on unit ``t mod U`` (``own-unit``,
         Fig. 11: each dispatcher serves its own unit)."""
-        by_region = self.region_major()
-        if self.order == "region-major":
-            run = [job for region in by_region for job in region]
-        else:
-            run = [region[k] for k in range(len(by_region[0])) for region in by_region]
         units = [deque() for _ in range(self.p.operation_units)]
-        where = {id(job): r for r, region in enumerate(by_region) for job in region}
-        for seq, job in enumerate(run):
+        for seq, job in enumerate(in_run_order(self.region_major(), self.order)):
             job.seq = seq
-            own = where[id(job)] if self.p.mapping == "own-unit" else seq
+            own = job.region if self.p.mapping == "own-unit" else seq
             units[own % self.p.operation_units].append(job)
         return units
 
@@ -342,7 +343,9 @@ class Machine:
                 kernels = [g * L.Kg + k for k in range(k0, min(k0 + P, L.Kg))]
                 queues = [self.weight_cycles(k, regions) for k in kernels]
                 queues += [deque() for _ in range(P - len(kernels))]
-                yield Job(-1, n, ti, tj, kernels, queues, regions)
+                yield Job(-1, n, ti, tj, kernels, queues, regions, region=here,
+                          kernel_set=g * -(-L.Kg // P) + k0 // P,
+                          weight_cycles=sum(len(q) for q in queues))
 
     # -- one processing-unit cycle: multipliers, MUXes, accumulators (Fig. 6) ---------------
 
@@ -436,14 +439,13 @@ class Machine:
         held = self.held[unit]
         return held == 0 or held + need <= self.p.first_buffer_kb * 1024 // ACC_BYTES
 
-    def hand_off(self, job: Job, unit: int, now: int, pending: list) -> None:
+    def hand_off(self, job: Job, unit: int, now: int, pending: list) -> int:
         """Queue the job's partial OFMs (kernel slot, PU, part order) for their servers; each
         is written to and read from the first buffer once (4-byte accumulators); the ones
-        that travel stay in the unit's first buffer until their transfer ends."""
+        that travel stay in the unit's first buffer until their transfer ends. Returns
+        their pixels."""
         for key, pofm in sorted(job.pofms.items()):
             self.counters.sram_ofmap_bytes += 2 * ACC_BYTES * pofm.size
-            pix = self.counters.pofm_pixels
-            pix[job.rm] = pix.get(job.rm, 0) + pofm.size
             server, duration = self.route(job, key, unit)
             if self.p.interconnect == "chain":
                 self.counters.hops += abs(unit - server)
@@ -453,6 +455,7 @@ class Machine:
                 continue
             self.held[unit] += pofm.size
             pending.append(((now, job.seq, key), server, duration, job, key, pofm, unit))
+        return sum(pofm.size for pofm in job.pofms.values())
 
     def accumulate(self, job: Job, key: tuple, pofm: np.ndarray) -> None:
         """Output unit: add a partial OFM onto the OFM at its region's place (overlap-add);
@@ -499,7 +502,6 @@ class Machine:
             return None
         job = queue.popleft()
         self.counters.pu_dealt[unit] += [len(q) for q in job.queues]
-        self.counters.job_busy[job.seq] = sum(len(q) for q in job.queues)
         return job
 
     def settle(self, unit: int, now: int, current: list, waiting: list, queues, pending):
@@ -511,8 +513,7 @@ class Machine:
             job, since = waiting[unit]
             if not self.fits(job, unit, now):
                 return
-            self.hand_off(job, unit, now, pending)
-            c.job_end[job.seq] = now
+            c.ran[job.seq] = self.ran(job, now, self.hand_off(job, unit, now, pending))
             c.last_job_end = max(c.last_job_end, now)
             c.first_buffer_stalls += now - since
             waiting[unit] = None
@@ -575,6 +576,31 @@ class Machine:
         """The kernel part with the largest partial OFM (the first of equals)."""
         return max(self.paths, key=lambda d: d.pofm[0] * d.pofm[1])
 
+    def ran(self, job: Job, end: int, pixels: int) -> Ran:
+        """The log entry of ``job``, ended at cycle ``end`` with partial OFMs of ``pixels``."""
+        return Ran(region=job.region, kernel_set=job.kernel_set, kernels=len(job.kernels),
+                   band=job.region // self.grid[1], end=end, weight_cycles=job.weight_cycles,
+                   pofm_pixels=pixels)
+
+    def second_buffers(self) -> int:
+        """Bytes of the second buffers that hold the output accumulators: one per output
+        unit, or, on a chain (Fig. 13: no output units), one per operation unit."""
+        p = self.p
+        return (p.operation_units if p.interconnect == "chain" else p.output_units) \
+            * p.second_buffer_kb * 1024
+
+    def stored(self, x, ofm_bytes: int = 0, sram_bytes: int = 0) -> Stored:
+        """What memory and the second buffers hold for the layer (input ``x``), as the
+        dispatcher read it; ``ofm_bytes`` the compressed OFM written back, ``sram_bytes``
+        those at the SRAM ports (0 when planning)."""
+        stream = map_stream_bytes(x, self.region, self.elem)
+        values = int(np.count_nonzero(x)) * self.elem
+        band = self.band_rows() * self.layer.Q
+        return Stored(region_blocks(stream, values, self.counters.region_nonzeros, self.elem),
+                      [int(b) for b in self.kernel_set_bytes()],
+                      [int(pixels) for _ in range(self.layer.N) for pixels in band],
+                      self.layer.K, self.second_buffers(), ofm_bytes, sram_bytes)
+
     def kernel_set_bytes(self) -> np.ndarray:
         """DRAM bytes of every kernel set in a region's job order (conv group, then sets of
         P kernels), each kernel a bitmap of Cg*R*S bits plus its non-zero weights."""
@@ -587,6 +613,15 @@ class Machine:
         return np.array(out, np.int64)
 
 
+def in_run_order(by_region: list[list[Job]], order: str) -> list[Job]:
+    """The jobs (each region's, region-major) in the order ``order`` runs them
+    (``region-major``: a region's kernel sets one after another; ``kernel-major``: a
+    kernel set over every region)."""
+    if order == "region-major":
+        return [job for region in by_region for job in region]
+    return [region[k] for k in range(len(by_region[0])) for region in by_region]
+
+
 def emulate_layer(layer: ConvLayer, x, w, bias, params, stealing: bool | None = None,
                   order: str = "region-major") -> Result:
     """Run one layer on the emulated device: outputs, cycles, counters, inventory."""
@@ -596,9 +631,8 @@ def emulate_layer(layer: ConvLayer, x, w, bias, params, stealing: bool | None = 
 
 
 def emulate(layer: ConvLayer, x, w, bias, params, arch):
-    """(outputs, LayerStats): the emulator's own schedule and counts, priced through the
-    memory model (``dataflows.input_reuse.steps``) by ``stats.price``."""
-    from ..dataflows.input_reuse import Jobs, steps
+    """(outputs, LayerStats): the emulator's own schedule and counts, and its memory steps
+    from its log of the jobs it ran (``memory_steps``), priced by ``stats.price``."""
     from ..stats import Counts, price
 
     order = choose_order(layer, x, w, params, arch)
@@ -648,39 +682,31 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
                     sram_ifmap_bytes=c.sram_ifmap_bytes,
                     sram_filter_bytes=c.pu_busy * params.region_channels * elem,
                     sram_ofmap_bytes=c.sram_ofmap_bytes, extra=extra)
-    ended = sorted(c.job_end)
     touched = m.touched if not layer.bias else np.ones(layer.output_shape, bool)
-    jobs = Jobs(end=np.array([c.job_end[j] for j in ended], np.int64),
-                busy=np.array([c.job_busy[j] for j in ended], np.int64), cycles=res.cycles,
-                bus_bound=c.last_transfer_end > int(c.unit_busy.max())
-                or c.first_buffer_stalls > 0, stream_bytes=stream,
-                input_nonzeros=x_nonzeros,
-                region_nonzeros=c.region_nonzeros, kernel_set_bytes=m.kernel_set_bytes(),
-                ofm_bytes=map_stream_bytes(touched, region, elem),
-                pofm_pixels=np.array([c.pofm_pixels.get(j, 0) for j in range(len(ended))],
-                                     np.int64),
-                band_rows=m.band_rows(), grid_cols=m.grid[1],
-                sram_total=counts.sram_ifmap_bytes + counts.sram_filter_bytes
-                + counts.sram_ofmap_bytes, order=order)
-    return res.output, price(layer, counts, steps(layer, params, jobs), arch)
+    stored = m.stored(x, ofm_bytes=map_stream_bytes(touched, region, elem),
+                      sram_bytes=counts.sram_ifmap_bytes + counts.sram_filter_bytes
+                      + counts.sram_ofmap_bytes)
+    log = [c.ran[seq] for seq in sorted(c.ran)]
+    bus_bound = c.last_transfer_end > int(c.unit_busy.max()) or c.first_buffer_stalls > 0
+    return res.output, price(layer, counts, memory_steps(
+        log, stored, order, params.operation_units, res.cycles, bus_bound), arch)
 
 
 def choose_order(layer: ConvLayer, x, w, params, arch) -> str:
-    """The loop order with less DRAM traffic, from the dispatcher's own reading of the
-    regions and kernels (a pass that runs no cycle), priced by ``loop_order``."""
-    from ..dataflows.input_reuse import Jobs, loop_order
-
+    """The loop order whose memory steps move fewer DRAM bytes on ``arch.memory``
+    (region-major on a tie), planned from the dispatcher's own reading of the regions and
+    kernels and the partial OFMs their jobs will fill: a pass that runs no cycle, so the
+    steps know no job end and no output yet."""
     m = Machine(layer, x, w, params)
-    planned = [m.planned_pofm_pixels(job) for region in m.region_major() for job in region]
-    idle = np.zeros(len(planned), np.int64)
-    blocks = Jobs(end=idle, busy=idle, cycles=0, bus_bound=False,
-                  pofm_pixels=np.array(planned, np.int64), band_rows=m.band_rows(),
-                  grid_cols=m.grid[1],
-                  stream_bytes=map_stream_bytes(x, m.region, m.elem),
-                  input_nonzeros=int(np.count_nonzero(x)),
-                  region_nonzeros=m.counters.region_nonzeros,
-                  kernel_set_bytes=m.kernel_set_bytes(), ofm_bytes=0, sram_total=0)
-    return loop_order(layer, params, blocks, arch.memory)
+    by_region = m.region_major()
+    pixels = {job.rm: m.planned_pofm_pixels(job) for region in by_region for job in region}
+    stored = m.stored(x)
+    moved = {}
+    for order in ORDERS:
+        log = [m.ran(job, 0, pixels[job.rm]) for job in in_run_order(by_region, order)]
+        moved[order] = dram_bytes(memory_steps(log, stored, order, params.operation_units),
+                                  arch.memory)
+    return min(ORDERS, key=moved.get)
 
 
 def work_estimate(layer: ConvLayer, params) -> int:

@@ -36,6 +36,7 @@ from ..ir import ConvLayer
 from ..memory import Steps
 from ..quant import check_int32
 from ..stats import Counts, LayerStats, price
+from .apportion import apportion
 
 
 def group_kernels(nnz: list[int], size: int, policy: str) -> list[list[int]]:
@@ -262,19 +263,6 @@ def _outputs(m: Machine) -> np.ndarray:
     return out
 
 
-def _apportion(total: int, weights: list[int]) -> list[int]:
-    """``total`` cut into integers in proportion to ``weights`` (evenly if all are 0): part
-    i ends at floor(total x running weight / all weight)."""
-    if not any(weights):
-        weights = [1] * len(weights)
-    whole, run, cut, parts = sum(weights), 0, 0, []
-    for wt in weights:
-        run += wt
-        parts.append(total * run // whole - cut)
-        cut += parts[-1]
-    return parts
-
-
 def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
     """The layer as its waves ran: wave i is every processor group's i-th unit; a step is
     one output row (Q pixels from the unit's first) of each unit of the wave, ending when
@@ -287,7 +275,7 @@ def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
     for sl in range(m.slices):
         for c, lo in enumerate(range(m.bounds[sl], m.bounds[sl + 1], Q)):
             chunk_pixels[c] = chunk_pixels.get(c, 0) + min(Q, m.bounds[sl + 1] - lo)
-    ifmap_chunk = _apportion(feature_bytes, [chunk_pixels[c] for c in sorted(chunk_pixels)])
+    ifmap_chunk = apportion(feature_bytes, [chunk_pixels[c] for c in sorted(chunk_pixels)])
     rows = []  # (compute, chunk, wave or -1, weight bytes, output bytes, kernel-load bytes)
     edge, waves = 0, max(len(g.log) for g in groups)
     for wave in range(waves):
@@ -307,7 +295,7 @@ def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
             edge = max(end, edge)
     compute, chunk, wave_id, wbytes, obytes, loads = (
         list(col) for col in zip(*rows, strict=True))
-    rest = _apportion(sram_total - sum(loads), compute)
+    rest = apportion(sram_total - sum(loads), compute)
     return Steps(compute=compute, ifmap=chunk, ifmap_bytes=[ifmap_chunk[c] for c in chunk],
                  filter=wave_id, filter_bytes=wbytes, ofmap=list(range(len(rows))),
                  ofmap_bytes=obytes, sram_bytes=[a + b for a, b in zip(loads, rest, strict=True)])
