@@ -432,22 +432,30 @@ def _channel_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
     are added one at a time in the order the MAC adds them (a product rounded, then the
     sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit.
     The innermost loop runs over the partition's outputs, which share the broadcast input
-    (the MACs of a subset): the compiler packs it into vector instructions."""
+    (the MACs of a subset): the compiler packs it into vector instructions. Two output
+    columns go together, sharing each weight vector's loads (a row of odd width sums its
+    last column's products a second time into ``spare``, which is thrown away)."""
     _, G, P, Q, Kg = out.shape
     Cg, R, S = wg.shape[1:4]
+    spare = np.zeros(Kg, out.dtype)
     for task in range(first, stop):
         n, g, p = task // (G * P), task // P % G, task % P
-        for q in range(Q):
-            acc = out[n, g, p, q]
+        for q in range(0, Q, 2):
+            pair = q + 1 < Q
+            acc0 = out[n, g, p, q]
+            acc1 = out[n, g, p, q + 1] if pair else spare
             for c in range(Cg):
                 plane = xg[n, g, c]
                 for r in range(R):
                     row = plane[p * sh + r * dh]
                     for s in range(S):
-                        value = row[q * sw + s * dw]
+                        v0 = row[q * sw + s * dw]
+                        v1 = row[(q + 1) * sw + s * dw] if pair else v0
                         weights = wg[g, c, r, s]
                         for k in range(Kg):
-                            acc[k] += weights[k] * value
+                            weight = weights[k]
+                            acc0[k] += weight * v0
+                            acc1[k] += weight * v1
 
 
 @njit(cache=True, nogil=True)
