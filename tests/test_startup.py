@@ -67,6 +67,12 @@ def test_the_listings_load_no_rich(argv):
     assert loaded[" ".join(argv)] == [0, []]
 
 
+def test_the_model_listing_loads_no_numpy():
+    """``models`` reads the zoo's catalogue (``frontends.catalogue``), not the model modules."""
+    loaded = _heavy_loaded([["models"]], PARSER_ONLY)
+    assert loaded["models"] == [0, []]
+
+
 def test_python_m_npusim_runs_the_command_line():
     """``python -m npusim`` is the ``npusim`` script: same parser, same exit code."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}

@@ -258,10 +258,11 @@ def _stdout(stderr: bool = False) -> Console:
 
 
 def cmd_models(args) -> int:
-    """List the zoo's models with one line each."""
-    from .frontends import zoo
+    """List the zoo's models with one line each (their catalogue: no numpy, no model module)."""
+    from .frontends import catalogue
 
-    print_columns(["model", "description"], [[name, zoo.describe(name)] for name in zoo.names()])
+    print_columns(["model", "description"],
+                  [[name, catalogue.describe(name)] for name in catalogue.names()])
     return EXIT_OK
 
 
