@@ -67,10 +67,13 @@ def test_the_listings_load_no_rich(argv):
     assert loaded[" ".join(argv)] == [0, []]
 
 
-def test_the_model_listing_loads_no_numpy():
-    """``models`` reads the zoo's catalogue (``frontends.catalogue``), not the model modules."""
-    loaded = _heavy_loaded([["models"]], PARSER_ONLY)
-    assert loaded["models"] == [0, []]
+@pytest.mark.parametrize("argv", [["models"], ["archs"]])
+def test_the_listings_load_no_numpy(argv):
+    """``models`` reads the zoo's catalogue (``frontends.catalogue``), not the model modules;
+    ``archs`` the presets through the machines' sections (``arch.sections``), not the
+    machines: neither imports numpy, the IR or a dataflow."""
+    loaded = _heavy_loaded([argv], PARSER_ONLY)
+    assert loaded[" ".join(argv)] == [0, []]
 
 
 def test_python_m_npusim_runs_the_command_line():

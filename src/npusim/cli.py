@@ -270,15 +270,15 @@ def cmd_archs(args) -> int:
     """List the arch presets: name, default dataflow, clock, description, and the memory
     (printed once if every preset has the same)."""
     from .arch import load_arch, presets
-    from .memory import describe, same_memory
+    from .arch.spec import describe_memory, same_memory
 
     archs = [load_arch(name) for name in presets()]
     same = same_memory(archs)
     print_columns(["arch", "dataflow", "clock", "description", *([] if same else ["memory"])],
                   [[arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
-                    *([] if same else [describe(arch.memory)])] for arch in archs])
+                    *([] if same else [describe_memory(arch.memory)])] for arch in archs])
     if same and archs:
-        print(f"memory of every preset: {describe(archs[0].memory)}")
+        print(f"memory of every preset: {describe_memory(archs[0].memory)}")
     return EXIT_OK
 
 

@@ -44,8 +44,8 @@ INT64_MAX = 2**63 - 1
 
 SECTIONS: dict[str, type] = {}
 """Section name -> its dataclass, as the machines (and the hybrid) declared them."""
-MACHINES = ("npusim.dataflows", "npusim.hybrid")
-"""The modules whose import declares every section."""
+MACHINES = ("npusim.arch.sections",)
+"""The modules whose import declares every built-in section (no machine, no numpy)."""
 
 T = TypeVar("T")
 
@@ -208,6 +208,35 @@ class Memory:
                       "address-trace replay (systolic, os)", choices=("npusim", "scalesim"))
     reconfig_cycles: int = spec(0, "cycles per unit to load a layer's kernels, coefficients "
                                 "and mappings when the layer starts", min=0, max=MAX_LATENCY)
+
+
+UNLIMITED = "unlimited"
+
+
+def unlimited(value) -> bool:
+    """Whether a bandwidth setting is ``"unlimited"`` (the only word a bandwidth takes)."""
+    return value == UNLIMITED
+
+
+def describe_memory(memory: Memory) -> str:
+    """One line stating a memory: buffers, DRAM bandwidth and latency, SRAM ports."""
+    bw = memory.dram_bytes_per_cycle
+    dram = "unlimited DRAM bandwidth (stall-free)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
+    if not unlimited(bw) and memory.dram_latency_cycles:
+        dram += f", {memory.dram_latency_cycles} cycles latency"
+    sram = memory.sram_bytes_per_cycle
+    ports = "" if unlimited(sram) else f", SRAM ports {sram:g} B/cycle"
+    buffering = "double-buffered" if memory.double_buffered else "single-buffered"
+    if not unlimited(bw) and memory.dram_channels == "per-operand":
+        dram += " per operand"
+    return (f"SRAM ifmap {memory.ifmap_sram_kb} KiB, filter {memory.filter_sram_kb} KiB, "
+            f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}")
+
+
+def same_memory(archs) -> bool:
+    """Whether every arch in ``archs`` has the same memory (buffers and bandwidths)."""
+    mems = [a.memory for a in archs]
+    return all(m == mems[0] for m in mems)
 
 
 @dataclass(frozen=True)
