@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -39,7 +38,10 @@ def threads() -> int:
 
 
 @functools.cache
-def _pool() -> ThreadPoolExecutor:
+def _pool():
+    """The row threads' ``ThreadPoolExecutor`` (concurrent.futures, imported at first use)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     return ThreadPoolExecutor(threads(), thread_name_prefix="npusim-rows")
 
 
