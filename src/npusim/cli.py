@@ -368,11 +368,13 @@ def _is_graph(model) -> bool:
 
 
 def _fallbacks(model) -> dict[str, str]:
-    """Node -> source op of each op computed by its framework (``--fallback``)."""
+    """Node -> source op of each op computed by its framework (``--fallback``); none for a
+    topology CSV's shapes (which so import no op)."""
+    if not _is_graph(model):
+        return {}
     from .ops import Fallback
 
-    nodes = model.nodes if _is_graph(model) else []
-    return {n.name: n.op.source for n in nodes if isinstance(n.op, Fallback)}
+    return {n.name: n.op.source for n in model.nodes if isinstance(n.op, Fallback)}
 
 
 def _run_model(args, model, arch, dataflow: str):
@@ -538,7 +540,10 @@ def _print_report(result, model: str, source: str, stream) -> None:
 
 
 def _write_reports(args, result, run_facts: dict) -> None:
-    """JSON and CSV, each written by ``outfile``'s rules; only reached after a successful run."""
+    """JSON and CSV, each written by ``outfile``'s rules; only reached after a successful run
+    (the writers, and json, imported only when one is asked for)."""
+    if not (args.json or args.csv):
+        return
     from .report import to_csv, to_json
 
     texts = []

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import engine, hybrid, ops, quant, tensors
+from . import engine, hybrid, quant, tensors
 from .arch import Arch, load_arch
 from .choices import DTYPES, MODES
 from .dataflows import REGISTRY, Dataflow
@@ -374,6 +374,8 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
     """Every node in order: (values still live, one LayerStats or handle per node and per
     transfer, the hybrid's ``Placement`` per conv). A vector op's output stays with the
     machine that holds its first input (``holder``: node -> machine name, None for DRAM)."""
+    from . import ops  # a network's (a run of bare shapes defines no op: see ``ir``)
+
     values = {model.input_name: x}
     holder: dict[str, str | None] = {model.input_name: None}
     stats: list = []
