@@ -24,7 +24,7 @@ from common import best_time, memory_line, report  # noqa: E402  (bench/ is the 
 
 import npusim
 from npusim import stats
-from npusim.arch.sections import LOOP_ORDERS
+from npusim.arch.sections.dilated_grid import LOOP_ORDERS
 from npusim.dataflows import get
 from npusim.dataflows.dilated_grid import Params, count, zero_inserted
 from npusim.frontends import segnet

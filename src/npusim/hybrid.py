@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arch.sections import Hybrid as Params  # the [hybrid] section
+from .arch.sections.hybrid import Hybrid as Params  # the arch file section
 from .dataflows import Dataflow, get
 from .dataflows.base import element_bytes
 from .errors import NpusimError

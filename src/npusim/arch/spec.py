@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 import tomllib
 import types
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ..errors import ConfigError
+from ..lazy import LazyRegistry
 
 # Upper bounds of the hardware sizes (docs/arch.md says why): far above any chip built,
 # low enough that every count npusim derives stays exact in int64 and in float64.
@@ -42,10 +42,14 @@ MAX_UM2 = 1e9           # area of one part: 1,000 mm^2
 MAX_LATENCY = 2**30     # DRAM latency, cycles: about a second at 1 GHz
 INT64_MAX = 2**63 - 1
 
-SECTIONS: dict[str, type] = {}
-"""Section name -> its dataclass, as the machines (and the hybrid) declared them."""
-MACHINES = ("npusim.arch.sections",)
-"""The modules whose import declares every built-in section (no machine, no numpy)."""
+SECTION_MODULES = {name: f"{__package__}.sections.{name.replace('-', '_')}"
+                   for name in ("dilated-grid", "group-tile", "hybrid", "input-reuse",
+                                "sparse-pairs", "systolic")}
+"""The built-in sections: name -> the module (``arch.sections``) that declares it."""
+SECTIONS = LazyRegistry(SECTION_MODULES)
+"""Section name -> its dataclass, as declared (``declare_section``); a built-in section's
+module is imported when the section is first read, so loading an arch file defines the
+sections it holds, not every machine's."""
 
 T = TypeVar("T")
 
@@ -56,10 +60,8 @@ def declare_section(name: str, params_cls: type) -> None:
     SECTIONS[name] = params_cls
 
 
-def declared_sections() -> dict[str, type]:
-    """``SECTIONS``, every machine's declared (importing ``MACHINES`` if not yet imported)."""
-    for module in MACHINES:
-        importlib.import_module(module)
+def declared_sections() -> Mapping[str, type]:
+    """``SECTIONS``: every declared section, each built-in one imported when first read."""
     return SECTIONS
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 from collections import OrderedDict
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -37,6 +37,7 @@ from ..arch.spec import declare_section
 from ..derived import weight_mask
 from ..errors import ConfigError, NpusimError
 from ..ir import ConvLayer
+from ..lazy import LazyRegistry
 from ..stats import LayerStats
 
 
@@ -144,38 +145,9 @@ class Machine:
 MACHINES = {"dilated-grid": "dilated_grid", "group-tile": "group_tile",
             "input-reuse": "input_reuse", "sparse-pairs": "sparse_pairs", "systolic": "systolic"}
 """The built-in dataflows: name -> the module of this package that registers it."""
-
-
-class Registry(MutableMapping):
-    """Dataflow name -> its instance, for every built-in machine (``MACHINES``) and any other
-    registered; a built-in machine's module is imported the first time its entry is read, so
-    a run loads the machine it runs, not every one. Listing the names imports none."""
-
-    def __init__(self):
-        self._made: dict[str, Dataflow] = {}
-
-    def __getitem__(self, name: str) -> Dataflow:
-        if name not in self._made and name in MACHINES:
-            importlib.import_module(f"{__package__}.{MACHINES[name]}")
-        return self._made[name]
-
-    def __setitem__(self, name: str, dataflow: Dataflow) -> None:
-        self._made[name] = dataflow
-
-    def __delitem__(self, name: str) -> None:
-        del self._made[name]
-
-    def __iter__(self):
-        return iter([*MACHINES, *(name for name in self._made if name not in MACHINES)])
-
-    def __len__(self) -> int:
-        return len({*MACHINES, *self._made})
-
-    def __contains__(self, name) -> bool:
-        return name in MACHINES or name in self._made
-
-
-REGISTRY = Registry()
+REGISTRY = LazyRegistry({name: f"{__package__}.{module}" for name, module in MACHINES.items()})
+"""Dataflow name -> its instance; a built-in machine's module is imported when its entry is
+first read, so a run loads the machine it runs, not every one."""
 
 
 def register(dataflow_cls):

@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import engine, stats
-from ..arch.sections import DilatedGrid as Params  # the [dilated-grid] section
+from ..arch.sections.dilated_grid import DilatedGrid as Params  # the arch file section
 from ..ir import ConvLayer
 from ..memory import Steps
 from ..reference import pad_input, tap_window

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, memory, stats
-from ..arch.sections import GroupTile as Params  # the [group-tile] section
+from ..arch.sections.group_tile import GroupTile as Params  # the arch file section
 from ..ir import ConvLayer
 from ..jit import njit
 from ..parallel import in_parallel

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arch.sections import DEALINGS, POLICIES  # the [sparse-pairs] section's words
+from ..arch.sections.sparse_pairs import DEALINGS, POLICIES  # the section's words
 from ..errors import ConfigError
 
 EMPTY = -1  # a processor slot with no kernel

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine
-from ..arch.sections import InputReuse as Params  # the [input-reuse] section
+from ..arch.sections.input_reuse import InputReuse as Params  # the arch file section
 from ..derived import derived, frozen
 from ..ir import ConvLayer
 from ..memory import Steps, traffic, usable_bytes

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import bitconv, engine
-from ..arch.sections import SparsePairs as Params  # the [sparse-pairs] section
+from ..arch.sections.sparse_pairs import SparsePairs as Params  # the arch file section
 from ..ir import ConvLayer
 from ..jit import njit
 from ..memory import Steps

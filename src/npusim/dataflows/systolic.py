@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, memory_scalesim
-from ..arch.sections import Systolic as Params  # the [systolic] section
+from ..arch.sections.systolic import Systolic as Params  # the arch file section
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
 from ..stats import Counts, LayerStats, price
