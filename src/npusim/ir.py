@@ -3,7 +3,7 @@
 A ``ConvLayer`` knows nothing of hardware (that is ``arch``) and nothing of how it
 is mapped (that is a dataflow). Linear layers are 1x1 convolutions on a 1x1 map.
 Tensors are NCHW. Shapes are inferred once, when the ``Graph`` is built, so a
-shape error names the node that caused it. The ops (``npusim.ops``, some forty dataclasses)
+shape error names the node that caused it. The ops (``npusim.ops``, a dataclass each)
 are imported by the methods that make or inspect them: a run of bare ``ConvLayer`` shapes (a
 topology CSV) defines none.
 """
