@@ -3,12 +3,11 @@
 Each part is a frozen dataclass; each field is declared once with its unit in
 its metadata. ``from_mapping`` builds any of them from a TOML table, rejecting
 unknown keys (listing the valid ones), wrong types and impossible values with a
-message that names the file and the key. Each dataflow declares its own
-section (``[systolic]``, ``[input-reuse]``...) as a dataclass of the same kind: the
-machines hand their sections to the loader (``declare_section``, called as each registers),
-so this package's modules import no machine and the dependency runs one way, machines ->
-arch. Reading an arch file needs them all declared: ``declared_sections`` imports the
-machine packages (``MACHINES``) the first time, by name.
+message that names the file and the key. Each dataflow's own section (``[systolic]``,
+``[input-reuse]``...) is a dataclass of the same kind in a module of ``arch.sections``, which
+declares it (``declare_section``) when the loader first reads the section (``SECTIONS``); the
+machine reads it as its ``Params``, so this package's modules import no machine and the
+dependency runs one way, machines -> arch. ``describe_memory`` states a ``Memory`` in one line.
 """
 
 from __future__ import annotations

@@ -142,10 +142,9 @@ class Machine:
         return []
 
 
-MACHINES = {"dilated-grid": "dilated_grid", "group-tile": "group_tile",
-            "input-reuse": "input_reuse", "sparse-pairs": "sparse_pairs", "systolic": "systolic"}
-"""The built-in dataflows: name -> the module of this package that registers it."""
-REGISTRY = LazyRegistry({name: f"{__package__}.{module}" for name, module in MACHINES.items()})
+MACHINES = ("dilated-grid", "group-tile", "input-reuse", "sparse-pairs", "systolic")
+"""The built-in dataflows, each registered by this package's module of its name."""
+REGISTRY = LazyRegistry({name: f"{__package__}.{name.replace('-', '_')}" for name in MACHINES})
 """Dataflow name -> its instance; a built-in machine's module is imported when its entry is
 first read, so a run loads the machine it runs, not every one."""
 
