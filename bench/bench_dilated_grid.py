@@ -24,8 +24,9 @@ from common import best_time, memory_line, report  # noqa: E402  (bench/ is the 
 
 import npusim
 from npusim import stats
+from npusim.arch.sections.dilated_grid import LOOP_ORDERS
 from npusim.dataflows import get
-from npusim.dataflows.dilated_grid import LOOP_ORDERS, Params, count, zero_inserted
+from npusim.dataflows.dilated_grid import Params, count, zero_inserted
 from npusim.frontends import segnet
 
 PRESETS = ("dilated-grid-2x2", "dilated-grid-2x2-h3")

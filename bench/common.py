@@ -26,8 +26,8 @@ def memory_line(*archs) -> str:
     """What memory a comparison of ``archs`` ran on: 'same memory: ...' when every arch has
     the same buffers and bandwidths, else 'UNEQUAL memory: ...' naming each (print it with
     every comparison of machines)."""
-    from npusim.memory import describe, same_memory
+    from npusim.arch.spec import describe_memory, same_memory
 
     if same_memory(archs):
-        return f"same memory: {describe(archs[0].memory)}"
-    return "UNEQUAL memory: " + "; ".join(f"{a.name}: {describe(a.memory)}" for a in archs)
+        return f"same memory: {describe_memory(archs[0].memory)}"
+    return "UNEQUAL memory: " + "; ".join(f"{a.name}: {describe_memory(a.memory)}" for a in archs)

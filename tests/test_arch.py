@@ -254,6 +254,22 @@ def test_the_arch_package_imports_no_machine():
     assert not [m for m in loaded if m.startswith(("npusim.dataflows", "npusim.emulate"))]
 
 
+def test_the_machines_read_the_sections_the_loader_declares():
+    """``arch.sections`` declares each machine's section without importing it: each registered
+    machine's ``Params`` is the declared class, the hybrid's objectives are the words its
+    section accepts, and no section is declared for a machine that does not exist."""
+    from npusim import hybrid
+    from npusim.arch import sections
+    from npusim.arch.sections.hybrid import OBJECTIVES
+    from npusim.arch.spec import SECTIONS
+    from npusim.dataflows import REGISTRY
+
+    assert {name: df.Params for name, df in REGISTRY.items()} | {"hybrid": hybrid.Params} \
+        == SECTIONS
+    assert tuple(hybrid.OBJECTIVES) == OBJECTIVES
+    assert sections.machine_names() == dataflow_names()
+
+
 def test_the_loader_takes_the_sections_it_is_handed():
     from dataclasses import dataclass
 

@@ -7,6 +7,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def no_temp_file(monkeypatch):
     """Make any attempt to create the temporary file fail loudly: proves a refusal came first."""
     def forbidden(*a, **k):
         raise AssertionError("a temporary file was created for a refused target")
-    monkeypatch.setattr(outfile.tempfile, "mkstemp", forbidden)
+    monkeypatch.setattr(tempfile, "mkstemp", forbidden)
 
 
 # ---- the helper ---------------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_unwritable_folder_is_one_clear_error(tmp_path, monkeypatch):
     if os.access(folder, os.W_OK):  # root writes anyway: make the folder refuse it
         def refused(*a, **k):
             raise PermissionError(13, "Permission denied")
-        monkeypatch.setattr(outfile.tempfile, "mkstemp", refused)
+        monkeypatch.setattr(tempfile, "mkstemp", refused)
     try:
         with pytest.raises(OutputError, match=r"--json .*ro/r\.json: (folder .*ro is not "
                                               r"writable|cannot write: Permission denied)"):

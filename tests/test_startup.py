@@ -67,6 +67,26 @@ def test_the_listings_load_no_rich(argv):
     assert loaded[" ".join(argv)] == [0, []]
 
 
+@pytest.mark.parametrize("argv", [["models"], ["archs"]])
+def test_the_listings_load_no_numpy(argv):
+    """``models`` reads the zoo's catalogue (``frontends.catalogue``), not the model modules;
+    ``archs`` the presets through the machines' sections (``arch.sections``), not the
+    machines: neither imports numpy, the IR or a dataflow."""
+    loaded = _heavy_loaded([argv], PARSER_ONLY)
+    assert loaded[" ".join(argv)] == [0, []]
+
+
+def test_a_shape_only_run_loads_the_machine_it_runs_alone():
+    """A topology run on the systolic array defines no op, imports no other machine or its
+    arch section, and no thread pool or file writer."""
+    others = [f"npusim.{package}.{machine}" for package in ("dataflows", "arch.sections")
+              for machine in ("input_reuse", "sparse_pairs", "dilated_grid", "group_tile")]
+    unused = ("npusim.ops", *others, "npusim.report.export", "concurrent.futures",
+              "threadpoolctl", "tempfile")
+    loaded = _heavy_loaded([["run", "Resnet18.csv"]], unused)
+    assert loaded["run Resnet18.csv"] == [0, []]
+
+
 def test_python_m_npusim_runs_the_command_line():
     """``python -m npusim`` is the ``npusim`` script: same parser, same exit code."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}

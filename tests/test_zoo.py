@@ -11,7 +11,7 @@ import pytest
 import npusim
 from npusim import quant, reference
 from npusim.errors import InputError, ModelError
-from npusim.frontends import digits, images, mtcnn_nets, zoo
+from npusim.frontends import catalogue, digits, images, mtcnn_nets, zoo
 
 torch_ref = pytest.importorskip("npusim.torch_ref")
 pytest.importorskip("torch")
@@ -237,6 +237,7 @@ def test_digits_lenet_accuracy_and_cache():
     logits = torch_ref.torch_outputs(graph, xte)[graph.output_name]  # judged by torch
     assert (logits.argmax(axis=1) == yte).mean() == pytest.approx(acc)
     assert f"held-out accuracy {acc:.3f}" in zoo.describe("lenet-digits")
+    assert catalogue.cached_accuracy() == acc  # the listing's, read without numpy
     np.testing.assert_array_equal(zoo.input_for("lenet-digits", batch=3), xte[:3])
 
 
@@ -248,6 +249,27 @@ def test_digits_without_torch_or_cache_says_what_to_install(tmp_path, monkeypatc
     with pytest.raises(ModelError, match=r"lenet-digits: training it at first use needs "
                                          r"PyTorch; pip install 'npusim\[torch\]'"):
         zoo.build("lenet-digits")
+
+
+def test_the_catalogue_reads_the_accuracy_numpy_stores(tmp_path, monkeypatch):
+    """``npusim models`` reads lenet-digits' accuracy from the cache file as bytes: the value
+    ``np.load`` reads; an unreadable file is ``digits``' error, as when it was read by numpy."""
+    monkeypatch.setenv("NPUSIM_CACHE", str(tmp_path))
+    np.savez(catalogue.digits_cache(), accuracy=np.float64(0.1 + 0.2), w=np.ones(3))
+    assert catalogue.cached_accuracy() == 0.1 + 0.2
+    assert "held-out accuracy 0.300 on 450 digits" in catalogue.describe("lenet-digits")
+    catalogue.digits_cache().write_bytes(b"not a zip")
+    with pytest.raises(ModelError, match="unreadable lenet-digits cache"):
+        catalogue.describe("lenet-digits")
+
+
+def test_the_catalogue_lists_what_the_model_modules_define():
+    """The numpy-free catalogue (``npusim models``) has the zoo's names, in its order, and
+    the lines the zoo composes from each model's module (but lenet-digits', which the zoo
+    takes from the catalogue: its accuracy is checked above and in the slow test)."""
+    assert catalogue.names() == zoo.names()
+    for name in zoo.names():
+        assert catalogue.describe(name) == zoo.describe(name)
 
 
 # --- names, inputs, errors --------------------------------------------------------------------

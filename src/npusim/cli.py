@@ -258,10 +258,11 @@ def _stdout(stderr: bool = False) -> Console:
 
 
 def cmd_models(args) -> int:
-    """List the zoo's models with one line each."""
-    from .frontends import zoo
+    """List the zoo's models with one line each (their catalogue: no numpy, no model module)."""
+    from .frontends import catalogue
 
-    print_columns(["model", "description"], [[name, zoo.describe(name)] for name in zoo.names()])
+    print_columns(["model", "description"],
+                  [[name, catalogue.describe(name)] for name in catalogue.names()])
     return EXIT_OK
 
 
@@ -269,15 +270,15 @@ def cmd_archs(args) -> int:
     """List the arch presets: name, default dataflow, clock, description, and the memory
     (printed once if every preset has the same)."""
     from .arch import load_arch, presets
-    from .memory import describe, same_memory
+    from .arch.spec import describe_memory, same_memory
 
     archs = [load_arch(name) for name in presets()]
     same = same_memory(archs)
     print_columns(["arch", "dataflow", "clock", "description", *([] if same else ["memory"])],
                   [[arch.name, arch.dataflow, f"{arch.clock_mhz:g} MHz", arch.description,
-                    *([] if same else [describe(arch.memory)])] for arch in archs])
+                    *([] if same else [describe_memory(arch.memory)])] for arch in archs])
     if same and archs:
-        print(f"memory of every preset: {describe(archs[0].memory)}")
+        print(f"memory of every preset: {describe_memory(archs[0].memory)}")
     return EXIT_OK
 
 
@@ -367,11 +368,13 @@ def _is_graph(model) -> bool:
 
 
 def _fallbacks(model) -> dict[str, str]:
-    """Node -> source op of each op computed by its framework (``--fallback``)."""
+    """Node -> source op of each op computed by its framework (``--fallback``); none for a
+    topology CSV's shapes (which so import no op)."""
+    if not _is_graph(model):
+        return {}
     from .ops import Fallback
 
-    nodes = model.nodes if _is_graph(model) else []
-    return {n.name: n.op.source for n in nodes if isinstance(n.op, Fallback)}
+    return {n.name: n.op.source for n in model.nodes if isinstance(n.op, Fallback)}
 
 
 def _run_model(args, model, arch, dataflow: str):
@@ -537,7 +540,10 @@ def _print_report(result, model: str, source: str, stream) -> None:
 
 
 def _write_reports(args, result, run_facts: dict) -> None:
-    """JSON and CSV, each written by ``outfile``'s rules; only reached after a successful run."""
+    """JSON and CSV, each written by ``outfile``'s rules; only reached after a successful run
+    (the writers, and json, imported only when one is asked for)."""
+    if not (args.json or args.csv):
+        return
     from .report import to_csv, to_json
 
     texts = []

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arch.spec import declare_section, spec
-from .dataflows import Dataflow, get, names
+from .arch.sections.hybrid import Hybrid as Params  # the arch file section
+from .dataflows import Dataflow, get
 from .dataflows.base import element_bytes
-from .errors import ConfigError, NpusimError
+from .errors import NpusimError
 from .ir import ConvLayer
 from .memory import Steps
 from .stats import Counts, LayerStats, Op, price, total
@@ -42,32 +42,6 @@ OBJECTIVES: dict[str, Callable[[LayerStats], float]] = {
     "energy": lambda s: s.energy_pj,
     "energy-delay": lambda s: float(s.cycles) * s.energy_pj,
 }
-
-
-@dataclass(frozen=True)
-class Params:
-    """The ``[hybrid]`` section: the member machines and the objective of the compiler."""
-
-    machines: tuple[str, ...] = spec(("sparse-pairs", "dilated-grid", "group-tile"),
-                                     "member machine names, in the order ties go")
-    objective: str = spec("cycles", "what each layer's choice minimises",
-                          choices=tuple(OBJECTIVES))
-
-    def validate(self, where: str) -> None:
-        """Refuse fewer than two members, a repeated one or an unknown one; ``where`` names
-        the arch file (or preset) and section in the message."""
-        where, valid = f"{where}.machines", ", ".join(names())
-        if len(self.machines) < 2:
-            raise ConfigError(f"{where}={list(self.machines)}: a hybrid needs at least two "
-                              f"machines (of {valid})")
-        if len(set(self.machines)) != len(self.machines):
-            raise ConfigError(f"{where}={list(self.machines)}: a machine is listed twice")
-        for i, machine in enumerate(self.machines):
-            if machine not in names():
-                raise ConfigError(f"{where}[{i}]={machine!r}: must be one of {valid}")
-
-
-declare_section(NAME, Params)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 A ``ConvLayer`` knows nothing of hardware (that is ``arch``) and nothing of how it
 is mapped (that is a dataflow). Linear layers are 1x1 convolutions on a 1x1 map.
 Tensors are NCHW. Shapes are inferred once, when the ``Graph`` is built, so a
-shape error names the node that caused it.
+shape error names the node that caused it. The ops (``npusim.ops``, a dataclass each)
+are imported by the methods that make or inspect them: a run of bare ``ConvLayer`` shapes (a
+topology CSV) defines none.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import ops as _ops
 from .choices import DTYPES
 from .errors import LayerError
 from .geometry import Padding, Pair, padding4, pair, used_pixels
+
+if TYPE_CHECKING:
+    from . import ops
 
 Shape = tuple[int, ...]
 
@@ -147,7 +152,7 @@ class Node:
     """One op of a graph: a unique ``name``, the op, and the names of its input nodes."""
 
     name: str
-    op: _ops.Op
+    op: ops.Op
     inputs: tuple[str, ...] = ()
 
 
@@ -183,6 +188,8 @@ class Graph:
         self._infer()
 
     def _infer(self) -> None:
+        from . import ops
+
         shapes: dict[str, Shape] = {self.input_name: self.input_shape}
         layers: dict[str, ConvLayer] = {}
         for node in self.nodes:
@@ -192,7 +199,7 @@ class Graph:
             if missing:
                 raise LayerError(f"{node.name}: inputs {missing} are not defined before it")
             in_shapes = [shapes[i] for i in node.inputs]
-            if isinstance(node.op, _ops.Conv):
+            if isinstance(node.op, ops.Conv):
                 layers[node.name] = node.op.layer(in_shapes, node.name)
             shapes[node.name] = node.op.out_shape(in_shapes, node.name)
         for label, out in self.outputs.items():
@@ -213,7 +220,9 @@ class Graph:
 
     def map_convs(self, fn) -> Graph:
         """A copy whose conv ops are replaced by ``fn(name, conv) -> Conv`` (e.g. pruning)."""
-        nodes = [Node(n.name, fn(n.name, n.op), n.inputs) if isinstance(n.op, _ops.Conv) else n
+        from . import ops
+
+        nodes = [Node(n.name, fn(n.name, n.op), n.inputs) if isinstance(n.op, ops.Conv) else n
                  for n in self.nodes]
         return Graph(nodes, self.input_shape, self.name, self.input_name, outputs=self.outputs)
 
@@ -224,7 +233,9 @@ class Graph:
 
     @property
     def conv_nodes(self) -> list[Node]:
-        return [n for n in self.nodes if isinstance(n.op, _ops.Conv)]
+        from . import ops
+
+        return [n for n in self.nodes if isinstance(n.op, ops.Conv)]
 
     @property
     def output_shape(self) -> Shape:
@@ -246,7 +257,7 @@ class GraphBuilder:
         self.nodes: list[Node] = []
         self._count: dict[str, int] = {}
 
-    def append(self, op: _ops.Op, *inputs: str, name: str | None = None) -> str:
+    def append(self, op: ops.Op, *inputs: str, name: str | None = None) -> str:
         """Add ``op`` reading ``inputs``; returns its node name (auto-named if ``name`` is None)."""
         kind = type(op).__name__.lower()
         if name is None:
@@ -257,22 +268,30 @@ class GraphBuilder:
 
     def conv(self, x: str, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
              name: str | None = None) -> str:
-        return self.append(_ops.Conv(np.asarray(weight, np.float32),
+        from . import ops
+
+        return self.append(ops.Conv(np.asarray(weight, np.float32),
                                   None if bias is None else np.asarray(bias, np.float32),
                                   stride, padding, dilation, groups), x, name=name)
 
     def linear(self, x: str, weight, bias=None, *, name: str | None = None) -> str:
         """Fully connected layer, weight (out, in), on a flattened (N, in) input."""
+        from . import ops
+
         w = np.asarray(weight, np.float32)
-        return self.append(_ops.Conv(w[:, :, None, None], None if bias is None else
+        return self.append(ops.Conv(w[:, :, None, None], None if bias is None else
                                   np.asarray(bias, np.float32)), x, name=name)
 
     def batchnorm(self, x: str, gamma, beta, mean, var, eps=1e-5, *, name=None) -> str:
-        return self.append(_ops.BatchNorm.from_stats(gamma, beta, mean, var, eps), x, name=name)
+        from . import ops
+
+        return self.append(ops.BatchNorm.from_stats(gamma, beta, mean, var, eps), x, name=name)
 
     def __getattr__(self, kind: str):
         """``g.relu(x)``, ``g.maxpool(x, 3, 2, 1)``...: any op in ``ops.OPS`` by lower-case name."""
-        cls = _ops.OPS.get(kind)
+        from . import ops
+
+        cls = ops.OPS.get(kind)
         if cls is None:
             raise AttributeError(kind)
 
@@ -301,6 +320,8 @@ def fold_batchnorm(graph: Graph) -> Graph:
 
 
 def _fold_batchnorm_once(graph: Graph) -> Graph:
+    from . import ops
+
     readers: dict[str, int] = {}
     for n in graph.nodes:
         for i in n.inputs:
@@ -310,7 +331,7 @@ def _fold_batchnorm_once(graph: Graph) -> Graph:
     renamed: dict[str, str] = {}
     for n in graph.nodes:
         src = by_name.get(n.inputs[0]) if len(n.inputs) == 1 else None
-        if (isinstance(n.op, _ops.BatchNorm) and src is not None and isinstance(src.op, _ops.Conv)
+        if (isinstance(n.op, ops.BatchNorm) and src is not None and isinstance(src.op, ops.Conv)
                 and readers.get(src.name) == 1 and src.name not in graph.output_nodes):
             conv = src.op
             scale = n.op.scale.astype(np.float64)

@@ -15,7 +15,9 @@ A name that is also its submodule's (the function ``npusim.simulate`` in the mod
 import system's binding of the submodule on the package is not kept, as with the eager
 ``from .simulate import simulate`` this replaces. numba's kernels are deferred the same way
 by ``npusim.jit``; optional libraries (torch, onnx, matplotlib, Pillow) are imported inside
-the functions that use them.
+the functions that use them. A registry of things that modules define when imported (the
+machines, their arch sections) is a ``LazyRegistry``: its built-in entries' modules are
+imported when an entry is first read, not when the registry is.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import importlib
 import importlib.util
 import sys
 import types
+from collections.abc import MutableMapping
 
 
 class LazyPackage(types.ModuleType):
@@ -63,3 +66,34 @@ def lazy_exports(package: str, exports: dict[str, tuple[str, ...]]) -> list[str]
                                         for name in names}
     module.__class__ = LazyPackage
     return sorted(module._lazy_exports)
+
+
+class LazyRegistry(MutableMapping):
+    """Name -> what a module registers under it: the built-in names (``modules``: name -> the
+    module, absolute, that registers it when imported) and any other registered. A built-in
+    entry's module is imported the first time the entry is read; listing the names, or
+    testing one, imports none. Built-in names come first, in ``modules``' order."""
+
+    def __init__(self, modules: dict[str, str]):
+        self.modules = modules
+        self._made: dict[str, object] = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._made and name in self.modules:
+            importlib.import_module(self.modules[name])
+        return self._made[name]
+
+    def __setitem__(self, name: str, value) -> None:
+        self._made[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._made[name]
+
+    def __iter__(self):
+        return iter([*self.modules, *(name for name in self._made if name not in self.modules)])
+
+    def __len__(self) -> int:
+        return len({*self.modules, *self._made})
+
+    def __contains__(self, name) -> bool:
+        return name in self.modules or name in self._made

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arch.spec import unlimited
 from .errors import ConfigError, LayerError
 
-UNLIMITED = "unlimited"
 _EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
 
 _ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
@@ -186,11 +186,6 @@ class Timing:
     @property
     def dram_bytes(self) -> int:
         return self.dram_ifmap_bytes + self.dram_filter_bytes + self.dram_ofmap_bytes
-
-
-def unlimited(value) -> bool:
-    """Whether a bandwidth setting is ``"unlimited"`` (the only word a bandwidth takes)."""
-    return value == UNLIMITED
 
 
 def _first_last(v: np.ndarray):
@@ -471,24 +466,3 @@ def dense_dram_bytes(layer, elem: int) -> tuple[int, int, int]:
     return (layer.N * layer.C * used_input_pixels(layer) * elem,
             layer.K * layer.Cg * layer.R * layer.S * elem,
             layer.N * layer.K * layer.P * layer.Q * elem)
-
-
-def describe(memory) -> str:
-    """One line stating a memory: buffers, DRAM bandwidth and latency, SRAM ports."""
-    bw = memory.dram_bytes_per_cycle
-    dram = "unlimited DRAM bandwidth (stall-free)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
-    if not unlimited(bw) and memory.dram_latency_cycles:
-        dram += f", {memory.dram_latency_cycles} cycles latency"
-    sram = memory.sram_bytes_per_cycle
-    ports = "" if unlimited(sram) else f", SRAM ports {sram:g} B/cycle"
-    buffering = "double-buffered" if memory.double_buffered else "single-buffered"
-    if not unlimited(bw) and memory.dram_channels == "per-operand":
-        dram += " per operand"
-    return (f"SRAM ifmap {memory.ifmap_sram_kb} KiB, filter {memory.filter_sram_kb} KiB, "
-            f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}")
-
-
-def same_memory(archs) -> bool:
-    """Whether every arch in ``archs`` has the same memory (buffers and bandwidths)."""
-    mems = [a.memory for a in archs]
-    return all(m == mems[0] for m in mems)

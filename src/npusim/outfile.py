@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import OutputError
@@ -106,7 +105,10 @@ def _to_stdout(data: bytes, what: str) -> None:
 
 def _replace_with(path: Path, data: bytes, what: str) -> None:
     """A temporary file beside ``path`` with ``data``, renamed onto ``path`` (checked again
-    just before, in case it changed while the data was written)."""
+    just before, in case it changed while the data was written). tempfile (with shutil and
+    random) is imported here: every command imports this module, few write a file."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE & ~_umask())

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 
 def cores() -> int:
@@ -39,9 +42,12 @@ def threads() -> int:
 
 @functools.cache
 def _pool() -> tuple[ThreadPoolExecutor | None, int]:
-    """The row pool and its thread count (``threads()``, fixed at the first call); no pool
-    for one thread, whose rows the caller runs itself (handing them to a single pool thread
-    only adds its wake-up: a tenth to a third of a small network's estimate on one core)."""
+    """The row threads' pool (concurrent.futures, imported at first use) and its thread count
+    (``threads()``, fixed at the first call); no pool for one thread, whose rows the caller
+    runs itself (handing them to a single pool thread only adds its wake-up: a tenth to a
+    third of a small network's estimate on one core)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     n = threads()
     return (ThreadPoolExecutor(n, thread_name_prefix="npusim-rows") if n > 1 else None), n
 

@@ -26,13 +26,11 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits
 
-from . import engine, hybrid, ops, quant, tensors
+from . import engine, hybrid, quant, tensors
 from .arch import Arch, load_arch
 from .choices import DTYPES, MODES
 from .dataflows import REGISTRY, Dataflow
@@ -324,14 +322,15 @@ class _Costs:
     the measured gain (``bench/bench_costs_thread.py``)."""
 
     def __init__(self, background: bool, depth: int = 2):
-        usable = background and threads() >= 2
-        self.pool = ThreadPoolExecutor(1, "npusim-costs") if usable else None
-        self.pending: list[Future] = []
+        self.pool = _worker() if background and threads() >= 2 else None
+        self.pending: list = []  # Futures
         self.depth = depth
         self.limits = None
 
     def __enter__(self) -> _Costs:
         if self.pool:
+            from threadpoolctl import threadpool_info, threadpool_limits
+
             blas = [lib["num_threads"] for lib in threadpool_info()
                     if lib["user_api"] == "blas"]
             self.limits = threadpool_limits(max(1, min(max(blas, default=1), threads() - 1)),
@@ -353,9 +352,21 @@ class _Costs:
         self.pending.append(future)
         return future
 
-    @staticmethod
-    def result(st):
+    def result(self, st):
+        """``st`` itself, or the stats its Future (from ``submit``) holds, once counted."""
+        if self.pool is None:  # no worker: ``submit`` counted at once
+            return st
+        from concurrent.futures import Future
+
         return st.result() if isinstance(st, Future) else st
+
+
+def _worker():
+    """The one worker thread of ``_Costs`` (concurrent.futures, imported only by runs that
+    count costs in the background)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1, "npusim-costs")
 
 
 def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: bool = False,
@@ -363,6 +374,8 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
     """Every node in order: (values still live, one LayerStats or handle per node and per
     transfer, the hybrid's ``Placement`` per conv). A vector op's output stays with the
     machine that holds its first input (``holder``: node -> machine name, None for DRAM)."""
+    from . import ops  # a network's (a run of bare shapes defines no op: see ``ir``)
+
     values = {model.input_name: x}
     holder: dict[str, str | None] = {model.input_name: None}
     stats: list = []

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .arch import Arch, load_arch
+from .arch.spec import describe_memory
 from .blocks import GROUPED, BlockSpec, plan, with_group_size
 from .blocks.network import grouped_channels
 from .dataflows import get as get_dataflow
@@ -33,7 +34,6 @@ from .dataflows.base import element_bytes
 from .dataflows.group_tile import NAME, WORD_BYTES, Params
 from .errors import NpusimError
 from .ir import ConvLayer, Graph
-from .memory import describe
 from .stats import LayerStats, total
 
 
@@ -158,7 +158,7 @@ def tune_groups(graph: Graph, arch: Arch | str, dtype: str = "int8") -> TuneResu
                                    filling_groups(layer.C, layer.K, p,
                                                   element_bytes(dtype)),
                                    _candidates(layer, arch)))
-    return TuneResult(arch.name, p.macs, tuple(choices), describe(arch.memory))
+    return TuneResult(arch.name, p.macs, tuple(choices), describe_memory(arch.memory))
 
 
 def render(result: TuneResult) -> str:

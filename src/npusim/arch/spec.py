@@ -3,19 +3,17 @@
 Each part is a frozen dataclass; each field is declared once with its unit in
 its metadata. ``from_mapping`` builds any of them from a TOML table, rejecting
 unknown keys (listing the valid ones), wrong types and impossible values with a
-message that names the file and the key. Each dataflow declares its own
-section (``[systolic]``, ``[input-reuse]``...) as a dataclass of the same kind: the
-machines hand their sections to the loader (``declare_section``, called as each registers),
-so this package's modules import no machine and the dependency runs one way, machines ->
-arch. Reading an arch file needs them all declared: ``declared_sections`` imports the
-machine packages (``MACHINES``) the first time, by name.
+message that names the file and the key. Each dataflow's own section (``[systolic]``,
+``[input-reuse]``...) is a dataclass of the same kind in a module of ``arch.sections``, which
+declares it (``declare_section``) when the loader first reads the section (``SECTIONS``); the
+machine reads it as its ``Params``, so this package's modules import no machine and the
+dependency runs one way, machines -> arch. ``describe_memory`` states a ``Memory`` in one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 import tomllib
 import types
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ..errors import ConfigError
+from ..lazy import LazyRegistry
 
 # Upper bounds of the hardware sizes (docs/arch.md says why): far above any chip built,
 # low enough that every count npusim derives stays exact in int64 and in float64.
@@ -42,10 +41,14 @@ MAX_UM2 = 1e9           # area of one part: 1,000 mm^2
 MAX_LATENCY = 2**30     # DRAM latency, cycles: about a second at 1 GHz
 INT64_MAX = 2**63 - 1
 
-SECTIONS: dict[str, type] = {}
-"""Section name -> its dataclass, as the machines (and the hybrid) declared them."""
-MACHINES = ("npusim.dataflows", "npusim.hybrid")
-"""The modules whose import declares every section."""
+SECTION_MODULES = {name: f"{__package__}.sections.{name.replace('-', '_')}"
+                   for name in ("dilated-grid", "group-tile", "hybrid", "input-reuse",
+                                "sparse-pairs", "systolic")}
+"""The built-in sections: name -> the module (``arch.sections``) that declares it."""
+SECTIONS = LazyRegistry(SECTION_MODULES)
+"""Section name -> its dataclass, as declared (``declare_section``); a built-in section's
+module is imported when the section is first read, so loading an arch file defines the
+sections it holds, not every machine's."""
 
 T = TypeVar("T")
 
@@ -56,10 +59,8 @@ def declare_section(name: str, params_cls: type) -> None:
     SECTIONS[name] = params_cls
 
 
-def declared_sections() -> dict[str, type]:
-    """``SECTIONS``, every machine's declared (importing ``MACHINES`` if not yet imported)."""
-    for module in MACHINES:
-        importlib.import_module(module)
+def declared_sections() -> Mapping[str, type]:
+    """``SECTIONS``: every declared section, each built-in one imported when first read."""
     return SECTIONS
 
 
@@ -208,6 +209,35 @@ class Memory:
                       "address-trace replay (systolic, os)", choices=("npusim", "scalesim"))
     reconfig_cycles: int = spec(0, "cycles per unit to load a layer's kernels, coefficients "
                                 "and mappings when the layer starts", min=0, max=MAX_LATENCY)
+
+
+UNLIMITED = "unlimited"
+
+
+def unlimited(value) -> bool:
+    """Whether a bandwidth setting is ``"unlimited"`` (the only word a bandwidth takes)."""
+    return value == UNLIMITED
+
+
+def describe_memory(memory: Memory) -> str:
+    """One line stating a memory: buffers, DRAM bandwidth and latency, SRAM ports."""
+    bw = memory.dram_bytes_per_cycle
+    dram = "unlimited DRAM bandwidth (stall-free)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
+    if not unlimited(bw) and memory.dram_latency_cycles:
+        dram += f", {memory.dram_latency_cycles} cycles latency"
+    sram = memory.sram_bytes_per_cycle
+    ports = "" if unlimited(sram) else f", SRAM ports {sram:g} B/cycle"
+    buffering = "double-buffered" if memory.double_buffered else "single-buffered"
+    if not unlimited(bw) and memory.dram_channels == "per-operand":
+        dram += " per operand"
+    return (f"SRAM ifmap {memory.ifmap_sram_kb} KiB, filter {memory.filter_sram_kb} KiB, "
+            f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}")
+
+
+def same_memory(archs) -> bool:
+    """Whether every arch in ``archs`` has the same memory (buffers and bandwidths)."""
+    mems = [a.memory for a in archs]
+    return all(m == mems[0] for m in mems)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from ..arch.spec import declare_section
 from ..derived import weight_mask
 from ..errors import ConfigError, NpusimError
 from ..ir import ConvLayer
+from ..lazy import LazyRegistry
 from ..stats import LayerStats
 
 
@@ -141,7 +142,11 @@ class Machine:
         return []
 
 
-REGISTRY: dict[str, Dataflow] = {}
+MACHINES = ("dilated-grid", "group-tile", "input-reuse", "sparse-pairs", "systolic")
+"""The built-in dataflows, each registered by this package's module of its name."""
+REGISTRY = LazyRegistry({name: f"{__package__}.{name.replace('-', '_')}" for name in MACHINES})
+"""Dataflow name -> its instance; a built-in machine's module is imported when its entry is
+first read, so a run loads the machine it runs, not every one."""
 
 
 def register(dataflow_cls):

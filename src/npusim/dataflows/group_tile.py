@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, memory, stats
-from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
+from ..arch.sections.group_tile import GroupTile as Params  # the arch file section
 from ..derived import laid_out
 from ..ir import ConvLayer
 from ..jit import njit
@@ -63,27 +63,6 @@ from .base import Machine, element_bytes, percent, register
 
 NAME = "group-tile"
 WORD_BYTES = 4  # the wide memory's word: 32 bits
-
-
-@dataclass(frozen=True)
-class Params:
-    """The ``[group-tile]`` section of an arch file."""
-    reconfig_units = property(lambda p: p.tiles)  # each loads its parameters
-
-    macs: int = spec(64, "MAC cells per tile (compute unit), e.g. 32 or 64", min=1,
-                     max=MAX_SIDE)
-    tiles: int = spec(1, "compute tiles the loop nest is split across", min=1,
-                      max=MAX_SIDE)
-    bus_inputs: int = spec(1, "distinct activations the input bus carries per cycle "
-                           "(1 = broadcast to one MAC subset)", min=1, max=MAX_SIDE)
-    wide_words_per_cycle: int = spec(16, "32-bit words the wide (weight) memory reads per cycle",
-                                     min=1, max=MAX_UNITS)
-    output_bus_values: int = spec(16, "sum-register values the output bus drains per cycle",
-                                  min=1, max=MAX_UNITS)
-    narrow_kb: int = spec(0, "KiB of narrow memory (activations) per tile; 0 = an even "
-                          "share of the [memory] ifmap SRAM", min=0, max=MAX_KIB)
-    wide_kb: int = spec(0, "KiB of wide memory (weights) per tile; 0 = an even share of "
-                        "the [memory] filter SRAM", min=0, max=MAX_KIB)
 
 
 @dataclass(frozen=True)

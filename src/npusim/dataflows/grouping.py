@@ -32,10 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arch.sections.sparse_pairs import DEALINGS, POLICIES  # the section's words
 from ..errors import ConfigError
 
-POLICIES = ("in-order", "similar-density", "equal-work")
-DEALINGS = ("weight-groups", "pixel-slices")
 EMPTY = -1  # a processor slot with no kernel
 
 

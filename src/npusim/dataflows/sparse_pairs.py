@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import bitconv, engine
-from ..arch.spec import MAX_KIB, MAX_SIDE, MAX_UNITS, spec
+from ..arch.sections.sparse_pairs import SparsePairs as Params  # the arch file section
 from ..derived import laid_out
 from ..ir import ConvLayer
 from ..jit import njit
@@ -54,30 +54,9 @@ from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import bitmap, grouping
 from .base import Machine, element_bytes, register
-from .grouping import DEALINGS, POLICIES
 from .input_reuse import share
 
 NAME = "sparse-pairs"
-
-
-@dataclass(frozen=True)
-class Params:
-    """The ``[sparse-pairs]`` section of an arch file. Multipliers = groups x processors."""
-    reconfig_units = property(lambda p: p.processor_groups)  # each loads its weight group
-
-    processor_groups: int = spec(32, "processor groups", min=1, max=MAX_SIDE)
-    processors_per_group: int = spec(32, "processors (one multiplier each) per group", min=1,
-                                      max=MAX_SIDE)
-    grouping: str = spec("similar-density", "weight grouping policy", choices=POLICIES)
-    dealing: str = spec("weight-groups", "work dealt by", choices=DEALINGS)
-    kernel_store_bytes: int = spec(2048, "bytes of kernel storage per processor (bit vector "
-                                   "+ non-zero weights)", min=1, max=MAX_KIB * 1024)
-    fetch_bits_per_cycle: int = spec(256, "bits the AND and priority encoder take per cycle",
-                                     min=1, max=MAX_UNITS)
-
-    @property
-    def processors(self) -> int:
-        return self.processor_groups * self.processors_per_group
 
 
 @dataclass(frozen=True, eq=False)

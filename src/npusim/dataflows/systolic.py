@@ -29,23 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import engine, memory_scalesim
-from ..arch.spec import MAX_SIDE, MAX_UNITS, spec
+from ..arch.sections.systolic import Systolic as Params  # the arch file section
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
 from ..stats import Counts, LayerStats, price
 from .base import Machine, element_bytes, percent, register
-
-
-@dataclass(frozen=True)
-class Params:
-    """The ``[systolic]`` section of an arch file."""
-
-    rows: int = spec(32, "PEs", min=1, max=MAX_SIDE)
-    cols: int = spec(32, "PEs", min=1, max=MAX_SIDE)
-    stationary: str = spec("ws", "operand held in the PEs", choices=("os", "ws", "is"))
-    stream_tile: int = spec(0, "streamed vectors per fold in WS/IS (0: all, as SCALE-Sim)",
-                            min=0, max=MAX_UNITS)
-    reconfig_units = 1  # the array loads one mapping per layer (memory.reconfig_cycles)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..arch.spec import PARTS, PRESET_DIR, Arch, arch_from_toml_text, presets
+from ..arch.spec import PARTS, PRESET_DIR, Arch, arch_from_toml_text, declared_sections, presets
 from ..choices import DTYPES
 from ..errors import NpusimError
 from ..stats import LayerStats
@@ -377,12 +377,13 @@ def _search(value, where: str) -> Search:
 
 def _arch_keys() -> dict[str, set[str]]:
     """Valid dotted arch keys: '' -> top-level scalars, section -> its fields."""
-    from ..dataflows import REGISTRY
+    from ..arch.sections import machine_names
 
     top = {f.name for f in dataclasses.fields(Arch) if f.name not in {*PARTS, "sections"}}
     keys = {"": top}
     keys.update({k: {f.name for f in dataclasses.fields(c)} for k, c in PARTS.items()})
-    keys.update({k: {f.name for f in dataclasses.fields(d.Params)} for k, d in REGISTRY.items()})
+    sections = declared_sections()
+    keys.update({k: {f.name for f in dataclasses.fields(sections[k])} for k in machine_names()})
     return keys
 
 

@@ -8,9 +8,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ModelError
-from ..ir import ConvLayer, Graph
+
+if TYPE_CHECKING:  # the IR imports numpy, which the zoo's listing does not need
+    from ..ir import ConvLayer, Graph
 
 # SCALE-Sim's public topology CSVs, shipped with npusim: ``Resnet18.csv`` and the like are
 # found here when no such file exists where the user runs npusim.

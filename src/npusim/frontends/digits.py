@@ -13,23 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
-from pathlib import Path
 
 import numpy as np
 
 from .. import outfile
 from ..errors import ModelError
 from ..ir import Graph
+from .catalogue import digits_cache as cache_path  # its DIGITS_CACHE's version: see below
 
-CACHE_NAME = "lenet-digits-v1.npz"  # bump the version when the recipe below changes
-SEED, EPOCHS, BATCH, LR = 0, 25, 64, 5e-3
-
-
-def cache_path() -> Path:
-    """Where the trained weights live: $NPUSIM_CACHE or ~/.cache/npusim."""
-    root = os.environ.get("NPUSIM_CACHE") or Path.home() / ".cache" / "npusim"
-    return Path(root) / CACHE_NAME
+SEED, EPOCHS, BATCH, LR = 0, 25, 64, 5e-3  # bump catalogue.DIGITS_CACHE's version on a change
 
 
 def split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -147,11 +139,3 @@ def test_input(batch: int = 1) -> np.ndarray:
     """The first ``batch`` held-out test digits, N x 1 x 8 x 8 in [0, 1]."""
     xte = split()[2]
     return np.ascontiguousarray(np.resize(xte, (batch,) + xte.shape[1:]))
-
-
-def describe() -> str:
-    """One line on the model; the accuracy once trained (listing models never trains one)."""
-    head = "LeNet-style CNN on scikit-learn's 8x8 digits; real weights trained at first use"
-    if not cache_path().is_file():
-        return f"{head} (about 15 s, needs torch); held-out accuracy reported once trained"
-    return f"{head}, cached; held-out accuracy {accuracy():.3f} on 450 digits"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Graph, GraphBuilder, fold_batchnorm
-from . import images
+from . import catalogue, images
 
 
 class Net:
@@ -258,10 +258,8 @@ def _digits_input(batch, size=None) -> np.ndarray:
 
 
 def _digits() -> Entry:
-    from . import digits
-
-    return Entry(_digits_build, _digits_shape, digits.describe, norm="unit", channels=1,
-                 default_input=_digits_input)
+    return Entry(_digits_build, _digits_shape, lambda: catalogue.describe(catalogue.DIGITS),
+                 norm="unit", channels=1, default_input=_digits_input)
 
 
 def _trained(name: str) -> Entry:

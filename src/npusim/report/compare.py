@@ -21,8 +21,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..arch.spec import describe_memory, same_memory
 from ..errors import NpusimError
-from ..memory import describe, same_memory
 from ..stats import LayerStats
 from .export import SCHEMA_VERSION, arch_record, totals_record
 from .table import VECTOR_ROW, fmt_energy, fmt_percent, vector_row
@@ -74,7 +74,7 @@ class Comparison:
         out = []
         if not same_memory(archs):
             out.append("the archs' memories differ, so the cycles compare memories as well as "
-                       "machines: " + "; ".join(f"{label}: {describe(a.memory)}"
+                       "machines: " + "; ".join(f"{label}: {describe_memory(a.memory)}"
                                                 for label, a in named))
         if len({a.clock_mhz for a in archs}) > 1:
             out.append("the clocks differ (" + ", ".join(

@@ -12,7 +12,7 @@ import base64
 import html
 from datetime import UTC, datetime
 
-from ..memory import describe
+from ..arch.spec import describe_memory
 from . import plots
 from .table import (
     bound_text,
@@ -127,7 +127,7 @@ def arch_items(result) -> list[tuple[str, str]]:
     arch = result.arch
     return [("arch", f"{arch.name}: {arch.description}" if arch.description else arch.name),
             ("dataflow", dataflow_summary(arch, result.dataflow)),
-            ("clock", f"{arch.clock_mhz:g} MHz"), ("memory", describe(arch.memory))]
+            ("clock", f"{arch.clock_mhz:g} MHz"), ("memory", describe_memory(arch.memory))]
 
 
 def figures_html(figs: list) -> str:

@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..memory import describe
+from ..arch.spec import describe_memory
 from ..stats import TENSORS, LayerStats, total
 
 VECTOR_ROW = "vector unit"
@@ -188,7 +188,7 @@ def totals_table(result) -> Table:
         ("layers bound by", bound_text(result.conv_layers)),
         (f"time at {arch.clock_mhz:g} MHz",
          f"{fmt_seconds(arch.seconds(tot.cycles))} (stalls included)"),
-        ("memory", describe(arch.memory)),
+        ("memory", describe_memory(arch.memory)),
         ("utilisation", f"{fmt_percent(tot.utilisation)} % of the multipliers' cycles "
                         "in conv layers"),
         ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),
