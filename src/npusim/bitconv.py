@@ -67,16 +67,19 @@ def pack_input(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def _pack_channels(mask, top, left, words):  # pragma: no cover
-    """words[n, g, top + h, left + w, c // 64] |= mask[n, g, c, h, w] << (c % 64)."""
+    """words[n, g, top + h, left + w, c // 64] |= mask[n, g, c, h, w] << (c % 64): a row of
+    words at a time, every channel ORed into it while it stays in the cache, reading each
+    channel's mask row in order."""
     N, G, Cg, H, W = mask.shape
     for n in range(N):
         for g in range(G):
-            for c in range(Cg):
-                d, bit = c // WORD_BITS, np.uint64(1) << np.uint64(c % WORD_BITS)
-                for h in range(H):
+            for h in range(H):
+                out = words[n, g, top + h]
+                for c in range(Cg):
+                    d, shift = c // WORD_BITS, np.uint64(c % WORD_BITS)
+                    row = mask[n, g, c, h]
                     for w in range(W):
-                        if mask[n, g, c, h, w]:
-                            words[n, g, top + h, left + w, d] |= bit
+                        out[left + w, d] |= np.uint64(row[w]) << shift
 
 
 def pack_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
