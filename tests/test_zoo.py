@@ -263,13 +263,10 @@ def test_the_catalogue_reads_the_accuracy_numpy_stores(tmp_path, monkeypatch):
         catalogue.describe("lenet-digits")
 
 
-def test_the_catalogue_lists_what_the_model_modules_define():
-    """The numpy-free catalogue (``npusim models``) has the zoo's names, in its order, and
-    the lines the zoo composes from each model's module (but lenet-digits', which the zoo
-    takes from the catalogue: its accuracy is checked above and in the slow test)."""
+def test_the_catalogue_names_every_zoo_model():
+    """The numpy-free catalogue (``npusim models``, ``zoo.describe``) has exactly the zoo's
+    names, in its order: a model added to one and not the other fails here."""
     assert catalogue.names() == zoo.names()
-    for name in zoo.names():
-        assert catalogue.describe(name) == zoo.describe(name)
 
 
 # --- names, inputs, errors --------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The zoo's catalogue: each model's name and one-line description, read without numpy.
 
-``npusim models`` lists it; building a model (``zoo``) imports numpy and the model's own
-module, which the listing does not need. The lines are those ``zoo`` composes from the model
-modules (tests/test_zoo.py checks them equal, name for name, so they cannot drift apart).
+``npusim models`` lists it, and ``zoo.describe`` reads it: the one place a model's line is
+written. Building a model (``zoo``) imports numpy and the model's own module, which the
+listing does not need (tests/test_zoo.py checks the catalogue names the zoo's models, in its
+order).
 ``lenet-digits`` adds its held-out accuracy once trained, read from its weights' cache file
 (``cached_accuracy``) without loading the weights.
 """

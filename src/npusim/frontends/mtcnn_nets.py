@@ -43,11 +43,6 @@ DENSE = {"rnet": "fc4", "onet": "fc5"}           # the hidden Dense + PReLU laye
 HEADS = {"pnet": ("conv4-1",), "rnet": ("fc5-1",), "onet": ("fc6-1", "fc6-2")}  # linear heads
 NATIVE_SIZE = {"pnet": 12, "rnet": 24, "onet": 48}
 DEFAULT_SIZE = {"pnet": 96, "rnet": 24, "onet": 48}
-DESCRIPTION = {
-    "pnet": "MTCNN P-Net (proposal, fully convolutional; 96x96 default map); real trained weights",
-    "rnet": "MTCNN R-Net (refinement, 24x24 crops); real trained weights",
-    "onet": "MTCNN O-Net (output: box, 5 landmarks, 48x48 crops); real trained weights",
-}
 # The astronaut's face in skimage.data.astronaut(), (top, left, height, width) pixels, checked
 # by eye (brows to chin, ear to ear); the tests check that scikit-image's LBP frontal-face
 # cascade finds a box overlapping it (IoU >= 0.7), not the exact pixels, which move by release.

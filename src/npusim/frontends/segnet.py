@@ -23,8 +23,6 @@ from ..errors import LayerError, ModelError
 from ..ir import Graph, GraphBuilder
 from . import images
 
-DESCRIPTION = ("dilated segmentation net (seed 002 Fig. 2 context stack at R = 1, 2, 4 and an "
-               "atrous pyramid at R = 6, 12, 18), 224x224")
 CONTEXT_RATES = (1, 2, 4)
 PYRAMID_RATES = (6, 12, 18)
 

@@ -24,13 +24,12 @@ OCR_TEXT = ("npusim models a neural", "processing unit for", "convolutional netw
 
 @dataclass(frozen=True)
 class Trained:
-    """One trained network: its package, file inside it, input (C, H, W), what it is."""
+    """One trained network: its package, file inside it, input (C, H, W), preprocessing
+    (what it is and its licence: ``catalogue``)."""
 
     package: str
     member: str
     shape: tuple[int, int, int]
-    text: str
-    licence: str
     norm: str            # images.NORMS key
     photo: str = ""      # a bundled photo (images.photo_names()), or "" for rendered text
     fallback: bool = False  # ops the IR cannot express run in onnxruntime (docs/import.md)
@@ -49,29 +48,14 @@ class Trained:
 
 
 PPOCR = "rapidocr_onnxruntime"
-PPOCR_LICENCE = "Apache-2.0 (PaddleOCR's models; rapidocr-onnxruntime 1.4.4)"
 MODELS = {
     "ppocr-v4-det": Trained(PPOCR, "models/ch_PP-OCRv4_det_infer.onnx", (3, 320, 320),
-                            "PP-OCRv4 text detector (DB head, PPLCNetV3 backbone), trained "
-                            "weights; input: a rendered text page, ImageNet mean/std",
-                            PPOCR_LICENCE,
                             "imagenet"),
     "ppocr-v4-rec": Trained(PPOCR, "models/ch_PP-OCRv4_rec_infer.onnx", (3, 48, 320),
-                            "PP-OCRv4 text recogniser (SVTR-LCNet, CTC), trained weights; input: "
-                            "a rendered text line, scaled to [-1, 1]; its attention's products "
-                            "of two activations run as fallback nodes in onnxruntime",
-                            PPOCR_LICENCE,
                             "signed", fallback=True),
     "ppocr-cls": Trained(PPOCR, "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (3, 48, 192),
-                         "PP-OCR mobile v2.0 text-direction classifier (MobileNetV3), trained "
-                         "weights; input: a rendered text line, scaled to [-1, 1]",
-                         PPOCR_LICENCE,
                          "signed"),
-    "nudenet-320n": Trained("nudenet", "320n.onnx", (3, 320, 320),
-                            "NudeNet 3.4 detector (YOLOv8n), trained weights; input: photo "
-                            "'astronaut' (a person), scaled to [0, 1]",
-                            "MIT as the nudenet 3.4.2 wheel declares it (a YOLOv8 model)", "unit",
-                            "astronaut"),
+    "nudenet-320n": Trained("nudenet", "320n.onnx", (3, 320, 320), "unit", "astronaut"),
 }
 
 

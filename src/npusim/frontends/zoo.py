@@ -197,43 +197,38 @@ def mobilenet_v2(batch=1, seed=0, size=224) -> Graph:
 
 @dataclass(frozen=True)
 class Entry:
-    """A zoo model: how to build it, its input and preprocessing, and what it is."""
+    """A zoo model: how to build it, its input and preprocessing (what it is: ``catalogue``)."""
 
     build: Callable[..., Graph]            # (batch, seed, size) -> Graph
     input_shape: Callable[..., tuple]      # (size) -> (1, C, H, W)
-    text: Callable[[], str]                # one-line description
     photo: str = "chelsea"                 # default photo (images.photo_names())
     norm: str = "imagenet"                 # images.NORMS key
     channels: int = 3
     default_input: Callable | None = None  # (batch, size) -> N x C x H x W, if not the photo
 
 
-def _imagenet(fn, text: str, photo: str = "chelsea") -> Entry:
+def _imagenet(fn, photo: str = "chelsea") -> Entry:
     return Entry(lambda batch, seed, size=None: fn(batch, seed, size or 224),
-                 lambda size=None: _imagenet_input(1, size or 224, fn.__name__),
-                 lambda: f"{text}; seeded He-initialised weights; input: photo '{photo}', "
-                         "ImageNet mean/std", photo)
+                 lambda size=None: _imagenet_input(1, size or 224, fn.__name__), photo)
 
 
 def _segnet() -> Entry:
     from . import segnet
 
-    return _imagenet(segnet.build, segnet.DESCRIPTION, "astronaut")
+    return _imagenet(segnet.build, "astronaut")
 
 
 def _edgetpu() -> Entry:
     from .. import blocks
 
-    return _imagenet(blocks.build, "MobileNet-EdgeTPU-V2-S-like classifier (seed 003 IBN "
-                                   "blocks), 224x224", "chelsea")
+    return _imagenet(blocks.build)
 
 
 def _mtcnn(net: str) -> Entry:
     from . import mtcnn_nets
 
     return Entry(lambda batch, seed, size=None: mtcnn_nets.build(net, batch, size),
-                 lambda size=None: mtcnn_nets.input_shape(net, 1, size),
-                 lambda: mtcnn_nets.DESCRIPTION[net], "astronaut", "mtcnn",
+                 lambda size=None: mtcnn_nets.input_shape(net, 1, size), "astronaut", "mtcnn",
                  default_input=lambda batch, size=None: mtcnn_nets.default_input(net, batch, size))
 
 
@@ -258,8 +253,7 @@ def _digits_input(batch, size=None) -> np.ndarray:
 
 
 def _digits() -> Entry:
-    return Entry(_digits_build, _digits_shape, lambda: catalogue.describe(catalogue.DIGITS),
-                 norm="unit", channels=1, default_input=_digits_input)
+    return Entry(_digits_build, _digits_shape, norm="unit", channels=1, default_input=_digits_input)
 
 
 def _trained(name: str) -> Entry:
@@ -281,17 +275,16 @@ def _trained(name: str) -> Entry:
         fixed(size)
         return (1, *model.shape)
 
-    return Entry(build, shape, lambda: f"{model.text}; licence {model.licence}",
-                 model.photo or "astronaut", model.norm, model.shape[0],
+    return Entry(build, shape, model.photo or "astronaut", model.norm, model.shape[0],
                  default_input=lambda batch, size=None: trained.default_input(name, batch))
 
 
 MODELS: dict[str, Callable[[], Entry]] = {
-    "alexnet": lambda: _imagenet(alexnet, "AlexNet (Caffe layout, grouped convs), 224x224"),
-    "vgg16": lambda: _imagenet(vgg16, "VGG-16, 224x224"),
-    "resnet18": lambda: _imagenet(resnet18, "ResNet-18, 224x224, BN folded"),
-    "resnet50": lambda: _imagenet(resnet50, "ResNet-50 v1.5, 224x224, BN folded"),
-    "mobilenet_v2": lambda: _imagenet(mobilenet_v2, "MobileNetV2 1.0, 224x224, BN folded"),
+    "alexnet": lambda: _imagenet(alexnet),
+    "vgg16": lambda: _imagenet(vgg16),
+    "resnet18": lambda: _imagenet(resnet18),
+    "resnet50": lambda: _imagenet(resnet50),
+    "mobilenet_v2": lambda: _imagenet(mobilenet_v2),
     "mtcnn-pnet": lambda: _mtcnn("pnet"),
     "mtcnn-rnet": lambda: _mtcnn("rnet"),
     "mtcnn-onet": lambda: _mtcnn("onet"),
@@ -352,5 +345,7 @@ def input_for(name: str, image=None, batch: int = 1, size: int | None = None) ->
 
 
 def describe(name: str) -> str:
-    """One line: what the model is, where its weights come from, its default input."""
-    return _entry(name).text()
+    """One line: what the model is, where its weights come from, its default input (the
+    catalogue's, which ``npusim models`` lists)."""
+    _entry(name)  # an unknown name: the zoo's error
+    return catalogue.describe(name)
