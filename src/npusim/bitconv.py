@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from . import engine
 from .derived import derived, frozen
 from .ir import ConvLayer
 from .jit import intrinsic, njit
@@ -181,61 +182,36 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
         out = np.empty((layer.K, layer.N * layer.P * layer.Q), np.int32)
     rows = layer.N * layer.groups * layer.P
     ones = np.empty(rows, np.int64)
-    if layer.Cg == 1:  # depthwise: one bit a word; adding mask rows beats packing them
-        args = (_padded_mask(layer, x_mask), _tap_bits(layer, w_words))
-        kernel = _one_channel_rows
-    else:
-        args, kernel = (pack_input(layer, x_mask), w_words), _pair_rows
-    in_parallel(kernel, (*args, layer.R, layer.S, layer.P, layer.Q, *layer.stride,
-                         *layer.dilation, out, ones), rows)
+    if layer.Cg == 1:  # depthwise: one bit a word; a 0/1 conv of the masks beats packing
+        return _one_channel_pairs(layer, x_mask, w_words, out)
+    args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
+            *layer.stride, *layer.dilation, out, ones)
+    in_parallel(_pair_rows, args, rows)
     return out, ones.reshape(layer.N, layer.groups, layer.P).sum(axis=(0, 2))
 
 
-def _padded_mask(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
-    """The input mask of one-channel conv groups, padded with zeros: N x G x Hp x Wp uint8."""
+def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
+                       out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pair_counts`` for conv groups of one input channel: the pairs of kernel k at a pixel
+    are the input's set bits under the kernel's set taps, the dense engine's depthwise
+    convolution of the 0/1 masks in int32 (kernel k's taps: bit 0 of its one word per tap);
+    the receptive fields' set bits per group count each input pixel as often as windows
+    cover it: on each axis, the (output, tap) pairs that read its padded row or column."""
+    taps = (w_words & np.uint64(1)).astype(np.int32).reshape(layer.K, layer.R, layer.S)
+    pairs = engine.depthwise(x_mask, taps, layer, np.int32)  # N x K x P x Q
+    out[:layer.K] = pairs.transpose(1, 0, 2, 3).reshape(layer.K, -1)
     top, bottom, left, right = layer.padding
-    padded = np.zeros((layer.N, layer.groups, layer.H + top + bottom,
-                       layer.W + left + right), np.uint8)
-    padded[:, :, top:top + layer.H, left:left + layer.W] = x_mask.reshape(
-        layer.N, layer.groups, layer.H, layer.W)
-    return padded
+    rows = _cover(layer.P, layer.R, layer.stride[0], layer.dilation[0], top, layer.H)
+    cols = _cover(layer.Q, layer.S, layer.stride[1], layer.dilation[1], left, layer.W)
+    per_row = np.asarray(x_mask, np.float64).reshape(-1, layer.W) @ cols  # float64: exact
+    per_group = per_row.reshape(layer.N, layer.groups, layer.H).sum(axis=0) @ rows
+    return out, per_group.astype(np.int64)
 
 
-def _tap_bits(layer: ConvLayer, w_words: np.ndarray) -> np.ndarray:
-    """Each kernel's taps of a one-channel group, 0 or 1: G x Kg x (R * S) uint8 (bit 0 of its
-    one word per tap)."""
-    return (w_words & np.uint64(1)).astype(np.uint8)
-
-
-@njit(cache=True, nogil=True)
-def _one_channel_rows(xp, taps, R, S, P, Q, sh, sw, dh, dw, out, ones, first,
-                      stop):  # pragma: no cover
-    """``_pair_rows`` for conv groups of one input channel: the pairs of kernel k at a pixel
-    are the input's set bits under the kernel's set taps, so each set tap adds one strided
-    row of the padded mask ``xp`` to the output row (vectorised across the row's pixels)."""
-    G, Kg = xp.shape[1], taps.shape[1]
-    for row in range(first, stop):
-        n, g, p = row // (G * P), row // P % G, row % P
-        pixel = (n * P + p) * Q
-        seen = 0
-        for r in range(R):
-            line = xp[n, g, p * sh + r * dh]
-            for s in range(S):
-                for q in range(Q):
-                    seen += line[q * sw + s * dw]
-        ones[row] = seen
-        for k in range(Kg):
-            dest = out[g * Kg + k, pixel:pixel + Q]
-            dest[:] = 0
-            for r in range(R):
-                line = xp[n, g, p * sh + r * dh]
-                for s in range(S):
-                    if not taps[g, k, r * S + s]:
-                        continue
-                    if sw == 1:  # a contiguous window: the loop packs into vector instructions
-                        window = line[s * dw: s * dw + Q]
-                        for q in range(Q):
-                            dest[q] += window[q]
-                    else:
-                        for q in range(Q):
-                            dest[q] += line[q * sw + s * dw]
+def _cover(outputs: int, taps: int, stride: int, dilation: int, pad: int,
+           size: int) -> np.ndarray:
+    """How many (output, tap) pairs read each of the ``size`` input positions of one axis
+    (``pad`` positions of padding before the first), as float64."""
+    read = np.arange(outputs)[:, None] * stride + np.arange(taps)[None, :] * dilation - pad
+    read = read[(read >= 0) & (read < size)]
+    return np.bincount(read, minlength=size).astype(np.float64)
