@@ -532,3 +532,45 @@ def test_a_layer_of_zero_weights_outputs_its_bias(dtype):
     want = np.broadcast_to(bias.astype(np.float64)[None, :, None, None], layer.output_shape)
     assert out.shape == layer.output_shape
     assert np.array_equal(np.asarray(out, np.float64), want)
+
+
+def steal_cycle_by_cycle(cycles):
+    """The device's work stealing played one cycle at a time, in plain Python: each cycle
+    every PU with cycles left runs the front one of its own queue; then each PU that had
+    none at the cycle's start, in slot order, takes the back cycle of the PU with most
+    left (the first of equals). done[j, victim, runner, part] counts the cycles run."""
+    jobs, pus, parts = cycles.shape
+    done = np.zeros((jobs, pus, pus, parts), np.int64)
+    for j in range(jobs):
+        queues = [[p for p in range(parts) for _ in range(cycles[j, v, p])] for v in range(pus)]
+        while any(queues):
+            idle = [not q for q in queues]
+            for v in range(pus):
+                if queues[v]:
+                    done[j, v, v, queues[v].pop(0)] += 1
+            for thief in (t for t in range(pus) if idle[t]):
+                victim = max(range(pus), key=lambda v: (len(queues[v]), -v))
+                if not queues[victim]:
+                    break
+                done[j, victim, thief, queues[victim].pop()] += 1
+    return done
+
+
+@given(st.integers(1, 6), st.integers(1, 3), st.integers(0, 2**31),
+       st.sampled_from(["even", "one heavy", "spread"]))
+def test_work_stealing_that_skips_repeating_cycles_equals_playing_every_cycle(pus, parts, seed,
+                                                                             shape):
+    """The model plays long idle tails by repeating windows of cycles at once; the counts
+    of who ran which victim's cycles of which part must equal the cycle-by-cycle play, on
+    tails of a few cycles to hundreds (one PU far behind the others, or all spread)."""
+    rng = np.random.default_rng(seed)
+    size = (3, pus, parts)
+    if shape == "even":
+        cycles = rng.integers(20, 24, size)
+    elif shape == "one heavy":
+        cycles = rng.integers(0, 12, size)
+        cycles[:, rng.integers(pus)] += rng.integers(50, 300, (3, parts))
+    else:
+        cycles = rng.integers(0, 3, size) * rng.integers(0, 150, (3, pus, 1))
+    cycles = cycles.astype(np.int64)
+    np.testing.assert_array_equal(region_work._steal(cycles), steal_cycle_by_cycle(cycles))

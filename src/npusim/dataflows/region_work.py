@@ -268,18 +268,25 @@ def _steal(cycles):  # pragma: no cover
     under the device's work stealing: each cycle every PU with cycles left runs the next
     of its own (front of its queue, parts in order); then each PU that had none at the
     cycle's start, in slot order, takes the last cycle of the PU with most left (the first
-    of equals). While no PU is idle, runs of cycles that cross no part boundary go at once."""
+    of equals). While no PU is idle, runs of cycles that cross no part boundary go at once;
+    once some are, the cycles are played in windows (``_watch``), and a window that the
+    next ones would repeat is repeated at once (``_repeat``)."""
     jobs, pus, parts = cycles.shape
     done = np.zeros((jobs, pus, pus, parts), np.int64)
     front = np.zeros(pus, np.int64)
     back = np.zeros(pus, np.int64)
     bounds = np.zeros((pus, parts + 1), np.int64)
     idle = np.zeros(pus, np.bool_)
+    window = np.zeros((3, pus), np.int64)  # a window's start: fronts, backs, idle PUs
+    top = np.zeros(pus, np.bool_)  # the PUs a window expects to be taken from
+    was_done = np.zeros((pus, pus, parts), np.int64)
     for j in range(jobs):
         for v in range(pus):
             for p in range(parts):
                 bounds[v, p + 1] = bounds[v, p] + cycles[j, v, p]
             front[v], back[v] = 0, bounds[v, parts]
+        # most tails end within a few cycles: the first cycles are played before watching
+        length, played, watching = 2 * pus, 0, False
         while True:
             left = 0
             run = -1
@@ -288,27 +295,24 @@ def _steal(cycles):  # pragma: no cover
                 left += rem
                 idle[v] = rem == 0
                 if rem > 0:
-                    p = 0
-                    while bounds[v, p + 1] <= front[v]:
-                        p += 1
-                    step = min(rem, bounds[v, p + 1] - front[v])
+                    step = min(rem, bounds[v, _part(bounds, v, front[v]) + 1] - front[v])
                     run = step if run < 0 else min(run, step)
             if left == 0:
                 break
             if not idle.any():  # everyone busy: a run of cycles inside one part each
                 for v in range(pus):
-                    p = 0
-                    while bounds[v, p + 1] <= front[v]:
-                        p += 1
-                    done[j, v, v, p] += run
+                    done[j, v, v, _part(bounds, v, front[v])] += run
                     front[v] += run
+                continue
+            if played == length:
+                if watching:
+                    _repeat(done[j], bounds, front, back, idle, window, top, was_done, length)
+                length = _watch(done[j], front, back, idle, window, top, was_done)
+                played, watching = 0, True
                 continue
             for v in range(pus):
                 if not idle[v]:
-                    p = 0
-                    while bounds[v, p + 1] <= front[v]:
-                        p += 1
-                    done[j, v, v, p] += 1
+                    done[j, v, v, _part(bounds, v, front[v])] += 1
                     front[v] += 1
             for t in range(pus):
                 if not idle[t]:
@@ -320,11 +324,100 @@ def _steal(cycles):  # pragma: no cover
                 if most == 0:
                     break
                 back[victim] -= 1
-                p = 0
-                while bounds[victim, p + 1] <= back[victim]:
-                    p += 1
-                done[j, victim, t, p] += 1
+                done[j, victim, t, _part(bounds, victim, back[victim])] += 1
+            played += 1
     return done
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _part(bounds, pu, position):  # pragma: no cover
+    """The part holding weight cycle ``position`` of PU ``pu``'s queue (``bounds``: each
+    PU's parts' starts, then its end)."""
+    p = 0
+    while bounds[pu, p + 1] <= position:
+        p += 1
+    return p
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _watch(done, front, back, idle, window, top, was_done):  # pragma: no cover
+    """Open a window on a job's cycles at a cycle's start, once some PU is idle; its length
+    in cycles. The k idle PUs take k cycles a cycle, one by one from the PU with most left:
+    so the busy PUs within one of the most (``top``, g of them) are taken from in turn, in
+    slot order, one cycle each per g taken, and after lcm(g, k) taken (lcm / k cycles) each
+    has lost lcm / g more than the other busy PUs and the same thieves took from the same
+    victims as in any lcm(g, k) taken before, until the others' turn comes. Whether it
+    went so is checked when the window is over (``_repeat``)."""
+    most = 0
+    for v in range(front.size):
+        most = max(most, back[v] - front[v])
+    g = k = 0
+    for v in range(front.size):
+        window[0, v], window[1, v], window[2, v] = front[v], back[v], idle[v]
+        top[v] = not idle[v] and back[v] - front[v] >= most - 1
+        g += top[v]
+        k += idle[v]
+    for v in range(front.size):
+        for t in range(front.size):
+            for p in range(done.shape[2]):
+                was_done[v, t, p] = done[v, t, p]
+    return g // math.gcd(g, k)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _repeat(done, bounds, front, back, idle, window, top, was_done,
+            length):  # pragma: no cover
+    """Play a window of ``length`` cycles (``_watch``) again as many times as the next
+    windows would repeat it: when no PU went idle in it, every ``top`` PU lost ``length``
+    cycles to its front and the same ``taken`` to thieves, and every other busy PU only
+    ``length`` to its front, each queue's front and back stayed in one part, then each next
+    window takes the same cycles from the same PUs into the same parts, for as long as no
+    front or back crosses into another part, no PU empties and the others stay below every
+    top PU (a tie would go to the first in slot order). ``done``, ``front`` and ``back``
+    are moved on by those windows."""
+    g = k = 0
+    for v in range(front.size):
+        g += top[v]
+        k += idle[v]
+    taken = length * k // g
+    # the windows that fit: of fronts (``ahead`` cycles each), of top backs (``behind``
+    # taken each) and of top PUs' cycles left (``length + taken`` each)
+    ahead = behind = top_left = 1 << 62
+    top_least, rest_most = 1 << 62, -1
+    for v in range(front.size):
+        if idle[v] != window[2, v]:
+            return
+        if idle[v]:
+            continue
+        rem = back[v] - front[v]
+        lost = window[1, v] - window[0, v] - rem
+        p = _part(bounds, v, front[v] - 1)
+        if lost != length + taken * top[v] or _part(bounds, v, window[0, v]) != p:
+            return
+        ahead = min(ahead, bounds[v, p + 1] - front[v])
+        if top[v]:
+            q = _part(bounds, v, back[v])
+            if _part(bounds, v, window[1, v] - 1) != q:
+                return
+            behind = min(behind, back[v] - bounds[v, q])
+            top_left = min(top_left, rem - 1)
+            top_least = min(top_least, rem)
+        else:
+            ahead = min(ahead, rem - 1)
+            rest_most = max(rest_most, rem)
+    if rest_most >= 0:
+        behind = min(behind, top_least - rest_most - 1)
+    times = min(ahead // length, behind // taken, top_left // (length + taken))
+    if times <= 0:
+        return
+    for v in range(front.size):
+        for t in range(front.size):
+            for p in range(done.shape[2]):
+                done[v, t, p] += times * (done[v, t, p] - was_done[v, t, p])
+    for v in range(front.size):
+        if not idle[v]:
+            front[v] += times * length
+            back[v] -= times * taken * top[v]
 
 
 @njit(cache=True, nogil=True)
