@@ -2,6 +2,7 @@
 read-only weight array and reused by later calls; never for an array that can still change."""
 
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -78,8 +79,6 @@ def test_a_second_simulate_does_not_derive_again(pnet, monkeypatch, preset, dtyp
                                                  name):
     graph, x = pnet
     net = copy.deepcopy(graph)  # weights no call has derived anything from yet
-    for node in net.conv_nodes:
-        node.op.weight.setflags(write=False)
     calls = counting(monkeypatch, module, name)
     first = simulate(net, x, preset, mode=mode, dtype=dtype)
     once = len(calls)
@@ -89,10 +88,29 @@ def test_a_second_simulate_does_not_derive_again(pnet, monkeypatch, preset, dtyp
     assert second.layers == first.layers
     np.testing.assert_array_equal(second.output, first.output)
     # the same network with writeable weights (never cached) derives all again, equally
-    fresh = simulate(copy.deepcopy(graph), x, preset, mode=mode, dtype=dtype)
+    writeable = copy.deepcopy(graph)
+    for node in writeable.conv_nodes:
+        node.op.weight.setflags(write=True)
+    fresh = simulate(writeable, x, preset, mode=mode, dtype=dtype)
+    fresh_calls = len(calls)
+    simulate(writeable, x, preset, mode=mode, dtype=dtype)
+    assert len(calls) - fresh_calls == fresh_calls - once
     assert len(calls) >= 2 * once
     assert fresh.layers == first.layers
     np.testing.assert_array_equal(fresh.output, first.output)
+
+
+def test_an_unpickled_network_keeps_its_weights_read_only(pnet, monkeypatch):
+    """A network sent to another process (a Dask worker, a spawned one) is unpickled there:
+    its weights stay read-only, so a second simulate there derives nothing again."""
+    graph, x = pnet
+    net = pickle.loads(pickle.dumps(graph))
+    assert all(derived.is_frozen(node.op.weight) for node in net.conv_nodes)
+    calls = counting(monkeypatch, region_work, "_tap_weights")
+    simulate(net, x, "input-reuse-1024", mode="estimate")
+    once = len(calls)
+    simulate(net, x, "input-reuse-1024", mode="estimate")
+    assert once >= len(net.conv_nodes) and len(calls) == once
 
 
 def test_a_kept_layout_is_the_weights_transposed():

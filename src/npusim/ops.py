@@ -74,6 +74,11 @@ class Conv(Op):
         object.__setattr__(self, "dilation", pair(self.dilation, "dilation", "conv"))
         object.__setattr__(self, "groups", int(self.groups))
 
+    def __setstate__(self, state: dict):
+        # unpickled (a Dask worker, a spawned process): numpy unpickles arrays writeable, so
+        # the weights are made read-only again, or every call would derive their data anew
+        self.__dict__.update(state, weight=frozen(state["weight"]))
+
     def layer(self, in_shapes: list[Shape], name: str):
         from .ir import ConvLayer
 
