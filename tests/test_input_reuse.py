@@ -569,8 +569,8 @@ def test_work_stealing_that_skips_repeating_cycles_equals_playing_every_cycle(pu
         cycles = rng.integers(20, 24, size)
     elif shape == "one heavy":
         cycles = rng.integers(0, 12, size)
-        cycles[:, rng.integers(pus)] += rng.integers(50, 300, (3, parts))
+        cycles[:, rng.integers(pus)] += rng.integers(100, 600, (3, parts))
     else:
-        cycles = rng.integers(0, 3, size) * rng.integers(0, 150, (3, pus, 1))
+        cycles = rng.integers(0, 3, size) * rng.integers(0, 300, (3, pus, 1))
     cycles = cycles.astype(np.int64)
     np.testing.assert_array_equal(region_work._steal(cycles), steal_cycle_by_cycle(cycles))

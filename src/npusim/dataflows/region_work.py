@@ -262,6 +262,12 @@ def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int,
     return Transfers(job, kernel, pixels[part])
 
 
+# cycles left per PU when the first goes idle above which watching for windows pays (below,
+# playing each cycle is quicker: ResNet-18's 42,000 jobs' tails go 2.4x faster, VGG-16's
+# shorter ones as fast)
+LONG_TAIL = 32
+
+
 @njit(cache=True, nogil=True)
 def _steal(cycles):  # pragma: no cover
     """done[j, v, t, p]: weight cycles of victim slot v's part p that slot t ran in job j,
@@ -269,8 +275,8 @@ def _steal(cycles):  # pragma: no cover
     of its own (front of its queue, parts in order); then each PU that had none at the
     cycle's start, in slot order, takes the last cycle of the PU with most left (the first
     of equals). While no PU is idle, runs of cycles that cross no part boundary go at once;
-    once some are, the cycles are played in windows (``_watch``), and a window that the
-    next ones would repeat is repeated at once (``_repeat``)."""
+    once some are, a long tail (``LONG_TAIL``) is played in windows of cycles (``_watch``),
+    and a window that the next ones would repeat is repeated at once (``_repeat``)."""
     jobs, pus, parts = cycles.shape
     done = np.zeros((jobs, pus, pus, parts), np.int64)
     front = np.zeros(pus, np.int64)
@@ -285,8 +291,7 @@ def _steal(cycles):  # pragma: no cover
             for p in range(parts):
                 bounds[v, p + 1] = bounds[v, p] + cycles[j, v, p]
             front[v], back[v] = 0, bounds[v, parts]
-        # most tails end within a few cycles: the first cycles are played before watching
-        length, played, watching = 2 * pus, 0, False
+        length = played = 0  # the window watched: its cycles, those played (none yet)
         while True:
             left = 0
             run = -1
@@ -304,11 +309,10 @@ def _steal(cycles):  # pragma: no cover
                     done[j, v, v, _part(bounds, v, front[v])] += run
                     front[v] += run
                 continue
-            if played == length:
-                if watching:
+            if played == length and (length or left > LONG_TAIL * pus):
+                if length:
                     _repeat(done[j], bounds, front, back, idle, window, top, was_done, length)
-                length = _watch(done[j], front, back, idle, window, top, was_done)
-                played, watching = 0, True
+                length, played = _watch(done[j], front, back, idle, window, top, was_done), 0
                 continue
             for v in range(pus):
                 if not idle[v]:
