@@ -16,6 +16,7 @@ from npusim.arch import load_arch
 from npusim.arch.spec import arch_from_toml_text
 from npusim.dataflows import get, region_work
 from npusim.dataflows.input_reuse import Params
+from npusim.dataflows.operation_units import Transfers
 from npusim.errors import ConfigError, NpusimError
 from npusim.ir import ConvLayer, GraphBuilder
 from npusim.report.export import to_csv
@@ -574,3 +575,25 @@ def test_work_stealing_that_skips_repeating_cycles_equals_playing_every_cycle(pu
         cycles = rng.integers(0, 3, size) * rng.integers(0, 300, (3, pus, 1))
     cycles = cycles.astype(np.int64)
     np.testing.assert_array_equal(region_work._steal(cycles), steal_cycle_by_cycle(cycles))
+
+
+@given(st.integers(1, 30), st.integers(0, 2**31))
+def test_jobs_run_in_another_order_take_their_transfers_along(jobs, seed):
+    """``reorder`` against a stable sort of the renumbered transfers: job ``order[i]``
+    becomes job i, and its transfers keep their order."""
+    rng = np.random.default_rng(seed)
+    job = np.sort(rng.integers(0, jobs, rng.integers(0, 80)))
+    t = Transfers(job, rng.integers(0, 99, job.size), rng.integers(1, 40, job.size))
+    work = region_work.Work(
+        slot_cycles=rng.integers(0, 9, (jobs, 2)), transfers=t, plain_transfers=None,
+        dense_cycles=0, weight_only_cycles=0, products=0, useful_products=0, input_nonzeros=0,
+        weight_nonzeros=0, sram_ifmap_words=0, sram_ifmap_bitmaps=0, regions=jobs,
+        pofm_peak=(1, 1), region_nonzeros=np.zeros(jobs, np.int64), kernel_parts=1)
+    order = rng.permutation(jobs)
+    got = region_work.reorder(work, order)
+    rank = np.argsort(order)
+    seq = np.argsort(rank[job], kind="stable")
+    np.testing.assert_array_equal(got.transfers.job, rank[job][seq])
+    np.testing.assert_array_equal(got.transfers.kernel, t.kernel[seq])
+    np.testing.assert_array_equal(got.transfers.pixels, t.pixels[seq])
+    np.testing.assert_array_equal(got.slot_cycles, work.slot_cycles[order])

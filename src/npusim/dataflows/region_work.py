@@ -476,15 +476,17 @@ def reorder(work: Work, order: np.ndarray) -> Work:
     within a job)."""
     if np.array_equal(order, np.arange(len(order))):
         return work
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
 
     def moved(t: Transfers | None) -> Transfers | None:
         if t is None:
             return None
-        job = rank[t.job]
-        seq = np.argsort(job, kind="stable")
-        return Transfers(job[seq], t.kernel[seq], t.pixels[seq])
+        # a job's transfers are one block (they are made in job order): the blocks are
+        # taken in ``order``, each one's transfers in their own order
+        count = np.bincount(t.job, minlength=len(order))
+        start = np.cumsum(count) - count
+        taken = count[order]
+        seq = np.arange(len(t.job)) + np.repeat(start[order] - (np.cumsum(taken) - taken), taken)
+        return Transfers(np.repeat(np.arange(len(order)), taken), t.kernel[seq], t.pixels[seq])
 
     return dataclasses.replace(work, slot_cycles=work.slot_cycles[order],
                                transfers=moved(work.transfers),
