@@ -294,17 +294,15 @@ def _steal(cycles):  # pragma: no cover
         length = played = 0  # the window watched: its cycles, those played (none yet)
         while True:
             left = 0
-            run = -1
             for v in range(pus):
-                rem = back[v] - front[v]
-                left += rem
-                idle[v] = rem == 0
-                if rem > 0:
-                    step = min(rem, bounds[v, _part(bounds, v, front[v]) + 1] - front[v])
-                    run = step if run < 0 else min(run, step)
+                left += back[v] - front[v]
+                idle[v] = back[v] == front[v]
             if left == 0:
                 break
             if not idle.any():  # everyone busy: a run of cycles inside one part each
+                run = left
+                for v in range(pus):
+                    run = min(run, bounds[v, _part(bounds, v, front[v]) + 1] - front[v])
                 for v in range(pus):
                     done[j, v, v, _part(bounds, v, front[v])] += run
                     front[v] += run
