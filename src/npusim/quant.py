@@ -31,15 +31,34 @@ def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, float]:
     return np.clip(np.rint(x / s), -QMAX, QMAX).astype(np.int8), s
 
 
-def quantize_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 weights, per-output-channel scales (K,)) for weights K x C x R x S."""
-    s = _scale(np.abs(w).reshape(w.shape[0], -1).max(axis=1))
+def quantize_weights(w: np.ndarray, scales: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weights, per-output-channel scales (K,)) for weights K x C x R x S; ``scales``:
+    the scales to use (default: max |w| / 127 per output channel)."""
+    s = _scale(np.abs(w).reshape(w.shape[0], -1).max(axis=1)) if scales is None else scales
     q = np.clip(np.rint(w / s.reshape(-1, 1, 1, 1)), -QMAX, QMAX).astype(np.int8)
     return q, s
 
 
+BIAS_LIMIT = 2**30  # accumulator units a quantised bias may take: half of int32's range
+
+
+def bias_fitted_scales(w_scales: np.ndarray, bias: np.ndarray | None,
+                       x_scale: float) -> np.ndarray:
+    """``w_scales``, raised for the output channels whose bias would pass ``BIAS_LIMIT`` in
+    accumulator units (bias / (s_x s_w)), as TFLite's converter does: a trained network's
+    dead kernels (weights of 1e-34 beside a bias of 1e-28) would otherwise overflow int32.
+    Their weights round to a coarser step, of the bias's order: nothing a channel that small
+    shows. ``w_scales`` itself when every bias fits."""
+    if bias is None:
+        return w_scales
+    need = np.abs(np.asarray(bias, np.float64)) / (x_scale * BIAS_LIMIT)
+    return np.maximum(w_scales, need) if (need > w_scales).any() else w_scales
+
+
 def quantize_bias(bias: np.ndarray | None, x_scale: float, w_scales: np.ndarray):
-    """Bias in accumulator units (int32), or None."""
+    """Bias in accumulator units (int32), or None; within ``BIAS_LIMIT`` on scales from
+    ``bias_fitted_scales``."""
     if bias is None:
         return None
     return np.rint(np.asarray(bias, np.float64) / (x_scale * w_scales)).astype(np.int32)

@@ -207,8 +207,11 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
     quantised = layer.dtype == "int8" and x.dtype != np.int8
     if quantised:
         x, sx = quant.quantize_activations(x)
-        w, sw = derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
-        b = quant.quantize_bias(b, sx, sw)
+        w8, sw = derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
+        fitted = quant.bias_fitted_scales(sw, b, sx)
+        if fitted is not sw:  # a bias too large for its kernel's scale (a dead kernel)
+            w8, sw = quant.quantize_weights(w, fitted)
+        w, b = w8, quant.quantize_bias(b, sx, sw)
     df, count, placed = _place(cfg, layer, _tensor_masks(x, w), source, costs)
     out, st = MODE_TABLE[cfg.mode](df, layer, x, w, b, cfg.arch, count)
     if quantised:

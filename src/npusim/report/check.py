@@ -148,7 +148,7 @@ def int8_bound(node: Node, x: np.ndarray, y_int8: np.ndarray) -> np.ndarray:
     op = node.op
     _, sx = quant.quantize_activations(x)
     _, sw = quant.quantize_weights(op.weight)
-    sw = sw.astype(np.float32).reshape(-1, 1, 1, 1)
+    sw = quant.bias_fitted_scales(sw, op.bias, sx).astype(np.float32).reshape(-1, 1, 1, 1)
     half_step = dataclasses.replace(op, weight=np.broadcast_to(sw / 2, op.weight.shape).copy(),
                                     bias=None)
     magnitude = dataclasses.replace(op, weight=np.abs(op.weight), bias=None)
