@@ -283,8 +283,10 @@ def _steal(cycles):  # pragma: no cover
     back = np.zeros(pus, np.int64)
     bounds = np.zeros((pus, parts + 1), np.int64)
     idle = np.zeros(pus, np.bool_)
-    window = np.zeros((3, pus), np.int64)  # a window's start: fronts, backs, idle PUs
-    top = np.zeros(pus, np.bool_)  # the PUs a window expects to be taken from
+    # a window's start: the queues' fronts and backs, the idle PUs and the counts so far;
+    # and the PUs it expects thieves to take from
+    was_front, was_back = np.zeros(pus, np.int64), np.zeros(pus, np.int64)
+    was_idle, top = np.zeros(pus, np.bool_), np.zeros(pus, np.bool_)
     was_done = np.zeros((pus, pus, parts), np.int64)
     for j in range(jobs):
         for v in range(pus):
@@ -308,9 +310,10 @@ def _steal(cycles):  # pragma: no cover
                     front[v] += run
                 continue
             if played == length and (length or left > LONG_TAIL * pus):
+                was = (was_front, was_back, was_idle, was_done)
                 if length:
-                    _repeat(done[j], bounds, front, back, idle, window, top, was_done, length)
-                length, played = _watch(done[j], front, back, idle, window, top, was_done), 0
+                    _repeat(done[j], bounds, front, back, idle, top, was, length)
+                length, played = _watch(done[j], front, back, idle, top, was), 0
                 continue
             for v in range(pus):
                 if not idle[v]:
@@ -342,20 +345,22 @@ def _part(bounds, pu, position):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _watch(done, front, back, idle, window, top, was_done):  # pragma: no cover
+def _watch(done, front, back, idle, top, was):  # pragma: no cover
     """Open a window on a job's cycles at a cycle's start, once some PU is idle; its length
     in cycles. The k idle PUs take k cycles a cycle, one by one from the PU with most left:
     so the busy PUs within one of the most (``top``, g of them) are taken from in turn, in
     slot order, one cycle each per g taken, and after lcm(g, k) taken (lcm / k cycles) each
     has lost lcm / g more than the other busy PUs and the same thieves took from the same
     victims as in any lcm(g, k) taken before, until the others' turn comes. Whether it
-    went so is checked when the window is over (``_repeat``)."""
+    went so is checked when the window is over (``_repeat``). ``was``: where the window's
+    start is kept (fronts, backs, idle PUs, counts)."""
+    was_front, was_back, was_idle, was_done = was
     most = 0
     for v in range(front.size):
         most = max(most, back[v] - front[v])
     g = k = 0
     for v in range(front.size):
-        window[0, v], window[1, v], window[2, v] = front[v], back[v], idle[v]
+        was_front[v], was_back[v], was_idle[v] = front[v], back[v], idle[v]
         top[v] = not idle[v] and back[v] - front[v] >= most - 1
         g += top[v]
         k += idle[v]
@@ -367,8 +372,7 @@ def _watch(done, front, back, idle, window, top, was_done):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _repeat(done, bounds, front, back, idle, window, top, was_done,
-            length):  # pragma: no cover
+def _repeat(done, bounds, front, back, idle, top, was, length):  # pragma: no cover
     """Play a window of ``length`` cycles (``_watch``) again as many times as the next
     windows would repeat it: when no PU went idle in it, every ``top`` PU lost ``length``
     cycles to its front and the same ``taken`` to thieves, and every other busy PU only
@@ -377,6 +381,7 @@ def _repeat(done, bounds, front, back, idle, window, top, was_done,
     front or back crosses into another part, no PU empties and the others stay below every
     top PU (a tie would go to the first in slot order). ``done``, ``front`` and ``back``
     are moved on by those windows."""
+    was_front, was_back, was_idle, was_done = was
     g = k = 0
     for v in range(front.size):
         g += top[v]
@@ -387,19 +392,19 @@ def _repeat(done, bounds, front, back, idle, window, top, was_done,
     ahead = behind = top_left = 1 << 62
     top_least, rest_most = 1 << 62, -1
     for v in range(front.size):
-        if idle[v] != window[2, v]:
+        if idle[v] != was_idle[v]:
             return
         if idle[v]:
             continue
         rem = back[v] - front[v]
-        lost = window[1, v] - window[0, v] - rem
+        lost = was_back[v] - was_front[v] - rem
         p = _part(bounds, v, front[v] - 1)
-        if lost != length + taken * top[v] or _part(bounds, v, window[0, v]) != p:
+        if lost != length + taken * top[v] or _part(bounds, v, was_front[v]) != p:
             return
         ahead = min(ahead, bounds[v, p + 1] - front[v])
         if top[v]:
             q = _part(bounds, v, back[v])
-            if _part(bounds, v, window[1, v] - 1) != q:
+            if _part(bounds, v, was_back[v] - 1) != q:
                 return
             behind = min(behind, back[v] - bounds[v, q])
             top_left = min(top_left, rem - 1)
