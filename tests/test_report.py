@@ -89,6 +89,14 @@ def test_table_has_each_conv_one_vector_row_and_totals():
     assert rows["total"][11] == "4.19 nJ"
 
 
+def test_names_print_as_given_not_as_rich_markup_or_emoji_codes():
+    """A layer's name is data: ``[/b]`` made rich raise (a closing tag with no opening one),
+    ``:fire:`` printed an emoji."""
+    stats = [s.renamed("conv[/b]:fire:") if s.name == "conv_a" else s for s in stats_fixture()]
+    result = SimResult(None, stats, ARCH, "run", "float32", "systolic", 0.5)
+    assert "conv[/b]:fire:" in rows_of(render(result, width=160))
+
+
 def test_totals_block_reads_cycles_time_utilisation_energy_traffic():
     text = render(result_fixture(), width=160)
     assert "cycles            174" in text

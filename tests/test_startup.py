@@ -78,11 +78,15 @@ def test_the_listings_load_no_numpy(argv):
 
 def test_a_shape_only_run_loads_the_machine_it_runs_alone():
     """A topology run on the systolic array defines no op, imports no other machine or its
-    arch section, and no thread pool or file writer."""
+    arch section, not the hybrid's compiler (``dataflows.machines`` resolves one machine),
+    not SCALE-Sim's memory model (the default preset times the folds with npusim's), no
+    thread pool or file writer, and not rich's emoji table (the report's console reads no
+    emoji codes: ``report.table.console``)."""
     others = [f"npusim.{package}.{machine}" for package in ("dataflows", "arch.sections")
               for machine in ("input_reuse", "sparse_pairs", "dilated_grid", "group_tile")]
+    others += ["npusim.hybrid", "npusim.arch.sections.hybrid", "npusim.memory_scalesim"]
     unused = ("npusim.ops", *others, "npusim.report.export", "concurrent.futures",
-              "threadpoolctl", "tempfile")
+              "threadpoolctl", "tempfile", "rich._emoji_codes")
     loaded = _heavy_loaded([["run", "Resnet18.csv"]], unused)
     assert loaded["run Resnet18.csv"] == [0, []]
 

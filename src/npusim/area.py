@@ -75,7 +75,7 @@ def price_area(hw: Hardware, table: AreaTable, dtype: str) -> Area:
 def hardware_of(arch, dataflow: str, dtype: str) -> Hardware:
     """What ``arch`` built as ``dataflow`` holds; a hybrid holds each member's own parts and
     the shared memory's SRAMs once."""
-    from .hybrid import machines
+    from .dataflows import machines
 
     members = [m.hardware(arch, dtype) for m in machines(arch, dataflow)[0]]
     if len(members) == 1:

@@ -249,12 +249,12 @@ def one_line(message: str) -> str:
 # ---- npusim models / archs ------------------------------------------------------------------
 
 def _stdout(stderr: bool = False) -> Console:
-    """Console on stdout (or stderr); 160 columns when it is a file or pipe (rich would
-    assume 80)."""
-    from rich.console import Console
+    """The report's console (``report.table.console``) on stdout (or stderr); 160 columns
+    when it is a file or pipe (rich would assume 80)."""
+    from .report.table import console
 
-    console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(stderr=stderr, width=160)
+    out = console(stderr=stderr)
+    return out if out.is_terminal else console(stderr=stderr, width=160)
 
 
 def cmd_models(args) -> int:
@@ -470,8 +470,9 @@ class _ProgressBar:
             from rich import progress as rp  # a bar only for slow runs: not imported before
             from rich.console import Console
 
-            self.bar = rp.Progress(rp.TextColumn("{task.description:<24}"), rp.BarColumn(),
-                                   rp.MofNCompleteColumn(), rp.TimeElapsedColumn(),
+            name_column = rp.TextColumn("{task.description:<24}", markup=False)  # a layer name
+            self.bar = rp.Progress(name_column, rp.BarColumn(), rp.MofNCompleteColumn(),
+                                   rp.TimeElapsedColumn(),
                                    console=Console(stderr=True), transient=True)
             self.task = self.bar.add_task(name, total=n)
             self.bar.start()
@@ -497,8 +498,9 @@ def _status(args, text: str):
     if not _interactive(args):
         return contextlib.nullcontext()
     from rich.console import Console
+    from rich.text import Text
 
-    return Console(stderr=True).status(text)
+    return Console(stderr=True).status(Text(text))  # a file name is no markup
 
 
 def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
@@ -597,10 +599,9 @@ def _write_figures(args, run, density, source: str) -> None:
 def cmd_compare(args) -> int:
     """``npusim compare``: the same network, weights and input on every ``--arch``; the
     side-by-side table, JSON, CSV, figures."""
-    from rich.console import Console
-
     from .arch import load_arch
     from .report import compare
+    from .report.table import console as report_console
 
     _check_flags(args)
     if len(args.arch) < 2:
@@ -623,8 +624,9 @@ def cmd_compare(args) -> int:
         text = compare.report(result, f"{args.model} | {args.dtype} | mode {args.mode} | "
                               f"input: {source}", console.width if terminal else None)
         if not terminal:
-            table = Console(width=100_000).measure(compare.layer_table(result)).maximum
-            console = Console(stderr=_report_to_stdout(args), width=max(console.width, table))
+            table = report_console(width=100_000).measure(compare.layer_table(result)).maximum
+            console = report_console(stderr=_report_to_stdout(args),
+                                     width=max(console.width, table))
         console.print(text)
     facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
     for flag, path, text in (("--json", args.json, lambda: compare.to_json(

@@ -27,16 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arch.sections.hybrid import Hybrid as Params  # the arch file section
-from .dataflows import Dataflow, get
+from .dataflows import Dataflow
 from .dataflows.base import element_bytes
 from .errors import NpusimError
 from .ir import ConvLayer
 from .memory import Steps
-from .stats import Counts, LayerStats, Op, price, total
+from .stats import TRANSFER, Counts, LayerStats, Op, price, total
 
-NAME = "hybrid"
-TRANSFER = "transfer"  # the ``dataflow`` of a move's LayerStats
 OBJECTIVES: dict[str, Callable[[LayerStats], float]] = {
     "cycles": lambda s: float(s.cycles),
     "energy": lambda s: s.energy_pj,
@@ -84,16 +81,6 @@ def _figure(option: Option) -> str:
         return f"{option.machine} cannot: {option.why_not}"
     move = f" (move {option.transfer.cycles:,} cycles)" if option.transfer else ""
     return f"{option.machine} {option.score:.4g}{move}"
-
-
-def machines(arch, name: str) -> tuple[tuple[Dataflow, ...], str]:
-    """(the machines ``name`` runs convs on, the objective that picks among them): one
-    registered dataflow, or for ``hybrid`` the arch's ``[hybrid]`` members."""
-    if name != NAME:
-        return (get(name),), "cycles"
-    p = arch.params(Params)
-    p.validate(f"{arch.name}: hybrid")
-    return tuple(get(m) for m in p.machines), p.objective
 
 
 def input_bytes(layer: ConvLayer) -> int:

@@ -27,20 +27,25 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import engine, hybrid, quant, tensors
+from . import engine, quant, tensors
 from .arch import Arch, load_arch
+from .arch.sections import HYBRID
 from .choices import DTYPES, MODES
-from .dataflows import REGISTRY, Dataflow
+from .dataflows import REGISTRY, Dataflow, machines
 from .derived import derived, frozen
 from .errors import InputError, NpusimError
 from .geometry import padding4, pair, same_padding
 from .ir import ConvLayer, Graph
 from .memory import on_chip_timing
 from .parallel import threads
-from .stats import Counts, LayerStats, Op, price, total
+from .stats import TRANSFER, Counts, LayerStats, Op, price, total
+
+if TYPE_CHECKING:
+    from .hybrid import Placement
 
 # Emulator steps (about 1 us each on a 2-core x86 machine, docs/cli.md) one layer may take in
 # mode emulate: about 40 s here. simulate(emulate_limit=...) or --emulate-limit raise it.
@@ -60,7 +65,7 @@ class SimResult:
     seconds: float
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     named_outputs: dict[str, np.ndarray] = field(default_factory=dict)  # label -> output
-    placements: list[hybrid.Placement] = field(default_factory=list)  # a hybrid's, per conv
+    placements: list[Placement] = field(default_factory=list)  # a hybrid's, per conv
 
     @property
     def area(self):
@@ -75,7 +80,7 @@ class SimResult:
 
     @property
     def conv_layers(self) -> list[LayerStats]:
-        return [s for s in self.layers if s.dataflow not in ("vector", hybrid.TRANSFER)]
+        return [s for s in self.layers if s.dataflow not in ("vector", TRANSFER)]
 
 
 @dataclass(frozen=True)
@@ -103,13 +108,13 @@ class RunConfig:
         if dtype not in DTYPES:
             raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
         arch = load_arch(arch)
-        machines, objective = hybrid.machines(arch, dataflow or arch.dataflow)
-        return cls(arch, machines, mode, dtype, objective, emulate_limit)
+        members, objective = machines(arch, dataflow or arch.dataflow)
+        return cls(arch, members, mode, dtype, objective, emulate_limit)
 
     @property
     def name(self) -> str:
         """The dataflow's name, or ``hybrid`` for several machines."""
-        return self.machines[0].name if len(self.machines) == 1 else hybrid.NAME
+        return self.machines[0].name if len(self.machines) == 1 else HYBRID
 
     @property
     def background(self) -> bool:
@@ -158,7 +163,9 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
         if not df.reads_masks and REGISTRY.get(df.name) is df:  # not a wrapper (dse.reuse)
             return df, lambda: shape_costs(df, layer, cfg.arch), None
         return df, lambda: costs.submit(df.estimate, layer, *masks(df), cfg.arch), None
-    placed = hybrid.place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
+    from .hybrid import place  # several machines: the hybrid's compiler chooses
+
+    placed = place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
     return placed.machine, lambda: placed.stats, placed
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from .memory import Steps, Timing, time_layer, with_reconfig
 
 TENSORS = ("ifmap", "filter", "ofmap")
+TRANSFER = "transfer"  # the ``dataflow`` of a hybrid's move of a layer's input (``hybrid``)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,6 @@ time its entry is read (a run loads the machine it runs); ``simulate`` and the a
 dispatch only through it.
 """
 
-from .base import REGISTRY, Dataflow, get, names, register
+from .base import REGISTRY, Dataflow, get, machines, names, register
 
-__all__ = ["REGISTRY", "Dataflow", "get", "names", "register"]
+__all__ = ["REGISTRY", "Dataflow", "get", "machines", "names", "register"]

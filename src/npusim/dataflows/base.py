@@ -33,6 +33,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from ..arch.sections import HYBRID
 from ..arch.spec import declare_section
 from ..derived import weight_mask
 from ..errors import ConfigError, NpusimError
@@ -167,6 +168,18 @@ def get(name: str) -> Dataflow:
 
 def names() -> list[str]:
     return sorted(REGISTRY)
+
+
+def machines(arch, name: str) -> tuple[tuple[Dataflow, ...], str]:
+    """(the machines ``name`` runs convs on, the objective that picks among them): one
+    registered dataflow, or for ``hybrid`` the arch's ``[hybrid]`` members (``npusim.hybrid``
+    places each conv on one of them; a run on one machine so imports neither it nor its
+    section)."""
+    if name != HYBRID:
+        return (get(name),), "cycles"
+    p = arch.params(HYBRID)
+    p.validate(f"{arch.name}: hybrid")
+    return tuple(get(m) for m in p.machines), p.objective
 
 
 def percent(part: float, whole: float) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import engine, memory_scalesim
+from .. import engine
 from ..arch.sections.systolic import Systolic as Params  # the arch file section
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
@@ -245,6 +245,8 @@ def scalesim_timing(layer: ConvLayer, arch):
     (``npusim.memory_scalesim``), else None (npusim's memory model times the folds)."""
     if arch.memory.model != "scalesim":
         return None
+    from .. import memory_scalesim  # imported by the runs on that memory model alone
+
     p = arch.params(Params)
     return memory_scalesim.time_layer(layer, p.rows, p.cols, p.stationary, arch.memory)
 

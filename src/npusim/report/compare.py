@@ -25,7 +25,7 @@ from ..arch.spec import describe_memory, same_memory
 from ..errors import NpusimError
 from ..stats import LayerStats
 from .export import SCHEMA_VERSION, arch_record, totals_record
-from .table import VECTOR_ROW, fmt_energy, fmt_percent, vector_row
+from .table import VECTOR_ROW, console, fmt_energy, fmt_percent, vector_row
 
 STALLS = (("DRAM ifmap", "stall_dram_ifmap_cycles"), ("DRAM filter", "stall_dram_filter_cycles"),
           ("DRAM ofmap", "stall_dram_ofmap_cycles"), ("SRAM ports", "stall_sram_cycles"))
@@ -173,11 +173,9 @@ def long_table(cmp: Comparison) -> Table:
 def report(cmp: Comparison, title: str | None = None, width: int | None = None) -> Group:
     """The terminal report: title, the side-by-side table (one row per layer and arch if
     that is wider than ``width`` columns), the summary lines."""
-    from rich.console import Console
-
     head = [Text(title, style="bold")] if title else []
     table = layer_table(cmp)
-    if width is not None and Console(width=100_000).measure(table).maximum > width:
+    if width is not None and console(width=100_000).measure(table).maximum > width:
         table = long_table(cmp)
     return Group(*head, table, "", *[Text(line) for line in summary_lines(cmp)])
 

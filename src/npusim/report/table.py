@@ -24,6 +24,14 @@ from ..stats import TENSORS, LayerStats, total
 VECTOR_ROW = "vector unit"
 
 
+def console(**options) -> Console:
+    """A rich console (``options`` as rich's) that prints npusim's text as given: the names in
+    a report (layers, models, files) are data, so it reads no rich markup (``[b]``) and no
+    emoji code (``:name:``) in them (a layer named ``x[/b]`` made rich raise; the emoji codes
+    also cost a run the import of rich's emoji table)."""
+    return Console(markup=False, emoji=False, **options)
+
+
 def _scaled(value: float, base: int, units: list[str]) -> str:
     """``value`` in the largest unit that keeps it >= 1, three significant digits."""
     i = 0
@@ -130,7 +138,7 @@ def layer_table(result, width: int | None = None) -> Table:
     rules, then its shape column, then the compute, stall and bound columns (the cycles
     column keeps the total; the JSON and CSV reports keep everything)."""
     rows = layer_rows(result)
-    measure = Console(width=10_000)
+    measure = console(width=10_000)
     tries = [(False, ()), (True, ())] + [(True, OPTIONAL[:n]) for n in (1, len(OPTIONAL))]
     one_machine = () if result.placements else ("machine",)  # the column a hybrid shows
     for compact, drop in tries:
@@ -240,6 +248,6 @@ def report(result, title: str | None = None, width: int | None = None) -> Group:
 
 def render(result, title: str | None = None, width: int = 120) -> str:
     """The terminal report as plain text (no colour), ``width`` columns wide."""
-    console = Console(file=StringIO(), width=width, color_system=None, force_terminal=False)
-    console.print(report(result, title, width))
-    return console.file.getvalue()
+    plain = console(file=StringIO(), width=width, color_system=None, force_terminal=False)
+    plain.print(report(result, title, width))
+    return plain.file.getvalue()
