@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 
-from . import engine
 from .derived import derived, frozen
 from .ir import ConvLayer
 from .jit import intrinsic, njit
@@ -182,7 +181,7 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
         out = np.empty((layer.K, layer.N * layer.P * layer.Q), np.int32)
     rows = layer.N * layer.groups * layer.P
     ones = np.empty(rows, np.int64)
-    if layer.Cg == 1:  # depthwise: one bit a word; a 0/1 conv of the masks beats packing
+    if layer.Cg == 1:  # depthwise: one bit a word; summing the set taps beats packing
         return _one_channel_pairs(layer, x_mask, w_words, out)
     args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
             *layer.stride, *layer.dilation, out, ones)
@@ -193,19 +192,61 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
 def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
                        out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``pair_counts`` for conv groups of one input channel: the pairs of kernel k at a pixel
-    are the input's set bits under the kernel's set taps, the dense engine's depthwise
-    convolution of the 0/1 masks in int32 (kernel k's taps: bit 0 of its one word per tap);
-    the receptive fields' set bits per group count each input pixel as often as windows
-    cover it: on each axis, the (output, tap) pairs that read its padded row or column."""
-    taps = (w_words & np.uint64(1)).astype(np.int32).reshape(layer.K, layer.R, layer.S)
-    pairs = engine.depthwise(x_mask, taps, layer, np.int32)  # N x K x P x Q
-    out[:layer.K] = pairs.transpose(1, 0, 2, 3).reshape(layer.K, -1)
+    are the input's set bits under the kernel's set taps (``_tap_rows``, over the set taps
+    only: a pruned kernel has few); the receptive fields' set bits per group count each
+    input pixel as often as windows cover it: on each axis, the (output, tap) pairs that
+    read its padded row or column."""
+    first_tap, taps = set_taps(layer, w_words)
+    mask = np.ascontiguousarray(x_mask, np.bool_).view(np.uint8)
     top, bottom, left, right = layer.padding
+    in_parallel(_tap_rows, (mask, first_tap, taps, layer.S, layer.Kg, *layer.stride,
+                            *layer.dilation, top, left,
+                            out[:layer.K].reshape(layer.K, layer.N, layer.P, layer.Q)),
+                layer.K * layer.N * layer.P)
     rows = _cover(layer.P, layer.R, layer.stride[0], layer.dilation[0], top, layer.H)
     cols = _cover(layer.Q, layer.S, layer.stride[1], layer.dilation[1], left, layer.W)
     per_row = np.asarray(x_mask, np.float64).reshape(-1, layer.W) @ cols  # float64: exact
     per_group = per_row.reshape(layer.N, layer.groups, layer.H).sum(axis=0) @ rows
     return out, per_group.astype(np.int64)
+
+
+def set_taps(layer: ConvLayer, w_words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The set taps ``r*S + s`` of every kernel of one input channel, ascending, from its
+    words (bit 0 of word t: tap t): (kernel k's first entry, K + 1; the taps), int64; once
+    per read-only words."""
+    def make():
+        bits = (w_words.reshape(layer.K, -1) & np.uint64(1)) != 0
+        first = np.zeros(layer.K + 1, np.int64)
+        np.cumsum(bits.sum(axis=1), out=first[1:])
+        return frozen(first), frozen(np.nonzero(bits)[1].astype(np.int64))
+    return derived(w_words, "set taps", make)
+
+
+@njit(cache=True, nogil=True)
+def _tap_rows(mask, first_tap, taps, S, kg, sh, sw, dh, dw, top, left, out,
+              first, stop):  # pragma: no cover
+    """out[k, n, p, q] = sum over kernel k's set taps t = r*S + s (``taps[first_tap[k]:
+    first_tap[k + 1]]``) of mask[n, k // kg, p*sh + r*dh - top, q*sw + s*dw - left], 0
+    outside the input, for the rows ``first <= (k N + n) P + p < stop``."""
+    N, P, Q = out.shape[1:]
+    H, W = mask.shape[2:]
+    for row in range(first, stop):
+        k, n, p = row // (N * P), row // P % N, row % P
+        dest, plane = out[k, n, p], mask[n, k // kg]
+        dest[:] = 0
+        for i in range(first_tap[k], first_tap[k + 1]):
+            h = p * sh + taps[i] // S * dh - top
+            if h < 0 or h >= H:
+                continue
+            line, shift = plane[h], taps[i] % S * dw - left
+            lo = max(0, (sw - 1 - shift) // sw)  # first q reading column >= 0
+            hi = min(Q, (W - 1 - shift) // sw + 1)  # past the last reading column < W
+            # sliced, so that no index may be negative (to wrap); contiguous at stride 1, so
+            # that the loop vectorises
+            part = dest[lo:hi]
+            window = line[lo + shift:hi + shift] if sw == 1 else line[lo * sw + shift::sw]
+            for j in range(hi - lo):
+                part[j] += window[j]
 
 
 def _cover(outputs: int, taps: int, stride: int, dilation: int, pad: int,
