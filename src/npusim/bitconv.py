@@ -68,18 +68,22 @@ def pack_input(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _pack_channels(mask, top, left, words):  # pragma: no cover
     """words[n, g, top + h, left + w, c // 64] |= mask[n, g, c, h, w] << (c % 64): a row of
-    words at a time, every channel ORed into it while it stays in the cache, reading each
-    channel's mask row in order."""
+    words at a time, each word of the row built in a buffer from its 64 channels' mask rows
+    (read in order), then stored."""
     N, G, Cg, H, W = mask.shape
+    row = np.empty(W, np.uint64)
     for n in range(N):
         for g in range(G):
             for h in range(H):
-                out = words[n, g, top + h]
-                for c in range(Cg):
-                    d, shift = c // WORD_BITS, np.uint64(c % WORD_BITS)
-                    row = mask[n, g, c, h]
+                out = words[n, g, top + h, left:]
+                for d in range(words.shape[4]):
+                    row[:] = 0
+                    for c in range(d * WORD_BITS, min(Cg, d * WORD_BITS + WORD_BITS)):
+                        bits, shift = mask[n, g, c, h], np.uint64(c - d * WORD_BITS)
+                        for w in range(W):
+                            row[w] |= np.uint64(bits[w]) << shift
                     for w in range(W):
-                        out[left + w, d] |= np.uint64(row[w]) << shift
+                        out[w, d] = row[w]
 
 
 def pack_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:

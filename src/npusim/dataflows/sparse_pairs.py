@@ -124,11 +124,11 @@ def _lockstep(per, kernels, bounds, Q, scan, chunks, busy, first, stop):  # prag
             k = kernels[g, j]
             for s in range(slices):
                 total = 0
-                if k >= 0:
-                    pairs = per[k]
-                    for x in range(bounds[s], bounds[s + 1]):
+                if k >= 0:  # sliced: no index to wrap, the loop vectorises
+                    pairs, steps = per[k, bounds[s]:bounds[s + 1]], step[bounds[s]:bounds[s + 1]]
+                    for x in range(len(pairs)):
                         total += pairs[x]
-                        step[x] = max(step[x], pairs[x])
+                        steps[x] = max(steps[x], pairs[x])
                 busy[g, s, j] = total
         for s in range(slices):
             for c in range(chunks.shape[2]):
