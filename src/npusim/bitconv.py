@@ -122,7 +122,7 @@ def kernel_ones(w_words: np.ndarray) -> np.ndarray:
         np.bitwise_count(w_words).sum(axis=2, dtype=np.int64).ravel()))
 
 
-TILE = 4  # output pixels whose fields meet each kernel word together (four accumulators)
+TILE = 8  # output pixels whose fields meet each kernel word together (eight accumulators)
 
 
 @njit(cache=True, nogil=True)
@@ -151,7 +151,7 @@ def _pair_rows(xb, wb, R, S, P, Q, sh, sw, dh, dw, out, ones, first, stop):  # p
                             i += 1
             pixel = (n * P + p) * Q + q0
             for k in range(Kg):
-                a0 = a1 = a2 = a3 = 0
+                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0
                 kernel = wb[g, k]
                 for j in range(L):
                     w = kernel[j]
@@ -159,14 +159,14 @@ def _pair_rows(xb, wb, R, S, P, Q, sh, sw, dh, dw, out, ones, first, stop):  # p
                     a1 += _popcount(fields[1, j] & w)
                     a2 += _popcount(fields[2, j] & w)
                     a3 += _popcount(fields[3, j] & w)
-                dest = out[g * Kg + k]
-                dest[pixel] = a0
-                if width > 1:
-                    dest[pixel + 1] = a1
-                if width > 2:
-                    dest[pixel + 2] = a2
-                if width > 3:
-                    dest[pixel + 3] = a3
+                    a4 += _popcount(fields[4, j] & w)
+                    a5 += _popcount(fields[5, j] & w)
+                    a6 += _popcount(fields[6, j] & w)
+                    a7 += _popcount(fields[7, j] & w)
+                pairs = (a0, a1, a2, a3, a4, a5, a6, a7)
+                dest = out[g * Kg + k, pixel:pixel + width]
+                for t in range(width):
+                    dest[t] = pairs[t]
         ones[row] = seen
 
 
