@@ -17,7 +17,6 @@ every unit's slice in the wave. Arrays are read-only.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,7 +65,8 @@ def layout(layer: ConvLayer, kernel_nonzeros: np.ndarray, p: Params) -> Layout:
     machine ``p``: made once per read-only ``kernel_nonzeros``, geometry and machine, the
     last ``KEPT`` machines' kept."""
     kept = derived(kernel_nonzeros, "sparse-pairs layouts", dict)
-    key = (dataclasses.replace(layer, name=""), p)
+    key = (layer.input_shape, layer.weight_shape, layer.stride, layer.padding, layer.dilation,
+           layer.groups, layer.dtype, p)  # every field of the layer but its name and bias
     made = kept.pop(key, None) or _layout(layer, np.array(kernel_nonzeros, np.int64), p)
     kept[key] = made  # the latest last
     while len(kept) > KEPT:

@@ -172,9 +172,9 @@ def _extra(layer: ConvLayer, p: Params, s: Schedule) -> dict:
         "skipped_weight_zero": s.skipped[0], "skipped_feature_zero": s.skipped[1],
         "skipped_both_zero": s.skipped[2],
         "group_cycles_by_unit": tuple(s.group_cycles.tolist()),
-        "group_cycles_max": cycles, "group_cycles_mean": float(s.group_cycles.mean()),
+        "group_cycles_max": cycles, "group_cycles_mean": _mean(s.group_cycles),
         "processor_cycles_max": int(s.processor_cycles.max()),
-        "processor_cycles_mean": float(s.processor_cycles.mean()),
+        "processor_cycles_mean": _mean(s.processor_cycles),
         "idle_cycles_within_groups": s.step_capacity - s.pairs,
         "idle_cycles_between_groups": cycles * p.processors - s.step_capacity,
         "bitmap_storage_bytes": sum(bitmap.bitmap_bytes(b) for b in bitmap.storage_bits(layer)),
@@ -186,6 +186,12 @@ def _extra(layer: ConvLayer, p: Params, s: Schedule) -> dict:
         "peak_kernel_bytes": loads["peak_kernel_bytes"],
         "weight_groups": len(lay.plan.groups), "work_units": lay.plan.units,
     }
+
+
+def _mean(cycles: np.ndarray) -> float:
+    """The mean of integer ``cycles``: ``np.mean``'s value (a float64 sum of integers is exact
+    below 2**53), without its overhead."""
+    return int(cycles.sum()) / cycles.size
 
 
 def counts(layer: ConvLayer, p: Params, s: Schedule) -> Counts:
