@@ -370,3 +370,24 @@ def test_layouts_are_made_once_per_weight_mask_and_machine():
     writable = np.arange(12)
     assert sparse_layout.layout(layer, writable, Params()) is not sparse_layout.layout(
         layer, writable, Params())
+
+
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(1, 6), st.integers(0, 2**16))
+def test_steps_end_when_the_last_unit_of_their_wave_has_done_the_chunk(units, chunks, groups,
+                                                                       seed):
+    """Step cycles by whole-array operations: unit u ends its chunk c at the sum of its
+    processor group's (u mod groups) earlier units and its own chunks up to c; a step (wave,
+    chunk) ends at the latest of its wave's units, and lasts from the latest end before it."""
+    rng = np.random.default_rng(seed)
+    chunk_cycles = rng.integers(0, 9, (units, chunks))
+    waves = -(-units // groups)
+    keep = rng.random(waves * chunks) < 0.8
+    done = np.zeros((waves * groups, chunks), np.int64)
+    done[:units] = np.cumsum(chunk_cycles, axis=1)
+    earlier = np.cumsum(done[:, -1].reshape(waves, groups), axis=0) - done[:, -1].reshape(
+        waves, groups)
+    done[:units] += earlier.ravel()[:units, None]
+    ends = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
+    want = np.diff(ends, prepend=0)
+    got = sparse_pairs._step_cycles(chunk_cycles, keep, groups, np.empty(len(want), np.int64))
+    assert got.tolist() == want.tolist()

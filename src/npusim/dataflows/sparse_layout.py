@@ -40,8 +40,9 @@ class Layout:
     stores take in (``kernel_loads``, bytes and counts). Per step, for the memory model
     (waves x ``chunks`` positions, of which ``keep`` those some unit has pixels for):
     ``part`` its chunk (the ifmap block), ``filter`` its wave at the wave's first step
-    (else -1) and ``filter_bytes`` that wave's weight groups, ``ofmap_bytes`` the outputs
-    it writes, ``load_bytes`` its kernel loads into the processors' stores; and
+    (else -1) and ``filter_bytes`` that wave's weight groups, ``ofmap`` its index (the
+    output block) and ``ofmap_bytes`` the outputs it writes, ``load_bytes`` its kernel
+    loads into the processors' stores; and
     ``chunk_pixels`` (chunks,) each chunk's pixels over all slices.
     """
 
@@ -55,6 +56,7 @@ class Layout:
     part: np.ndarray
     filter: np.ndarray
     filter_bytes: np.ndarray
+    ofmap: np.ndarray
     ofmap_bytes: np.ndarray
     load_bytes: np.ndarray
     chunk_pixels: np.ndarray
@@ -98,6 +100,7 @@ def _layout(layer: ConvLayer, nnz: np.ndarray, p: Params) -> Layout:
         chunks=chunks, keep=frozen(keep), part=frozen(part),
         filter=frozen(np.where(part == 0, wave, -1)),
         filter_bytes=frozen(_wave_weight_bytes(layer, pl, nnz, wg, p.processor_groups)[wave]),
+        ofmap=frozen(np.arange(len(part))),
         ofmap_bytes=frozen(_by_wave(chunk * held[wg][:, None] * elem, p.processor_groups)[keep]),
         load_bytes=frozen(_by_wave(loads, p.processor_groups)[keep]),
         chunk_pixels=frozen(chunk[:pl.slices].sum(axis=0)))

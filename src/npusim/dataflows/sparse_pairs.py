@@ -223,30 +223,42 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
       ``sram_total`` in proportion to the steps' cycles.
     """
     lay = s.layout
-    compute = _step_cycles(s.chunk_cycles, lay.keep, p.processor_groups)
+    compute = _step_cycles(s.chunk_cycles, lay.keep, p.processor_groups,
+                           np.empty(len(lay.part), np.int64))
     stored = (s.feature_nonzeros * element_bytes(layer.dtype)
               + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0]))
     return Steps(compute=compute, ifmap=lay.part,
                  ifmap_bytes=share(stored, lay.chunk_pixels)[lay.part],
                  filter=lay.filter, filter_bytes=lay.filter_bytes,
-                 ofmap=np.arange(len(compute)), ofmap_bytes=lay.ofmap_bytes,
+                 ofmap=lay.ofmap, ofmap_bytes=lay.ofmap_bytes,
                  sram_bytes=lay.load_bytes + share(sram_total - int(lay.load_bytes.sum()),
                                                    compute))
 
 
-def _step_cycles(chunk_cycles: np.ndarray, keep: np.ndarray, groups: int) -> np.ndarray:
-    """Compute cycles of every kept (wave, chunk) step: unit ``u`` (a row of
-    ``chunk_cycles``) starts when its processor group's earlier units end; a step ends
-    when the last of its wave's units has done that chunk."""
-    n_units, chunks = chunk_cycles.shape
-    waves = -(-n_units // groups)
-    done = np.zeros((waves * groups, chunks), np.int64)
-    np.cumsum(chunk_cycles, axis=1, out=done[:n_units])
-    totals = done[:, -1].reshape(waves, groups)
-    start = (np.cumsum(totals, axis=0) - totals).ravel()
-    done[:n_units] += start[:n_units, None]
-    edge = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
-    return np.diff(edge, prepend=0)
+@njit(cache=True, nogil=True)
+def _step_cycles(chunk_cycles, keep, groups, out):  # pragma: no cover
+    """out[i] = compute cycles of the i-th kept (wave, chunk) step (``keep``: waves x chunks,
+    flattened): unit u (row u of ``chunk_cycles``: wave u // groups, processor group
+    u % groups) starts when its processor group's earlier units end; a step ends when the
+    last of its wave's units has done that chunk and lasts from the last end before it."""
+    units, chunks = chunk_cycles.shape
+    free = np.zeros(groups, np.int64)  # when each processor group's last unit ended
+    ends = np.empty(chunks, np.int64)
+    edge = i = 0
+    for wave in range(-(-units // groups)):
+        ends[:] = 0
+        for g in range(min(groups, units - wave * groups)):
+            done = free[g]
+            for c in range(chunks):
+                done += chunk_cycles[wave * groups + g, c]
+                ends[c] = max(ends[c], done)
+            free[g] = done
+        for c in range(chunks):
+            if keep[wave * chunks + c]:
+                out[i] = max(edge, ends[c]) - edge
+                edge = max(edge, ends[c])
+                i += 1
+    return out
 
 
 def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
