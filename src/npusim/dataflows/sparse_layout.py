@@ -17,6 +17,7 @@ every unit's slice in the wave. Arrays are read-only.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from . import bitmap, grouping
 from .base import element_bytes
 
 KEPT = 8  # machines whose layouts each weight mask keeps (an arch sweep's latest)
+_KEPT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,10 +71,13 @@ def layout(layer: ConvLayer, kernel_nonzeros: np.ndarray, p: Params) -> Layout:
     kept = derived(kernel_nonzeros, "sparse-pairs layouts", dict)
     key = (layer.input_shape, layer.weight_shape, layer.stride, layer.padding, layer.dilation,
            layer.groups, layer.dtype, p)  # every field of the layer but its name and bias
-    made = kept.pop(key, None) or _layout(layer, np.array(kernel_nonzeros, np.int64), p)
-    kept[key] = made  # the latest last
-    while len(kept) > KEPT:
-        del kept[next(iter(kept))]
+    with _KEPT_LOCK:
+        made = kept.pop(key, None)
+    made = made or _layout(layer, np.array(kernel_nonzeros, np.int64), p)
+    with _KEPT_LOCK:  # a sweep's threads may share a network's weights
+        kept[key] = made  # the latest last
+        while len(kept) > KEPT:
+            del kept[next(iter(kept))]
     return made
 
 
