@@ -80,6 +80,8 @@ def test_pair_counts_equal_popcounts_of_anded_vectors(layer, seed):
     ConvLayer(2, 16, 13, 10, 16, 3, 5, (1, 2), (2, 1, 3, 0), (2, 1), groups=16,
               name="depthwise-dilated"),
     ConvLayer(1, 24, 57, 57, 24, 3, 3, 1, 1, groups=24, name="depthwise-wide"),
+    ConvLayer(2, 12, 10, 9, 24, 5, 3, (3, 2), (3, 0, 1, 2), (1, 2), groups=12,
+              name="depthwise-stride-3-x2"),
     ConvLayer(1, 512, 1, 1, 100, 1, 1, name="fully-connected"),
     ConvLayer(1, 3, 224, 224, 64, 3, 3, 1, 1, name="rgb"),
 ])

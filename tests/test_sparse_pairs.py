@@ -13,8 +13,9 @@ from test_input_reuse import assert_stalls
 import npusim
 from npusim import reference
 from npusim.arch.spec import arch_from_toml_text
-from npusim.dataflows import get, grouping
+from npusim.dataflows import get, grouping, sparse_layout, sparse_pairs
 from npusim.dataflows.sparse_pairs import Params, imbalance, schedule
+from npusim.derived import frozen
 from npusim.errors import ConfigError
 from npusim.ir import ConvLayer, GraphBuilder
 from npusim.stats import total
@@ -333,3 +334,60 @@ def test_weights_read_once_and_features_once_per_wave(dealing, waves):
     assert s.dram_filter_bytes == 12 * (9 + 72 * 4)
     assert s.dram_ifmap_bytes == waves * (288 * 4 + 36)
     assert s.dram_ofmap_bytes == 12 * 36 * 4
+
+
+@given(conv_layers(max_hw=9, max_c=4, max_k=9, max_rs=3), st.integers(0, 2**16), params)
+def test_lockstep_steps_last_as_long_as_their_busiest_processor(layer, seed, p):
+    """The units' cycles per chunk of Q pixels and their processors' pairs, written plainly
+    per unit from random pair counts: a step is max(scan, the most pairs among the unit's
+    kernels at that pixel); an empty slot multiplies nothing."""
+    rng = np.random.default_rng(seed)
+    per = rng.integers(0, 30, (layer.K, layer.N * layer.P * layer.Q)).astype(np.int32)
+    lay = sparse_layout.layout(layer, rng.integers(0, 9, layer.K), p)
+    scan = sparse_pairs.scan_cycles(layer, p)
+    chunk_cycles, busy = sparse_pairs._units(layer, per, lay, scan)
+    for u in range(lay.plan.units):
+        kernels, lo, hi = lay.plan.unit(u)
+        held = kernels[kernels != grouping.EMPTY]
+        step = np.maximum(per[held, lo:hi].max(axis=0, initial=0), scan)
+        want = [int(step[c:c + layer.Q].sum()) for c in range(0, hi - lo, layer.Q)]
+        assert chunk_cycles[u].tolist() == want + [0] * (lay.chunks - len(want))
+        assert busy[u].tolist() == [int(per[k, lo:hi].sum()) if k != grouping.EMPTY else 0
+                                    for k in kernels]
+
+
+def test_layouts_are_made_once_per_weight_mask_and_machine():
+    """A read-only weight count keeps the layouts of its last KEPT machines; a writable one
+    gets a fresh layout every call (it could change under a kept one)."""
+    layer = ConvLayer(1, 8, 6, 6, 12, 3, 3, padding=1)
+    nnz = frozen(np.arange(12))
+    first = sparse_layout.layout(layer, nnz, Params())
+    assert sparse_layout.layout(layer.with_dtype("float32"), nnz, Params()) is first
+    assert sparse_layout.layout(layer, nnz, Params(4, 2)) is not first
+    for groups in range(1, sparse_layout.KEPT + 1):
+        sparse_layout.layout(layer, nnz, Params(groups, 3))
+    assert sparse_layout.layout(layer, nnz, Params()) is not first
+    writable = np.arange(12)
+    assert sparse_layout.layout(layer, writable, Params()) is not sparse_layout.layout(
+        layer, writable, Params())
+
+
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(1, 6), st.integers(0, 2**16))
+def test_steps_end_when_the_last_unit_of_their_wave_has_done_the_chunk(units, chunks, groups,
+                                                                       seed):
+    """Step cycles by whole-array operations: unit u ends its chunk c at the sum of its
+    processor group's (u mod groups) earlier units and its own chunks up to c; a step (wave,
+    chunk) ends at the latest of its wave's units, and lasts from the latest end before it."""
+    rng = np.random.default_rng(seed)
+    chunk_cycles = rng.integers(0, 9, (units, chunks))
+    waves = -(-units // groups)
+    keep = rng.random(waves * chunks) < 0.8
+    done = np.zeros((waves * groups, chunks), np.int64)
+    done[:units] = np.cumsum(chunk_cycles, axis=1)
+    earlier = np.cumsum(done[:, -1].reshape(waves, groups), axis=0) - done[:, -1].reshape(
+        waves, groups)
+    done[:units] += earlier.ravel()[:units, None]
+    ends = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
+    want = np.diff(ends, prepend=0)
+    got = sparse_pairs._step_cycles(chunk_cycles, keep, groups, np.empty(len(want), np.int64))
+    assert got.tolist() == want.tolist()

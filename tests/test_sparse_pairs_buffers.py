@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from strategies import conv_layers, tensors
 from test_sparse_pairs import FREE, arch_with, params
 
-from npusim.dataflows import get, grouping
-from npusim.dataflows import sparse_pairs as fast_model
+from npusim.dataflows import get, grouping, sparse_layout
 from npusim.ir import ConvLayer
 
 DF = get("sparse-pairs")
@@ -208,7 +207,7 @@ def test_zeroing_weights_stays_under_the_denser_weights_dense_feature_bound(
 
 def test_kernel_bytes_are_the_vector_and_the_values():
     layer = ConvLayer(1, 3, 4, 4, 2, 3, 3).with_dtype("int8")
-    assert fast_model.kernel_bytes(layer, np.array([0, 27])).tolist() == [4, 4 + 27]
+    assert sparse_layout.kernel_bytes(layer, np.array([0, 27])).tolist() == [4, 4 + 27]
 
 
 def test_a_non_finite_feature_meets_only_the_non_zero_weights_as_on_the_machine():

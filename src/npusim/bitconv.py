@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 
-from . import engine
 from .derived import derived, frozen
 from .ir import ConvLayer
 from .jit import intrinsic, njit
@@ -69,18 +68,22 @@ def pack_input(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _pack_channels(mask, top, left, words):  # pragma: no cover
     """words[n, g, top + h, left + w, c // 64] |= mask[n, g, c, h, w] << (c % 64): a row of
-    words at a time, every channel ORed into it while it stays in the cache, reading each
-    channel's mask row in order."""
+    words at a time, each word of the row built in a buffer from its 64 channels' mask rows
+    (read in order), then stored."""
     N, G, Cg, H, W = mask.shape
+    row = np.empty(W, np.uint64)
     for n in range(N):
         for g in range(G):
             for h in range(H):
-                out = words[n, g, top + h]
-                for c in range(Cg):
-                    d, shift = c // WORD_BITS, np.uint64(c % WORD_BITS)
-                    row = mask[n, g, c, h]
+                out = words[n, g, top + h, left:]
+                for d in range(words.shape[4]):
+                    row[:] = 0
+                    for c in range(d * WORD_BITS, min(Cg, d * WORD_BITS + WORD_BITS)):
+                        bits, shift = mask[n, g, c, h], np.uint64(c - d * WORD_BITS)
+                        for w in range(W):
+                            row[w] |= np.uint64(bits[w]) << shift
                     for w in range(W):
-                        out[left + w, d] |= np.uint64(row[w]) << shift
+                        out[w, d] = row[w]
 
 
 def pack_weights(layer: ConvLayer, w_mask: np.ndarray) -> np.ndarray:
@@ -119,7 +122,7 @@ def kernel_ones(w_words: np.ndarray) -> np.ndarray:
         np.bitwise_count(w_words).sum(axis=2, dtype=np.int64).ravel()))
 
 
-TILE = 4  # output pixels whose fields meet each kernel word together (four accumulators)
+TILE = 8  # output pixels whose fields meet each kernel word together (eight accumulators)
 
 
 @njit(cache=True, nogil=True)
@@ -148,7 +151,7 @@ def _pair_rows(xb, wb, R, S, P, Q, sh, sw, dh, dw, out, ones, first, stop):  # p
                             i += 1
             pixel = (n * P + p) * Q + q0
             for k in range(Kg):
-                a0 = a1 = a2 = a3 = 0
+                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0
                 kernel = wb[g, k]
                 for j in range(L):
                     w = kernel[j]
@@ -156,14 +159,14 @@ def _pair_rows(xb, wb, R, S, P, Q, sh, sw, dh, dw, out, ones, first, stop):  # p
                     a1 += _popcount(fields[1, j] & w)
                     a2 += _popcount(fields[2, j] & w)
                     a3 += _popcount(fields[3, j] & w)
-                dest = out[g * Kg + k]
-                dest[pixel] = a0
-                if width > 1:
-                    dest[pixel + 1] = a1
-                if width > 2:
-                    dest[pixel + 2] = a2
-                if width > 3:
-                    dest[pixel + 3] = a3
+                    a4 += _popcount(fields[4, j] & w)
+                    a5 += _popcount(fields[5, j] & w)
+                    a6 += _popcount(fields[6, j] & w)
+                    a7 += _popcount(fields[7, j] & w)
+                pairs = (a0, a1, a2, a3, a4, a5, a6, a7)
+                dest = out[g * Kg + k, pixel:pixel + width]
+                for t in range(width):
+                    dest[t] = pairs[t]
         ones[row] = seen
 
 
@@ -182,7 +185,7 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
         out = np.empty((layer.K, layer.N * layer.P * layer.Q), np.int32)
     rows = layer.N * layer.groups * layer.P
     ones = np.empty(rows, np.int64)
-    if layer.Cg == 1:  # depthwise: one bit a word; a 0/1 conv of the masks beats packing
+    if layer.Cg == 1:  # depthwise: one bit a word; summing the set taps beats packing
         return _one_channel_pairs(layer, x_mask, w_words, out)
     args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
             *layer.stride, *layer.dilation, out, ones)
@@ -193,19 +196,61 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
 def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
                        out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``pair_counts`` for conv groups of one input channel: the pairs of kernel k at a pixel
-    are the input's set bits under the kernel's set taps, the dense engine's depthwise
-    convolution of the 0/1 masks in int32 (kernel k's taps: bit 0 of its one word per tap);
-    the receptive fields' set bits per group count each input pixel as often as windows
-    cover it: on each axis, the (output, tap) pairs that read its padded row or column."""
-    taps = (w_words & np.uint64(1)).astype(np.int32).reshape(layer.K, layer.R, layer.S)
-    pairs = engine.depthwise(x_mask, taps, layer, np.int32)  # N x K x P x Q
-    out[:layer.K] = pairs.transpose(1, 0, 2, 3).reshape(layer.K, -1)
+    are the input's set bits under the kernel's set taps (``_tap_rows``, over the set taps
+    only: a pruned kernel has few); the receptive fields' set bits per group count each
+    input pixel as often as windows cover it: on each axis, the (output, tap) pairs that
+    read its padded row or column."""
+    first_tap, taps = set_taps(layer, w_words)
+    mask = np.ascontiguousarray(x_mask, np.bool_).view(np.uint8)
     top, bottom, left, right = layer.padding
+    in_parallel(_tap_rows, (mask, first_tap, taps, layer.S, layer.Kg, *layer.stride,
+                            *layer.dilation, top, left,
+                            out[:layer.K].reshape(layer.K, layer.N, layer.P, layer.Q)),
+                layer.K * layer.N * layer.P)
     rows = _cover(layer.P, layer.R, layer.stride[0], layer.dilation[0], top, layer.H)
     cols = _cover(layer.Q, layer.S, layer.stride[1], layer.dilation[1], left, layer.W)
     per_row = np.asarray(x_mask, np.float64).reshape(-1, layer.W) @ cols  # float64: exact
     per_group = per_row.reshape(layer.N, layer.groups, layer.H).sum(axis=0) @ rows
     return out, per_group.astype(np.int64)
+
+
+def set_taps(layer: ConvLayer, w_words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The set taps ``r*S + s`` of every kernel of one input channel, ascending, from its
+    words (bit 0 of word t: tap t): (kernel k's first entry, K + 1; the taps), int64; once
+    per read-only words."""
+    def make():
+        bits = (w_words.reshape(layer.K, -1) & np.uint64(1)) != 0
+        first = np.zeros(layer.K + 1, np.int64)
+        np.cumsum(bits.sum(axis=1), out=first[1:])
+        return frozen(first), frozen(np.nonzero(bits)[1].astype(np.int64))
+    return derived(w_words, "set taps", make)
+
+
+@njit(cache=True, nogil=True)
+def _tap_rows(mask, first_tap, taps, S, kg, sh, sw, dh, dw, top, left, out,
+              first, stop):  # pragma: no cover
+    """out[k, n, p, q] = sum over kernel k's set taps t = r*S + s (``taps[first_tap[k]:
+    first_tap[k + 1]]``) of mask[n, k // kg, p*sh + r*dh - top, q*sw + s*dw - left], 0
+    outside the input, for the rows ``first <= (k N + n) P + p < stop``."""
+    N, P, Q = out.shape[1:]
+    H, W = mask.shape[2:]
+    for row in range(first, stop):
+        k, n, p = row // (N * P), row // P % N, row % P
+        dest, plane = out[k, n, p], mask[n, k // kg]
+        dest[:] = 0
+        for i in range(first_tap[k], first_tap[k + 1]):
+            h = p * sh + taps[i] // S * dh - top
+            if h < 0 or h >= H:
+                continue
+            line, shift = plane[h], taps[i] % S * dw - left
+            lo = max(0, (sw - 1 - shift) // sw)  # first q reading column >= 0
+            hi = min(Q, (W - 1 - shift) // sw + 1)  # past the last reading column < W
+            # sliced, so that no index may be negative (to wrap); contiguous at stride 1, so
+            # that the loop vectorises
+            part = dest[lo:hi]
+            window = line[lo + shift:hi + shift] if sw == 1 else line[lo * sw + shift::sw]
+            for j in range(hi - lo):
+                part[j] += window[j]
 
 
 def _cover(outputs: int, taps: int, stride: int, dilation: int, pad: int,

@@ -52,9 +52,10 @@ from ..memory import Steps
 from ..parallel import in_parallel
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
-from . import bitmap, grouping
+from . import bitmap
 from .base import Machine, element_bytes, register
 from .input_reuse import share
+from .sparse_layout import Layout, layout
 
 NAME = "sparse-pairs"
 
@@ -67,10 +68,10 @@ class Schedule:
     (``processor_cycles``, G x size: cycles it multiplied); ``step_capacity`` is
     processor-cycles inside lockstep steps, ``mapped_capacity`` those of
     processors holding a kernel; ``skipped`` = (weight-only zero, feature-only
-    zero, both zero) multiplies; ``field_bits`` the receptive-field vector bits
-    broadcast. For the memory model: ``pixel_cycles`` (weight groups x pixels) the
-    cycles of every lockstep step, ``kernels`` (weight groups x size) and ``bounds``
-    (slices + 1) the plan, ``kernel_nonzeros`` (K,) every kernel's non-zero weights.
+    zero, both zero) multiplies; ``feature_nonzeros`` the input's non-zero values. For the
+    memory model: ``chunk_cycles`` (units x chunks) the cycles of each unit's lockstep steps
+    over each chunk of ``Q`` pixels of its slice; ``layout`` what the weights fix (the plan,
+    the kernel loads, the steps but their cycles: ``sparse_layout``).
     """
 
     pairs: int
@@ -79,14 +80,9 @@ class Schedule:
     processor_cycles: np.ndarray
     step_capacity: int
     mapped_capacity: int
-    field_bits: int
     feature_nonzeros: int
-    weight_groups: int
-    units: int
-    pixel_cycles: np.ndarray
-    kernels: np.ndarray
-    bounds: np.ndarray
-    kernel_nonzeros: np.ndarray
+    chunk_cycles: np.ndarray
+    layout: Layout
 
     @property
     def cycles(self) -> int:
@@ -100,116 +96,102 @@ def scan_cycles(layer: ConvLayer, p: Params) -> int:
     return max(1, -(-layer.Cg * layer.R * layer.S // p.fetch_bits_per_cycle))
 
 
-def kernel_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray) -> np.ndarray:
-    """Bytes of every kernel as a processor stores it (K,): its bit vector in whole bytes
-    and its non-zero weights."""
-    return (bitmap.bitmap_bytes(layer.Cg * layer.R * layer.S)
-            + np.asarray(kernel_nonzeros, np.int64) * element_bytes(layer.dtype))
+def _units(layer: ConvLayer, per: np.ndarray, lay: Layout, scan: int):
+    """(cycles of every work unit's lockstep steps over each chunk of ``Q`` pixels of its
+    slice, units x chunks; cycles each processor of a unit multiplied, units x size) from
+    the pairs of every kernel at every pixel (``per``, K x pixels): a step lasts as long as
+    its busiest processor, and at least the ``scan`` cycles of the AND and encoder."""
+    pl = lay.plan
+    chunks = np.empty((len(pl.groups), pl.slices, lay.chunks), np.int64)
+    busy = np.empty((len(pl.groups), pl.slices, pl.groups.shape[1]), np.int64)
+    in_parallel(_lockstep, (per, pl.groups, pl.bounds, layer.Q, scan, chunks, busy),
+                len(pl.groups))
+    return chunks.reshape(pl.units, -1), busy.reshape(pl.units, -1)
 
 
-def _kernel_pixels(layer: ConvLayer, x_mask, w_words) -> tuple[np.ndarray, np.ndarray]:
-    """(pairs per kernel and pixel, (K + 1) x (N*P*Q) int32 with the empty slot as the last
-    row; receptive-field set bits per conv group, G)."""
-    per = np.empty((layer.K + 1, layer.N * layer.P * layer.Q), np.int32)
-    per[-1] = 0
-    _, field_ones = bitconv.pair_counts(layer, x_mask, w_words, out=per)
-    return per, field_ones
+@njit(cache=True, nogil=True)
+def _lockstep(per, kernels, bounds, Q, scan, chunks, busy, first, stop):  # pragma: no cover
+    """For the weight groups ``first <= g < stop`` (``kernels[g]``: a kernel per processor,
+    ``EMPTY`` for none) stepping through every slice's pixels (``bounds``) in lockstep:
+    chunks[g, s, c] = sum over pixels x of chunk c (``Q`` pixels) of slice s of the step's
+    cycles, max(scan, max_j per[kernels[g, j], x]); busy[g, s, j] = sum over the pixels x
+    of slice s of per[kernels[g, j], x] (0 for an empty slot)."""
+    slices = len(bounds) - 1
+    step = np.empty(per.shape[1], np.int64)
+    for g in range(first, stop):
+        step[:] = scan
+        for j in range(kernels.shape[1]):
+            k = kernels[g, j]
+            for s in range(slices):
+                total = 0
+                if k >= 0:  # sliced: no index to wrap, the loop vectorises
+                    pairs, steps = per[k, bounds[s]:bounds[s + 1]], step[bounds[s]:bounds[s + 1]]
+                    for x in range(len(pairs)):
+                        total += pairs[x]
+                        steps[x] = max(steps[x], pairs[x])
+                busy[g, s, j] = total
+        for s in range(slices):
+            for c in range(chunks.shape[2]):
+                lo = min(bounds[s] + c * Q, bounds[s + 1])
+                chunks[g, s, c] = step[lo:min(lo + Q, bounds[s + 1])].sum()
 
 
-def _field_bits(layer: ConvLayer, plan: grouping.Plan) -> int:
-    """Receptive-field vector bits broadcast: one vector per step and distinct conv group
-    among the weight group's kernels."""
-    held = [ks[ks != grouping.EMPTY] // layer.Kg for ks in plan.groups]
-    conv_groups = sum(len(np.unique(g)) for g in held)
-    return layer.Cg * layer.R * layer.S * conv_groups * layer.N * layer.P * layer.Q
-
-
-def _units(per: np.ndarray, pl: grouping.Plan, scan: int):
-    """Cycles of every work unit (units,), multiply cycles of its processors (units x size)
-    and of every lockstep step (weight groups x pixels): a step lasts as long as its
-    busiest processor, and at least the ``scan`` cycles of the AND and encoder."""
-    slots = per[pl.groups]  # weight groups x size x pixels
-    steps = np.maximum(slots.max(axis=1), scan)
-    starts = pl.bounds[:-1]
-    cycles = np.add.reduceat(steps, starts, axis=1, dtype=np.int64).ravel()
-    busy = np.add.reduceat(slots, starts, axis=2, dtype=np.int64)
-    return cycles, busy.transpose(0, 2, 1).reshape(pl.units, -1), steps.astype(np.int64)
-
-
-def _per_group(pl: grouping.Plan, values: np.ndarray) -> np.ndarray:
-    """Sum of per-unit ``values`` over the units each processor group runs."""
-    out = np.zeros((pl.processor_groups,) + values.shape[1:], np.int64)
-    np.add.at(out, np.arange(pl.units) % pl.processor_groups, values)
-    return out
+def _per_group(groups: int, values: np.ndarray) -> np.ndarray:
+    """Sum of per-unit ``values`` (units x columns) over the units each of the ``groups``
+    processor groups runs (unit ``u`` on group ``u mod groups``)."""
+    waves = -(-len(values) // groups)
+    out = np.zeros((waves * groups,) + values.shape[1:], np.int64)
+    out[:len(values)] = values
+    return out.reshape(waves, groups, *values.shape[1:]).sum(axis=0)
 
 
 def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
     """The fast model: every count of the machine from the masks, by array operations."""
     w_words = bitconv.pack_weights(layer, w_mask)
     nnz = bitconv.kernel_ones(w_words)
-    per, field_ones = _kernel_pixels(layer, x_mask, w_words)
-    size = p.processors_per_group
-    pl = grouping.plan(nnz, per.shape[1], p.processor_groups, size, p.grouping, p.dealing)
-    unit_cycles, unit_busy, step_cycles = _units(per, pl, scan_cycles(layer, p))
-    occupied = np.repeat(np.count_nonzero(pl.groups != grouping.EMPTY, axis=1), pl.slices)
-    pairs = int(per.sum(dtype=np.int64))
+    lay = layout(layer, nnz, p)
+    per, field_ones = bitconv.pair_counts(layer, x_mask, w_words)
+    chunk_cycles, unit_busy = _units(layer, per, lay, scan_cycles(layer, p))
+    unit_cycles = chunk_cycles.sum(axis=1)
+    pairs = int(unit_busy.sum())
     return Schedule(
         pairs=pairs, skipped=bitmap.skipped(layer, field_ones, nnz, pairs),
-        group_cycles=_per_group(pl, unit_cycles), processor_cycles=_per_group(pl, unit_busy),
-        step_capacity=int(unit_cycles.sum()) * size,
-        mapped_capacity=int((unit_cycles * occupied).sum()), field_bits=_field_bits(layer, pl),
-        feature_nonzeros=int(np.count_nonzero(x_mask)), weight_groups=len(pl.groups),
-        units=pl.units, pixel_cycles=step_cycles, kernels=pl.groups, bounds=pl.bounds,
-        kernel_nonzeros=np.asarray(nnz, np.int64))
+        group_cycles=_per_group(p.processor_groups, unit_cycles),
+        processor_cycles=_per_group(p.processor_groups, unit_busy),
+        step_capacity=int(unit_cycles.sum()) * p.processors_per_group,
+        mapped_capacity=int(unit_cycles @ lay.occupied),
+        feature_nonzeros=int(np.count_nonzero(x_mask)), chunk_cycles=chunk_cycles, layout=lay)
 
 
-def _group_loads(layer: ConvLayer, p: Params, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
-    """Per weight group: (bytes of its kernels that fit a processor's store, loaded once per
-    unit; bytes of those that do not, streamed again for every pixel of a unit)."""
-    size = kernel_bytes(layer, s.kernel_nonzeros)
-    held = np.where(s.kernels != grouping.EMPTY, size[np.maximum(s.kernels, 0)], 0)
-    fits = held <= p.kernel_store_bytes
-    return (np.where(fits, held, 0).sum(axis=1), np.where(fits, 0, held).sum(axis=1))
-
-
-def kernel_loads(layer: ConvLayer, p: Params, s: Schedule) -> dict[str, int]:
-    """What the kernel stores take in over the layer, bytes: every unit loads each of its
-    kernels once if it fits ``kernel_store_bytes``, else streams it in pieces of that size
-    for every pixel (``kernel_load_bytes``, of which ``kernel_bitmap_bytes`` bit vectors);
-    the kernels that do not fit, and the largest kernel (the store a layer needs)."""
-    fit, stream = _group_loads(layer, p, s)
-    slices, pixels = len(s.bounds) - 1, layer.N * layer.P * layer.Q
-    size = kernel_bytes(layer, s.kernel_nonzeros)
-    vector = bitmap.bitmap_bytes(layer.Cg * layer.R * layer.S)
-    streamed = size > p.kernel_store_bytes
-    loads = len(s.kernel_nonzeros) * slices + int(streamed.sum()) * (pixels - slices)
-    return {"kernel_load_bytes": int(fit.sum()) * slices + int(stream.sum()) * pixels,
-            "kernel_bitmap_bytes": loads * vector,
-            "streamed_kernels": int(streamed.sum()),
-            "peak_kernel_bytes": int(size.max())}
-
-
-def _extra(layer: ConvLayer, p: Params, s: Schedule, loads: dict) -> dict:
+def _extra(layer: ConvLayer, p: Params, s: Schedule) -> dict:
     """The machine's own additive counts (maxima and means summed over layers, so
     network imbalance = sum of maxima / sum of means)."""
-    cycles, elem = s.cycles, element_bytes(layer.dtype)
+    cycles, elem, lay = s.cycles, element_bytes(layer.dtype), s.layout
+    loads = lay.loads
     return {
         "skipped_weight_zero": s.skipped[0], "skipped_feature_zero": s.skipped[1],
         "skipped_both_zero": s.skipped[2],
         "group_cycles_by_unit": tuple(s.group_cycles.tolist()),
-        "group_cycles_max": cycles, "group_cycles_mean": float(s.group_cycles.mean()),
+        "group_cycles_max": cycles, "group_cycles_mean": _mean(s.group_cycles),
         "processor_cycles_max": int(s.processor_cycles.max()),
-        "processor_cycles_mean": float(s.processor_cycles.mean()),
+        "processor_cycles_mean": _mean(s.processor_cycles),
         "idle_cycles_within_groups": s.step_capacity - s.pairs,
         "idle_cycles_between_groups": cycles * p.processors - s.step_capacity,
         "bitmap_storage_bytes": sum(bitmap.bitmap_bytes(b) for b in bitmap.storage_bits(layer)),
-        "bitmap_traffic_bytes": bitmap.bitmap_bytes(s.field_bits) + loads["kernel_bitmap_bytes"],
-        "value_storage_bytes": (s.feature_nonzeros + int(s.kernel_nonzeros.sum())) * elem,
+        "bitmap_traffic_bytes": bitmap.bitmap_bytes(lay.field_bits)
+        + loads["kernel_bitmap_bytes"],
+        "value_storage_bytes": (s.feature_nonzeros + int(lay.kernel_nonzeros.sum())) * elem,
         "kernel_load_bytes": loads["kernel_load_bytes"],
         "streamed_kernels": loads["streamed_kernels"],
         "peak_kernel_bytes": loads["peak_kernel_bytes"],
-        "weight_groups": s.weight_groups, "work_units": s.units,
+        "weight_groups": len(lay.plan.groups), "work_units": lay.plan.units,
     }
+
+
+def _mean(cycles: np.ndarray) -> float:
+    """The mean of integer ``cycles``: ``np.mean``'s value (a float64 sum of integers is exact
+    below 2**53), without its overhead."""
+    return int(cycles.sum()) / cycles.size
 
 
 def counts(layer: ConvLayer, p: Params, s: Schedule) -> Counts:
@@ -218,20 +200,17 @@ def counts(layer: ConvLayer, p: Params, s: Schedule) -> Counts:
     read per pair from the processor's store, and every kernel load into the stores (bit
     vectors and values); ofmap: one output written per pixel and kernel."""
     elem = element_bytes(layer.dtype)
-    loads = kernel_loads(layer, p, s)
     ofmap = layer.N * layer.K * layer.P * layer.Q * elem
     return Counts(NAME, macs=s.pairs, dense_macs=layer.macs, multipliers=p.processors,
                   mapped_pe_cycles=s.mapped_capacity,
-                  sram_ifmap_bytes=s.pairs * elem + bitmap.bitmap_bytes(s.field_bits),
-                  sram_filter_bytes=s.pairs * elem + loads["kernel_load_bytes"],
-                  sram_ofmap_bytes=ofmap, extra=_extra(layer, p, s, loads))
+                  sram_ifmap_bytes=s.pairs * elem + bitmap.bitmap_bytes(s.layout.field_bits),
+                  sram_filter_bytes=s.pairs * elem + s.layout.loads["kernel_load_bytes"],
+                  sram_ofmap_bytes=ofmap, extra=_extra(layer, p, s))
 
 
 def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
-    """The layer as the memory model sees it. A wave is the ``processor_groups`` work units
-    run side by side (unit ``u`` in wave ``u // processor_groups``); a step is one output
-    row's worth (``Q`` pixels) of every unit's slice in the wave, lasting from the last
-    end of the steps before to its own last end.
+    """The layer as the memory model sees it (steps: ``sparse_layout``), each step lasting
+    from the last end of the steps before to its own last end.
 
     - ifmap: the compressed features (values + bitmap) that chunk of pixels of every
       slice reads, in proportion to its pixels: cycled once per wave, so an input that
@@ -243,81 +222,43 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
       at its unit's first step, one that does not with every pixel), the rest of
       ``sram_total`` in proportion to the steps' cycles.
     """
-    elem, groups = element_bytes(layer.dtype), p.processor_groups
-    slices = len(s.bounds) - 1
-    u = np.arange(len(s.kernels) * slices)
-    wg, lo, hi = u // slices, s.bounds[u % slices], s.bounds[u % slices + 1]
-    chunks = -(-int((hi - lo).max()) // layer.Q)
-    ends = np.minimum(lo[:, None] + layer.Q * np.arange(1, chunks + 1), hi[:, None])
-    compute, keep = _step_cycles(s, wg, lo, ends, groups)
-    wave, part = np.divmod(np.flatnonzero(keep), chunks)
-    pixels = np.diff(np.concatenate([lo[:, None], ends], axis=1), axis=1)  # units x chunks
-    fit, stream = _group_loads(layer, p, s)
-    loads = stream[wg][:, None] * pixels
-    loads[:, 0] += fit[wg]
-    loads = _by_wave(loads, groups)[keep]
-    return Steps(compute=compute, ifmap=part,
-                 ifmap_bytes=_ifmap_bytes(layer, s, pixels[:slices], elem)[part],
-                 filter=np.where(part == 0, wave, -1),
-                 filter_bytes=_wave_weight_bytes(layer, s, wg, groups)[wave],
-                 ofmap=np.arange(len(compute)),
-                 ofmap_bytes=_by_wave(pixels * _held(s)[wg][:, None] * elem, groups)[keep],
-                 sram_bytes=loads + share(sram_total - int(loads.sum()), compute))
+    lay = s.layout
+    compute = _step_cycles(s.chunk_cycles, lay.keep, p.processor_groups,
+                           np.empty(len(lay.part), np.int64))
+    stored = (s.feature_nonzeros * element_bytes(layer.dtype)
+              + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0]))
+    return Steps(compute=compute, ifmap=lay.part,
+                 ifmap_bytes=share(stored, lay.chunk_pixels)[lay.part],
+                 filter=lay.filter, filter_bytes=lay.filter_bytes,
+                 ofmap=lay.ofmap, ofmap_bytes=lay.ofmap_bytes,
+                 sram_bytes=lay.load_bytes + share(sram_total - int(lay.load_bytes.sum()),
+                                                   compute))
 
 
-def _held(s: Schedule) -> np.ndarray:
-    """Kernels each weight group holds (weight groups,)."""
-    return np.count_nonzero(s.kernels != grouping.EMPTY, axis=1)
-
-
-def _by_wave(per_unit: np.ndarray, groups: int) -> np.ndarray:
-    """Per-unit, per-chunk values (units x chunks) summed over each wave's units
-    (waves * chunks,)."""
-    waves = -(-len(per_unit) // groups)
-    out = np.zeros((waves * groups, per_unit.shape[1]), np.int64)
-    out[:len(per_unit)] = per_unit
-    return out.reshape(waves, groups, -1).sum(axis=1).ravel()
-
-
-def _step_cycles(s: Schedule, wg, lo, ends, groups: int):
-    """(compute cycles of every kept (wave, chunk) step, which of waves x chunks are kept):
-    unit ``u`` (weight group ``wg[u]``, pixels from ``lo[u]``, chunk ends ``ends[u]``)
-    starts when its processor group's earlier units end; a step ends when the last of its
-    wave's units has done that chunk; a step that no unit has pixels for is dropped."""
-    n_units, chunks = ends.shape
-    cum = np.zeros((len(s.kernels), s.pixel_cycles.shape[1] + 1), np.int64)
-    np.cumsum(s.pixel_cycles, axis=1, out=cum[:, 1:])
-    within = cum[wg[:, None], ends] - cum[wg, lo][:, None]  # units x chunks
-    waves = -(-n_units // groups)
-    totals = np.zeros((waves, groups), np.int64)
-    totals.ravel()[:n_units] = within[:, -1]
-    start = (np.cumsum(totals, axis=0) - totals).ravel()[:n_units]
-    done = np.zeros((waves * groups, chunks), np.int64)
-    done[:n_units] = start[:, None] + within
-    used = np.zeros((waves * groups, chunks), bool)
-    used[:n_units] = ends > np.concatenate([lo[:, None], ends[:, :-1]], axis=1)
-    keep = used.reshape(waves, groups, chunks).any(axis=1).ravel()
-    edge = np.maximum.accumulate(done.reshape(waves, groups, chunks).max(axis=1).ravel()[keep])
-    return np.diff(edge, prepend=0), keep
-
-
-def _ifmap_bytes(layer: ConvLayer, s: Schedule, pixels: np.ndarray, elem: int) -> np.ndarray:
-    """Bytes of each chunk's features (chunks,): the stored input (values + bitmap) in
-    proportion to the chunk's pixels over all slices (``pixels``: slices x chunks)."""
-    stored = s.feature_nonzeros * elem + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0])
-    return share(stored, pixels.sum(axis=0))
-
-
-def _wave_weight_bytes(layer: ConvLayer, s: Schedule, wg: np.ndarray,
-                       groups: int) -> np.ndarray:
-    """DRAM bytes of the weight groups each wave loads (waves,): per kernel its bit vector
-    and its non-zero weights, each distinct weight group of the wave once."""
-    per_kernel = kernel_bytes(layer, s.kernel_nonzeros)
-    held = np.where(s.kernels != grouping.EMPTY, per_kernel[np.maximum(s.kernels, 0)], 0)
-    wave = np.arange(len(wg)) // groups
-    pairs = np.unique(wave * len(s.kernels) + wg)
-    return np.bincount(pairs // len(s.kernels), held.sum(axis=1)[pairs % len(s.kernels)],
-                       minlength=wave[-1] + 1).astype(np.int64)
+@njit(cache=True, nogil=True)
+def _step_cycles(chunk_cycles, keep, groups, out):  # pragma: no cover
+    """out[i] = compute cycles of the i-th kept (wave, chunk) step (``keep``: waves x chunks,
+    flattened): unit u (row u of ``chunk_cycles``: wave u // groups, processor group
+    u % groups) starts when its processor group's earlier units end; a step ends when the
+    last of its wave's units has done that chunk and lasts from the last end before it."""
+    units, chunks = chunk_cycles.shape
+    free = np.zeros(groups, np.int64)  # when each processor group's last unit ended
+    ends = np.empty(chunks, np.int64)
+    edge = i = 0
+    for wave in range(-(-units // groups)):
+        ends[:] = 0
+        for g in range(min(groups, units - wave * groups)):
+            done = free[g]
+            for c in range(chunks):
+                done += chunk_cycles[wave * groups + g, c]
+                ends[c] = max(ends[c], done)
+            free[g] = done
+        for c in range(chunks):
+            if keep[wave * chunks + c]:
+                out[i] = max(edge, ends[c]) - edge
+                edge = max(edge, ends[c])
+                i += 1
+    return out
 
 
 def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
