@@ -9,7 +9,9 @@ writes the bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped for the children), s
 the start of an installed npusim, not the compilation of its sources. Target: under
 ``TARGET_S`` of import per command (issue 15). ``--against SRC`` measures another tree's
 npusim (its ``src`` folder) beside this one, run for run in turn, so that a load that comes
-and goes on a shared machine weighs on both alike. Usage::
+and goes on a shared machine weighs on both alike. Each run of a command is followed by one of
+the numpy + rich table floor, and "over floor" is the median of the differences, run by run:
+what npusim itself adds, steadier than the two medians' difference on a shifting load. Usage::
 
     PYTHONPATH=src python bench/bench_startup.py [--runs 5] [--against ../main/src]
 """
@@ -34,6 +36,7 @@ FLOORS = {  # what the commands that need them cannot go below: the libraries al
     "floor: import numpy": "import numpy",
     "floor: numpy + rich table": "import numpy, rich.console, rich.table",
 }
+ON_THE_FLOOR = ("npusim run Resnet18.csv",)  # commands that need numpy and rich's table
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
@@ -96,15 +99,21 @@ def main() -> None:
     envs = {"": ENV}
     if args.against:
         envs["against "] = {**ENV, "PYTHONPATH": os.path.abspath(args.against)}
-    heads = "".join(f" {w + 'import ms':>18} {w + 'CPU ms':>15}" for w in envs)
+    heads = "".join(f" {w + 'import ms':>18} {w + 'CPU ms':>15} {w + 'over floor':>19}"
+                    for w in envs)
     print(f"{'command':<26}{heads}   (median of {args.runs} runs; "
           f"target: import < {TARGET_S * 1e3:.0f} ms)")
+    floor = FLOORS["floor: numpy + rich table"]
     for label, code in {**COMMANDS, **FLOORS}.items():
         for env in envs.values():
             measure(code, env)  # writes the bytecode
-        runs = [[measure(code, env) for env in envs.values()] for _ in range(args.runs)]
+        paired = label in ON_THE_FLOOR
+        runs = [[(*measure(code, env), measure(floor, env)[0] if paired else 0.0)
+                 for env in envs.values()] for _ in range(args.runs)]
         cells = "".join(f" {statistics.median(r[k][0] for r in runs) * 1e3:18.1f}"
                         f" {statistics.median(r[k][1] for r in runs) * 1e3:15.1f}"
+                        + (f" {statistics.median(r[k][0] - r[k][2] for r in runs) * 1e3:19.1f}"
+                           if paired else f" {'-':>19}")
                         for k in range(len(envs)))
         print(f"{label:<26}{cells}")
 
