@@ -398,3 +398,35 @@ def test_memory_steps_by_hand_hold_one_operand_and_cycle_the_other():
     assert s.ifmap.tolist() == [0, 2, 1, 0, 2]
     assert s.ifmap_bytes.tolist() == [30, 40, 50, 30, 30]
     assert s.ofmap.tolist() == [1, 3, 5, 7, 8] and s.psum_size.tolist() == [4 * 2 * 5] * 5
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_emulator_equals_fast_model_on_long_work_stealing_tails(dtype):
+    """In each kernel set of 4 (a kernel a PU), one dense kernel, one half dense and two
+    sparse: when the sparse kernels' PUs go idle, the others have hundreds of cycles left
+    (more than ``region_work.LONG_TAIL`` a PU), so the fast model repeats windows of their
+    tail (``region_work._steal``: the thieves take from the dense kernel's PU alone until
+    the half-dense one's level, then from both), across the kernel parts of a 5x5 kernel on
+    36 accumulators, where the emulator plays every cycle: every field equal, the transfers
+    the thieves fill included."""
+    from npusim.dataflows import region_work
+
+    layer = ConvLayer(1, 24, 6, 6, 8, 5, 5, padding=(2, 2, 2, 2), dtype=dtype)
+    rng = np.random.default_rng(7)
+    keep = rng.random(layer.weight_shape) < np.array([1, 0.5, 0.03, 0.03] * 2)[:, None, None,
+                                                                              None]
+    w, x = rng.standard_normal(layer.weight_shape) * keep, rng.standard_normal(layer.input_shape)
+    if dtype == "int8":
+        x, w = np.rint(x * 40).astype(np.int8), np.rint(w * 40).astype(np.int8)
+    else:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+    p = dataclasses.replace(load_arch("input-reuse-1024").params(Params), operation_units=2,
+                            first_buffer_kb=64)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    # a kernel's weight cycles on a dense region: its non-zero weights (one channel a cycle)
+    cycles = np.sort((w != 0).reshape(2, 4, -1).sum(axis=-1), axis=1)
+    assert (cycles[:, -2] - cycles[:, 1] > 4 * region_work.LONG_TAIL).all()
+    emu, fast = emulate(layer, x, w, None, p, arch)[1], layer_stats(layer, x != 0, w != 0, arch,
+                                                                    "input-reuse")
+    assert fast.extra["stealing_saved_cycles"] > 0 and fast.extra["peak_kernel_parts"] > 1
+    assert emu == fast
