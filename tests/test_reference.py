@@ -1,12 +1,14 @@
 """The judges judged: reference.conv2d against torch (float64) and against scalar loops (int)."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import conv_layers, rel_err, tensors, torch_conv
 
 from npusim import reference
 from npusim.ir import ConvLayer
+from npusim.reference import pad_input
 
 
 @given(conv_layers(), st.integers(0, 2**16))
@@ -46,3 +48,17 @@ def test_integer_reference_does_not_wrap_at_int8_or_int16():
     x = np.full(layer.input_shape, -127, np.int8)
     w = np.full(layer.weight_shape, -127, np.int8)
     assert reference.conv2d(x, w, None, layer)[0, 0, 0, 0] == 127 * 127 * 64 * 9
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.float32, np.float64])
+@pytest.mark.parametrize("padding", [(0, 0, 0, 0), (1, 1, 1, 1), (0, 2, 3, 1), (2, 0, 0, 0)])
+def test_padding_is_numpys_constant_pad(dtype, padding):
+    """``pad_input`` against ``np.pad`` (which it replaced for speed), zeros and ones."""
+    layer = ConvLayer(2, 3, 5, 4, 2, 3, 3, padding=padding)
+    x = np.random.default_rng(0).integers(-3, 4, layer.input_shape).astype(dtype)
+    t, b, left, right = padding
+    for value in (0, 1):
+        want = np.pad(x, ((0, 0), (0, 0), (t, b), (left, right)), constant_values=value)
+        got = pad_input(x, layer, value)
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, want)

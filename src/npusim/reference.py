@@ -14,11 +14,17 @@ from .ir import ConvLayer
 
 
 def pad_input(x: np.ndarray, layer: ConvLayer, value=0) -> np.ndarray:
-    """``x`` with the layer's (top, bottom, left, right) zero padding applied."""
+    """``x`` (N x C x H x W) with the layer's (top, bottom, left, right) padding of ``value``
+    applied (``x`` itself when it has none). A new array with ``x`` copied in: ``np.pad``'s
+    generality cost 25 us a call, most of a small layer's padding."""
     t, b, l, r = layer.padding
     if not any(layer.padding):
         return x
-    return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
+    n, c, h, w = x.shape
+    shape = (n, c, h + t + b, w + l + r)
+    out = np.zeros(shape, x.dtype) if value == 0 else np.full(shape, value, x.dtype)
+    out[:, :, t:t + h, l:l + w] = x
+    return out
 
 
 def tap_window(xp: np.ndarray, layer: ConvLayer, r: int, s: int) -> np.ndarray:
