@@ -167,13 +167,21 @@ def _field_bits(layer: ConvLayer, pl: grouping.Plan) -> int:
     return layer.Cg * layer.R * layer.S * int(distinct) * layer.N * layer.P * layer.Q
 
 
+def wave_grid(per_unit: np.ndarray, groups: int) -> np.ndarray:
+    """Per-unit values (units x columns) laid out by wave and processor group (unit ``u`` in
+    wave ``u // groups`` on group ``u % groups``): waves x groups x columns, int64, zero
+    where the last wave has no unit. Summed over axis 1: per wave; over axis 0: per
+    processor group."""
+    waves = -(-len(per_unit) // groups)
+    out = np.zeros((waves * groups, *per_unit.shape[1:]), np.int64)
+    out[:len(per_unit)] = per_unit
+    return out.reshape(waves, groups, *per_unit.shape[1:])
+
+
 def _by_wave(per_unit: np.ndarray, groups: int) -> np.ndarray:
     """Per-unit, per-chunk values (units x chunks) summed over each wave's units
     (waves * chunks,)."""
-    waves = -(-len(per_unit) // groups)
-    out = np.zeros((waves * groups, per_unit.shape[1]), np.int64)
-    out[:len(per_unit)] = per_unit
-    return out.reshape(waves, groups, -1).sum(axis=1).ravel()
+    return wave_grid(per_unit, groups).sum(axis=1).ravel()
 
 
 def _wave_weight_bytes(layer: ConvLayer, pl: grouping.Plan, nnz: np.ndarray, wg: np.ndarray,

@@ -55,7 +55,7 @@ from ..stats import Counts, LayerStats, price
 from . import bitmap
 from .base import Machine, element_bytes, register
 from .input_reuse import share
-from .sparse_layout import Layout, layout
+from .sparse_layout import Layout, layout, wave_grid
 
 NAME = "sparse-pairs"
 
@@ -139,10 +139,7 @@ def _lockstep(per, kernels, bounds, Q, scan, chunks, busy, first, stop):  # prag
 def _per_group(groups: int, values: np.ndarray) -> np.ndarray:
     """Sum of per-unit ``values`` (units x columns) over the units each of the ``groups``
     processor groups runs (unit ``u`` on group ``u mod groups``)."""
-    waves = -(-len(values) // groups)
-    out = np.zeros((waves * groups,) + values.shape[1:], np.int64)
-    out[:len(values)] = values
-    return out.reshape(waves, groups, *values.shape[1:]).sum(axis=0)
+    return wave_grid(values, groups).sum(axis=0)
 
 
 def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
