@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from npusim import load_arch
+from npusim import memory as memory_model
 from npusim.arch import Memory
 from npusim.errors import LayerError
 from npusim.ir import ConvLayer
@@ -166,6 +167,32 @@ def test_one_on_chip_step_equals_the_array_rule(seed):
         memory = mem(sram_bytes_per_cycle=float(rng.choice([1.0, 3.0, 16.0, 64.0, 7.3])))
         steps = Steps(compute=[cycles, 0], sram_bytes=[moved, 0])
         assert on_chip_timing(cycles, moved, memory) == time_layer(steps, memory)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_step_in_scalars_equals_the_array_rule(seed):
+    """``_one_step`` (a single step in Python scalars) against ``_array_steps`` on the same
+    step, on random blocks, sizes and memories: small and large buffers (blocks that fit
+    or stream), latency, shared or per-operand channels, single or double buffering,
+    limited or unlimited DRAM and SRAM ports, both compute bounds."""
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        memory = mem(kib=tuple(int(k) for k in rng.choice([1, 8, 64], 3)),
+                     bw=[0.7, 3.0, 16, 17.064, "unlimited"][rng.integers(5)],
+                     dram_latency_cycles=int(rng.choice([0, 0, 40])),
+                     sram_bytes_per_cycle=[5.0, 64, 13.7, "unlimited"][rng.integers(4)],
+                     double_buffered=bool(rng.integers(2)),
+                     dram_channels=str(rng.choice(["shared", "per-operand"])))
+        ids = rng.integers(-1, 2, 3)
+        ids[rng.integers(3)] = 0  # at least one operand in DRAM: the array rule's case
+        nbytes = rng.integers(0, 90_000, 6)
+        steps = Steps(compute=[int(rng.integers(0, 20_000))], ifmap=int(ids[0]),
+                      ifmap_bytes=int(nbytes[0]), ifmap_size=int(nbytes[0] + nbytes[1]),
+                      filter=int(ids[1]), filter_bytes=int(nbytes[2]),
+                      ofmap=int(ids[2]), ofmap_bytes=int(nbytes[3]),
+                      psum_bytes=int(nbytes[4]), sram_bytes=int(nbytes[5]),
+                      compute_bound=str(rng.choice(["compute", "bus"])))
+        assert memory_model._one_step(steps, memory) == memory_model._array_steps(steps, memory)
 
 
 def _random_steps(rng, n=40):

@@ -353,29 +353,90 @@ def with_reconfig(timing: Timing, units: int, memory) -> Timing:
 
 def _time_steps(steps: Steps, memory) -> Timing:
     """The layer's Timing on ``memory`` without the reconfiguration."""
+    if len(steps) == 1:
+        return _one_step(steps, memory)
     if not (steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
         return _on_chip(steps, memory)
+    return _array_steps(steps, memory)
+
+
+def _array_steps(steps: Steps, memory) -> Timing:
+    """The Timing of steps that touch DRAM, by the array rule (any number of steps)."""
     t = traffic(steps, memory)
     compute = steps.compute.astype(np.float64)
-    dram = {"ifmap": int(t["ifmap"].sum()), "filter": int(t["filter"].sum()),
-            "ofmap": int(t["psum_in"].sum() + t["ofmap_out"].sum())}
+    dram = (int(t["ifmap"].sum()), int(t["filter"].sum()),
+            int(t["psum_in"].sum() + t["ofmap_out"].sum()))
     sram = (None if unlimited(memory.sram_bytes_per_cycle)  # None: the ports never wait
             else steps.sram_bytes / memory.sram_bytes_per_cycle)
     if unlimited(memory.dram_bytes_per_cycle):
         stalls = [0.0, 0.0, 0.0, _port_stall(sram, compute)]
-        busy_dram = 0.0
     else:
-        bw = memory.dram_bytes_per_cycle
         stalls = (_overlapped if memory.double_buffered else _serial)(t, compute, sram, memory)
-        per_channel = [dram["ifmap"], dram["filter"], dram["ofmap"]]
-        busy_dram = (max(per_channel) if memory.dram_channels == "per-operand"
-                     else sum(per_channel)) / bw
-    ints = _integers(stalls)
-    busy = {steps.compute_bound: float(compute.sum()), "dram": busy_dram,
-            "sram": 0.0 if sram is None else float(sram.sum())}
+    return _timing(steps, int(steps.compute.sum()), stalls, dram,
+                   0.0 if sram is None else float(sram.sum()), memory)
+
+
+def _timing(steps: Steps, compute: int, stalls: list[float], dram: tuple[int, int, int],
+            sram_cycles: float, memory) -> Timing:
+    """The Timing of ``compute`` cycles, fractional ``stalls`` (DRAM ifmap, filter, ofmap;
+    SRAM), the DRAM bytes moved (ifmap, filter, ofmap) and the cycles the SRAM ports are
+    busy: whole stalls, and the bound (the busiest of the datapath, DRAM and SRAM)."""
+    busy_dram = 0.0
+    if not unlimited(memory.dram_bytes_per_cycle):
+        busy_dram = (max(dram) if memory.dram_channels == "per-operand"
+                     else sum(dram)) / memory.dram_bytes_per_cycle
+    busy = {steps.compute_bound: float(compute), "dram": busy_dram, "sram": sram_cycles}
     bound = max(busy, key=lambda k: (busy[k], k == steps.compute_bound))
-    return Timing(int(steps.compute.sum()), *ints, bound, dram["ifmap"], dram["filter"],
-                  dram["ofmap"])
+    return Timing(compute, *_integers(stalls), bound, *dram)
+
+
+def _one_step(steps: Steps, memory) -> Timing:
+    """The Timing of a single step in Python scalars (most convs of a small network are
+    one step; the arrays cost many numpy calls): the array rule with no neighbour step to
+    overlap, so double and single buffering agree. The fetch before the step and the
+    write-back after it are exposed (each a transfer, ``_one_transfer``), and the step
+    waits on the SRAM ports for the cycles they take beyond its compute."""
+    ifmap, filt, ofmap = int(steps.ifmap[0]), int(steps.filter[0]), int(steps.ofmap[0])
+    compute, moved = int(steps.compute[0]), int(steps.sram_bytes[0])
+    if ifmap < 0 and filt < 0 and ofmap < 0:
+        return on_chip_timing(compute, moved, memory, steps.compute_bound)
+    fetched = [_one_fetch(ifmap, steps.ifmap_bytes, steps.ifmap_size,
+                          usable_bytes(memory.ifmap_sram_kb, memory)),
+               _one_fetch(filt, steps.filter_bytes, steps.filter_size,
+                          usable_bytes(memory.filter_sram_kb, memory)), 0]
+    written = int(steps.ofmap_bytes[0]) if ofmap >= 0 else 0  # no spill: a step's block
+    sram = (None if unlimited(memory.sram_bytes_per_cycle)  # is never left and entered
+            else moved / memory.sram_bytes_per_cycle)
+    port = 0.0 if sram is None else max(sram - compute, 0.0)
+    if unlimited(memory.dram_bytes_per_cycle):
+        stalls = [0.0, 0.0, 0.0, port]
+    else:
+        stalls = [*_one_transfer(fetched, memory), port]
+        stalls[2] += sum(_one_transfer([written], memory))
+    return _timing(steps, compute, stalls, (fetched[0], fetched[1], written),
+                   0.0 if sram is None else sram, memory)
+
+
+def _one_fetch(block: int, nbytes: np.ndarray, size: np.ndarray, capacity: float) -> int:
+    """DRAM bytes one step fetches of the input ``block`` (-1: none): the whole block when
+    it fits its buffer, else the step's bytes (``_input_fetches`` on one step)."""
+    if block < 0:
+        return 0
+    whole = int(size[0])
+    return whole if whole <= capacity else int(nbytes[0])
+
+
+def _one_transfer(parts: list[int], memory) -> list[float]:
+    """``_transfer`` of one phase in scalars: the cycles of the phase's transfer of
+    ``parts`` (bytes per operand) that each operand causes."""
+    bw, lat = memory.dram_bytes_per_cycle, memory.dram_latency_cycles
+    if memory.dram_channels == "per-operand":
+        times = [p / bw + (lat if p > 0 else 0) for p in parts]
+        worst = times.index(max(times))
+        return [times[k] if k == worst else 0.0 for k in range(len(parts))]
+    whole = sum(parts)
+    time = whole / bw + (lat if whole > 0 else 0)
+    return [p / (whole if whole > 0 else 1) * time for p in parts]
 
 
 def _on_chip(steps: Steps, memory) -> Timing:
