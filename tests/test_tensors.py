@@ -147,3 +147,34 @@ def test_finite_values_whose_sum_overflows_are_not_refused():
     check_finite(np.array([1e308, 1e308, -1e308]), "x", "here")
     with pytest.raises(InputError, match=r"here: x has 1 non-finite .*index \(3,\)"):
         check_finite(np.array([1e308, 1e308, -1e308, np.nan]), "x", "here")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_check_finite_finds_a_non_finite_value_anywhere(dtype, bad):
+    """``check_finite`` against a plain-Python scan (``math.isfinite`` of every value) on
+    arrays with one to three non-finite values at random positions (the first, the last,
+    inside), in C order and transposed, and on the same arrays all finite (extremes of the
+    dtype included): it raises exactly when the scan finds one, naming the count and the
+    first index."""
+    import math
+
+    from npusim.tensors import check_finite
+
+    rng = np.random.default_rng(7)
+    for shape in [(1,), (5,), (3, 4), (2, 3, 5, 7)]:
+        for _ in range(8):
+            a = rng.standard_normal(shape).astype(dtype)
+            a.flat[0] = np.finfo(dtype).max
+            a.flat[-1] = np.finfo(dtype).min
+            check_finite(a, "x", "here")
+            at = sorted({int(i) for i in rng.integers(0, a.size, rng.integers(1, 4))}
+                        | ({0} if rng.random() < 0.3 else set()))
+            a.flat[at] = bad
+            for view in (a, a.T):
+                scan = [i for i, v in enumerate(view.flat) if not math.isfinite(float(v))]
+                first = np.unravel_index(scan[0], view.shape)
+                index = "\\(" + ", ".join(str(int(i)) for i in first) + ",?\\)"
+                with pytest.raises(InputError, match=rf"here: x has {len(scan)} non-finite "
+                                                     rf".*at index {index}"):
+                    check_finite(view, "x", "here")

@@ -10,6 +10,8 @@ values are non-finite and the first one's index.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .errors import InputError
@@ -25,11 +27,11 @@ def check_finite(tensor, name: str, where: str) -> None:
     Integer and boolean arrays are always finite.
     """
     a = np.asarray(tensor)
-    if not np.issubdtype(a.dtype, np.inexact) or _finite_sum(a):
+    if a.dtype.kind not in "fc" or _extremes_finite(a):  # f: real floats, c: complex
         return
     ok = np.isfinite(a)
     if ok.all():
-        return  # finite values whose float64 sum overflowed
+        return  # a complex array, or extremes beyond a Python float's range
     first = tuple(int(i) for i in np.argwhere(~ok)[0])
     raise InputError(f"{where}: {name} has {int(a.size - ok.sum())} non-finite value(s) "
                      f"(the first, {a[first]}, at index {first}); npusim takes finite "
@@ -45,13 +47,16 @@ def finite_float32(tensor, name: str, where: str) -> np.ndarray:
     return a
 
 
-def _finite_sum(a: np.ndarray) -> bool:
-    """Whether a real array's float64 sum is finite: then every value is (a NaN or inf makes
-    the sum non-finite), found without a mask the size of the tensor in memory."""
-    if not np.issubdtype(a.dtype, np.floating):
+def _extremes_finite(a: np.ndarray) -> bool:
+    """Whether a real float array holds finite values only, by its extremes: a NaN makes
+    the maximum NaN, +inf is the maximum and -inf the minimum (two reductions, no mask the
+    size of the tensor in memory). False for a complex array (not checked here)."""
+    if a.dtype.kind != "f":
         return False
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(a.sum(dtype=np.float64)))
+    if not a.size:
+        return True
+    return math.isfinite(np.maximum.reduce(a, axis=None)) and math.isfinite(
+        np.minimum.reduce(a, axis=None))
 
 
 def check_whole(tensor, name: str, where: str, bounds: tuple[int, int]) -> None:
