@@ -272,3 +272,28 @@ def test_shape_only_costs_counted_once_equal_the_machine_counting_each_layer(arc
                if s.dataflow != "vector"]
         assert got == want
         assert [s.name for s in got] == ["first", "second", "third"]
+
+
+@pytest.mark.parametrize("preset", ["systolic-32x32-ws", "sparse-pairs-32x32"])
+def test_vector_ops_priced_once_equal_ops_priced_afresh(preset):
+    """Vector ops alike in kind, dtype and counts are priced once (``vector_priced``) and
+    renamed: each op's stats in a run of PP-OCR's classifier (float32, then int8, then
+    float32 again on the same arch, so kept stats meet the other dtype) equal its stats
+    priced afresh (``_vector_price``), name included; and most ops were not priced afresh."""
+    from npusim.frontends import zoo
+    from npusim.simulate import _vector_price, vector_work
+
+    graph, x = zoo.build("ppocr-cls"), zoo.input_for("ppocr-cls")
+    arch = npusim.load_arch(preset)
+    for dtype in ("float32", "int8", "float32"):
+        res = npusim.simulate(graph, x, arch, mode="estimate", dtype=dtype)
+        by_name = {st.name: st for st in res.layers if st.dataflow == "vector"}
+        vector_nodes = [node for node in graph.nodes if node.name in by_name]
+        assert len(vector_nodes) == len(by_name) > 20
+        kinds = set()
+        for node in vector_nodes:
+            counted = vector_work(node.name, node.op, [graph.shapes[n] for n in node.inputs],
+                                  graph.shapes[node.name], dtype)
+            kinds.add((counted[0].shape, *counted[1:]))
+            assert by_name[node.name] == _vector_price(counted, arch)
+        assert len(kinds) < len(vector_nodes) / 2

@@ -169,28 +169,36 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
     return placed.machine, lambda: placed.stats, placed
 
 
-SHAPE_COSTS_KEPT = 4096  # layer geometries whose costs each arch keeps (networks repeat theirs)
+SHAPE_COSTS_KEPT = 4096  # costs each arch keeps, by layer geometry (networks repeat theirs)
 _shape_costs: dict[int, OrderedDict] = {}
 
 
-def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
-    """``df.estimate`` of ``layer`` for a machine whose costs follow the shapes alone
-    (``reads_masks`` False), counted once per geometry and dtype on ``arch`` (the same
-    ``Arch`` object: presets are shared, ``load_arch``) and renamed for each layer: repeated
-    blocks and later calls on the same arch (a sweep, a bench) do not count them again."""
+def kept_costs(arch: Arch, key, count: Callable[[], LayerStats]) -> LayerStats:
+    """``count()``, counted once per ``key`` on ``arch`` (the same ``Arch`` object: presets
+    are shared, ``load_arch``) and kept for the arch's ``SHAPE_COSTS_KEPT`` most recent
+    keys: repeated blocks and later calls on the same arch (a sweep, a bench) do not count
+    them again."""
     store = _shape_costs.get(id(arch))
     if store is None:
         store = _shape_costs[id(arch)] = OrderedDict()
         weakref.finalize(arch, _shape_costs.pop, id(arch), None)
-    key = (df.name, dataclasses.replace(layer, name=""))  # every field but the name
     st = store.get(key)
     if st is None:
-        st = store[key] = df.estimate(layer, None, None, arch)
+        st = store[key] = count()
         if len(store) > SHAPE_COSTS_KEPT:
             store.popitem(last=False)
     else:
         store.move_to_end(key)
-    return st if st.name == layer.name else st.renamed(layer.name)
+    return st
+
+
+def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
+    """``df.estimate`` of ``layer`` for a machine whose costs follow the shapes alone
+    (``reads_masks`` False), counted once per geometry and dtype on ``arch``
+    (``kept_costs``) and renamed for each layer."""
+    key = (df.name, dataclasses.replace(layer, name=""))  # every field but the name
+    st = kept_costs(arch, key, lambda: df.estimate(layer, None, None, arch))
+    return st.renamed(layer.name)
 
 
 def _tensor_masks(x: np.ndarray, w: np.ndarray):
@@ -276,7 +284,15 @@ def vector_work(name: str, op, in_shapes, out_shape, dtype: str) -> tuple[Op, in
 
 
 def vector_priced(counted: tuple[Op, int, int], arch: Arch) -> LayerStats:
-    """``vector_work``'s counts priced on ``arch``."""
+    """``vector_work``'s counts priced on ``arch``: once per kind, dtype and counts
+    (``kept_costs``: ops alike in these have the same stats), renamed for each op."""
+    op = counted[0]
+    key = ("vector", op.shape, op.dtype, *counted[1:])
+    return kept_costs(arch, key, lambda: _vector_price(counted, arch)).renamed(op.name)
+
+
+def _vector_price(counted: tuple[Op, int, int], arch: Arch) -> LayerStats:
+    """``vector_priced`` counted afresh."""
     op, work, moved = counted
     cycles = math.ceil(work / arch.vector.lanes)
     counts = Counts("vector", macs=0, dense_macs=0, multipliers=0, sram_ofmap_bytes=moved,
