@@ -180,3 +180,19 @@ def test_ceil_mode_never_gives_fewer_windows_than_floor(kind, width, pad):
         assert floor <= ceil <= floor + 1
         out = ops.Pool(k, s, pad, True, kind)(rand(1, 1, 4, width))
         assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int8])
+def test_batchnorm_equals_its_expression_bit_for_bit_and_keeps_its_input(dtype):
+    """``BatchNorm`` (the shift added in place into the product) against the plain
+    expression ``(x * scale + shift).astype(float32)``: the same bits, and ``x`` unchanged."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2, 5, 4, 3)) * 50).astype(dtype)
+    bn = ops.BatchNorm.from_stats(rng.random(5) + 0.5, rng.standard_normal(5),
+                                  rng.standard_normal(5), rng.random(5) + 0.1)
+    before = x.copy()
+    shape = (1, -1, 1, 1)
+    ref = (x * bn.scale.reshape(shape) + bn.shift.reshape(shape)).astype(np.float32)
+    out = bn(x)
+    assert out.dtype == np.float32 and out.tobytes() == ref.tobytes()
+    assert x.tobytes() == before.tobytes()

@@ -171,8 +171,12 @@ class BatchNorm(Op):
         return in_shapes[0]
 
     def __call__(self, x):
+        """``x * scale + shift`` as float32; the shift added in place into the product (a
+        new array: ``x`` is never written), rounded as the expression would be."""
         shape = (1, -1) + (1,) * (x.ndim - 2)
-        return (x * self.scale.reshape(shape) + self.shift.reshape(shape)).astype(np.float32)
+        out = x * self.scale.reshape(shape)
+        out += self.shift.reshape(shape)
+        return out.astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
