@@ -116,6 +116,7 @@ class Steps:
         n = len(compute)
         if n == 0:
             raise LayerError("Steps: a layer needs at least one step")
+        counted = []  # the arrays of cycles and bytes, checked for negatives at once
         for name in _ARRAYS:
             value = compute if name == "compute" else getattr(self, name)
             if value is None:  # a block size not given: the bytes fetched
@@ -127,15 +128,15 @@ class Steps:
                 continue
             arr = _int64(value)
             if arr.ndim == 0:
-                negative = int(arr) < 0
                 arr = np.full(n, int(arr), np.int64)
             elif arr.shape != (n,):
                 raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like compute")
-            else:
-                negative = name not in _IDS and arr.min() < 0
-            if name not in _IDS and negative:
-                raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
+            if name not in _IDS:
+                counted.append(arr)
             object.__setattr__(self, name, arr)
+        if np.concatenate(counted).min() < 0:
+            name = next(k for k in _ARRAYS if k not in _IDS and getattr(self, k).min() < 0)
+            raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
         if self.psum_size is not None:
             size = np.asarray(self.psum_size, np.int64)
             size = np.full(n, int(size), np.int64) if size.ndim == 0 else size
