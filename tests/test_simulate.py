@@ -297,3 +297,28 @@ def test_vector_ops_priced_once_equal_ops_priced_afresh(preset):
             kinds.add((counted[0].shape, *counted[1:]))
             assert by_name[node.name] == _vector_price(counted, arch)
         assert len(kinds) < len(vector_nodes) / 2
+
+
+def test_shape_costs_follow_every_field_of_a_conv_but_its_name():
+    """``shape_costs`` (kept per geometry) against ``df.estimate`` counted afresh, on a conv
+    and on convs that differ from it in one field each (and in the name): each gets its own
+    stats, renamed; a conv that differs in its name alone reuses the first's."""
+    import dataclasses
+
+    from npusim.dataflows import REGISTRY
+    from npusim.simulate import shape_costs
+
+    arch = npusim.load_arch("systolic-32x32-ws")
+    df = REGISTRY[arch.dataflow]
+    base = ConvLayer(1, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1, False, "base")
+    changes = {"N": 2, "C": 16, "H": 13, "W": 11, "K": 8, "R": 5, "S": 1, "stride": 2,
+               "padding": (0, 1, 1, 0), "dilation": 2, "groups": 4, "bias": True,
+               "dtype": "int8"}
+    assert set(changes) | {"name"} == {f.name for f in dataclasses.fields(ConvLayer)}
+    layers = [base, dataclasses.replace(base, name="renamed")]
+    layers += [dataclasses.replace(base, name=f"other {k}", **{k: v})
+               for k, v in changes.items()]
+    for layer in layers * 2:  # the second time from the store
+        fresh = df.estimate(layer, None, None, arch)
+        assert shape_costs(df, layer, arch) == fresh
+    assert len({shape_costs(df, layer, arch).cycles for layer in layers}) > 5

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import time
 import weakref
 from collections import OrderedDict
@@ -192,11 +193,16 @@ def kept_costs(arch: Arch, key, count: Callable[[], LayerStats]) -> LayerStats:
     return st
 
 
+# every field of a conv but its name: what its costs on a shape-costed machine follow
+_unnamed = operator.attrgetter(*[f.name for f in dataclasses.fields(ConvLayer)
+                                 if f.name != "name"])
+
+
 def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
     """``df.estimate`` of ``layer`` for a machine whose costs follow the shapes alone
     (``reads_masks`` False), counted once per geometry and dtype on ``arch``
     (``kept_costs``) and renamed for each layer."""
-    key = (df.name, dataclasses.replace(layer, name=""))  # every field but the name
+    key = (df.name, type(layer), _unnamed(layer))
     st = kept_costs(arch, key, lambda: df.estimate(layer, None, None, arch))
     return st.renamed(layer.name)
 
