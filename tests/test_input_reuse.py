@@ -604,3 +604,17 @@ def test_jobs_run_in_another_order_take_their_transfers_along(jobs, seed):
     np.testing.assert_array_equal(got.transfers.kernel, t.kernel[seq])
     np.testing.assert_array_equal(got.transfers.pixels, t.pixels[seq])
     np.testing.assert_array_equal(got.slot_cycles, work.slot_cycles[order])
+
+
+@given(st.integers(0, 10**12), st.lists(st.integers(0, 50), min_size=1, max_size=40))
+def test_a_total_shared_by_weights_keeps_every_unit_and_follows_the_running_sums(total, weights):
+    """``share`` against plain integers: part i is floor(total x (running weight to i) / all)
+    less the same to i - 1, equal weights when they are all zero."""
+    from npusim.dataflows.input_reuse import share
+
+    w = weights if sum(weights) else [1] * len(weights)
+    running = [sum(w[:i + 1]) for i in range(len(w))]
+    floors = [0] + [total * r // running[-1] for r in running]
+    got = share(total, np.array(weights))
+    assert got.tolist() == [b - a for a, b in zip(floors[:-1], floors[1:], strict=True)]
+    assert got.dtype == np.int64 and int(got.sum()) == total
