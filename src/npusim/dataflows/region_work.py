@@ -478,9 +478,13 @@ def _kernel_of(job, slot, pus, jobs_per_region, sets_per_group, kg):  # pragma: 
     """The kernel that slot ``slot`` of job ``job`` runs: job ``j`` runs kernel set
     ``j mod jobs_per_region`` (conv group major), ``pus`` kernels a set."""
     kernel = np.empty(job.size, np.int64)
+    last = first = -1  # the job before, and its set's first kernel
     for i in range(job.size):
-        group, kset = divmod(job[i] % jobs_per_region, sets_per_group)
-        kernel[i] = group * kg + kset * pus + slot[i]
+        if job[i] != last:  # a job's slots are consecutive: one division a job
+            last = job[i]
+            group, kset = divmod(last % jobs_per_region, sets_per_group)
+            first = group * kg + kset * pus
+        kernel[i] = first + slot[i]
     return kernel
 
 
