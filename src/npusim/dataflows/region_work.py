@@ -491,7 +491,7 @@ def _kernel_of(job, slot, pus, jobs_per_region, sets_per_group, kg):  # pragma: 
 @njit(cache=True, nogil=True)
 def _nonzero_slots(cycles):  # pragma: no cover
     """(job, slot, part) of every non-zero entry of ``cycles`` (jobs x P x parts), in order
-    (``np.nonzero``, a few times quicker on these shapes)."""
+    (``np.nonzero``'s, 1.1-2.4x quicker on jobs x 4 x 1-3)."""
     jobs, pus, parts = cycles.shape
     job, slot, part = (np.empty(cycles.size, np.int64), np.empty(cycles.size, np.int64),
                        np.empty(cycles.size, np.int64))
