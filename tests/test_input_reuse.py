@@ -558,12 +558,13 @@ def steal_cycle_by_cycle(cycles):
 
 
 @given(st.integers(1, 6), st.integers(1, 3), st.integers(0, 2**31),
-       st.sampled_from(["even", "one heavy", "spread"]))
+       st.sampled_from(["even", "one heavy", "spread", "one busy"]))
 def test_work_stealing_that_skips_repeating_cycles_equals_playing_every_cycle(pus, parts, seed,
                                                                              shape):
-    """The model plays long idle tails by repeating windows of cycles at once; the counts
-    of who ran which victim's cycles of which part must equal the cycle-by-cycle play, on
-    tails of a few cycles to hundreds (one PU far behind the others, or all spread)."""
+    """The model plays long idle tails by repeating windows of cycles at once, and a job of
+    one busy PU in closed form; the counts of who ran which victim's cycles of which part
+    must equal the cycle-by-cycle play, on tails of a few cycles to hundreds (one PU far
+    behind the others, all spread, or one alone)."""
     rng = np.random.default_rng(seed)
     size = (3, pus, parts)
     if shape == "even":
@@ -571,10 +572,16 @@ def test_work_stealing_that_skips_repeating_cycles_equals_playing_every_cycle(pu
     elif shape == "one heavy":
         cycles = rng.integers(0, 12, size)
         cycles[:, rng.integers(pus)] += rng.integers(100, 600, (3, parts))
-    else:
+    elif shape == "spread":
         cycles = rng.integers(0, 3, size) * rng.integers(0, 300, (3, pus, 1))
+    else:  # a depthwise layer's jobs: one kernel a set, the other slots empty
+        cycles = np.zeros(size, np.int64)
+        cycles[:, rng.integers(pus)] = rng.integers(0, 300, (3, parts))
     cycles = cycles.astype(np.int64)
-    np.testing.assert_array_equal(region_work._steal(cycles), steal_cycle_by_cycle(cycles))
+    done = steal_cycle_by_cycle(cycles)
+    found = region_work._steal(cycles)  # the non-zero counts, in order of (job, v, t, p)
+    for got, want in zip(found, (*np.nonzero(done), done[np.nonzero(done)]), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @given(st.integers(1, 30), st.integers(0, 2**31))
@@ -597,3 +604,17 @@ def test_jobs_run_in_another_order_take_their_transfers_along(jobs, seed):
     np.testing.assert_array_equal(got.transfers.kernel, t.kernel[seq])
     np.testing.assert_array_equal(got.transfers.pixels, t.pixels[seq])
     np.testing.assert_array_equal(got.slot_cycles, work.slot_cycles[order])
+
+
+@given(st.integers(0, 10**12), st.lists(st.integers(0, 50), min_size=1, max_size=40))
+def test_a_total_shared_by_weights_keeps_every_unit_and_follows_the_running_sums(total, weights):
+    """``share`` against plain integers: part i is floor(total x (running weight to i) / all)
+    less the same to i - 1, equal weights when they are all zero."""
+    from npusim.dataflows.input_reuse import share
+
+    w = weights if sum(weights) else [1] * len(weights)
+    running = [sum(w[:i + 1]) for i in range(len(w))]
+    floors = [0] + [total * r // running[-1] for r in running]
+    got = share(total, np.array(weights))
+    assert got.tolist() == [b - a for a, b in zip(floors[:-1], floors[1:], strict=True)]
+    assert got.dtype == np.int64 and int(got.sum()) == total

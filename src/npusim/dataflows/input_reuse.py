@@ -227,11 +227,12 @@ def _blocks(layer: ConvLayer, p: Params, jobs: Jobs, region_bytes: np.ndarray, f
 def share(total: int, weights: np.ndarray) -> np.ndarray:
     """``total`` cut into integers in proportion to ``weights`` (equal parts if they are all
     zero), summing to ``total`` exactly."""
-    w = np.asarray(weights, np.int64)
-    if w.sum() == 0:
-        w = np.ones_like(w)
-    cum = np.cumsum(w)
-    return np.diff(total * cum // cum[-1], prepend=0)
+    cum = np.cumsum(np.asarray(weights, np.int64))
+    if cum[-1] == 0:
+        cum = np.arange(1, cum.size + 1, dtype=np.int64)
+    out = total * cum // cum[-1]
+    out[1:] -= out[:-1]  # the steps of the running sums (numpy reads overlaps as copied)
+    return out
 
 
 def kernel_set_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray, pus: int) -> np.ndarray:

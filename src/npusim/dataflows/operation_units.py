@@ -77,7 +77,8 @@ class Queue:
     """A layer's moving transfers, routed and batched once for every timing of its jobs:
     one item per run of consecutive transfers of one job to one server (``queue``), the
     moving transfers' own durations and pixels (in sequence order; item i's are
-    ``first[i]`` to ``first[i] + count[i]``) and the number of servers."""
+    ``first[i]`` to ``first[i] + count[i]``), the number of servers and every item's
+    pixels (the sum of its transfers')."""
 
     job: np.ndarray
     server: np.ndarray
@@ -91,6 +92,7 @@ class Queue:
     moving_duration: np.ndarray
     moving_pixels: np.ndarray
     servers: int
+    pixels: np.ndarray
 
 
 def reduce_last(a: np.ndarray, op: np.ufunc, dtype=None) -> np.ndarray:
@@ -158,8 +160,11 @@ def served(server: np.ndarray, ready: np.ndarray, duration: np.ndarray,
         return 0, 0, np.zeros(0, np.int64)
     server, ready = server.astype(np.int64, copy=False), ready.astype(np.int64, copy=False)
     counts = np.broadcast_to(np.asarray(count, np.int64), server.shape)
-    # numpy's stable sort (timsort) is quick on the nearly sorted ready times of a layer
-    order = np.argsort(server * (int(ready.max()) + 1) + ready, kind="stable")
+    # numpy's stable sort (timsort) is quick on the nearly sorted ready times of a layer;
+    # one server (a bus) takes them in (ready, sequence) order alone
+    key = ready if not server.any() else (
+        server * (int(ready.max()) + 1) + ready)
+    order = np.argsort(key, kind="stable")
     finish = np.empty(server.size, np.int64)
     last, wait = _serve(order, server, ready, duration.astype(np.int64, copy=False),
                         np.ascontiguousarray(counts), finish)
@@ -193,28 +198,30 @@ def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
     serves it as one item (on the bus: one per job, not one per partial OFM); each
     transfer of a run also waits for the durations of the run's earlier ones. ``unit``:
     the operation unit of every job (default: job mod units)."""
-    job = t.job.astype(np.int64)
+    job = t.job.astype(np.int64, copy=False)
     source = job % units if unit is None else np.asarray(unit, np.int64)[job]
-    job, server, duration, count, first, mv_duration, mv_pixels, totals = _route_and_batch(
-        job, source, t.kernel.astype(np.int64), t.pixels.astype(np.int64),
-        LINKS.index(interconnect), units, output_units, width)
+    (job, server, duration, count, first, mv_duration, mv_pixels, item_pixels,
+     totals) = _route_and_batch(job, source, t.kernel.astype(np.int64, copy=False),
+                                t.pixels.astype(np.int64, copy=False),
+                                LINKS.index(interconnect), units, output_units, width)
     inner, moving, cycles, hops = (int(v) for v in totals)
     servers = {"bus": 1, "full": output_units, "chain": units}[interconnect]
     return Queue(job, server, duration, count, inner, transfers=moving,
                  transfer_cycles=cycles, hops=hops, first=first,
-                 moving_duration=mv_duration, moving_pixels=mv_pixels, servers=servers)
+                 moving_duration=mv_duration, moving_pixels=mv_pixels, servers=servers,
+                 pixels=item_pixels)
 
 
 @njit(cache=True, nogil=True)
 def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
                      width):  # pragma: no cover
     """``queue`` in one pass: items (job, server, duration, count, first moving transfer),
-    the moving transfers' durations and pixels, and the totals (inner wait, moving
-    transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
+    the moving transfers' durations and pixels, the items' pixels and the totals (inner
+    wait, moving transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
     n = job.size
     item_job, item_server = np.empty(n, np.int64), np.empty(n, np.int64)
     item_duration, item_count = np.empty(n, np.int64), np.empty(n, np.int64)
-    item_first = np.empty(n, np.int64)
+    item_first, item_pixels = np.empty(n, np.int64), np.empty(n, np.int64)
     mv_duration, mv_pixels = np.empty(n, np.int64), np.empty(n, np.int64)
     items = inner = moving = cycles = hops_total = 0
     for i in range(n):
@@ -237,14 +244,16 @@ def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
             inner += item_duration[last]
             item_duration[last] += duration
             item_count[last] += 1
+            item_pixels[last] += pixels[i]
         else:
             item_job[items], item_server[items] = job[i], server
             item_duration[items], item_count[items] = duration, 1
-            item_first[items] = moving - 1
+            item_first[items], item_pixels[items] = moving - 1, pixels[i]
             items += 1
     totals = np.array([inner, moving, cycles, hops_total], np.int64)
     return (item_job[:items], item_server[:items], item_duration[:items], item_count[:items],
-            item_first[:items], mv_duration[:moving], mv_pixels[:moving], totals)
+            item_first[:items], mv_duration[:moving], mv_pixels[:moving], item_pixels[:items],
+            totals)
 
 
 def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
@@ -260,11 +269,9 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
     if capacity is not None and q.job.size:
         source = (np.arange(len(times)) % units if unit is None
                   else np.asarray(unit, np.int64))
-        item_pixels = np.add.reduceat(q.moving_pixels, q.first)
-        if (np.bincount(source[q.job], item_pixels, minlength=units).max() > capacity
+        if (np.bincount(source[q.job], q.pixels, minlength=units).max() > capacity
                 and _overflows(ends.astype(np.int64, copy=False), source.astype(np.int64),
-                               units, q.job, item_pixels.astype(np.int64, copy=False),
-                               finish, capacity)):
+                               units, q.job, q.pixels, finish, capacity)):
             ends, stalls, last, wait = _backpressure(
                 times.astype(np.int64), source.astype(np.int64), units, q.job, q.server,
                 q.first, q.count, q.moving_duration, q.moving_pixels, q.servers, capacity)
