@@ -193,6 +193,8 @@ def test_costs_are_counted_inline_when_one_thread_is_allowed(monkeypatch):
 
     sim = importlib.import_module("npusim.simulate")
     monkeypatch.setattr(parallel, "cores", lambda: 4)
+    for var in parallel.THREAD_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     with sim._Costs(background=True) as costs:
         assert costs.pool is None and costs.limits is None
