@@ -280,7 +280,9 @@ def _steal(cycles):  # pragma: no cover
     and a window that the next ones would repeat is repeated at once (``_repeat``)."""
     jobs, pus, parts = cycles.shape
     done = np.zeros((pus, pus, parts), np.int64)  # the job's counts
-    found = np.empty((5, jobs * pus * pus * parts), np.int64)  # the non-zero counts so far
+    # the non-zero counts so far: room for each job's own cycles twice, doubled when a
+    # job's counts might not fit (a job's are at most P x P x parts)
+    found = np.empty((5, max(2 * jobs * pus * parts, pus * pus * parts)), np.int64)
     n = 0
     front = np.zeros(pus, np.int64)
     back = np.zeros(pus, np.int64)
@@ -303,7 +305,7 @@ def _steal(cycles):  # pragma: no cover
             continue
         if busy == 1 and parts == 1:  # one kernel's cycles, spread over every PU at once
             _alone(done, back)
-            n = _found(done, j, found, n)
+            found, n = _found(done, j, found, n)
             continue
         length = played = 0  # the window watched: its cycles, those played (none yet)
         while True:
@@ -343,8 +345,8 @@ def _steal(cycles):  # pragma: no cover
                 back[victim] -= 1
                 done[victim, t, _part(bounds, victim, back[victim])] += 1
             played += 1
-        n = _found(done, j, found, n)
-    kept = found[:, :n].copy()  # not the room of every job's P x P x parts counts
+        found, n = _found(done, j, found, n)
+    kept = found[:, :n].copy()  # not the spare room
     return kept[0], kept[1], kept[2], kept[3], kept[4]
 
 
@@ -368,8 +370,13 @@ def _alone(done, back):  # pragma: no cover
 @njit(cache=True, nogil=True, inline="always")
 def _found(done, job, found, n):  # pragma: no cover
     """Write (job, victim, runner, part, count) of every non-zero count of ``done`` (one
-    job's, P x P x parts) into ``found`` (5 x room) from column ``n``; the new ``n``."""
+    job's, P x P x parts) into ``found`` (5 x room) from column ``n``, in a copy of twice
+    the room when they might not fit; (``found``, the new ``n``)."""
     pus, _, parts = done.shape
+    if n + pus * pus * parts > found.shape[1]:
+        grown = np.empty((5, 2 * found.shape[1]), np.int64)
+        grown[:, :n] = found[:, :n]
+        found = grown
     for v in range(pus):
         for t in range(pus):
             for p in range(parts):
@@ -377,7 +384,7 @@ def _found(done, job, found, n):  # pragma: no cover
                     found[0, n], found[1, n], found[2, n] = job, v, t
                     found[3, n], found[4, n] = p, done[v, t, p]
                     n += 1
-    return n
+    return found, n
 
 
 @njit(cache=True, nogil=True, inline="always")
