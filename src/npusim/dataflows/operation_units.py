@@ -31,7 +31,9 @@ sequence): each starts at ``max(ready, previous finish on its server)``. When th
 schedule would overfill some unit's first buffer (``_overflows``, compiled: each unit's
 jobs in order against a heap of its held partial OFMs) the units and servers are instead
 played as events in time order (``_backpressure``, compiled: a heap of the next events,
-and at each time only the units and servers an event touched).
+and at each time only the units and servers an event touched; a server's transfers that
+end one after another with nothing else happening between, the common case on a busy bus,
+are played in a row without the heap, ``_drain``).
 Layer cycles = max(last hand-off, last transfer finish).
 """
 
@@ -446,6 +448,10 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
                 held[u] -= pixels[k]
                 last = max(last, t)
                 serving[s] = -1
+                if n_touched == n_cand == 0 and (size == 0 or heap_t[0] > t):  # t's only event
+                    t, u, last, wait = _drain(s, t, u, last, wait, heap_t[0] if size else -1,
+                                              line, head, tail, ready, owner, duration,
+                                              pixels, held, state, job, need, capacity)
                 touched[n_touched], is_touched[s] = s, True
                 n_touched += 1
                 if state[u] == 2 and not is_cand[u]:
@@ -457,6 +463,30 @@ def _backpressure(times, source, units, item_job, item_server, item_first, item_
                     cand[n_cand], is_cand[e] = e, True
                     n_cand += 1
     return ends, stalls, last, wait
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _drain(s, t, u, last, wait, next_event, line, head, tail, ready, owner, duration, pixels,
+           held, state, job, need, capacity):  # pragma: no cover
+    """``_backpressure`` after server ``s``'s transfer of unit ``u``'s pixels ends at ``t``,
+    the only event then, played on while nothing else can happen: if ``u`` is not waiting
+    to hand off or still does not fit, and ``s`` has a transfer queued that would end
+    before ``next_event`` (the next pending event's time; -1: none), that transfer starts
+    at ``t`` and ends alone, and so on, without the event heap. (time, unit, last transfer
+    end, summed waits) at the last end played: there ``s`` is idle, as after any end."""
+    while head[s] < tail[s]:
+        if state[u] == 2 and (held[u] == 0 or held[u] + need[job[u]] <= capacity):
+            break  # ``u`` hands off at ``t``: before ``s`` starts its next
+        k = line[head[s]]
+        end = t + duration[k]
+        if 0 <= next_event <= end:
+            break
+        head[s] += 1
+        wait += t - ready[k]
+        t, u = end, owner[k]
+        held[u] -= pixels[k]
+        last = max(last, t)
+    return t, u, last, wait
 
 
 @njit(cache=True, nogil=True)
