@@ -8,7 +8,9 @@ kin = 1, ``torch.set_num_threads(1)``); all cores is the inherited affinity and 
 own defaults. In a child, for each network and preset, ``--rounds`` rounds each time PyTorch,
 then ``simulate(mode="estimate")``, then ``simulate(mode="run")``, one after the other, after
 one warm-up of each (numba compiles there); a cell is the median over rounds of the round's
-npusim / PyTorch ratio (a pair measured seconds apart sees the same load).
+npusim / PyTorch ratio (a pair measured seconds apart sees the same load). Each one-core cell
+over its target is profiled once more (``hot_spots``): its hot functions and its floor, the
+share of the call in compiled work times its ratio.
 
 The sparse presets run on weights magnitude-pruned to 0.3 density (``npusim.frontends.prune``),
 the dense ones on the zoo's weights. Targets (issue 15): estimate <= 2x and run <= 4x on every
