@@ -209,9 +209,7 @@ def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray
                 layer.K * layer.N * layer.P)
     rows = _cover(layer.P, layer.R, layer.stride[0], layer.dilation[0], top, layer.H)
     cols = _cover(layer.Q, layer.S, layer.stride[1], layer.dilation[1], left, layer.W)
-    per_row = np.asarray(x_mask, np.float64).reshape(-1, layer.W) @ cols  # float64: exact
-    per_group = per_row.reshape(layer.N, layer.groups, layer.H).sum(axis=0) @ rows
-    return out, per_group.astype(np.int64)
+    return out, _covered_ones(mask, rows, cols)
 
 
 def set_taps(layer: ConvLayer, w_words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -256,7 +254,23 @@ def _tap_rows(mask, first_tap, taps, S, kg, sh, sw, dh, dw, top, left, out,
 def _cover(outputs: int, taps: int, stride: int, dilation: int, pad: int,
            size: int) -> np.ndarray:
     """How many (output, tap) pairs read each of the ``size`` input positions of one axis
-    (``pad`` positions of padding before the first), as float64."""
+    (``pad`` positions of padding before the first), as int64."""
     read = np.arange(outputs)[:, None] * stride + np.arange(taps)[None, :] * dilation - pad
     read = read[(read >= 0) & (read < size)]
-    return np.bincount(read, minlength=size).astype(np.float64)
+    return np.bincount(read, minlength=size).astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _covered_ones(mask, rows, cols):  # pragma: no cover
+    """Per channel c of ``mask`` (N x C x H x W, 0/1 bytes): the sum over images n and
+    positions (h, w) of mask[n, c, h, w] x rows[h] x cols[w], in int64 (exact)."""
+    N, C, H, W = mask.shape
+    out = np.zeros(C, np.int64)
+    for n in range(N):
+        for c in range(C):
+            for h in range(H):
+                line, ones = mask[n, c, h], 0
+                for w in range(W):
+                    ones += line[w] * cols[w]
+                out[c] += ones * rows[h]
+    return out
