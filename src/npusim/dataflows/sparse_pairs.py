@@ -292,36 +292,45 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
         # it is.
         return engine.finish(engine.depthwise(x, w, layer, acc), bias, layer, integer)
     G, Cg, R, S, Kg = layer.groups, layer.Cg, layer.R, layer.S, layer.Kg
-    xp = pad_input(x.astype(acc, copy=False), layer)
-    fields = np.ascontiguousarray(  # channels last: a tap's channels side by side
-        xp.reshape(layer.N, G, Cg, *xp.shape[2:]).transpose(0, 1, 3, 4, 2))
+    xp = np.ascontiguousarray(pad_input(x.astype(acc, copy=False), layer))
     kernels = laid_out(  # per conv group and bit (tap, channel): its Kg weights
         w, acc, (G, Kg, Cg, R, S), (0, 3, 4, 2, 1)).reshape(G, R * S * Cg, Kg)
-    out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
-    args = (fields, kernels, R, S, *layer.stride, *layer.dilation, out)
+    out = np.empty(layer.output_shape, acc)
+    args = (xp, kernels, R, S, *layer.stride, *layer.dilation, out)
     in_parallel(_pair_macs, args, layer.N * G * layer.P)
-    out = np.ascontiguousarray(out.transpose(0, 1, 4, 2, 3)).reshape(
-        layer.N, layer.K, layer.P, layer.Q)
     return engine.finish(out, bias, layer, integer)
 
 
 @njit(cache=True, nogil=True)
-def _pair_macs(fields, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
-    """out[n, g, p, q, k] += x x w over the receptive field's non-zero features x in bit
-    order and kernel k's weight w of that bit, for the output rows ``first <= (n G + g) P + p
-    < stop``; a non-finite x only meets the non-zero weights."""
-    G, Cg = fields.shape[1], fields.shape[4]
-    Kg = kernels.shape[2]
+def _pair_macs(xp, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g Kg + k, p, q] = the sum of x x w over the receptive field's non-zero features
+    x in bit order and kernel k's weight w of that bit (from 0, in that order), for the output
+    rows ``first <= (n G + g) P + p < stop``; a non-finite x only meets the non-zero weights.
+    ``xp``: the padded input, N x C x Hp x Wp. Per output row, the R input rows it reads are
+    first gathered channels last (``field``: a tap's channels side by side, as the bit order
+    reads them) and its sums kept pixel-major (``sums``: a pixel's kernels side by side, the
+    vectorised loop), then written to the output's rows."""
+    G, Kg = kernels.shape[0], kernels.shape[2]
+    Cg, Wp = xp.shape[1] // G, xp.shape[3]
     P, Q = out.shape[2], out.shape[3]
+    field = np.empty((R, Wp, Cg), xp.dtype)
+    sums = np.empty((Q, Kg), out.dtype)
     for row in range(first, stop):
         n, g, p = row // (G * P), row // P % G, row % P
+        for r in range(R):
+            h = p * sh + r * dh
+            for c in range(Cg):
+                line = xp[n, g * Cg + c, h]
+                for v in range(Wp):
+                    field[r, v, c] = line[v]
+        sums[:] = 0
         for q in range(Q):
-            total = out[n, g, p, q]
+            total = sums[q]
             for r in range(R):
                 for s in range(S):
-                    h, v, bit = p * sh + r * dh, q * sw + s * dw, (r * S + s) * Cg
+                    features, bit = field[r, q * sw + s * dw], (r * S + s) * Cg
                     for c in range(Cg):
-                        value = fields[n, g, h, v, c]
+                        value = features[c]
                         if value == 0:
                             continue
                         weights = kernels[g, bit + c]
@@ -332,6 +341,10 @@ def _pair_macs(fields, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # prag
                             for k in range(Kg):
                                 if weights[k] != 0:
                                     total[k] += value * weights[k]
+        for k in range(Kg):
+            dest = out[n, g * Kg + k, p]
+            for q in range(Q):
+                dest[q] = sums[q, k]
 
 
 @register
