@@ -69,6 +69,18 @@ def _depthwise_rows(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
                     dest[q] += line[q * sw + s * dw] * weight
 
 
+@njit(cache=True, nogil=True, inline="always")
+def store_row(sums, out, n, k0, p):  # pragma: no cover
+    """Write one output row's sums, kept pixel-major (``sums``: Q x Kg, each pixel's kernels
+    side by side, as the machines' loops vectorised across kernels keep them), into
+    out[n, k0 + k, p, :] of the N x K x P x Q output."""
+    Q, Kg = sums.shape
+    for k in range(Kg):
+        dest = out[n, k0 + k, p]
+        for q in range(Q):
+            dest[q] = sums[q, k]
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLayer) -> np.ndarray:
     """Dense convolution of ``layer``: float32 out for float inputs, int32 for int8 inputs."""
     integer = np.issubdtype(x.dtype, np.integer)

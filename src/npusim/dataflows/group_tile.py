@@ -390,10 +390,9 @@ def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.n
     shape = (G, Kg, Cg, R, S)
     steps = (*layer.stride, *layer.dilation)
     if Kg >= CHANNEL_LOOP:
-        out = np.zeros((layer.N, G, layer.P, layer.Q, Kg), acc)
+        out = np.empty(layer.output_shape, acc)
         in_parallel(_channel_macs, (xg, laid_out(w, acc, shape, (0, 2, 3, 4, 1)), *steps, out),
                     layer.N * G * layer.P)
-        out = np.ascontiguousarray(out.transpose(0, 1, 4, 2, 3))
     else:
         out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
         in_parallel(_column_macs, (xg, laid_out(w, acc, shape, (0, 1, 2, 3, 4)), *steps, out),
@@ -406,23 +405,26 @@ CHANNEL_LOOP = 8  # outputs per partition from which the channel loop is the fas
 
 @njit(cache=True, nogil=True)
 def _channel_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
-    """out[n, g, p, q, k] += wg[g, c, r, s, k] x window(c, r, s) for the output rows
-    ``first <= (n G + g) P + p < stop``, taps in (c, r, s) order: each output's products
-    are added one at a time in the order the MAC adds them (a product rounded, then the
-    sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for bit.
-    The innermost loop runs over the partition's outputs, which share the broadcast input
-    (the MACs of a subset): the compiler packs it into vector instructions. Two output
+    """out[n, g Kg + k, p, q] = the sum from 0 of wg[g, c, r, s, k] x window(c, r, s) for the
+    output rows ``first <= (n G + g) P + p < stop``, taps in (c, r, s) order: each output's
+    products are added one at a time in the order the MAC adds them (a product rounded, then
+    the sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for
+    bit. The innermost loop runs over the partition's outputs, which share the broadcast
+    input (the MACs of a subset): the compiler packs it into vector instructions; a row's
+    sums are kept pixel-major for it (``sums``), then written to the output's rows. Two output
     columns go together, sharing each weight vector's loads (a row of odd width sums its
     last column's products a second time into ``spare``, which is thrown away)."""
-    _, G, P, Q, Kg = out.shape
-    Cg, R, S = wg.shape[1:4]
+    G, Cg, R, S, Kg = wg.shape
+    P, Q = out.shape[2:]
+    sums = np.empty((Q, Kg), out.dtype)
     spare = np.zeros(Kg, out.dtype)
     for task in range(first, stop):
         n, g, p = task // (G * P), task // P % G, task % P
+        sums[:] = 0
         for q in range(0, Q, 2):
             pair = q + 1 < Q
-            acc0 = out[n, g, p, q]
-            acc1 = out[n, g, p, q + 1] if pair else spare
+            acc0 = sums[q]
+            acc1 = sums[q + 1] if pair else spare
             for c in range(Cg):
                 plane = xg[n, g, c]
                 for r in range(R):
@@ -435,6 +437,7 @@ def _channel_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
                             weight = weights[k]
                             acc0[k] += weight * v0
                             acc1[k] += weight * v1
+        engine.store_row(sums, out, n, g * Kg, p)
 
 
 @njit(cache=True, nogil=True)

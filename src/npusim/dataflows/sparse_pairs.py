@@ -341,10 +341,7 @@ def _pair_macs(xp, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: 
                             for k in range(Kg):
                                 if weights[k] != 0:
                                     total[k] += value * weights[k]
-        for k in range(Kg):
-            dest = out[n, g * Kg + k, p]
-            for q in range(Q):
-                dest[q] = sums[q, k]
+        engine.store_row(sums, out, n, g * Kg, p)
 
 
 @register
