@@ -189,6 +189,27 @@ def test_emulator_equals_fast_model_on_every_field_with_zero_inputs_or_kernels(
     assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
 
 
+@pytest.mark.parametrize("layer", [
+    ConvLayer(2, 37, 1, 1, 19, 1, 1, dtype="int8"),  # fully connected, batch 2
+    ConvLayer(1, 45, 3, 3, 11, 2, 2, dtype="int8"),  # one region, four taps a part
+    ConvLayer(2, 40, 2, 2, 12, 2, 2, groups=4, dtype="int8"),
+    ConvLayer(1, 70, 4, 4, 9, 1, 1, stride=2, dtype="int8"),  # four stride phases
+], ids=["fc", "taps", "grouped", "strided"])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_emulator_equals_fast_model_on_few_regions_of_many_channels(layer, depth):
+    """Layers of one or two regions (a fully connected layer has one) against many channels,
+    which the fast model counts as AND-ed channel bits (``region_work.FEW_COLUMNS``): more
+    channels than a byte of bits, not a multiple of eight, over 4x4 regions; every
+    LayerStats field equal."""
+    p = Params(region_rows=4, region_cols=4, region_channels=depth, operation_units=3,
+               processing_units=2)
+    x, w, b = tensors(layer, 11, "int8", 0.5)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    out, emu = emulate(layer, x, w, b, p, arch)
+    np.testing.assert_array_equal(out, reference.conv2d(x, w, b, layer))
+    assert emu == layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+
+
 # one output unit (or, on a chain, one or two operation units) with 1 KiB second buffers
 # and one set of 8 kernels: the bands of these layers (8 kernels x 4-6 rows x 10-12 columns
 # x 4 B) overflow them (but some chains' 2 KiB) in either loop order

@@ -135,17 +135,41 @@ def part_weights(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps) -> np.n
 
 
 def part_taps(w_mask: np.ndarray, layer: ConvLayer, part: Part, taps: np.ndarray, depth: int):
-    """What ``part_cycles`` takes of the weights for the part's taps ``taps``: their flags
-    (``part_weights``), their non-zero taps per kernel and channel (G x Kg x Cg float32,
-    exact) and their ``weight_only_cycles``; once per read-only mask (``derived``)."""
+    """What ``active_cycles`` takes of the weights for the part's taps ``taps``
+    (``TapWeights``) and their ``weight_only_cycles``; once per read-only mask
+    (``derived``)."""
     r, s = part.r[taps], part.s[taps]
     key = ("part_taps", layer.groups, depth, r.tobytes(), s.tobytes())
 
     def make():
-        wp = part_weights(w_mask, layer, part, taps)
-        return (frozen(wp), frozen(reduce_last(wp, np.add, np.float32)),
-                weight_only_cycles(wp, depth))
+        wp = frozen(part_weights(w_mask, layer, part, taps))
+        return TapWeights(wp), weight_only_cycles(wp, depth)
     return derived(w_mask, key, make)
+
+
+class TapWeights:
+    """One part's weight flags ``wp`` (G x Kg x Cg x taps, read-only) and, made on first use
+    and kept, the two forms ``active_cycles`` counts with: ``live``, the non-zero taps per
+    kernel and channel (G x Kg x Cg float32, exact), for matrix products over many regions;
+    ``bits``, each kernel's and tap's flags packed eight channels a byte (G x Kg x taps x
+    ceil(Cg / 8) uint8), for a few regions against many weights (a fully connected layer:
+    one region, a 25088 x 4096 mask, whose ``live`` would be 411 MB read for 4096 sums)."""
+
+    def __init__(self, wp: np.ndarray):
+        self.wp = wp
+        self._live = self._bits = None
+
+    @property
+    def live(self) -> np.ndarray:
+        if self._live is None:
+            self._live = frozen(reduce_last(self.wp, np.add, np.float32))
+        return self._live
+
+    @property
+    def bits(self) -> np.ndarray:
+        if self._bits is None:
+            self._bits = frozen(np.packbits(self.wp.transpose(0, 1, 3, 2), axis=-1))
+        return self._bits
 
 
 def grid_counts(xp_mask: np.ndarray, ph: Phase, layout: Plan,
@@ -178,18 +202,19 @@ def _block_counts(xp, a, b, sh, sw, rows, cols, i0, j0, rh, rw, th, tw):  # prag
     return counts
 
 
-def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int,
-                  taps: np.ndarray) -> np.ndarray:
+def active_cycles(active: np.ndarray, weights: TapWeights, depth: int) -> np.ndarray:
     """Non-skipped weight cycles N x G x Kg x T of one part.
 
-    ``active`` is N x G x Cg x T (region channel slice has a non-zero), ``wp``
-    G x Kg x Cg x taps, ``taps`` its non-zero taps per kernel and channel (G x Kg x Cg,
-    float32);
-    channels go ``depth`` at a time (one cycle per group and tap).
+    ``active`` is N x G x Cg x T (region channel slice has a non-zero), ``weights`` the
+    part's flags (``TapWeights``: G x Kg x Cg x taps); channels go ``depth`` at a time (one
+    cycle per group and tap).
     """
+    wp = weights.wp
+    if depth == 1 and active.shape[0] * active.shape[3] * wp.shape[3] <= FEW_COLUMNS:
+        return _popcount_cycles(active, weights.bits)
     a = active.astype(np.float32)
     if depth == 1:  # sums of small integers below 2**24: exact in float32
-        return np.matmul(taps, a).astype(np.int64)
+        return np.matmul(weights.live, a).astype(np.int64)
     g, kg, cg, taps = wp.shape
     out = 0
     for c0 in range(0, cg, depth):
@@ -197,6 +222,26 @@ def active_cycles(active: np.ndarray, wp: np.ndarray, depth: int,
         hit = np.matmul(wj.astype(np.float32), a[:, :, c0:c0 + depth]) > 0
         out = out + hit.reshape(a.shape[0], g, kg, taps, -1).sum(axis=3)
     return np.asarray(out, np.int64)
+
+
+# regions x taps up to which ``active_cycles`` counts AND-ed bits (three passes over one bit
+# per weight flag and region) rather than a float32 matrix product (one pass over four
+# bytes per kernel and channel, whatever the regions)
+FEW_COLUMNS = 8
+
+
+def _popcount_cycles(active: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """``active_cycles`` for depth 1 as set bits of (weight flags AND active channels),
+    summed over the channel bytes and taps, one region at a time: ``bits`` is
+    ``TapWeights.bits`` (G x Kg x taps x B), ``active`` N x G x Cg x T."""
+    n, g, _, t = active.shape
+    packed = np.packbits(active.transpose(0, 1, 3, 2), axis=-1)  # N x G x T x B
+    out = np.empty((n, g, bits.shape[1], t), np.int64)
+    for i in range(n):
+        for j in range(t):
+            both = np.bitwise_and(bits, packed[i, :, j][:, None, None, :])
+            out[i, :, :, j] = np.bitwise_count(both).sum(axis=(2, 3), dtype=np.int64)
+    return out
 
 
 def channel_groups(wp: np.ndarray, depth: int) -> np.ndarray:
@@ -236,8 +281,8 @@ def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometr
             taps = part.of_phase(i)
             if not taps.size:
                 continue
-            wp, live, cycles = part_taps(w_mask, layer, part, taps, geo.depth)
-            cyc[..., pi] += active_cycles(cnt[i] > 0, wp, geo.depth, live)
+            weights, cycles = part_taps(w_mask, layer, part, taps, geo.depth)
+            cyc[..., pi] += active_cycles(cnt[i] > 0, weights, geo.depth)
             dense += math.ceil(layer.Cg / geo.depth) * taps.size * layer.K * n * T
             wonly += cycles * n * T
             per_channel = cnt[i].sum(axis=(0, 3)).astype(np.int64)  # G x Cg
