@@ -558,25 +558,29 @@ def steal_cycle_by_cycle(cycles):
 
 
 @given(st.integers(1, 6), st.integers(1, 3), st.integers(0, 2**31),
-       st.sampled_from(["even", "one heavy", "spread", "one busy"]))
-def test_work_stealing_that_skips_repeating_cycles_equals_playing_every_cycle(pus, parts, seed,
-                                                                             shape):
-    """The model plays long idle tails by repeating windows of cycles at once, and a job of
-    one busy PU in closed form; the counts of who ran which victim's cycles of which part
-    must equal the cycle-by-cycle play, on tails of a few cycles to hundreds (one PU far
-    behind the others, all spread, or one alone)."""
+       st.sampled_from(["even", "one heavy", "two heavy", "staggered", "spread",
+                        "one busy"]))
+def test_work_stealing_counted_by_positions_equals_playing_every_cycle(pus, parts, seed,
+                                                                       shape):
+    """The model counts the thieves' queue positions, runs of an idle tail at once, and a
+    job of one busy PU in closed form; the counts of who ran which victim's cycles of which
+    part must equal the cycle-by-cycle play, on tails of a few cycles to hundreds (one or
+    two PUs far behind the others, PUs at several heights, all spread, or one alone)."""
     rng = np.random.default_rng(seed)
-    size = (3, pus, parts)
+    size = (8, pus, parts)
     if shape == "even":
         cycles = rng.integers(20, 24, size)
-    elif shape == "one heavy":
+    elif shape in ("one heavy", "two heavy"):
         cycles = rng.integers(0, 12, size)
-        cycles[:, rng.integers(pus)] += rng.integers(100, 600, (3, parts))
+        for v in rng.permutation(pus)[:1 if shape == "one heavy" else 2]:
+            cycles[:, v] += rng.integers(100, 600, (8, parts))
+    elif shape == "staggered":
+        cycles = rng.integers(0, 200, size) * rng.integers(1, 4, (8, pus, 1))
     elif shape == "spread":
-        cycles = rng.integers(0, 3, size) * rng.integers(0, 300, (3, pus, 1))
+        cycles = rng.integers(0, 3, size) * rng.integers(0, 300, (8, pus, 1))
     else:  # a depthwise layer's jobs: one kernel a set, the other slots empty
         cycles = np.zeros(size, np.int64)
-        cycles[:, rng.integers(pus)] = rng.integers(0, 300, (3, parts))
+        cycles[:, rng.integers(pus)] = rng.integers(0, 300, (8, parts))
     cycles = cycles.astype(np.int64)
     done = steal_cycle_by_cycle(cycles)
     found = region_work._steal(cycles)  # the non-zero counts, in order of (job, v, t, p)

@@ -307,92 +307,151 @@ def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int,
     return Transfers(job, _kernel_of(job, slot, pus, *args), pixels[part])
 
 
-# cycles left per PU when the first goes idle above which watching for windows pays (below,
-# playing each cycle is quicker: ResNet-18's 42,000 jobs' tails go 2.4x faster, VGG-16's
-# shorter ones as fast)
-LONG_TAIL = 32
+# the levels above the fronts from which ``_steal`` looks for a run of cycles to count at
+# once (nearer, the cycles are played one by one: a run would be short)
+RUN_LEVELS = 6
 
 
 @njit(cache=True, nogil=True)
 def _steal(cycles):  # pragma: no cover
     """(job, victim slot v, running slot t, part p, weight cycles) of every non-zero count
     of v's part-p cycles that t ran in a job, in order of (job, v, t, p), under the
-    device's work stealing: each cycle every PU with cycles left runs the next
-    of its own (front of its queue, parts in order); then each PU that had none at the
-    cycle's start, in slot order, takes the last cycle of the PU with most left (the first
-    of equals). While no PU is idle, runs of cycles that cross no part boundary go at once;
-    once some are, a long tail (``LONG_TAIL``) is played in windows of cycles (``_watch``),
-    and a window that the next ones would repeat is repeated at once (``_repeat``)."""
+    device's work stealing: each cycle every PU with cycles left runs the next of its own
+    (front of its queue, parts in order); then each PU that had none at the cycle's start,
+    in slot order, takes the last cycle of the PU with most left (the first of equals).
+
+    Counted by queue positions, not cycles. The busy PUs' fronts all stand at the cycles
+    run, so the PU with most left is the one whose back is highest, and the thieves take
+    positions in one order whatever the cycle: level by level from the highest down, at a
+    level the PUs whose queues reach it in slot order, until the level is the fronts' (then
+    every PU is done). A PU runs its own positions, those below its final back (``_own``),
+    so only the thieves' are played: one at a time, or, while nothing else changes (no PU
+    goes idle, none joins the level's PUs, no part ends: ``x`` cycles), all at once: the k
+    thieves take k x positions round the level's g PUs, thief s mod k from PU
+    (first + s) mod g, a pattern of period lcm(g, k). One function: numba helpers that
+    write the loop's arrays made it 1.2-1.4x slower."""
     jobs, pus, parts = cycles.shape
     done = np.zeros((pus, pus, parts), np.int64)  # the job's counts
     # the non-zero counts so far: room for each job's own cycles twice, doubled when a
     # job's counts might not fit (a job's are at most P x P x parts)
     found = np.empty((5, max(2 * jobs * pus * parts, pus * pus * parts)), np.int64)
     n = 0
-    front = np.zeros(pus, np.int64)
-    back = np.zeros(pus, np.int64)
-    bounds = np.zeros((pus, parts + 1), np.int64)
+    bounds = np.zeros((pus, parts + 1), np.int64)  # each PU's parts' starts, then its end
+    back = np.zeros(pus, np.int64)  # each PU's queue end: the positions below are left
+    part = np.zeros(pus, np.int64)  # a part at or above each PU's back
     idle = np.zeros(pus, np.bool_)
-    # a window's start: the queues' fronts and backs, the idle PUs and the counts so far;
-    # and the PUs it expects thieves to take from
-    was_front, was_back = np.zeros(pus, np.int64), np.zeros(pus, np.int64)
-    was_idle, top = np.zeros(pus, np.bool_), np.zeros(pus, np.bool_)
-    was_done = np.zeros((pus, pus, parts), np.int64)
+    thieves = np.empty(pus, np.int64)  # the idle PUs, in slot order
+    at = np.empty(pus, np.int64)  # the PUs whose queues reach the level, in slot order
+    reach = np.zeros(pus, np.bool_)
     for j in range(jobs):
-        done[:] = 0
-        busy = 0
+        busy, low, top = 0, 1 << 62, 0
         for v in range(pus):
             for p in range(parts):
                 bounds[v, p + 1] = bounds[v, p] + cycles[j, v, p]
-            front[v], back[v] = 0, bounds[v, parts]
+            back[v] = bounds[v, parts]
             busy += back[v] > 0
+            low, top = min(low, back[v]), max(top, back[v])
         if busy == 0:
             continue
+        done[:] = 0
         if busy == 1 and parts == 1:  # one kernel's cycles, spread over every PU at once
             _alone(done, back)
             found, n = _found(done, j, found, n)
             continue
-        length = played = 0  # the window watched: its cycles, those played (none yet)
-        while True:
-            left = 0
-            for v in range(pus):
-                left += back[v] - front[v]
-                idle[v] = back[v] == front[v]
-            if left == 0:
-                break
-            if not idle.any():  # everyone busy: a run of cycles inside one part each
-                run = left
-                for v in range(pus):
-                    run = min(run, bounds[v, _part(bounds, v, front[v]) + 1] - front[v])
-                for v in range(pus):
-                    done[v, v, _part(bounds, v, front[v])] += run
-                    front[v] += run
-                continue
-            if played == length and (length or left > LONG_TAIL * pus):
-                was = (was_front, was_back, was_idle, was_done)
-                if length:
-                    _repeat(done, bounds, front, back, idle, top, was, length)
-                length, played = _watch(done, front, back, idle, top, was), 0
-                continue
-            for v in range(pus):
-                if not idle[v]:
-                    done[v, v, _part(bounds, v, front[v])] += 1
-                    front[v] += 1
-            for t in range(pus):
-                if not idle[t]:
+        t = low  # cycles run: until a PU is idle, each runs its own
+        k = 0
+        for v in range(pus):
+            part[v], reach[v] = parts - 1, False
+            idle[v] = back[v] <= t
+            if idle[v]:
+                thieves[k] = v
+                k += 1
+        # the level taken from and the first ``taken`` of its ``g`` PUs taken there; the
+        # highest back of the other PUs (below it, they reach the level too)
+        level, taken, g, join = top, 0, 0, top
+        while k < pus:
+            if g and level - t > RUN_LEVELS and (taken < g or level > join):
+                if taken == g:  # the level below: the same PUs
+                    level, taken = level - 1, 0
+                floor = join  # the lowest level a run may take from
+                for i in range(g):
+                    v = at[i]
+                    floor = max(floor, bounds[v, _part_down(bounds, v, part[v], level)])
+                x = min(((level - floor + 1) * g - taken) // k,  # ... and above the fronts:
+                        ((level - t) * g - taken) // (k + g))
+                for v in range(pus):  # nor may a PU below the level go idle
+                    if not idle[v] and not reach[v]:
+                        x = min(x, back[v] - t - 1)
+                if x >= 2:
+                    steals, period = k * x, g * k // math.gcd(g, k)
+                    for s in range(min(steals, period)):
+                        v = at[(taken + s) % g]
+                        p = _part_down(bounds, v, part[v], level)
+                        done[v, thieves[s % k], p] += (steals - s + period - 1) // period
+                    for i in range(g):
+                        part[at[i]] = _part_down(bounds, at[i], part[at[i]], level)
+                    total = taken + steals
+                    level, taken = level - (total - 1) // g, (total - 1) % g + 1
+                    for i in range(g):
+                        back[at[i]] = level if i < taken else level + 1
+                    t += x
                     continue
-                victim, most = 0, back[0] - front[0]
-                for v in range(1, pus):
-                    if back[v] - front[v] > most:
-                        victim, most = v, back[v] - front[v]
-                if most == 0:
+            end = False
+            for i in range(k):  # one cycle: its thieves, in slot order
+                if taken == g:
+                    level, taken = level - 1, 0
+                    if level < join:  # other PUs reach it: the level's PUs anew
+                        g, join = 0, -1
+                        for v in range(pus):
+                            reach[v] = back[v] > level
+                            if reach[v]:
+                                at[g] = v
+                                g += 1
+                            else:
+                                join = max(join, back[v])
+                if level <= t:
+                    end = True  # nothing left but the fronts': every PU is done
                     break
-                back[victim] -= 1
-                done[victim, t, _part(bounds, victim, back[victim])] += 1
-            played += 1
+                v = at[taken]
+                taken += 1
+                back[v] = level
+                part[v] = _part_down(bounds, v, part[v], level)
+                done[v, thieves[i], part[v]] += 1
+            if end:
+                break
+            t += 1
+            grew = False  # PUs whose front met their back go idle
+            for v in range(pus):
+                if not idle[v] and back[v] <= t:
+                    idle[v] = grew = True
+            if grew:
+                k = 0
+                for v in range(pus):
+                    if idle[v]:
+                        thieves[k] = v
+                        k += 1
+        _own(done, bounds, back)
         found, n = _found(done, j, found, n)
     kept = found[:, :n].copy()  # not the spare room
     return kept[0], kept[1], kept[2], kept[3], kept[4]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _part_down(bounds, v, p, position):  # pragma: no cover
+    """The part of PU ``v``'s queue that holds ``position``, looked for from part ``p``
+    down (``bounds``: each PU's parts' starts, then its end)."""
+    while bounds[v, p] > position:
+        p -= 1
+    return p
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _own(done, bounds, back):  # pragma: no cover
+    """Write each PU's own cycles into ``done`` (P x P x parts): its positions below its
+    final ``back``, per part."""
+    for v in range(back.size):
+        for p in range(bounds.shape[1] - 1):
+            done[v, v, p] = max(0, min(back[v], bounds[v, p + 1]) - bounds[v, p])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -430,99 +489,6 @@ def _found(done, job, found, n):  # pragma: no cover
                     found[3, n], found[4, n] = p, done[v, t, p]
                     n += 1
     return found, n
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _part(bounds, pu, position):  # pragma: no cover
-    """The part holding weight cycle ``position`` of PU ``pu``'s queue (``bounds``: each
-    PU's parts' starts, then its end)."""
-    p = 0
-    while bounds[pu, p + 1] <= position:
-        p += 1
-    return p
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _watch(done, front, back, idle, top, was):  # pragma: no cover
-    """Open a window on a job's cycles at a cycle's start, once some PU is idle; its length
-    in cycles. The k idle PUs take k cycles a cycle, one by one from the PU with most left:
-    so the busy PUs within one of the most (``top``, g of them) are taken from in turn, in
-    slot order, one cycle each per g taken, and after lcm(g, k) taken (lcm / k cycles) each
-    has lost lcm / g more than the other busy PUs and the same thieves took from the same
-    victims as in any lcm(g, k) taken before, until the others' turn comes. Whether it
-    went so is checked when the window is over (``_repeat``). ``was``: where the window's
-    start is kept (fronts, backs, idle PUs, counts)."""
-    was_front, was_back, was_idle, was_done = was
-    most = 0
-    for v in range(front.size):
-        most = max(most, back[v] - front[v])
-    g = k = 0
-    for v in range(front.size):
-        was_front[v], was_back[v], was_idle[v] = front[v], back[v], idle[v]
-        top[v] = not idle[v] and back[v] - front[v] >= most - 1
-        g += top[v]
-        k += idle[v]
-    for v in range(front.size):
-        for t in range(front.size):
-            for p in range(done.shape[2]):
-                was_done[v, t, p] = done[v, t, p]
-    return g // math.gcd(g, k)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _repeat(done, bounds, front, back, idle, top, was, length):  # pragma: no cover
-    """Play a window of ``length`` cycles (``_watch``) again as many times as the next
-    windows would repeat it: when no PU went idle in it, every ``top`` PU lost ``length``
-    cycles to its front and the same ``taken`` to thieves, and every other busy PU only
-    ``length`` to its front, each queue's front and back stayed in one part, then each next
-    window takes the same cycles from the same PUs into the same parts, for as long as no
-    front or back crosses into another part, no PU empties and the others stay below every
-    top PU (a tie would go to the first in slot order). ``done``, ``front`` and ``back``
-    are moved on by those windows."""
-    was_front, was_back, was_idle, was_done = was
-    g = k = 0
-    for v in range(front.size):
-        g += top[v]
-        k += idle[v]
-    taken = length * k // g
-    # the windows that fit: of fronts (``ahead`` cycles each), of top backs (``behind``
-    # taken each) and of top PUs' cycles left (``length + taken`` each)
-    ahead = behind = top_left = 1 << 62
-    top_least, rest_most = 1 << 62, -1
-    for v in range(front.size):
-        if idle[v] != was_idle[v]:
-            return
-        if idle[v]:
-            continue
-        rem = back[v] - front[v]
-        lost = was_back[v] - was_front[v] - rem
-        p = _part(bounds, v, front[v] - 1)
-        if lost != length + taken * top[v] or _part(bounds, v, was_front[v]) != p:
-            return
-        ahead = min(ahead, bounds[v, p + 1] - front[v])
-        if top[v]:
-            q = _part(bounds, v, back[v])
-            if _part(bounds, v, was_back[v] - 1) != q:
-                return
-            behind = min(behind, back[v] - bounds[v, q])
-            top_left = min(top_left, rem - 1)
-            top_least = min(top_least, rem)
-        else:
-            ahead = min(ahead, rem - 1)
-            rest_most = max(rest_most, rem)
-    if rest_most >= 0:
-        behind = min(behind, top_least - rest_most - 1)
-    times = min(ahead // length, behind // taken, top_left // (length + taken))
-    if times <= 0:
-        return
-    for v in range(front.size):
-        for t in range(front.size):
-            for p in range(done.shape[2]):
-                done[v, t, p] += times * (done[v, t, p] - was_done[v, t, p])
-    for v in range(front.size):
-        if not idle[v]:
-            front[v] += times * length
-            back[v] -= times * taken * top[v]
 
 
 @njit(cache=True, nogil=True)
