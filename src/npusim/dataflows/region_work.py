@@ -533,17 +533,32 @@ def reorder(work: Work, order: np.ndarray) -> Work:
     def moved(t: Transfers | None) -> Transfers | None:
         if t is None:
             return None
-        # a job's transfers are one block (they are made in job order): the blocks are
-        # taken in ``order``, each one's transfers in their own order
-        count = np.bincount(t.job, minlength=len(order))
-        start = np.cumsum(count) - count
-        taken = count[order]
-        seq = np.arange(len(t.job)) + np.repeat(start[order] - (np.cumsum(taken) - taken), taken)
-        return Transfers(np.repeat(np.arange(len(order)), taken), t.kernel[seq], t.pixels[seq])
+        return Transfers(*_moved_blocks(t.job, t.kernel, t.pixels, order))
 
     return dataclasses.replace(work, slot_cycles=work.slot_cycles[order],
                                transfers=moved(work.transfers),
                                plain_transfers=moved(work.plain_transfers))
+
+
+@njit(cache=True, nogil=True)
+def _moved_blocks(job, kernel, pixels, order):  # pragma: no cover
+    """``reorder``'s transfers: a job's transfers are one block (they are made in job
+    order), so job ``order[i]``'s block is copied, in its own order, as job i's."""
+    jobs = order.size
+    start = np.zeros(jobs + 1, np.int64)
+    for i in range(job.size):
+        start[job[i] + 1] += 1
+    for j in range(jobs):
+        start[j + 1] += start[j]
+    out_job, out_kernel = np.empty(job.size, job.dtype), np.empty(job.size, kernel.dtype)
+    out_pixels = np.empty(job.size, pixels.dtype)
+    n = 0
+    for i in range(jobs):
+        j = order[i]
+        for k in range(start[j], start[j + 1]):
+            out_job[n], out_kernel[n], out_pixels[n] = i, kernel[k], pixels[k]
+            n += 1
+    return out_job, out_kernel, out_pixels
 
 
 @dataclass(frozen=True)
