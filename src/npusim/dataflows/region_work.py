@@ -329,7 +329,7 @@ def _steal(cycles):  # pragma: no cover
     goes idle, none joins the level's PUs, no part ends: ``x`` cycles), all at once: the k
     thieves take k x positions round the level's g PUs, thief s mod k from PU
     (first + s) mod g, a pattern of period lcm(g, k). One function: numba helpers that
-    write the loop's arrays made it 1.2-1.4x slower."""
+    write the loop's arrays made it 1.2-2x slower."""
     jobs, pus, parts = cycles.shape
     done = np.zeros((pus, pus, parts), np.int64)  # the job's counts
     # the non-zero counts so far: room for each job's own cycles twice, doubled when a
