@@ -328,8 +328,9 @@ def _steal(cycles):  # pragma: no cover
     so only the thieves' are played: one at a time, or, while nothing else changes (no PU
     goes idle, none joins the level's PUs, no part ends: ``x`` cycles), all at once: the k
     thieves take k x positions round the level's g PUs, thief s mod k from PU
-    (first + s) mod g, a pattern of period lcm(g, k). One function: numba helpers that
-    write the loop's arrays made it 1.2-2x slower."""
+    (first + s) mod g, a pattern of period lcm(g, k). The cycle loop is written out in one
+    function: its steps (the idle PUs, the level's PUs, a run) as numba helpers writing its
+    arrays made it 1.2-2x slower."""
     jobs, pus, parts = cycles.shape
     done = np.zeros((pus, pus, parts), np.int64)  # the job's counts
     # the non-zero counts so far: room for each job's own cycles twice, doubled when a
