@@ -20,14 +20,18 @@ def pnet():
     return graph, x
 
 
-def counting(monkeypatch, module, name: str) -> list:
-    """Patch ``module.name`` to count its calls (and still compute)."""
-    calls, real = [], getattr(module, name)
+def counting(monkeypatch, module, names: str) -> list:
+    """Patch each of ``module``'s functions ``names`` ("a" or "a|b") to count its calls, all
+    in one list (and still compute)."""
+    calls: list = []
 
-    def counted(*args):
-        calls.append(1)
-        return real(*args)
-    monkeypatch.setattr(module, name, counted)
+    def counter(real):
+        def counted(*args):
+            calls.append(1)
+            return real(*args)
+        return counted
+    for name in names.split("|"):
+        monkeypatch.setattr(module, name, counter(getattr(module, name)))
     return calls
 
 
@@ -72,8 +76,9 @@ def test_cached_weight_data_equals_a_fresh_recompute(pnet):
     ("input-reuse-1024", "float32", "estimate", derived, "_nonzero"),
     ("sparse-pairs-32x32", "float32", "run", derived, "_lay_out"),
     ("sparse-pairs-32x32", "int8", "run", derived, "_lay_out"),
-    ("group-tile-64mac", "float32", "run", derived, "_lay_out"),
-    ("group-tile-64mac", "int8", "run", derived, "_lay_out"),
+    # kernel blocks for the register loop, the plain layout for rows narrower than its block
+    ("group-tile-64mac", "float32", "run", derived, "_blocks|_lay_out"),
+    ("group-tile-64mac", "int8", "run", derived, "_blocks|_lay_out"),
 ])
 def test_a_second_simulate_does_not_derive_again(pnet, monkeypatch, preset, dtype, mode, module,
                                                  name):
@@ -145,3 +150,16 @@ def test_changeable_arrays_are_never_cached():
     assert not conv.weight.any()  # its own copy did not change
     owned = np.ones((1, 1, 1, 1), np.float32)
     assert ops.Conv(owned).weight is owned and not owned.flags.writeable
+
+
+def test_kernel_blocks_lay_each_blocks_taps_side_by_side_zero_padded_and_aligned():
+    rng = np.random.default_rng(5)
+    w = derived.frozen(rng.standard_normal((2 * 37, 3, 2, 5)).astype(np.float32))
+    blocks = derived.kernel_blocks(w, np.float64, 2, 16)  # 37 kernels a group: 3 blocks
+    assert blocks.shape == (2, 3, 3, 2, 5, 16) and blocks.dtype == np.float64
+    assert blocks.ctypes.data % 64 == 0 and derived.is_frozen(blocks)
+    assert derived.kernel_blocks(w, np.float64, 2, 16) is blocks  # made once
+    for g in range(2):
+        for k in range(48):
+            want = w[g * 37 + k] if k < 37 else np.zeros((3, 2, 5))
+            np.testing.assert_array_equal(blocks[g, k // 16, :, :, :, k % 16], want)

@@ -14,14 +14,16 @@ from npusim.ir import ConvLayer
 
 @st.composite
 def wide_partitions(draw):
-    """A layer of 1-2 groups with CHANNEL_LOOP to 3 x CHANNEL_LOOP outputs per group."""
-    base = draw(conv_layers(max_hw=5, max_c=6, max_k=1, max_rs=3))
-    kg = draw(st.integers(CHANNEL_LOOP, 3 * CHANNEL_LOOP))
+    """A layer of 1-2 groups with CHANNEL_LOOP to 70 outputs per group (up to three blocks of
+    kernels in registers, the last one part full) and rows of 1-9 columns (rows narrower
+    than a block of columns, whole blocks, a last block part full)."""
+    base = draw(conv_layers(max_hw=9, max_c=6, max_k=1, max_rs=3))
+    kg = draw(st.integers(CHANNEL_LOOP, 70))
     return ConvLayer(base.N, base.Cg * base.groups, base.H, base.W, kg * base.groups, base.R,
                      base.S, base.stride, base.padding, base.dilation, base.groups, base.bias)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.one_of(wide_partitions(), conv_layers(max_hw=5, max_c=4, max_k=4, max_rs=3)),
        st.integers(0, 99), st.sampled_from(["float32", "int8"]))
 def test_fast_outputs_equal_the_emulators_bit_for_bit(layer, seed, dtype):

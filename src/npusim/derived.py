@@ -82,3 +82,38 @@ def laid_out(w: np.ndarray, dtype, shape: tuple[int, ...], axes: tuple[int, ...]
 
 def _lay_out(w: np.ndarray, dtype, shape: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(w.astype(dtype, copy=False).reshape(shape).transpose(axes))
+
+
+def kernel_blocks(w: np.ndarray, dtype, groups: int, width: int) -> np.ndarray:
+    """The K x Cg x R x S weights ``w`` as ``dtype`` in blocks of ``width`` kernels of a conv
+    group, each block's weights of one tap side by side and its taps in (c, r, s) order:
+    G x ceil(Kg / width) x Cg x R x S x width, the last block's missing kernels zero;
+    contiguous and read-only, once per read-only ``w``, dtype, groups and width (a machine
+    that sums a block of kernels in vector registers reads its weights as one run)."""
+    key = ("kernel blocks", np.dtype(dtype).str, groups, width)
+    return derived(w, key, lambda: frozen(_blocks(w, dtype, groups, width)))
+
+
+def _blocks(w: np.ndarray, dtype, groups: int, width: int) -> np.ndarray:
+    K, Cg, R, S = w.shape
+    kg = K // groups
+    blocks = -(-kg // width)
+    padded = np.zeros((groups, blocks * width, Cg, R, S), dtype)
+    padded[:, :kg] = w.reshape(groups, kg, Cg, R, S)
+    out = aligned_empty((groups, blocks, Cg, R, S, width), dtype)
+    out[...] = padded.reshape(groups, blocks, width, Cg, R, S).transpose(0, 1, 3, 4, 5, 2)
+    view = out  # read-only down to the aligned buffer, which nothing else holds: ``frozen``
+    while isinstance(view, np.ndarray):  # keeps it as it is, where it would copy a view of
+        view.setflags(write=False)  # writeable memory (and lose the alignment)
+        view = view.base
+    return out
+
+
+def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ``align``-byte boundary
+    (numpy promises 16): a vector register's load then reads one cache line, not two."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape))
+    raw = np.empty(size * dtype.itemsize + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + size * dtype.itemsize].view(dtype).reshape(shape)

@@ -13,12 +13,14 @@ import numpy as np
 from .ir import ConvLayer
 
 
-def pad_input(x: np.ndarray, layer: ConvLayer, value=0) -> np.ndarray:
+def pad_input(x: np.ndarray, layer: ConvLayer, value=0, wider: int = 0) -> np.ndarray:
     """``x`` (N x C x H x W) with the layer's (top, bottom, left, right) padding of ``value``
-    applied (``x`` itself when it has none). A new array with ``x`` copied in: ``np.pad``'s
-    generality cost 25 us a call, most of a small layer's padding."""
+    applied, and ``wider`` more columns of it on the right (``x`` itself when there is
+    none). A new array with ``x`` copied in: ``np.pad``'s generality cost 25 us a call, most
+    of a small layer's padding."""
     t, b, l, r = layer.padding
-    if not any(layer.padding):
+    r += wider
+    if not (t or b or l or r):
         return x
     n, c, h, w = x.shape
     shape = (n, c, h + t + b, w + l + r)

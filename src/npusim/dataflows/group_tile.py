@@ -52,9 +52,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import engine, memory, stats
+from .. import engine, memory, simd, stats
 from ..arch.sections.group_tile import GroupTile as Params  # the arch file section
-from ..derived import laid_out
+from ..derived import kernel_blocks, laid_out
 from ..ir import ConvLayer
 from ..jit import njit
 from ..parallel import in_parallel
@@ -378,42 +378,127 @@ def broadcast_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.n
     """Outputs by the tile's arithmetic: for each tap (c, r, s) in the MACs' order, every
     output adds weight x broadcast input (float32 products and sums; int8 products summed
     exactly in float64, int32 out); the activation unit adds the bias last. A partition of
-    at least ``CHANNEL_LOOP`` outputs runs its output channels in the innermost loop
-    (``_channel_macs``), a narrower one its output columns (``_column_macs``): either way
-    each output's products are added in the same order, so the result does not depend on
-    which."""
+    at least ``CHANNEL_LOOP`` outputs runs its output channels side by side: in vector
+    registers, ``COLUMNS`` output columns at a time (``_channel_macs``), or in memory for
+    rows narrower than that (``_channel_sums``); a narrower partition runs its output
+    columns in the innermost loop (``_column_macs``). Each output's products are added in
+    the same order whichever runs it, so the result does not depend on which."""
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32  # int8 x int8 sums: exact below 2**53
     G, Cg, Kg, R, S = layer.groups, layer.Cg, layer.Kg, layer.R, layer.S
-    xp = pad_input(x.astype(acc, copy=False), layer)
-    xg = np.ascontiguousarray(xp).reshape(layer.N, G, Cg, *xp.shape[2:])
-    shape = (G, Kg, Cg, R, S)
-    steps = (*layer.stride, *layer.dilation)
-    if Kg >= CHANNEL_LOOP:
+    steps, shape = (*layer.stride, *layer.dilation), (G, Kg, Cg, R, S)
+    rows = layer.N * G * layer.P
+    if Kg >= CHANNEL_LOOP and layer.Q >= COLUMNS:
+        xg = _grouped(pad_input(x.astype(acc, copy=False), layer, wider=_wider(layer)), layer)
+        blocks = kernel_blocks(w, acc, G, 2 * simd.width(acc))  # two registers wide
         out = np.empty(layer.output_shape, acc)
-        in_parallel(_channel_macs, (xg, laid_out(w, acc, shape, (0, 2, 3, 4, 1)), *steps, out),
-                    layer.N * G * layer.P)
+        in_parallel(_channel_macs, (xg, blocks, Kg, *steps, out), rows)
+    elif Kg >= CHANNEL_LOOP:
+        xg = _grouped(pad_input(x.astype(acc, copy=False), layer), layer)
+        out = np.empty(layer.output_shape, acc)
+        in_parallel(_channel_sums, (xg, laid_out(w, acc, shape, (0, 2, 3, 4, 1)), *steps, out),
+                    rows)
     else:
+        xg = _grouped(pad_input(x.astype(acc, copy=False), layer), layer)
         out = np.zeros((layer.N, G, Kg, layer.P, layer.Q), acc)
         in_parallel(_column_macs, (xg, laid_out(w, acc, shape, (0, 1, 2, 3, 4)), *steps, out),
                     layer.N * G * Kg)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
+def _grouped(xp: np.ndarray, layer: ConvLayer) -> np.ndarray:
+    """The padded input N x C x Hp x Wp as N x G x Cg x Hp x Wp, contiguous."""
+    return np.ascontiguousarray(xp).reshape(layer.N, layer.groups, layer.Cg, *xp.shape[2:])
+
+
+def _wider(layer: ConvLayer) -> int:
+    """Columns of zeros past the padded input that ``_channel_macs``' last block of
+    ``COLUMNS`` output columns reads (its columns past Q are thrown away)."""
+    columns = -(-layer.Q // COLUMNS) * COLUMNS
+    reach = (columns - 1) * layer.stride[1] + (layer.S - 1) * layer.dilation[1] + 1
+    return max(0, reach - (layer.W + layer.padding[2] + layer.padding[3]))
+
+
 CHANNEL_LOOP = 8  # outputs per partition from which the channel loop is the faster one
 
 
 @njit(cache=True, nogil=True)
-def _channel_macs(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+def _channel_macs(xg, blocks, Kg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+    """out[n, g Kg + k, p, q] = the sum from 0 of w[g Kg + k, c, r, s] x window(c, r, s) for
+    the output rows ``first <= (n G + g) P + p < stop``, taps in (c, r, s) order: each
+    output's products are added one at a time in the order the MAC adds them (a product
+    rounded, then the sum rounded: no fused multiply-add), so float32 sums match the
+    emulator's bit for bit. The outputs of a partition share the broadcast input (the MACs
+    of a subset), so they are taken side by side: ``COLUMNS`` output columns x a block of
+    kernels in two vector registers (``blocks``: ``derived.kernel_blocks``, the width of
+    two registers) keep their sums in registers over all the taps (``simd``). ``xg`` has
+    the columns that the last block of columns reads past the output's (zeros), and the
+    sums of those columns and of a last block's missing kernels are thrown away. A row's
+    sums are kept pixel-major (``sums``), then written to the output's rows."""
+    G, n_blocks, Cg, R, S, width = blocks.shape
+    P, Q = out.shape[2:]
+    sums = np.empty((-(-Q // COLUMNS) * COLUMNS, n_blocks * width), out.dtype)
+    weights, flat = blocks.reshape(-1), sums.reshape(-1)
+    lanes, row_sums = simd.lanes(flat), sums.shape[1]
+    if 2 * lanes != width:
+        raise ValueError("kernel blocks are not two vector registers wide")
+    for task in range(first, stop):
+        n, g, p = task // (G * P), task // P % G, task % P
+        for b in range(n_blocks):  # the block's weights, one run, are read again from the
+            for q in range(0, Q, COLUMNS):  # cache for each block of columns
+                a0, a1 = simd.zeros(flat), simd.zeros(flat)  # column q's sums
+                b0, b1 = simd.zeros(flat), simd.zeros(flat)  # q + 1
+                c0, c1 = simd.zeros(flat), simd.zeros(flat)  # q + 2
+                d0, d1 = simd.zeros(flat), simd.zeros(flat)  # q + 3
+                at = (g * n_blocks + b) * Cg * R * S * width
+                live = min(COLUMNS, Q - q)  # columns of the block inside the output
+                for c in range(Cg):
+                    plane = xg[n, g, c]
+                    for r in range(R):
+                        row = plane[p * sh + r * dh]
+                        for s in range(S):
+                            x0, x1 = row[q * sw + s * dw], row[(q + 1) * sw + s * dw]
+                            x2, x3 = row[(q + 2) * sw + s * dw], row[(q + 3) * sw + s * dw]
+                            simd.madd(a0, weights, at, x0)
+                            simd.madd(a1, weights, at + lanes, x0)
+                            if live > 1:
+                                simd.madd(b0, weights, at, x1)
+                                simd.madd(b1, weights, at + lanes, x1)
+                            if live > 2:
+                                simd.madd(c0, weights, at, x2)
+                                simd.madd(c1, weights, at + lanes, x2)
+                            if live > 3:
+                                simd.madd(d0, weights, at, x3)
+                                simd.madd(d1, weights, at + lanes, x3)
+                            at += width
+                at = q * row_sums + b * width
+                simd.store(a0, flat, at)
+                simd.store(a1, flat, at + lanes)
+                simd.store(b0, flat, at + row_sums)
+                simd.store(b1, flat, at + row_sums + lanes)
+                simd.store(c0, flat, at + 2 * row_sums)
+                simd.store(c1, flat, at + 2 * row_sums + lanes)
+                simd.store(d0, flat, at + 3 * row_sums)
+                simd.store(d1, flat, at + 3 * row_sums + lanes)
+        engine.store_row(sums[:Q, :Kg], out, n, g * Kg, p)
+
+
+COLUMNS = 4  # output columns whose sums stay in registers together (two registers each)
+
+
+@njit(cache=True, nogil=True)
+def _channel_sums(xg, wg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
     """out[n, g Kg + k, p, q] = the sum from 0 of wg[g, c, r, s, k] x window(c, r, s) for the
     output rows ``first <= (n G + g) P + p < stop``, taps in (c, r, s) order: each output's
     products are added one at a time in the order the MAC adds them (a product rounded, then
     the sum rounded: no fused multiply-add), so float32 sums match the emulator's bit for
-    bit. The innermost loop runs over the partition's outputs, which share the broadcast
-    input (the MACs of a subset): the compiler packs it into vector instructions; a row's
-    sums are kept pixel-major for it (``sums``), then written to the output's rows. Two output
-    columns go together, sharing each weight vector's loads (a row of odd width sums its
-    last column's products a second time into ``spare``, which is thrown away)."""
+    bit. For output rows narrower than ``COLUMNS`` (a fully connected layer's one pixel),
+    whose few sums ``_channel_macs`` would take a whole block of columns to hold: the
+    innermost loop runs over the partition's outputs, which share the broadcast input, the
+    sums kept in memory (``sums``, pixel-major), two output columns together sharing each
+    weight vector's loads (a row of odd width sums its last column's products a second time
+    into ``spare``, which is thrown away). Reading each weight once per column, it runs at
+    the speed memory streams them (VGG-16's fc6: 411 MB)."""
     G, Cg, R, S, Kg = wg.shape
     P, Q = out.shape[2:]
     sums = np.empty((Q, Kg), out.dtype)

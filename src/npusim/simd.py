@@ -1,0 +1,140 @@
+"""Vector registers for the machines' multiply-add loops (numba intrinsics).
+
+A machine that adds each output's products one at a time, in its datapath's order, over
+many outputs at once (a conv group's kernels, side by side in memory) is vectorised by
+numba across those outputs, but numba keeps their sums in an array: every product then
+loads a sum, adds, and stores it back, and the loads and stores, not the arithmetic, set
+the speed. Held in vector registers across the whole loop over a pixel's products, the
+sums cost two vector instructions a product (multiply, then add), as the datapath itself:
+
+    acc = simd.zeros(sums)            # LANES sums of sums' dtype, all +0
+    for each product in order:
+        simd.madd(acc, weights, i, x)  # acc[l] += weights[i + l] * x, l < LANES
+    simd.store(acc, sums, j)           # sums[j + l] = acc[l]
+
+``madd`` rounds each lane's product, then its sum (a multiply and an add, never fused),
+so a lane's sum is bit for bit the scalar loop's ``acc += w * x``. ``LANES`` (``lanes``)
+fills the host's widest vector register: 512 bits with AVX-512, else 256. A register is
+a stack slot that the compiler keeps in a register (it is only ever loaded and stored
+whole); the arrays are flat (1-D, contiguous) and not bounds-checked: the caller's
+blocks lie inside them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .jit import intrinsic
+
+
+@functools.cache  # asking the CPU takes 0.4 ms
+def vector_bits() -> int:
+    """Bits of the widest vector register of the CPU numba compiles for (its
+    ``NUMBA_CPU_FEATURES`` if set, else the host's): 512 with AVX-512, else 256."""
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    features = config.CPU_FEATURES or ll.get_host_cpu_features().flatten()
+    return 512 if "+avx512f" in features.split(",") else 256
+
+
+def width(dtype) -> int:
+    """Lanes of a vector register of the numpy ``dtype`` (``lanes`` outside compiled code)."""
+    import numpy as np
+
+    return vector_bits() // (8 * np.dtype(dtype).itemsize)
+
+
+def _vector(context, dtype):
+    """(LLVM element type, LLVM vector type) of ``dtype``'s lanes."""
+    from llvmlite import ir
+
+    element = context.get_data_type(dtype)
+    return element, ir.VectorType(element, vector_bits() // dtype.bitwidth)
+
+
+def _flat(array_type) -> None:
+    """Refuse at compile time an array these intrinsics cannot address as one run."""
+    from numba.core.errors import TypingError
+
+    if array_type.ndim != 1 or array_type.layout != "C":
+        raise TypingError(f"simd: needs a 1-D contiguous array, got {array_type}")
+
+
+@intrinsic
+def lanes(typingctx, like):
+    """Lanes of a vector register of ``like``'s dtype (an array), as an int64 constant."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        _, vector = _vector(context, like.dtype)
+        return ir.Constant(ir.IntType(64), vector.count)
+
+    return types.int64(like), codegen
+
+
+@intrinsic
+def zeros(typingctx, like):
+    """A vector register of ``like``'s dtype (an array), every lane +0."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+
+    def codegen(context, builder, signature, args):
+        element, vector = _vector(context, like.dtype)
+        slot = cgutils.alloca_once(builder, vector)
+        builder.store(ir.Constant(vector, None), slot)
+        return builder.bitcast(slot, element.as_pointer())
+
+    return types.CPointer(like.dtype)(like), codegen
+
+
+@intrinsic
+def madd(typingctx, acc, array, offset, x):
+    """acc[l] += array[offset + l] * x for every lane l: the product rounded, then the sum
+    (no fused multiply-add). ``array``: flat, of ``acc``'s dtype; ``x`` is cast to it."""
+    from llvmlite import ir
+    from numba import types
+
+    _flat(array)
+
+    def codegen(context, builder, signature, args):
+        slot, data, at, value = args
+        element, vector = _vector(context, array.dtype)
+        weights = builder.load(_address(context, builder, array, data, at, vector), align=1)
+        scalar = context.cast(builder, value, x, array.dtype)
+        lanes = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count)
+        spread = builder.shuffle_vector(
+            builder.insert_element(ir.Constant(vector, ir.Undefined), scalar,
+                                   ir.Constant(ir.IntType(32), 0)),
+            ir.Constant(vector, ir.Undefined), lanes)
+        register = builder.bitcast(slot, vector.as_pointer())
+        total = builder.fadd(builder.load(register), builder.fmul(weights, spread))
+        builder.store(total, register)
+        return context.get_dummy_value()
+
+    return types.void(acc, array, offset, x), codegen
+
+
+@intrinsic
+def store(typingctx, acc, array, offset):
+    """array[offset + l] = acc[l] for every lane l (``array``: flat, of ``acc``'s dtype)."""
+    from numba import types
+
+    _flat(array)
+
+    def codegen(context, builder, signature, args):
+        slot, data, at = args
+        _, vector = _vector(context, array.dtype)
+        value = builder.load(builder.bitcast(slot, vector.as_pointer()))
+        builder.store(value, _address(context, builder, array, data, at, vector), align=1)
+        return context.get_dummy_value()
+
+    return types.void(acc, array, offset), codegen
+
+
+def _address(context, builder, array_type, data, offset, vector):
+    """Pointer to ``vector``'s lanes from element ``offset`` of the flat array ``data``."""
+    array = context.make_array(array_type)(context, builder, data)
+    return builder.bitcast(builder.gep(array.data, [offset]), vector.as_pointer())
