@@ -74,8 +74,8 @@ def test_cached_weight_data_equals_a_fresh_recompute(pnet):
     ("sparse-pairs-32x32", "int8", "estimate", quant, "quantize_weights"),
     ("input-reuse-1024", "float32", "estimate", region_work, "_tap_weights"),
     ("input-reuse-1024", "float32", "estimate", derived, "_nonzero"),
-    ("sparse-pairs-32x32", "float32", "run", derived, "_lay_out"),
-    ("sparse-pairs-32x32", "int8", "run", derived, "_lay_out"),
+    ("sparse-pairs-32x32", "float32", "run", derived, "_blocks"),
+    ("sparse-pairs-32x32", "int8", "run", derived, "_blocks"),
     # kernel blocks for the register loop, the plain layout for rows narrower than its block
     ("group-tile-64mac", "float32", "run", derived, "_blocks|_lay_out"),
     ("group-tile-64mac", "int8", "run", derived, "_blocks|_lay_out"),

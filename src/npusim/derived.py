@@ -84,27 +84,33 @@ def _lay_out(w: np.ndarray, dtype, shape: tuple[int, ...], axes: tuple[int, ...]
     return np.ascontiguousarray(w.astype(dtype, copy=False).reshape(shape).transpose(axes))
 
 
-def kernel_blocks(w: np.ndarray, dtype, groups: int, width: int) -> np.ndarray:
+def kernel_blocks(w: np.ndarray, dtype, groups: int, width: int, taps: str = "crs") -> np.ndarray:
     """The K x Cg x R x S weights ``w`` as ``dtype`` in blocks of ``width`` kernels of a conv
-    group, each block's weights of one tap side by side and its taps in (c, r, s) order:
-    G x ceil(Kg / width) x Cg x R x S x width, the last block's missing kernels zero;
-    contiguous and read-only, once per read-only ``w``, dtype, groups and width (a machine
-    that sums a block of kernels in vector registers reads its weights as one run)."""
-    key = ("kernel blocks", np.dtype(dtype).str, groups, width)
-    return derived(w, key, lambda: frozen(_blocks(w, dtype, groups, width)))
+    group, each block's weights of one tap side by side and its taps in the order ``taps``
+    ("crs": channel, row, column; "rsc": row, column, channel): G x ceil(Kg / width) x
+    (the three tap axes in that order) x width, the last block's missing kernels zero;
+    64-byte aligned, contiguous and read-only, once per read-only ``w``, dtype, groups,
+    width and order (a machine that sums a block of kernels in vector registers reads its
+    weights as one run)."""
+    key = ("kernel blocks", np.dtype(dtype).str, groups, width, taps)
+    return derived(w, key, lambda: _blocks(w, dtype, groups, width, taps))
 
 
-def _blocks(w: np.ndarray, dtype, groups: int, width: int) -> np.ndarray:
+_TAP_AXES = {"crs": (3, 4, 5), "rsc": (4, 5, 3)}  # of (G, blocks, width, Cg, R, S)
+
+
+def _blocks(w: np.ndarray, dtype, groups: int, width: int, taps: str) -> np.ndarray:
     K, Cg, R, S = w.shape
     kg = K // groups
     blocks = -(-kg // width)
     padded = np.zeros((groups, blocks * width, Cg, R, S), dtype)
     padded[:, :kg] = w.reshape(groups, kg, Cg, R, S)
-    out = aligned_empty((groups, blocks, Cg, R, S, width), dtype)
-    out[...] = padded.reshape(groups, blocks, width, Cg, R, S).transpose(0, 1, 3, 4, 5, 2)
-    view = out  # read-only down to the aligned buffer, which nothing else holds: ``frozen``
-    while isinstance(view, np.ndarray):  # keeps it as it is, where it would copy a view of
-        view.setflags(write=False)  # writeable memory (and lose the alignment)
+    laid = padded.reshape(groups, blocks, width, Cg, R, S).transpose(0, 1, *_TAP_AXES[taps], 2)
+    out = aligned_empty(laid.shape, dtype)
+    out[...] = laid
+    view = out  # read-only down to the aligned buffer, which nothing else holds (``frozen``
+    while isinstance(view, np.ndarray):  # would copy a view of writeable memory, and lose
+        view.setflags(write=False)  # the alignment)
         view = view.base
     return out
 

@@ -13,7 +13,8 @@ sums cost two vector instructions a product (multiply, then add), as the datapat
     simd.store(acc, sums, j)           # sums[j + l] = acc[l]
 
 ``madd`` rounds each lane's product, then its sum (a multiply and an add, never fused),
-so a lane's sum is bit for bit the scalar loop's ``acc += w * x``. ``LANES`` (``lanes``)
+so a lane's sum is bit for bit the scalar loop's ``acc += w * x``; integer lanes (int64
+for exact int8 sums) multiply and add as numba's integers do. ``LANES`` (``lanes``)
 fills the host's widest vector register: 512 bits with AVX-512, else 256. A register is
 a stack slot that the compiler keeps in a register (it is only ever loaded and stored
 whole); the arrays are flat (1-D, contiguous) and not bounds-checked: the caller's
@@ -94,27 +95,70 @@ def zeros(typingctx, like):
 def madd(typingctx, acc, array, offset, x):
     """acc[l] += array[offset + l] * x for every lane l: the product rounded, then the sum
     (no fused multiply-add). ``array``: flat, of ``acc``'s dtype; ``x`` is cast to it."""
+    from numba import types
+
+    _flat(array)
+
+    def codegen(context, builder, signature, args):
+        register, before, _, product = _operands(context, builder, signature, args)
+        builder.store(_add(builder, array.dtype, before, product), register)
+        return context.get_dummy_value()
+
+    return types.void(acc, array, offset, x), codegen
+
+
+@intrinsic
+def madd_nonzero(typingctx, acc, array, offset, x):
+    """``madd`` in the lanes l whose array[offset + l] is not 0; the others keep their sum
+    as it is (a product skipped, not an exact 0 added: an infinite or NaN ``x`` times 0
+    would be NaN)."""
     from llvmlite import ir
     from numba import types
 
     _flat(array)
 
     def codegen(context, builder, signature, args):
-        slot, data, at, value = args
-        element, vector = _vector(context, array.dtype)
-        weights = builder.load(_address(context, builder, array, data, at, vector), align=1)
-        scalar = context.cast(builder, value, x, array.dtype)
-        lanes = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count)
-        spread = builder.shuffle_vector(
-            builder.insert_element(ir.Constant(vector, ir.Undefined), scalar,
-                                   ir.Constant(ir.IntType(32), 0)),
-            ir.Constant(vector, ir.Undefined), lanes)
-        register = builder.bitcast(slot, vector.as_pointer())
-        total = builder.fadd(builder.load(register), builder.fmul(weights, spread))
-        builder.store(total, register)
+        register, before, weights, product = _operands(context, builder, signature, args)
+        zero = ir.Constant(weights.type, None)
+        nonzero = (builder.fcmp_unordered("!=", weights, zero) if _floating(array.dtype)
+                   else builder.icmp_signed("!=", weights, zero))
+        total = _add(builder, array.dtype, before, product)
+        builder.store(builder.select(nonzero, total, before), register)
         return context.get_dummy_value()
 
     return types.void(acc, array, offset, x), codegen
+
+
+def _operands(context, builder, signature, args):
+    """For (acc, array, offset, x): (acc's register, its lanes, array's lanes from offset,
+    their products with x)."""
+    from llvmlite import ir
+
+    slot, data, at, value = args
+    array, x = signature.args[1], signature.args[3]
+    _, vector = _vector(context, array.dtype)
+    weights = builder.load(_address(context, builder, array, data, at, vector), align=1)
+    first = builder.insert_element(ir.Constant(vector, ir.Undefined),
+                                   context.cast(builder, value, x, array.dtype),
+                                   ir.Constant(ir.IntType(32), 0))
+    spread = builder.shuffle_vector(  # x in every lane
+        first, ir.Constant(vector, ir.Undefined),
+        ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count))
+    register = builder.bitcast(slot, vector.as_pointer())
+    product = (builder.fmul(weights, spread) if _floating(array.dtype)
+               else builder.mul(weights, spread))
+    return register, builder.load(register), weights, product
+
+
+def _floating(dtype) -> bool:
+    from numba import types
+
+    return isinstance(dtype, types.Float)
+
+
+def _add(builder, dtype, a, b):
+    """a + b lane by lane: rounded for floats, wrapping for integers."""
+    return builder.fadd(a, b) if _floating(dtype) else builder.add(a, b)
 
 
 @intrinsic

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import bitconv, engine
+from .. import bitconv, engine, simd
 from ..arch.sections.sparse_pairs import SparsePairs as Params  # the arch file section
-from ..derived import laid_out
+from ..derived import kernel_blocks
 from ..ir import ConvLayer
 from ..jit import njit
 from ..memory import Steps
@@ -291,30 +291,38 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
         # order; a zero input's skipped product is a +-0, which leaves the sum (never -0) as
         # it is.
         return engine.finish(engine.depthwise(x, w, layer, acc), bias, layer, integer)
-    G, Cg, R, S, Kg = layer.groups, layer.Cg, layer.R, layer.S, layer.Kg
+    G, R, S = layer.groups, layer.R, layer.S
     xp = np.ascontiguousarray(pad_input(x.astype(acc, copy=False), layer))
-    kernels = laid_out(  # per conv group and bit (tap, channel): its Kg weights
-        w, acc, (G, Kg, Cg, R, S), (0, 3, 4, 2, 1)).reshape(G, R * S * Cg, Kg)
+    # per conv group, blocks of two registers of kernels, each bit's (tap, channel) weights
+    # side by side
+    blocks = kernel_blocks(w, acc, G, 2 * simd.width(acc), taps="rsc")
     out = np.empty(layer.output_shape, acc)
-    args = (xp, kernels, R, S, *layer.stride, *layer.dilation, out)
+    args = (xp, blocks, layer.Kg, R, S, *layer.stride, *layer.dilation, out)
     in_parallel(_pair_macs, args, layer.N * G * layer.P)
     return engine.finish(out, bias, layer, integer)
 
 
 @njit(cache=True, nogil=True)
-def _pair_macs(xp, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+def _pair_macs(xp, blocks, Kg, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
     """out[n, g Kg + k, p, q] = the sum of x x w over the receptive field's non-zero features
     x in bit order and kernel k's weight w of that bit (from 0, in that order), for the output
     rows ``first <= (n G + g) P + p < stop``; a non-finite x only meets the non-zero weights.
-    ``xp``: the padded input, N x C x Hp x Wp. Per output row, the R input rows it reads are
-    first gathered channels last (``field``: a tap's channels side by side, as the bit order
-    reads them) and its sums kept pixel-major (``sums``: a pixel's kernels side by side, the
-    vectorised loop), then written to the output's rows."""
-    G, Kg = kernels.shape[0], kernels.shape[2]
+    ``xp``: the padded input, N x C x Hp x Wp; ``blocks``: ``derived.kernel_blocks`` in bit
+    order, two vector registers wide. Per output row, the R input rows it reads are first
+    gathered channels last (``field``: a tap's channels side by side, as the bit order reads
+    them); per pixel, two blocks of kernels at a time keep their sums in vector registers
+    (``simd``) over all the bits, the zero features skipped; a row's sums are kept
+    pixel-major (``sums``; a last block's missing kernels thrown away), then written to the
+    output's rows."""
+    G, n_blocks, width = blocks.shape[0], blocks.shape[1], blocks.shape[5]
     Cg, Wp = xp.shape[1] // G, xp.shape[3]
     P, Q = out.shape[2], out.shape[3]
     field = np.empty((R, Wp, Cg), xp.dtype)
-    sums = np.empty((Q, Kg), out.dtype)
+    sums = np.empty((Q, n_blocks * width), out.dtype)
+    weights, flat = blocks.reshape(-1), sums.reshape(-1)
+    lanes, bits = simd.lanes(flat), R * S * Cg
+    if 2 * lanes != width:
+        raise ValueError("kernel blocks are not two vector registers wide")
     for row in range(first, stop):
         n, g, p = row // (G * P), row // P % G, row % P
         for r in range(R):
@@ -323,25 +331,41 @@ def _pair_macs(xp, kernels, R, S, sh, sw, dh, dw, out, first, stop):  # pragma: 
                 line = xp[n, g * Cg + c, h]
                 for v in range(Wp):
                     field[r, v, c] = line[v]
-        sums[:] = 0
-        for q in range(Q):
-            total = sums[q]
-            for r in range(R):
-                for s in range(S):
-                    features, bit = field[r, q * sw + s * dw], (r * S + s) * Cg
-                    for c in range(Cg):
-                        value = features[c]
-                        if value == 0:
-                            continue
-                        weights = kernels[g, bit + c]
-                        if value - value == 0:  # finite: every product with a 0 weight is +0
-                            for k in range(Kg):
-                                total[k] += value * weights[k]
-                        else:
-                            for k in range(Kg):
-                                if weights[k] != 0:
-                                    total[k] += value * weights[k]
-        engine.store_row(sums, out, n, g * Kg, p)
+        for b in range(0, n_blocks, 2):  # the blocks' weights are read again from the cache
+            pair = b + 1 < n_blocks  # a second block of kernels
+            for q in range(Q):  # for each pixel of the row
+                a0, a1 = simd.zeros(flat), simd.zeros(flat)  # block b's sums
+                b0, b1 = simd.zeros(flat), simd.zeros(flat)  # block b + 1's
+                at = (g * n_blocks + b) * bits * width  # bit 0 of block b
+                for r in range(R):
+                    for s in range(S):
+                        features = field[r, q * sw + s * dw]
+                        for c in range(Cg):
+                            value = features[c]
+                            if value != 0:
+                                bit = at + ((r * S + s) * Cg + c) * width
+                                if value - value == 0:  # finite: a 0 weight's product is +-0
+                                    simd.madd(a0, weights, bit, value)
+                                    simd.madd(a1, weights, bit + lanes, value)
+                                    if pair:
+                                        simd.madd(b0, weights, bit + bits * width, value)
+                                        simd.madd(b1, weights, bit + bits * width + lanes,
+                                                  value)
+                                else:
+                                    simd.madd_nonzero(a0, weights, bit, value)
+                                    simd.madd_nonzero(a1, weights, bit + lanes, value)
+                                    if pair:
+                                        simd.madd_nonzero(b0, weights, bit + bits * width,
+                                                          value)
+                                        simd.madd_nonzero(b1, weights,
+                                                          bit + bits * width + lanes, value)
+                at = q * sums.shape[1] + b * width
+                simd.store(a0, flat, at)
+                simd.store(a1, flat, at + lanes)
+                if pair:
+                    simd.store(b0, flat, at + width)
+                    simd.store(b1, flat, at + width + lanes)
+        engine.store_row(sums[:, :Kg], out, n, g * Kg, p)
 
 
 @register
