@@ -62,3 +62,27 @@ def test_register_intrinsics_refuse_a_strided_or_2d_array():
     with pytest.raises(TypingError, match="1-D contiguous"):
         _register_sums(np.zeros((4, simd.width(np.float32)), np.float32),
                        np.ones(4, np.float32), np.zeros(simd.width(np.float32), np.float32))
+
+
+@njit(cache=False)
+def _register_counts(words, kernel, out):  # pragma: no cover
+    """out[0:lanes] = the sum over i of popcount(words[i * lanes + l] & kernel[i])."""
+    lanes = simd.lanes(out)
+    acc = simd.zeros(out)
+    for i in range(kernel.size):
+        simd.count_and(acc, words, i * lanes, kernel[i])
+    simd.store(acc, out, 0)
+
+
+def test_register_counts_equal_numpys_set_bits_of_the_and():
+    rng = np.random.default_rng(8)
+    lanes = simd.width(np.int64)
+    for _ in range(100):
+        n = int(rng.integers(1, 40))
+        words = rng.integers(0, 2**64, n * lanes, dtype=np.uint64, endpoint=False)
+        kernel = rng.integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+        words[rng.random(words.size) < 0.1] = np.uint64(2**64 - 1)  # every bit set
+        out = np.full(lanes, -1, np.int64)
+        _register_counts(words, kernel, out)
+        expected = np.bitwise_count(words.reshape(n, lanes) & kernel[:, None]).sum(axis=0)
+        np.testing.assert_array_equal(out, expected)

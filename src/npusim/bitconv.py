@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from . import simd
 from .derived import derived, frozen
 from .ir import ConvLayer
 from .jit import intrinsic, njit
@@ -122,7 +123,7 @@ def kernel_ones(w_words: np.ndarray) -> np.ndarray:
         np.bitwise_count(w_words).sum(axis=2, dtype=np.int64).ravel()))
 
 
-TILE = 8  # output pixels whose fields meet each kernel word together (eight accumulators)
+TILE = 8  # output pixels whose fields meet each kernel word together (one 512-bit register)
 
 
 @njit(cache=True, nogil=True)
@@ -130,43 +131,45 @@ def _pair_rows(xb, wb, R, S, P, Q, sh, sw, dh, dw, out, ones, first, stop):  # p
     """out[g Kg + k, (n P + p) Q + q] = pairs of kernel k of conv group g at pixel (n, p, q);
     ones[(n G + g) P + p] = set bits of group g's receptive fields along output row p of
     image n; for the rows ``first <= (n G + g) P + p < stop``. The fields of ``TILE``
-    neighbouring pixels are gathered once and each kernel word is ANDed with all of them."""
+    neighbouring pixels are gathered once, each word's ``TILE`` pixels side by side, and
+    each kernel word is ANDed with all of them at once and their set bits counted in vector
+    registers (``simd.count_and``)."""
     N, G, _, _, D = xb.shape
     Kg, L = wb.shape[1], wb.shape[2]
-    fields = np.zeros((TILE, L), np.uint64)
+    fields = np.zeros((L, TILE), np.uint64)  # word j of the tile's pixels side by side
+    words, counts = fields.reshape(-1), np.empty(TILE, np.int64)
+    lanes = simd.lanes(counts)  # TILE in one register, or two
+    if 2 * lanes < TILE:
+        raise ValueError("a tile of pixels needs more than two vector registers")
     for row in range(first, stop):
         n, g, p = row // (G * P), row // P % G, row % P
         seen = 0
         for q0 in range(0, Q, TILE):
             width = min(TILE, Q - q0)
-            fields[width:] = 0
+            fields[:, width:] = 0
             for t in range(width):
                 i = 0
                 for r in range(R):
                     for s in range(S):
                         for d in range(D):
                             word = xb[n, g, p * sh + r * dh, (q0 + t) * sw + s * dw, d]
-                            fields[t, i] = word
+                            fields[i, t] = word
                             seen += _popcount(word)
                             i += 1
             pixel = (n * P + p) * Q + q0
             for k in range(Kg):
-                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0
+                low, high = simd.zeros(counts), simd.zeros(counts)  # pixels 0.., lanes..
                 kernel = wb[g, k]
                 for j in range(L):
-                    w = kernel[j]
-                    a0 += _popcount(fields[0, j] & w)
-                    a1 += _popcount(fields[1, j] & w)
-                    a2 += _popcount(fields[2, j] & w)
-                    a3 += _popcount(fields[3, j] & w)
-                    a4 += _popcount(fields[4, j] & w)
-                    a5 += _popcount(fields[5, j] & w)
-                    a6 += _popcount(fields[6, j] & w)
-                    a7 += _popcount(fields[7, j] & w)
-                pairs = (a0, a1, a2, a3, a4, a5, a6, a7)
+                    simd.count_and(low, words, j * TILE, kernel[j])
+                    if lanes < TILE:
+                        simd.count_and(high, words, j * TILE + lanes, kernel[j])
+                simd.store(low, counts, 0)
+                if lanes < TILE:
+                    simd.store(high, counts, lanes)
                 dest = out[g * Kg + k, pixel:pixel + width]
                 for t in range(width):
-                    dest[t] = pairs[t]
+                    dest[t] = counts[t]
         ones[row] = seen
 
 

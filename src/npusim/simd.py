@@ -129,25 +129,57 @@ def madd_nonzero(typingctx, acc, array, offset, x):
     return types.void(acc, array, offset, x), codegen
 
 
+@intrinsic
+def count_and(typingctx, acc, array, offset, word):
+    """acc[l] += the set bits of (array[offset + l] AND word) for every lane l: ``array``
+    flat uint64 words, ``acc`` int64 counts (one vector population count: AVX-512's
+    VPOPCNTQ, else the compiler's lane-by-lane sequence)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+
+    _flat(array)
+
+    def codegen(context, builder, signature, args):
+        slot, data, at, value = args
+        _, vector = _vector(context, array.dtype)
+        words = builder.load(_address(context, builder, array, data, at, vector), align=1)
+        spread = _spread(builder, vector, context.cast(builder, value, word, array.dtype))
+        register = builder.bitcast(slot, vector.as_pointer())
+        name = f"llvm.ctpop.v{vector.count}i{vector.element.width}"
+        ctpop = cgutils.get_or_insert_function(builder.module,
+                                               ir.FunctionType(vector, [vector]), name)
+        ones = builder.call(ctpop, [builder.and_(words, spread)])
+        builder.store(builder.add(builder.load(register), ones), register)
+        return context.get_dummy_value()
+
+    return types.void(acc, array, offset, word), codegen
+
+
 def _operands(context, builder, signature, args):
     """For (acc, array, offset, x): (acc's register, its lanes, array's lanes from offset,
     their products with x)."""
-    from llvmlite import ir
 
     slot, data, at, value = args
     array, x = signature.args[1], signature.args[3]
     _, vector = _vector(context, array.dtype)
     weights = builder.load(_address(context, builder, array, data, at, vector), align=1)
-    first = builder.insert_element(ir.Constant(vector, ir.Undefined),
-                                   context.cast(builder, value, x, array.dtype),
-                                   ir.Constant(ir.IntType(32), 0))
-    spread = builder.shuffle_vector(  # x in every lane
-        first, ir.Constant(vector, ir.Undefined),
-        ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count))
+    spread = _spread(builder, vector, context.cast(builder, value, x, array.dtype))
     register = builder.bitcast(slot, vector.as_pointer())
     product = (builder.fmul(weights, spread) if _floating(array.dtype)
                else builder.mul(weights, spread))
     return register, builder.load(register), weights, product
+
+
+def _spread(builder, vector, scalar):
+    """``scalar`` in every lane of ``vector``'s type."""
+    from llvmlite import ir
+
+    first = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar,
+                                   ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(
+        first, ir.Constant(vector, ir.Undefined),
+        ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count))
 
 
 def _floating(dtype) -> bool:
