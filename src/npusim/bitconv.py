@@ -232,20 +232,33 @@ def _tap_rows(mask, first_tap, taps, S, kg, sh, sw, dh, dw, top, left, out,
               first, stop):  # pragma: no cover
     """out[k, n, p, q] = sum over kernel k's set taps t = r*S + s (``taps[first_tap[k]:
     first_tap[k + 1]]``) of mask[n, k // kg, p*sh + r*dh - top, q*sw + s*dw - left], 0
-    outside the input, for the rows ``first <= (k N + n) P + p < stop``."""
+    outside the input, for the rows ``first <= (k N + n) P + p < stop``. What a tap reads
+    along a row (its row offset, column shift and the output columns that read inside the
+    input) is worked out once per kernel, not once per row."""
     N, P, Q = out.shape[1:]
     H, W = mask.shape[2:]
+    most = 0
+    for k in range(len(first_tap) - 1):
+        most = max(most, first_tap[k + 1] - first_tap[k])
+    rows, shifts = np.empty(most, np.int64), np.empty(most, np.int64)
+    los, his = np.empty(most, np.int64), np.empty(most, np.int64)
+    kernel = -1
     for row in range(first, stop):
         k, n, p = row // (N * P), row // P % N, row % P
+        if k != kernel:  # the kernel's set taps along a row
+            kernel, count = k, first_tap[k + 1] - first_tap[k]
+            for i in range(count):
+                t = taps[first_tap[k] + i]
+                rows[i], shifts[i] = t // S * dh - top, t % S * dw - left
+                los[i] = max(0, (sw - 1 - shifts[i]) // sw)  # first q reading column >= 0
+                his[i] = min(Q, (W - 1 - shifts[i]) // sw + 1)  # past the last one < W
         dest, plane = out[k, n, p], mask[n, k // kg]
         dest[:] = 0
-        for i in range(first_tap[k], first_tap[k + 1]):
-            h = p * sh + taps[i] // S * dh - top
+        for i in range(count):
+            h = p * sh + rows[i]
             if h < 0 or h >= H:
                 continue
-            line, shift = plane[h], taps[i] % S * dw - left
-            lo = max(0, (sw - 1 - shift) // sw)  # first q reading column >= 0
-            hi = min(Q, (W - 1 - shift) // sw + 1)  # past the last reading column < W
+            line, shift, lo, hi = plane[h], shifts[i], los[i], his[i]
             # sliced, so that no index may be negative (to wrap); contiguous at stride 1, so
             # that the loop vectorises
             part = dest[lo:hi]
