@@ -106,7 +106,7 @@ def _blocks(w: np.ndarray, dtype, groups: int, width: int, taps: str) -> np.ndar
     padded = np.zeros((groups, blocks * width, Cg, R, S), dtype)
     padded[:, :kg] = w.reshape(groups, kg, Cg, R, S)
     laid = padded.reshape(groups, blocks, width, Cg, R, S).transpose(0, 1, *_TAP_AXES[taps], 2)
-    out = aligned_empty(laid.shape, dtype)
+    out = _aligned_empty(laid.shape, dtype)
     out[...] = laid
     view = out  # read-only down to the aligned buffer, which nothing else holds (``frozen``
     while isinstance(view, np.ndarray):  # would copy a view of writeable memory, and lose
@@ -115,7 +115,7 @@ def _blocks(w: np.ndarray, dtype, groups: int, width: int, taps: str) -> np.ndar
     return out
 
 
-def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+def _aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on an ``align``-byte boundary
     (numpy promises 16): a vector register's load then reads one cache line, not two."""
     dtype = np.dtype(dtype)

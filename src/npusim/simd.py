@@ -14,7 +14,10 @@ sums cost two vector instructions a product (multiply, then add), as the datapat
 
 ``madd`` rounds each lane's product, then its sum (a multiply and an add, never fused),
 so a lane's sum is bit for bit the scalar loop's ``acc += w * x``; integer lanes (int64
-for exact int8 sums) multiply and add as numba's integers do. ``LANES`` (``lanes``)
+for exact int8 sums) multiply and add as numba's integers do. ``madd_nonzero`` skips the
+lanes of zero weights (a non-finite ``x`` meets only the non-zero ones), and
+``count_and`` adds the set bits of words ANDed with one word (the sparse machine's pair
+counts). ``LANES`` (``lanes``)
 fills the host's widest vector register: 512 bits with AVX-512, else 256. A register is
 a stack slot that the compiler keeps in a register (it is only ever loaded and stored
 whole); the arrays are flat (1-D, contiguous) and not bounds-checked: the caller's
@@ -156,10 +159,26 @@ def count_and(typingctx, acc, array, offset, word):
     return types.void(acc, array, offset, word), codegen
 
 
+@intrinsic
+def store(typingctx, acc, array, offset):
+    """array[offset + l] = acc[l] for every lane l (``array``: flat, of ``acc``'s dtype)."""
+    from numba import types
+
+    _flat(array)
+
+    def codegen(context, builder, signature, args):
+        slot, data, at = args
+        _, vector = _vector(context, array.dtype)
+        value = builder.load(builder.bitcast(slot, vector.as_pointer()))
+        builder.store(value, _address(context, builder, array, data, at, vector), align=1)
+        return context.get_dummy_value()
+
+    return types.void(acc, array, offset), codegen
+
+
 def _operands(context, builder, signature, args):
     """For (acc, array, offset, x): (acc's register, its lanes, array's lanes from offset,
     their products with x)."""
-
     slot, data, at, value = args
     array, x = signature.args[1], signature.args[3]
     _, vector = _vector(context, array.dtype)
@@ -183,6 +202,7 @@ def _spread(builder, vector, scalar):
 
 
 def _floating(dtype) -> bool:
+    """Whether numba's ``dtype`` is a float (else an integer)."""
     from numba import types
 
     return isinstance(dtype, types.Float)
@@ -191,23 +211,6 @@ def _floating(dtype) -> bool:
 def _add(builder, dtype, a, b):
     """a + b lane by lane: rounded for floats, wrapping for integers."""
     return builder.fadd(a, b) if _floating(dtype) else builder.add(a, b)
-
-
-@intrinsic
-def store(typingctx, acc, array, offset):
-    """array[offset + l] = acc[l] for every lane l (``array``: flat, of ``acc``'s dtype)."""
-    from numba import types
-
-    _flat(array)
-
-    def codegen(context, builder, signature, args):
-        slot, data, at = args
-        _, vector = _vector(context, array.dtype)
-        value = builder.load(builder.bitcast(slot, vector.as_pointer()))
-        builder.store(value, _address(context, builder, array, data, at, vector), align=1)
-        return context.get_dummy_value()
-
-    return types.void(acc, array, offset), codegen
 
 
 def _address(context, builder, array_type, data, offset, vector):

@@ -320,7 +320,7 @@ def _pair_macs(xp, blocks, Kg, R, S, sh, sw, dh, dw, out, first, stop):  # pragm
     field = np.empty((R, Wp, Cg), xp.dtype)
     sums = np.empty((Q, n_blocks * width), out.dtype)
     weights, flat = blocks.reshape(-1), sums.reshape(-1)
-    lanes, bits = simd.lanes(flat), R * S * Cg
+    lanes, span = simd.lanes(flat), R * S * Cg * width  # span: one block's weights
     if 2 * lanes != width:
         raise ValueError("kernel blocks are not two vector registers wide")
     for row in range(first, stop):
@@ -336,35 +336,33 @@ def _pair_macs(xp, blocks, Kg, R, S, sh, sw, dh, dw, out, first, stop):  # pragm
             for q in range(Q):  # for each pixel of the row
                 a0, a1 = simd.zeros(flat), simd.zeros(flat)  # block b's sums
                 b0, b1 = simd.zeros(flat), simd.zeros(flat)  # block b + 1's
-                at = (g * n_blocks + b) * bits * width  # bit 0 of block b
+                first_bit = (g * n_blocks + b) * span  # block b's weights of bit 0
                 for r in range(R):
                     for s in range(S):
                         features = field[r, q * sw + s * dw]
                         for c in range(Cg):
                             value = features[c]
                             if value != 0:
-                                bit = at + ((r * S + s) * Cg + c) * width
+                                at = first_bit + ((r * S + s) * Cg + c) * width
                                 if value - value == 0:  # finite: a 0 weight's product is +-0
-                                    simd.madd(a0, weights, bit, value)
-                                    simd.madd(a1, weights, bit + lanes, value)
+                                    simd.madd(a0, weights, at, value)
+                                    simd.madd(a1, weights, at + lanes, value)
                                     if pair:
-                                        simd.madd(b0, weights, bit + bits * width, value)
-                                        simd.madd(b1, weights, bit + bits * width + lanes,
-                                                  value)
+                                        simd.madd(b0, weights, at + span, value)
+                                        simd.madd(b1, weights, at + span + lanes, value)
                                 else:
-                                    simd.madd_nonzero(a0, weights, bit, value)
-                                    simd.madd_nonzero(a1, weights, bit + lanes, value)
+                                    simd.madd_nonzero(a0, weights, at, value)
+                                    simd.madd_nonzero(a1, weights, at + lanes, value)
                                     if pair:
-                                        simd.madd_nonzero(b0, weights, bit + bits * width,
+                                        simd.madd_nonzero(b0, weights, at + span, value)
+                                        simd.madd_nonzero(b1, weights, at + span + lanes,
                                                           value)
-                                        simd.madd_nonzero(b1, weights,
-                                                          bit + bits * width + lanes, value)
-                at = q * sums.shape[1] + b * width
-                simd.store(a0, flat, at)
-                simd.store(a1, flat, at + lanes)
+                to = q * sums.shape[1] + b * width
+                simd.store(a0, flat, to)
+                simd.store(a1, flat, to + lanes)
                 if pair:
-                    simd.store(b0, flat, at + width)
-                    simd.store(b1, flat, at + width + lanes)
+                    simd.store(b0, flat, to + width)
+                    simd.store(b1, flat, to + width + lanes)
         engine.store_row(sums[:, :Kg], out, n, g * Kg, p)
 
 
