@@ -43,6 +43,54 @@ def test_depthwise_layers_against_both_references(layer):
     assert out.dtype == np.int32 and (out == reference.conv2d(x, w, b, layer)).all()
 
 
+def _tap_order_sums(x, w, layer, taps):
+    """numpy's float32 depthwise sums, tap by tap in the order ``taps``: each window times its
+    weight rounded to float32, then added to the float32 sums (numpy never fuses the two)."""
+    xp = reference.pad_input(x, layer)
+    wk = w.reshape(layer.K, layer.R, layer.S)
+    channel = np.arange(layer.K) // layer.Kg
+    out = np.zeros(layer.output_shape, np.float32)
+    for r, s in taps:
+        window = reference.tap_window(xp, layer, r, s)[:, channel]
+        with np.errstate(invalid="ignore"):  # inf x 0, inf - inf: NaN, as in the engine
+            out += window * wk[:, r, s].reshape(1, -1, 1, 1)
+    return out
+
+
+def _depthwise_layer(rng) -> ConvLayer:
+    """A random valid depthwise layer: maps from 1 to 130 pixels wide, strides and dilations
+    1-3, asymmetric pads, channel multipliers 1-3, batches of 1-2."""
+    kg, c = int(rng.integers(1, 4)), int(rng.integers(1, 7))
+    r, s = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    dh, dw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    pad = tuple(int(v) for v in rng.integers(0, 3, 4))
+    h = max(1, dh * (r - 1) + 1 - pad[0] - pad[1]) + int(rng.integers(0, 40))
+    width = max(1, dw * (s - 1) + 1 - pad[2] - pad[3]) + int(rng.integers(0, 130))
+    stride = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    return ConvLayer(int(rng.integers(1, 3)), c, h, width, c * kg, r, s, stride, pad, (dh, dw),
+                     groups=c)
+
+
+def test_depthwise_float32_bit_identical_to_numpy_in_any_tap_order():
+    """The engine's depthwise sums (wide rows of stride phases, in vector registers) are
+    numpy's product-then-sum, bit for bit, in a shuffled tap order, on 150 random layers
+    whose inputs hold NaN, infinities, -0 and subnormals: every output at its place."""
+    rng = np.random.default_rng(2026)
+    for _ in range(150):
+        layer = _depthwise_layer(rng)
+        x, w, _ = tensors(layer, int(rng.integers(2**31)))
+        specials = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-40], np.float32)
+        flat = x.reshape(-1)
+        at = rng.integers(0, flat.size, max(1, flat.size // 50))
+        flat[at] = specials[rng.integers(0, specials.size, at.size)]
+        taps = [(r, s) for r in range(layer.R) for s in range(layer.S)]
+        taps = [taps[i] for i in rng.permutation(len(taps))]
+        out = engine.depthwise(x, w, layer, np.float32, taps)
+        ref = _tap_order_sums(x, w, layer, taps)
+        same = (out.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(out) & np.isnan(ref))
+        assert same.all(), layer
+
+
 def test_int32_overflow_is_an_error_not_a_wrap():
     layer = ConvLayer(1, 16384, 3, 3, 1, 3, 3, name="big")  # 127*127*9*16384 > 2**31
     x = np.full(layer.input_shape, 127, np.int8)

@@ -12,7 +12,7 @@ from npusim import simd
 
 CHECK = textwrap.dedent("""
     import numpy as np
-    from npusim import bitconv, reference, simd
+    from npusim import bitconv, engine, reference, simd
     from npusim.dataflows.group_tile import broadcast_conv
     from npusim.dataflows.sparse_pairs import pair_products
     from npusim.ir import ConvLayer
@@ -36,6 +36,21 @@ CHECK = textwrap.dedent("""
         want = reference.conv2d(xm.astype(np.float64), wm.astype(np.float64), None, layer)
         got = pairs.reshape(layer.K, layer.N, layer.P, layer.Q).transpose(1, 0, 2, 3)
         assert np.array_equal(got, want), layer.name
+    for layer in (ConvLayer(1, 5, 23, 37, 10, 3, 3, 2, 1, groups=5, name="depthwise s2"),
+                  ConvLayer(2, 3, 9, 70, 3, 5, 3, 1, (2, 1, 0, 3), (1, 2), groups=3,
+                            name="depthwise dilated")):
+        x = rng.standard_normal(layer.input_shape).astype(np.float32)
+        w = rng.standard_normal(layer.weight_shape).astype(np.float32)
+        xp, ref = reference.pad_input(x, layer), np.zeros(layer.output_shape, np.float32)
+        for r in range(layer.R):  # numpy's float32 product, then sum, tap by tap
+            for s in range(layer.S):
+                window = reference.tap_window(xp, layer, r, s)[:, np.arange(layer.K) // layer.Kg]
+                ref += window * w[:, 0, r, s].reshape(1, -1, 1, 1)
+        assert np.array_equal(engine.depthwise(x, w, layer, np.float32), ref), layer.name
+        xi = rng.integers(-127, 128, layer.input_shape).astype(np.int8)
+        wi = rng.integers(-127, 128, layer.weight_shape).astype(np.int8)
+        got = engine.conv2d(xi, wi, None, layer.with_dtype("int8"))
+        assert np.array_equal(got, reference.conv2d(xi, wi, None, layer)), layer.name
     print("ok")
 """)
 
