@@ -82,6 +82,7 @@ def test_pair_counts_equal_popcounts_of_anded_vectors(layer, seed):
     ConvLayer(1, 24, 57, 57, 24, 3, 3, 1, 1, groups=24, name="depthwise-wide"),
     ConvLayer(2, 12, 10, 9, 24, 5, 3, (3, 2), (3, 0, 1, 2), (1, 2), groups=12,
               name="depthwise-stride-3-x2"),
+    ConvLayer(1, 3, 300, 40, 3, 3, 3, 1, 1, groups=3, name="depthwise-tall"),
     ConvLayer(1, 512, 1, 1, 100, 1, 1, name="fully-connected"),
     ConvLayer(1, 3, 224, 224, 64, 3, 3, 1, 1, name="rgb"),
 ])
@@ -99,6 +100,20 @@ def test_pair_counts_are_the_float64_convolution_of_the_masks(layer):
     np.testing.assert_array_equal(ones, ones_per_kernel[::layer.Kg])
     np.testing.assert_array_equal(bitconv.kernel_ones(bitconv.pack_weights(layer, wm)),
                                   wm.reshape(layer.K, -1).sum(axis=1))
+
+
+@pytest.mark.parametrize("layer", [
+    ConvLayer(1, 2, 20, 21, 4, 15, 15, 1, 7, groups=2, name="225 taps"),
+    ConvLayer(2, 2, 19, 23, 2, 17, 17, (1, 2), 8, groups=2, name="289 taps"),
+])
+def test_depthwise_pair_counts_past_a_byte(layer):
+    """Every tap of every kernel set on an all-ones input: a pixel's count reaches R*S, 225
+    (the most a byte holds below 256) and 289 (past it)."""
+    xm, wm = np.ones(layer.input_shape, bool), np.ones(layer.weight_shape, bool)
+    pc, _ = _pairs(layer, xm, wm)
+    want = reference.conv2d(xm.astype(np.float64), wm.astype(np.float64), None, layer)
+    assert want.max() == layer.R * layer.S
+    np.testing.assert_array_equal(pc, want)
 
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), st.integers(0, 2**16))

@@ -20,9 +20,11 @@ import numpy as np
 
 from . import simd
 from .derived import derived, frozen
+from .engine import phase_shape, split_phases, store_wide
 from .ir import ConvLayer
 from .jit import intrinsic, njit
 from .parallel import in_parallel
+from .reference import pad_input
 
 WORD_BITS = 64
 
@@ -199,17 +201,19 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
 def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
                        out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``pair_counts`` for conv groups of one input channel: the pairs of kernel k at a pixel
-    are the input's set bits under the kernel's set taps (``_tap_rows``, over the set taps
+    are the input's set bits under the kernel's set taps (``_tap_maps``, over the set taps
     only: a pruned kernel has few); the receptive fields' set bits per group count each
     input pixel as often as windows cover it: on each axis, the (output, tap) pairs that
     read its padded row or column."""
     first_tap, taps = set_taps(layer, w_words)
     mask = np.ascontiguousarray(x_mask, np.bool_).view(np.uint8)
-    top, bottom, left, right = layer.padding
-    in_parallel(_tap_rows, (mask, first_tap, taps, layer.S, layer.Kg, *layer.stride,
-                            *layer.dilation, top, left,
+    # a pixel's count is at most R*S: in bytes when it fits one, 64 to a vector register
+    count = np.zeros(1, np.uint8 if layer.R * layer.S <= 255 else np.int32)
+    in_parallel(_tap_maps, (np.ascontiguousarray(pad_input(mask, layer)), first_tap, taps,
+                            layer.S, layer.Kg, *layer.stride, *layer.dilation, count,
                             out[:layer.K].reshape(layer.K, layer.N, layer.P, layer.Q)),
-                layer.K * layer.N * layer.P)
+                layer.K * layer.N)
+    top, bottom, left, right = layer.padding
     rows = _cover(layer.P, layer.R, layer.stride[0], layer.dilation[0], top, layer.H)
     cols = _cover(layer.Q, layer.S, layer.stride[1], layer.dilation[1], left, layer.W)
     return out, _covered_ones(mask, rows, cols)
@@ -227,44 +231,44 @@ def set_taps(layer: ConvLayer, w_words: np.ndarray) -> tuple[np.ndarray, np.ndar
     return derived(w_words, "set taps", make)
 
 
+# the pair counts of a block of wide output rows (``_tap_maps``): 8 KiB of bytes
+BLOCK_COUNTS = 8192
+
+
 @njit(cache=True, nogil=True)
-def _tap_rows(mask, first_tap, taps, S, kg, sh, sw, dh, dw, top, left, out,
-              first, stop):  # pragma: no cover
+def _tap_maps(padded, first_tap, taps, S, kg, sh, sw, dh, dw, count, out, first,
+              stop):  # pragma: no cover
     """out[k, n, p, q] = sum over kernel k's set taps t = r*S + s (``taps[first_tap[k]:
-    first_tap[k + 1]]``) of mask[n, k // kg, p*sh + r*dh - top, q*sw + s*dw - left], 0
-    outside the input, for the rows ``first <= (k N + n) P + p < stop``. What a tap reads
-    along a row (its row offset, column shift and the output columns that read inside the
-    input) is worked out once per kernel, not once per row."""
+    first_tap[k + 1]]``) of padded[n, k // kg, p*sh + r*dh, q*sw + s*dw] (the padded 0/1
+    mask), for the maps ``first <= k N + n < stop``. As the dense engine's depthwise maps:
+    the plane cut into its stride phases (``engine.split_phases``), so that a tap reads a
+    phase at a fixed offset and a block of wide output rows is one run, each set tap one
+    pass of adds over it, in ``count``'s dtype (bytes where R*S < 256); the columns past
+    Q are counted and dropped."""
     N, P, Q = out.shape[1:]
-    H, W = mask.shape[2:]
-    most = 0
-    for k in range(len(first_tap) - 1):
-        most = max(most, first_tap[k + 1] - first_tap[k])
-    rows, shifts = np.empty(most, np.int64), np.empty(most, np.int64)
-    los, his = np.empty(most, np.int64), np.empty(most, np.int64)
-    kernel = -1
-    for row in range(first, stop):
-        k, n, p = row // (N * P), row // P % N, row % P
-        if k != kernel:  # the kernel's set taps along a row
-            kernel, count = k, first_tap[k + 1] - first_tap[k]
-            for i in range(count):
-                t = taps[first_tap[k] + i]
-                rows[i], shifts[i] = t // S * dh - top, t % S * dw - left
-                los[i] = max(0, (sw - 1 - shifts[i]) // sw)  # first q reading column >= 0
-                his[i] = min(Q, (W - 1 - shifts[i]) // sw + 1)  # past the last one < W
-        dest, plane = out[k, n, p], mask[n, k // kg]
-        dest[:] = 0
-        for i in range(count):
-            h = p * sh + rows[i]
-            if h < 0 or h >= H:
-                continue
-            line, shift, lo, hi = plane[h], shifts[i], los[i], his[i]
-            # sliced, so that no index may be negative (to wrap); contiguous at stride 1, so
-            # that the loop vectorises
-            part = dest[lo:hi]
-            window = line[lo + shift:hi + shift] if sw == 1 else line[lo * sw + shift::sw]
-            for j in range(hi - lo):
-                part[j] += window[j]
+    C = padded.shape[1]
+    width, size = phase_shape(padded.shape[2], padded.shape[3], sh, sw)
+    phases = np.zeros(sh * sw * size, padded.dtype)
+    block = max(1, BLOCK_COUNTS // width)  # output rows a block counts
+    sums = np.empty(block * width, count.dtype)
+    channel = -1
+    for task in range(first, stop):
+        k, n = task // N, task % N
+        if n * C + k // kg != channel:  # a new input channel: its phases
+            channel = n * C + k // kg
+            split_phases(padded[n, k // kg], sh, sw, width, size, phases)
+        for p0 in range(0, P, block):
+            lines = min(block, P - p0)
+            run = (lines - 1) * width + Q
+            for j in range(run):
+                sums[j] = 0
+            for i in range(first_tap[k], first_tap[k + 1]):
+                r, s = taps[i] // S * dh, taps[i] % S * dw
+                start = (((r % sh) * sw + s % sw) * size + (r // sh + p0) * width + s // sw)
+                source = phases[start:start + run]  # sliced: no index to wrap, it vectorises
+                for j in range(run):
+                    sums[j] += source[j]
+            store_wide(sums, width, out[k, n], p0, lines)
 
 
 def _cover(outputs: int, taps: int, stride: int, dilation: int, pad: int,

@@ -68,9 +68,7 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
     past a block's run, are computed and dropped: a kept output reads only its window's
     pixels, and the others' reads stay inside the phases and their margin."""
     K, P, Q = out.shape[1:]
-    Hp, Wp = xp.shape[2:]
-    rows, width = -(-Hp // sh), -(-Wp // sw)  # a phase's
-    size = rows * width
+    width, size = phase_shape(xp.shape[2], xp.shape[3], sh, sw)
     lanes = simd.lanes(out)
     phases = np.zeros(sh * sw * size + 4 * lanes, xp.dtype)  # flat, a margin past the last
     block = max(1, BLOCK_SUMS // width)  # output rows a block sums
@@ -85,7 +83,7 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
         n, k = task // K, task % K
         if n * K + k // kg != channel:  # a new input channel: its phases
             channel = n * K + k // kg
-            _split_phases(xp[n, k // kg], sh, sw, width, size, phases)
+            split_phases(xp[n, k // kg], sh, sw, width, size, phases)
         for i in range(n_taps):
             weight[i] = wk[k, taps[i, 0], taps[i, 1]]
         for p0 in range(0, P, block):
@@ -103,14 +101,29 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
                 simd.store(a1, sums, j + lanes)
                 simd.store(a2, sums, j + 2 * lanes)
                 simd.store(a3, sums, j + 3 * lanes)
-            for p in range(lines):
-                dest = out[n, k, p0 + p]
-                for q in range(Q):
-                    dest[q] = sums[p * width + q]
+            store_wide(sums, width, out[n, k], p0, lines)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def phase_shape(Hp, Wp, sh, sw):  # pragma: no cover
+    """(width, elements) of each stride phase of an Hp x Wp plane at stride (sh, sw)."""
+    width = -(-Wp // sw)
+    return width, -(-Hp // sh) * width
+
+
+@njit(cache=True, nogil=True, inline="always")
+def store_wide(sums, width, plane, p0, lines):  # pragma: no cover
+    """plane[p0 + p, q] = sums[p width + q] for the ``lines`` wide rows (``width`` sums
+    each) of a block and the Q columns of ``plane`` (P x Q)."""
+    Q = plane.shape[1]
+    for p in range(lines):  # sliced: no index to wrap, the copy vectorises
+        dest, row = plane[p0 + p], sums[p * width:p * width + Q]
+        for q in range(Q):
+            dest[q] = row[q]
 
 
 @njit(cache=True, nogil=True)
-def _split_phases(plane, sh, sw, width, size, phases):  # pragma: no cover
+def split_phases(plane, sh, sw, width, size, phases):  # pragma: no cover
     """phases[(a sw + b) size + i width + j] = plane[a + i sh, b + j sw] for every pixel of
     the padded ``plane`` (flat phases of ``size`` elements each; positions past the plane's
     edge keep what they held)."""
