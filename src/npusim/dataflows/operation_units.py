@@ -201,9 +201,9 @@ def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
     transfer of a run also waits for the durations of the run's earlier ones. ``unit``:
     the operation unit of every job (default: job mod units)."""
     job = t.job.astype(np.int64, copy=False)
-    source = job % units if unit is None else np.asarray(unit, np.int64)[job]
+    unit = np.zeros(0, np.int64) if unit is None else np.asarray(unit, np.int64)
     (job, server, duration, count, first, mv_duration, mv_pixels, item_pixels,
-     totals) = _route_and_batch(job, source, t.kernel.astype(np.int64, copy=False),
+     totals) = _route_and_batch(job, unit, t.kernel.astype(np.int64, copy=False),
                                 t.pixels.astype(np.int64, copy=False),
                                 LINKS.index(interconnect), units, output_units, width)
     inner, moving, cycles, hops = (int(v) for v in totals)
@@ -215,11 +215,12 @@ def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
 
 
 @njit(cache=True, nogil=True)
-def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
+def _route_and_batch(job, unit, kernel, pixels, link, units, output_units,
                      width):  # pragma: no cover
     """``queue`` in one pass: items (job, server, duration, count, first moving transfer),
     the moving transfers' durations and pixels, the items' pixels and the totals (inner
-    wait, moving transfers, transfer cycles, hops); ``link`` indexes ``LINKS``."""
+    wait, moving transfers, transfer cycles, hops); ``link`` indexes ``LINKS``; ``unit``:
+    every job's operation unit (empty: job mod units), read on a chain only."""
     n = job.size
     item_job, item_server = np.empty(n, np.int64), np.empty(n, np.int64)
     item_duration, item_count = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -233,7 +234,7 @@ def _route_and_batch(job, source, kernel, pixels, link, units, output_units,
             server = kernel[i] % output_units
         elif link == 2:  # chain: the owning operation unit, store and forward
             server = kernel[i] % units
-            hops = abs(source[i] - server)
+            hops = abs((job[i] % units if unit.size == 0 else unit[job[i]]) - server)
             duration = beats * hops
         cycles += duration
         hops_total += hops
