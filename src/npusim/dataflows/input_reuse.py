@@ -58,8 +58,9 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
     Per stride phase, the windows of the taps with any non-zero weight are stacked
     and multiplied by their weights in one product per conv group (vectorised over
     taps, channels and kernels; all-zero taps are skipped, as the device skips
-    their cycles). float32 accumulates in float32, int8 exactly (float64 sums of
-    int8 products are exact).
+    their cycles); conv groups of one input channel add those taps' windows tap by
+    tap (``engine.depthwise``). float32 accumulates in float32, int8 exactly (float64
+    sums of int8 products are exact).
     """
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32
@@ -71,6 +72,11 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
     else:  # rows of whole kernels, then channels: reductions over long rows, not taps
         live = wg.reshape(G * Kg, -1).any(axis=0).reshape(Cg, -1).any(axis=0)
         live = live.reshape(layer.R, layer.S)
+    if Cg == 1 and live.any():  # one input channel a group: the live taps' windows summed
+        # in place, tap by tap, as the dense engine's depthwise maps do (a product per group
+        # of one channel's taps would be G tiny matrix products)
+        taps = [(int(r), int(s)) for r, s in np.argwhere(live)]
+        return engine.finish(engine.depthwise(x, w, layer, acc, taps), bias, layer, integer)
     out = None
     layout = plan(layer)
     part = layout.parts[0]
