@@ -58,16 +58,17 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
     """out[n, k] = the sum over ``taps`` in their order of wk[k, r, s] x the window of tap
     (r, s) of input channel k // kg, for the maps ``first <= n K + k < stop``.
 
-    The padded input plane is cut into its ``sh x sw`` stride phases (phase (a, b): the
-    pixels at rows a + i sh, columns b + j sw; at stride 1 the plane itself), so that a tap
-    reads one phase at a fixed offset and a row of outputs is a run of it. Outputs are summed
-    in *wide* rows, as wide as a phase: a block of them is one contiguous run, summed four
-    vector registers at a time over all the taps (``simd``; four independent sums hide the
-    add's latency), where a loop per output row (7 to 112 pixels) and tap spent more on the
-    row than on its products, and kept its sums in memory. The columns past Q, and the lanes
-    past a block's run, are computed and dropped: a kept output reads only its window's
-    pixels, and the others' reads stay inside the phases and their margin."""
+    The padded input plane is copied into its ``sh x sw`` stride phases (phase (a, b): the
+    pixels at rows a + i sh, columns b + j sw; at stride 1 one, the plane), so that a tap
+    reads one phase at a fixed offset and a row of outputs is a run of it. Outputs are
+    summed in *wide* rows, as wide as a phase: a block of them is one contiguous run, summed
+    four vector registers at a time over all the taps (``simd``; four independent sums hide
+    the add's latency), where a loop per output row (7 to 112 pixels) and tap spent more on
+    the row than on its products, and kept its sums in memory. The columns past Q, and the
+    lanes past a block's run, are computed and dropped: a kept output reads only its
+    window's pixels, and the others' reads stay inside the phases and their margin."""
     K, P, Q = out.shape[1:]
+    C = xp.shape[1]
     width, size = phase_shape(xp.shape[2], xp.shape[3], sh, sw)
     lanes = simd.lanes(out)
     phases = np.zeros(sh * sw * size + 4 * lanes, xp.dtype)  # flat, a margin past the last
@@ -81,8 +82,8 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
     channel = -1
     for task in range(first, stop):
         n, k = task // K, task % K
-        if n * K + k // kg != channel:  # a new input channel: its phases
-            channel = n * K + k // kg
+        if n * C + k // kg != channel:  # a new input channel: its phases
+            channel = n * C + k // kg
             split_phases(xp[n, k // kg], sh, sw, width, size, phases)
         for i in range(n_taps):
             weight[i] = wk[k, taps[i, 0], taps[i, 1]]

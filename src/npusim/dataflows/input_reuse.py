@@ -64,7 +64,6 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
     """
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32
-    xp = pad_input(x.astype(acc, copy=False), layer)
     G, Kg, Cg, N, P, Q = layer.groups, layer.Kg, layer.Cg, layer.N, layer.P, layer.Q
     wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R * layer.S)
     if layer.R * layer.S == 1:
@@ -77,6 +76,7 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
         # of one channel's taps would be G tiny matrix products)
         taps = [(int(r), int(s)) for r, s in np.argwhere(live)]
         return engine.finish(engine.depthwise(x, w, layer, acc, taps), bias, layer, integer)
+    xp = pad_input(x.astype(acc, copy=False), layer)
     out = None
     layout = plan(layer)
     part = layout.parts[0]
