@@ -12,13 +12,16 @@ from npusim.dse import Store, load_spec
 from npusim.dse.search import grid
 from npusim.dse.spec import point_key
 
+# 961 points of about 5 ms each: seconds of work left when a test stops the sweep after its
+# first points are stored, even when the machine is loaded and the test polls late (a grid
+# of 256 points was sometimes finished by then)
 MANY = """
 base = "systolic-32x32-ws"
 models = ["Resnet18.csv"]
 objectives = ["cycles", "energy"]
 [parameters]
-"systolic.rows" = {start = 4, stop = 64, step = 4}
-"systolic.cols" = {start = 4, stop = 64, step = 4}
+"systolic.rows" = {start = 4, stop = 64, step = 2}
+"systolic.cols" = {start = 4, stop = 64, step = 2}
 """
 
 
@@ -95,10 +98,14 @@ def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
     spec_file = write_spec(tmp_path, MANY)
     db = tmp_path / "s.db"
     proc = sweep_until_stored(spec_file, db, 10)
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid)],
-                             capture_output=True, text=True).stdout.split()
+    workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)],
+                                                  capture_output=True, text=True).stdout.split()]
+    for pid in workers:  # frozen: none finishes a point while one is killed
+        os.kill(pid, signal.SIGSTOP)
     assert proc.poll() is None and workers, "the sweep ended before a worker could be killed"
-    os.kill(int(workers[0]), signal.SIGKILL)
+    os.kill(workers[0], signal.SIGKILL)
+    for pid in workers[1:]:
+        os.kill(pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and err.count("\n") == 1, err
     assert "a worker process died while running a point" in err
