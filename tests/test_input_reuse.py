@@ -14,11 +14,12 @@ import npusim
 from npusim import reference
 from npusim.arch import load_arch
 from npusim.arch.spec import arch_from_toml_text
-from npusim.dataflows import get, region_work
+from npusim.dataflows import get, input_reuse, region_work
 from npusim.dataflows.input_reuse import Params
 from npusim.dataflows.operation_units import Transfers
 from npusim.errors import ConfigError, NpusimError
 from npusim.ir import ConvLayer, GraphBuilder
+from npusim.memory import Steps, traffic
 from npusim.report.export import to_csv
 
 DF = get("input-reuse")
@@ -434,6 +435,49 @@ def test_kernel_major_order_is_taken_when_it_moves_fewer_bytes(emulate):
     assert s.extra["kernel_major_layers"] == 1
     assert (s.dram_ifmap_bytes, s.dram_filter_bytes, s.dram_ofmap_bytes) == (2304, 576, 288)
     assert s.compute_cycles == 4 * 64
+
+
+def _moved_in_order(layer, p, jobs, memory, order) -> int:
+    """DRAM bytes of the steps of ``jobs`` run in ``order`` before the output's, priced in
+    full: the sum ``loop_order`` compares."""
+    ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = input_reuse.order_blocks(
+        layer, p, jobs, order)
+    zero = np.zeros(len(ifmap), np.int64)
+    t = traffic(Steps(compute=zero, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
+                      filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=zero, psum_bytes=psum,
+                      psum_size=held, ofmap_capacity=input_reuse.second_buffer_bytes(p)),
+                memory)
+    return sum(int(v.sum()) for v in t.values())
+
+
+@given(conv_layers(max_hw=12, max_c=8, max_k=8), st.integers(0, 2**31),
+       st.sampled_from([1.0, 0.5, 0.1]), st.integers(1, 4), st.integers(1, 3),
+       st.sampled_from([1, 2, 64]), st.sampled_from([1, 2, 64]), st.sampled_from([1, 64]),
+       st.sampled_from([1, 32]), st.sampled_from(["spread", "own-unit"]))
+def test_no_order_moves_fewer_bytes_than_the_least_so_region_major_at_it_wins(
+        layer, seed, density, units, pus, ifmap_kb, filter_kb, ofmap_kb, second_kb, mapping):
+    """Each order's steps, priced in full, move at least ``least_moved`` DRAM bytes (the
+    input stream and every kernel set, once), whatever fits the buffers; so ``loop_order``,
+    which does not price kernel-major when region-major moves that little, picks the order
+    a full comparison picks (region-major on a tie)."""
+    x, w, b = tensors(layer, seed, density=density)
+    arch = arch_with(operation_units=units, processing_units=pus, mapping=mapping,
+                     second_buffer_kb=second_kb).with_memory(
+        ifmap_sram_kb=ifmap_kb, filter_sram_kb=filter_kb, ofmap_sram_kb=ofmap_kb)
+    asked, real = [], input_reuse.loop_order
+
+    def spy(layer, p, jobs, memory, memo=None):
+        asked.append((layer, p, jobs, memory, real(layer, p, jobs, memory, memo)))
+        return asked[-1][-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(input_reuse, "loop_order", spy)
+        input_reuse.layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    (layer, p, jobs, memory, chosen), = asked
+    moved = {order: _moved_in_order(layer, p, jobs, memory, order)
+             for order in input_reuse.ORDERS}
+    assert min(moved.values()) >= input_reuse.least_moved(jobs)
+    assert chosen == min(input_reuse.ORDERS, key=moved.get)
 
 
 @pytest.mark.parametrize("emulate", [False, True])

@@ -178,10 +178,15 @@ def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory, memo: Memo | Non
     """The order whose steps move fewer DRAM bytes on ``memory`` (region-major on a tie).
     The bytes depend on the jobs' blocks and their order only, not on their ends (nor on
     the output's bytes: ``jobs.ofm_bytes`` is 0 here). ``memo`` keeps each order's blocks
-    (``order_blocks``) for ``steps``."""
+    (``order_blocks``) for ``steps``.
+
+    No order moves less than ``least_moved``; region-major is priced first, and when it
+    moves that little (a layer whose blocks stay in their buffers) kernel-major is not
+    priced: it can only tie."""
     memo = Memo() if memo is None else memo
     rows = _rows(p, jobs)[0]
     zero = np.zeros(rows, np.int64)
+    least = least_moved(jobs)
     moved = {}
     for order in ORDERS:  # the steps' blocks alone (``steps`` without the times and ports)
         ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = memo.get(
@@ -191,7 +196,19 @@ def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory, memo: Memo | Non
                           psum_bytes=psum, psum_size=held,
                           ofmap_capacity=second_buffer_bytes(p)), memory)
         moved[order] = int(sum(int(v.sum()) for v in t.values()))
+        if moved[order] <= least:
+            return order
     return min(ORDERS, key=moved.get)
+
+
+def least_moved(jobs: Jobs) -> int:
+    """DRAM bytes the steps of ``jobs`` move at least, in either order, before the output's
+    (``loop_order``): the compressed input stream and every kernel set, once. Each order's
+    blocks cover them (every region and kernel set is some row's, in some block: the items
+    a row starts or continues, or its window of the inner loop's), a block is fetched
+    whole at its first use (or a step's part of it at every use), and partial sums spilled
+    only add."""
+    return jobs.stream_bytes + int(jobs.kernel_set_bytes.sum())
 
 
 def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> tuple:
