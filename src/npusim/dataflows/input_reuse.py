@@ -408,9 +408,8 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
     elem = element_bytes(layer.dtype)
     pus = p.operation_units * p.processing_units
     return {
-        "opunit_busy_cycles_by_unit": tuple(int(c) for c in sch.unit_busy),
-        "pu_dealt_cycles_by_unit": tuple(int(c) for c in dealt_cycles(work.slot_cycles, p,
-                                                                       unit)),
+        "opunit_busy_cycles_by_unit": tuple(sch.unit_busy.tolist()),
+        "pu_dealt_cycles_by_unit": tuple(dealt_cycles(work.slot_cycles, p, unit).tolist()),
         "opunit_busy_cycles": int(sch.unit_busy.sum()),
         "opunit_busy_max_cycles": int(sch.unit_busy.max(initial=0)),
         "opunit_idle_cycles": p.operation_units * sch.cycles - int(sch.unit_busy.sum()),
