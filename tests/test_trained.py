@@ -1,6 +1,8 @@
 """Real trained networks read from installed wheels (the ``models`` extra): each runs on
 every machine preset, its outputs checked against onnxruntime running the same file."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,25 @@ def test_cli_check_runs_onnxruntime_too(name, capsys):
     assert main(["run", name, "--check"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("check against")]
     assert "outputs against onnxruntime" in line and line.endswith("ok"), line
+
+
+def test_cli_check_of_pruned_weights_says_onnxruntime_was_not_run(tmp_path, capsys):
+    """The ONNX file holds the unpruned weights: comparing npusim's pruned network with it
+    would fail for no fault of npusim's. PyTorch runs the pruned network; onnxruntime is
+    not run, and the line and the JSON say why."""
+    from npusim.cli import main
+
+    report = tmp_path / "r.json"
+    assert main(["run", "ppocr-cls", "--arch", "sparse-pairs-32x32", "--density", "0.3",
+                 "--check", "--json", str(report)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("check against")]
+    assert "outputs against onnxruntime: not compared (--density 0.3 pruned the weights, " \
+           "ch_ppocr_mobile_v2.0_cls_infer.onnx holds them unpruned)" in line, line
+    assert line.endswith("ok"), line
+    outcome = json.loads(report.read_text())["check"]
+    assert outcome["onnxruntime_relative_error"] is None and outcome["passed"]
+    assert outcome["onnxruntime_not_compared"].startswith("--density 0.3 pruned the weights")
+    assert outcome["worst_relative_error"] <= 1e-4
 
 
 def test_weights_are_the_trained_ones_not_seeded():

@@ -391,7 +391,10 @@ def _run_model(args, model, arch, dataflow: str):
         with _status(args, "comparing every layer with PyTorch"):
             from .frontends import onnx_source
 
-            check = _check(model, x, result, onnx_source(args.model))
+            onnx = onnx_source(args.model)
+            pruned = None if onnx is None or args.density is None else (
+                f"--density {args.density} pruned the weights, {onnx.name} holds them unpruned")
+            check = _check(model, x, result, None if pruned else onnx, pruned)
     return result, x, source, check
 
 
@@ -515,16 +518,16 @@ def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
         bar.close()
 
 
-def _check(graph: Graph, x: np.ndarray, result, onnx_path=None):
+def _check(graph: Graph, x: np.ndarray, result, onnx_path=None, onnx_skipped=None):
     """``--check``: the comparison with PyTorch (``report.check``), which must be installed,
-    and with onnxruntime for a model read from an ONNX file."""
+    and with onnxruntime for a model read from an ONNX file (``onnx_skipped``: why not)."""
     try:
         import torch  # noqa: F401  (only to say clearly that it is missing)
     except ImportError:
         raise NpusimError(TORCH_MISSING) from None
     from .report.check import check
 
-    return check(graph, x, result, onnx_path)
+    return check(graph, x, result, onnx_path, onnx_skipped)
 
 
 def title(result, model: str, source: str) -> str:

@@ -14,7 +14,8 @@ Both report each network output's error against float32 torch end to end (not ju
 ``output_error`` is the largest, ``output_errors`` each by its label). A model read from an
 ONNX file is also run by onnxruntime on the same input: its outputs, in the file's order,
 against npusim's end to end (``onnxruntime_error``, the largest); in float32 that is judged
-against the same tolerance.
+against the same tolerance. Not when npusim's weights are no longer the file's (pruned):
+``onnxruntime_skipped`` then says why.
 Needs the ``torch`` extra.
 """
 
@@ -39,8 +40,10 @@ COMPARED = {"float32": "every node against torch, end to end; score = relative e
 class CheckOutcome:
     """Worst relative error and its node; the verdict's ``score`` (the worst relative error
     in float32, the worst error / rounding bound in int8) at ``score_node``, against
-    ``limit``; and the network outputs' errors against float32 torch end to end (the
-    largest, and each by its label: several for a model returning a tuple or dict)."""
+    ``limit``; the network outputs' errors against float32 torch end to end (the
+    largest, and each by its label: several for a model returning a tuple or dict); and
+    their error against onnxruntime's run of the model's ONNX file, or why it was not run
+    (``onnxruntime_skipped``)."""
 
     dtype: str
     worst: float
@@ -52,6 +55,7 @@ class CheckOutcome:
     output_error: float
     output_errors: dict = dataclasses.field(default_factory=dict)
     onnxruntime_error: float | None = None
+    onnxruntime_skipped: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -66,13 +70,16 @@ class CheckOutcome:
                 "score_node": self.score_node, "limit": self.limit,
                 "output_relative_error": self.output_error,
                 "output_relative_errors": self.output_errors,
-                "onnxruntime_relative_error": self.onnxruntime_error, "passed": self.passed}
+                "onnxruntime_relative_error": self.onnxruntime_error,
+                "onnxruntime_not_compared": self.onnxruntime_skipped, "passed": self.passed}
 
     def line(self) -> str:
         """The outcome as one line of text, ending in 'ok' or 'FAILED' (then the drift)."""
         verdict = "ok" if self.passed else "FAILED"
         ort = ("" if self.onnxruntime_error is None else
                f"; outputs against onnxruntime: {self.onnxruntime_error:.3g}")
+        if self.onnxruntime_skipped:
+            ort = f"; outputs against onnxruntime: not compared ({self.onnxruntime_skipped})"
         if self.dtype == "float32":
             return (f"check against torch, {self.nodes} nodes: worst relative error "
                     f"{self.worst:.3g} at {self.node}{ort} (tolerance {self.limit:g}): "
@@ -105,10 +112,12 @@ def onnxruntime_error(onnx_path, graph: Graph, x: np.ndarray, result) -> float:
     return max(relative_error(a, ref) for a, ref in zip(ours, reference, strict=False))
 
 
-def check(graph: Graph, x: np.ndarray, result, onnx_path=None) -> CheckOutcome:
+def check(graph: Graph, x: np.ndarray, result, onnx_path=None,
+          onnx_skipped: str | None = None) -> CheckOutcome:
     """Compare ``result`` (a ``SimResult`` run with ``keep_outputs``) of ``graph`` on ``x``
     with PyTorch, and with onnxruntime when ``onnx_path`` names the file the graph came
-    from, as the module docstring describes."""
+    from, as the module docstring describes; ``onnx_skipped``: why the graph's file is not
+    run (its weights are not the graph's), reported instead."""
     from ..torch_ref import torch_outputs
 
     ort = None if onnx_path is None else onnxruntime_error(onnx_path, graph, x, result)
@@ -121,12 +130,12 @@ def check(graph: Graph, x: np.ndarray, result, onnx_path=None) -> CheckOutcome:
                   for n in graph.nodes]
         worst, node = max(errors)
         return CheckOutcome("float32", worst, node, len(errors), worst, node,
-                            FLOAT32_TOLERANCE, output_error, output_errors, ort)
+                            FLOAT32_TOLERANCE, output_error, output_errors, ort, onnx_skipped)
     rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
             for n in graph.conv_nodes]
     (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
     return CheckOutcome("int8", worst, node, len(rows), score, score_node, INT8_LIMIT,
-                        output_error, output_errors, ort)
+                        output_error, output_errors, ort, onnx_skipped)
 
 
 def torch_conv(node: Node, op, x: np.ndarray) -> np.ndarray:
