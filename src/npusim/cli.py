@@ -189,8 +189,8 @@ def _add_compare_parser(sub, run: argparse.ArgumentParser) -> None:
     compare = sub.add_parser("compare", help="run one network, weights and input on several "
                              "archs and compare them layer by layer (docs/report.md)")
     compare.add_argument("--arch", metavar="NAME|FILE", action="append", required=True,
-                         help="an arch preset or TOML file; give two or more, the first is "
-                              "the baseline")
+                         help="an arch preset or TOML file, one per --arch: two or more "
+                              "(--arch A --arch B), the first is the baseline")
     for action in run._actions:
         if action.dest not in NOT_COMPARED:
             compare._add_action(action)
