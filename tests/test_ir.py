@@ -72,3 +72,17 @@ def test_fold_batchnorm_keeps_the_function_and_drops_the_op():
     from npusim import simulate
     out = simulate(folded, xin).output
     assert np.abs(out - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_a_graph_prints_as_one_line_of_shapes_and_counts_not_its_weights():
+    """The repr names the network, its input and output shapes and counts its nodes, convs
+    and conv parameters (weights and biases, counted here from the arrays themselves)."""
+    rng = np.random.default_rng(0)
+    g = GraphBuilder("two", (1, 3, 8, 8))
+    w1, w2 = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal((2, 4, 1, 1))
+    x = g.relu(g.conv(g.input, w1.astype(np.float32), bias=np.zeros(4, np.float32)))
+    g.conv(x, w2.astype(np.float32))
+    text = repr(g.build())
+    assert text == ("Graph('two': input (1, 3, 8, 8) -> conv2 (1, 2, 6, 6); 3 nodes, 2 convs, "
+                    f"{w1.size + 4 + w2.size} conv parameters)")
+    assert "\n" not in text and "array" not in text

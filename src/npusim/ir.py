@@ -207,6 +207,17 @@ class Graph:
                 raise LayerError(f"output {label!r} ({out!r}) is not a node of {self.name}")
         self.shapes, self.layers = shapes, layers
 
+    def __repr__(self) -> str:
+        """One line: the name, input and output shapes, node and conv counts and the weights'
+        parameter count (not the weights themselves: ``nodes`` holds them)."""
+        params = sum(n.op.weight.size + (0 if n.op.bias is None else n.op.bias.size)
+                     for n in self.conv_nodes)
+        outputs = ", ".join(f"{label} {self.shapes[out]}" for label, out in self.outputs.items())
+        nodes, convs = len(self.nodes), len(self.layers)
+        return (f"Graph({self.name!r}: input {self.input_shape} -> {outputs}; "
+                f"{nodes} node{'s' * (nodes != 1)}, {convs} conv{'s' * (convs != 1)}, "
+                f"{params:,} conv parameters)")
+
     def node(self, name: str) -> Node:
         for n in self.nodes:
             if n.name == name:
