@@ -1,5 +1,6 @@
 """simulate() and conv2d(): outputs against torch, modes agreeing, errors naming what is wrong."""
 
+import dataclasses
 import importlib
 
 import numpy as np
@@ -324,3 +325,18 @@ def test_shape_costs_follow_every_field_of_a_conv_but_its_name():
         fresh = df.estimate(layer, None, None, arch)
         assert shape_costs(df, layer, arch) == fresh
     assert len({shape_costs(df, layer, arch).cycles for layer in layers}) > 5
+
+
+def test_a_result_prints_as_one_line_not_its_arrays():
+    """The repr says where and how the network ran, its cycles (every layer's, summed) and
+    the output's shape, not the output or any layer's fields."""
+    rng = np.random.default_rng(0)
+    g = GraphBuilder("tiny", (2, 3, 8, 8))
+    g.relu(g.conv(g.input, rng.standard_normal((4, 3, 3, 3)).astype(np.float32)))
+    r = npusim.simulate(g.build(), rng.standard_normal((2, 3, 8, 8)), "input-reuse-1024",
+                        mode="estimate")
+    cycles = sum(s.cycles for s in r.layers)
+    assert repr(r) == (f"SimResult(input-reuse-1024 (input-reuse), estimate, float32: "
+                       f"{cycles:,} cycles, 2 layers, output (2, 4, 6, 6))")
+    shapes_only = dataclasses.replace(r, output=None, layers=r.layers[:1])
+    assert repr(shapes_only).endswith(f"{r.layers[0].cycles:,} cycles, 1 layer, no output)")

@@ -68,6 +68,15 @@ class SimResult:
     named_outputs: dict[str, np.ndarray] = field(default_factory=dict)  # label -> output
     placements: list[Placement] = field(default_factory=list)  # a hybrid's, per conv
 
+    def __repr__(self) -> str:
+        """One line: the arch, machine, mode and dtype, the total cycles and layers, the
+        output's shape (the arrays themselves are ``output`` and ``outputs``)."""
+        cycles = sum(s.cycles for s in self.layers)
+        out = "no output" if self.output is None else f"output {np.shape(self.output)}"
+        return (f"SimResult({self.arch.name} ({self.dataflow}), {self.mode}, {self.dtype}: "
+                f"{cycles:,} cycles, {len(self.layers)} layer{'s' * (len(self.layers) != 1)}, "
+                f"{out})")
+
     @property
     def area(self):
         """The arch's area built as this run's dataflow for its data type (``area.Area``)."""
