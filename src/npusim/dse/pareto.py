@@ -84,7 +84,8 @@ def plot(front: Front, path: str | Path, what: str = "plot") -> None:
     ax.scatter(front.values[:, 0], front.values[:, 1], s=12, c="0.6", label="points")
     f = front.values[front.front]
     ax.plot(f[:, 0], f[:, 1], c="C3", lw=1.2)
-    ax.scatter(f[:, 0], f[:, 1], s=24, c="C3", label=f"front ({len(f)} points)", zorder=3)
+    ax.scatter(f[:, 0], f[:, 1], s=24, c="C3", zorder=3,
+               label=f"front ({len(f)} point{'s' * (len(f) != 1)})")
     ax.set_xlabel(axis_label(front.x))
     ax.set_ylabel(axis_label(front.y))
     ax.grid(alpha=0.3)
