@@ -98,6 +98,25 @@ def test_the_limit_is_a_flag_and_a_keyword(capsys):
     assert cli.main(["run", *SMALL_PNET, "--quiet", "--emulate-limit", "1000"]) == 2
     assert "--emulate-limit applies to --mode emulate only" in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("limit, refused", [("1e3", True), ("1E3", True), ("4e7", False),
+                                            ("2.5e0", None), ("1e400", None), ("0", None)])
+def test_the_limit_is_read_as_the_refusal_prints_it(capsys, limit, refused):
+    """The refusal prints its limit in e-notation (4e+07): the flag takes that form too, a
+    whole number of steps, and anything else is one line, exit 2, before any work."""
+    code = None
+    try:
+        code = cli.main(["run", *SMALL_PNET, "--mode", "emulate", "--quiet",
+                         "--emulate-limit", limit])
+    except SystemExit as e:  # argparse refuses a bad value
+        code = e.code
+    err = capsys.readouterr().err
+    if refused is None:
+        assert code == 2 and err.count("\n") == 1 and "must be a whole number of steps" in err
+    else:
+        assert code == (2 if refused else 0), err
+        assert ("above the limit of 1e+03 steps" in err) == refused
+
     x = np.ones((1, 8, 10, 10), np.float32)
     w = np.ones((16, 8, 3, 3), np.float32)
     with pytest.raises(NpusimError, match=r"conv2d: the systolic emulator would take about "

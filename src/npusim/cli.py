@@ -60,6 +60,20 @@ def _int_at_least(minimum: int):
     return parse
 
 
+def _steps(text: str) -> int:
+    """An argparse type: a step count >= 1, in digits or e-notation (``4e7``, as the emulator's
+    refusal prints it)."""
+    try:
+        value = float(text) if "e" in text.lower() else int(text)
+        whole = int(value)  # OverflowError past a float's range (1e400)
+    except (ValueError, OverflowError):
+        value = whole = 0
+    if whole < 1 or value != whole:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of steps >= 1 "
+                                         "(40000000 or 4e7)")
+    return whole
+
+
 def _density(text: str) -> float | str:
     if text == "deep-compression":
         return text
@@ -145,7 +159,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--mode", choices=MODES, default="run",
                      help="run: the dataflow's own arithmetic; estimate: dense engine + costs "
                           "from masks; emulate: cycle emulator (small inputs)")
-    run.add_argument("--emulate-limit", type=_int_at_least(1), metavar="STEPS",
+    run.add_argument("--emulate-limit", type=_steps, metavar="STEPS",
                      help="with --mode emulate: the most emulator steps (about 1 us each) one "
                           "layer may take (default 4e7, about 40 s)")
     run.add_argument("--input", metavar="FILE|PHOTO",
