@@ -572,6 +572,16 @@ def buffer_need(layer: ConvLayer, p: Params) -> int:
     return p.processing_units * int(pixels) * ACC_BYTES
 
 
+def _stealing(saved: int) -> tuple[str, str]:
+    """The report's line for ``stealing_saved_cycles``: the cycles work stealing saved, or,
+    when its thieves' extra partial OFMs cost the interconnect and the first buffers more
+    than the shorter jobs gain (a negative saving), the cycles it cost."""
+    if saved >= 0:
+        return "work stealing saved", f"{saved:,} cycles"
+    return "work stealing cost", (f"{-saved:,} cycles (the thieves' partial OFMs: more "
+                                  "transfers to move)")
+
+
 @register
 class InputReuse(Machine):
     name = "input-reuse"
@@ -629,8 +639,8 @@ class InputReuse(Machine):
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Kernel parts of the fixed datapath, cycles lost to contention on the units'
-        interconnect and to full first buffers, cycles work stealing saved, and the
-        partial-sum transfers."""
+        interconnect and to full first buffers, cycles work stealing saved (or cost), and
+        the partial-sum transfers."""
         e = total.extra
         idle = e.get("opunit_idle_cycles", 0)
         return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
@@ -639,7 +649,7 @@ class InputReuse(Machine):
                 ("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
                 ("first buffers full", f"{int(e.get('first_buffer_stall_cycles', 0)):,} "
                                        "cycles the operation units stalled"),
-                ("work stealing saved", f"{int(e.get('stealing_saved_cycles', 0)):,} cycles"),
+                _stealing(int(e.get("stealing_saved_cycles", 0))),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),
                 ("operation units idle",
