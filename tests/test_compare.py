@@ -151,6 +151,34 @@ def test_topology_compare_runs_shape_only(tmp_path):
     assert doc["layers"][0]["archs"][1]["speedup"] == pytest.approx(ws / os_)
 
 
+def test_one_arch_flag_takes_several_names_as_repeated_flags_do(tmp_path):
+    topo = tmp_path / "net.csv"
+    topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\nc1, 18, 18, 3, 3, 8, 16, 1,\n")
+    archs = ["systolic-32x32-ws", "systolic-32x32-os", "systolic-32x32-is"]
+    docs = []
+    for flags in (["--arch", *archs], ["--arch", archs[0], "--arch", *archs[1:]]):
+        out = tmp_path / f"c{len(docs)}.json"
+        code, _, err = run_cli("compare", topo, *flags, "--json", out)
+        assert code == 0, err
+        docs.append(json.loads(out.read_text()))
+    for doc in docs:
+        assert [a["arch"]["name"] for a in doc["archs"]] == archs
+    assert docs[0]["archs"] == docs[1]["archs"]
+    # the same cycles as each arch run alone (the systolic array's own count)
+    for arch, totals in zip(archs, (a["totals"] for a in docs[0]["archs"]), strict=True):
+        code, _, err = run_cli("run", topo, "--arch", arch, "--json", tmp_path / "r.json")
+        assert code == 0, err
+        run = json.loads((tmp_path / "r.json").read_text())
+        assert totals["cycles"] == run["totals"]["cycles"]
+
+
+def test_model_after_the_arch_names_is_asked_for_by_name(tmp_path):
+    code, _, err = run_cli("compare", "--arch", "systolic-32x32-ws", "systolic-32x32-os", "net")
+    assert code == 2
+    assert "required: MODEL" in err
+
+
 def test_narrow_terminal_gets_one_row_per_layer_and_arch(tmp_path):
     from rich.console import Console
 

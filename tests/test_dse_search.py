@@ -120,6 +120,8 @@ def test_pareto_of_a_store_and_its_plot(tmp_path):
     png = tmp_path / "s-pareto-cycles-utilisation.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"{len(front.front)} non-dominated of {len(values)} ok points" in r.stdout
+    header = next(line for line in r.stdout.splitlines() if "density" in line)
+    assert header.split()[-3:] == ["cycles", "utilisation", "(0..1)"]  # the units, once
     r = npusim("pareto", tmp_path / "s.db", "--x", "speed", "--y", "cycles")
     assert r.returncode == 2 and "'speed': not a quantity" in r.stderr
 

@@ -202,9 +202,10 @@ def _add_compare_parser(sub, run: argparse.ArgumentParser) -> None:
     """``npusim compare``: run's model, input and report flags, ``--arch`` repeated."""
     compare = sub.add_parser("compare", help="run one network, weights and input on several "
                              "archs and compare them layer by layer (docs/report.md)")
-    compare.add_argument("--arch", metavar="NAME|FILE", action="append", required=True,
-                         help="an arch preset or TOML file, one per --arch: two or more "
-                              "(--arch A --arch B), the first is the baseline")
+    compare.add_argument("--arch", metavar="NAME|FILE", action="extend", nargs="+",
+                         required=True,
+                         help="arch presets or TOML files, two or more in all (--arch A B, "
+                              "or --arch A --arch B); the first is the baseline")
     for action in run._actions:
         if action.dest not in NOT_COMPARED:
             compare._add_action(action)

@@ -111,7 +111,8 @@ def cmd_pareto(args) -> int:
     outfile.check_target(png, "--png")
     front = pareto(args.store, args.x, args.y)
     rows = front.rows()
-    table = Table(*rows[0].keys(), box=None, header_style="bold",
+    headers = [_with_unit(k) if k in (args.x, args.y) else k for k in rows[0]]
+    table = Table(*headers, box=None, header_style="bold",
                   title=f"{len(rows)} non-dominated of {len(front.points)} ok points")
     for row in rows:
         table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
@@ -119,6 +120,15 @@ def cmd_pareto(args) -> int:
     plot(front, png, "--png")
     print(f"wrote {png}")
     return 0
+
+
+def _with_unit(quantity: str) -> str:
+    """'energy (pJ)': a quantity's column header with its unit, where the name does not
+    say it already ('cycles', 'dram_bytes')."""
+    from .spec import unit
+
+    u = unit(quantity)
+    return f"{quantity} ({u})" if u and not quantity.endswith(u) else quantity
 
 
 class _Bar:
