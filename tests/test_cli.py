@@ -245,6 +245,7 @@ def bad_cases(tmp: Path):
         ([tmp / "missing.onnx"], r"missing\.onnx: no such file"),
         (["mtcnn-rnet", "--input", tmp / "notes.jpg"], r"notes\.jpg: not an image"),
         (["mtcnn-rnet", "--input", tmp / "gone.png"], r"gone\.png: no such image file"),
+        (["mtcnn-rnet", "--input", tmp], r"in: is a folder; --input takes one image file"),
         (["mtcnn-pnet", "--batch", "0"], r"argument --batch: '0': must be an integer >= 1"),
         (["mtcnn-pnet", "--batch", "two"], r"argument --batch: 'two': must be an integer >= 1"),
         (["resnet18", "--seed", "-1"], r"argument --seed: '-1': must be an integer >= 0"),
@@ -277,13 +278,16 @@ def bad_cases(tmp: Path):
     ]
 
 
+OLD_REPORT = '{"schema_version": 1, "npusim_version": "0.1.0"}\n'
+
+
 def test_bad_inputs_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
     inputs = tmp_path / "in"
     inputs.mkdir()
     out_dir = tmp_path / "out"
     for argv, message in bad_cases(inputs):
         out_dir.mkdir()
-        (out_dir / "old.json").write_text("old")
+        (out_dir / "old.json").write_text(OLD_REPORT)  # an earlier run's: npusim may replace it
         reports = ["--json", out_dir / "old.json", "--csv", out_dir / "new.csv"]
         if "--json" in argv or "--csv" in argv:
             reports = []
@@ -294,7 +298,7 @@ def test_bad_inputs_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
         assert "Traceback" not in err
         assert re.search(message, err), (shown, err)
         assert sorted(os.listdir(out_dir)) == ["old.json"], shown
-        assert (out_dir / "old.json").read_text() == "old", shown
+        assert (out_dir / "old.json").read_text() == OLD_REPORT, shown
         shutil.rmtree(out_dir)
 
 

@@ -81,6 +81,31 @@ def test_truncated_or_foreign_store_is_one_clear_error(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "truncated" in r.stderr
 
 
+def test_someone_elses_sqlite_database_is_refused_and_left_as_it_is(tmp_path):
+    theirs = tmp_path / "theirs.db"
+    with sqlite3.connect(theirs) as db:
+        db.execute("CREATE TABLE points (x INTEGER)")  # a store's table name, and theirs
+        db.execute("INSERT INTO points VALUES (1)")
+    db.close()
+    before = theirs.read_bytes()
+    spec = write_spec(tmp_path, SMALL)
+    for argv in (["sweep", spec, "--store", theirs], ["pareto", theirs, "--x", "cycles",
+                                                         "--y", "utilisation"],
+                 ["sweep", "export", theirs, "--csv", tmp_path / "t.csv"]):
+        r = npusim(*argv)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "theirs.db: a SQLite database that is not an npusim results store (its " \
+               "tables: points)" in r.stderr
+        assert theirs.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([spec.name, "theirs.db"])
+    empty = tmp_path / "empty.db"  # a database with no table yet: a store to start
+    sqlite3.connect(empty).execute("PRAGMA user_version = 1").connection.close()
+    r = npusim("pareto", empty, "--x", "cycles", "--y", "utilisation")
+    assert r.returncode == 2 and "not an npusim results store (no sweep in it)" in r.stderr
+    sweep(load_spec(spec), empty, workers=1)
+    assert len(Store.read(empty).rows()) > 0
+
+
 def test_cli_sweep_export_csv(tmp_path):
     spec_file = write_spec(tmp_path)
     r = npusim("sweep", spec_file, "--store", tmp_path / "s.db", "--workers", "2")

@@ -16,6 +16,7 @@ from npusim import cli, outfile
 from npusim.errors import OutputError
 from npusim.frontends.topology import HEADER, read_topology
 
+JSON = '{\n  "npusim_version": "0.1.0"\n}\n'  # a report, as small as it comes
 NPUSIM = [sys.executable, "-c", "import sys; from npusim.cli import main; sys.exit(main())"]
 
 
@@ -66,19 +67,19 @@ def no_temp_file(monkeypatch):
 
 def test_new_and_replaced_files_get_the_plain_open_mode(tmp_path):
     old = tmp_path / "old.json"
-    old.write_text("old")
+    old.write_text('{"npusim_version": "old"}')
     old.chmod(0o600)
     for path in (old, tmp_path / "new.json"):
-        outfile.write_text(path, "text\n")
-        assert path.read_text() == "text\n"
+        outfile.write_text(path, JSON, "--json", "json")
+        assert path.read_text() == JSON
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask()
     assert sorted(os.listdir(tmp_path)) == ["new.json", "old.json"]
 
 
 def test_dash_is_standard_output(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    outfile.write_text("-", "to stdout\n")
-    assert capsys.readouterr().out == "to stdout\n"
+    outfile.write_text("-", JSON, "--json", "json")
+    assert capsys.readouterr().out == JSON
     assert os.listdir(tmp_path) == []
 
 
@@ -108,7 +109,7 @@ def test_non_regular_targets_are_refused_and_left_as_they_are(tmp_path, kind, no
     try:
         with pytest.raises(OutputError, match=f"--json {target}: is an? {word}, not a regular "
                                               "file; .*left it as it is"):
-            outfile.write_text(target, "{}\n", "--json")
+            outfile.write_text(target, JSON, "--json", "json")
     finally:
         if sock:
             sock.close()
@@ -117,7 +118,7 @@ def test_non_regular_targets_are_refused_and_left_as_they_are(tmp_path, kind, no
 
 def test_failure_mid_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
     path = tmp_path / "r.csv"
-    path.write_text("old")
+    path.write_text("name,dataflow,shape,old")
     real_fdopen = os.fdopen
 
     class DiskFull:
@@ -138,14 +139,14 @@ def test_failure_mid_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch
 
     monkeypatch.setattr(outfile.os, "fdopen", DiskFull)
     with pytest.raises(OutputError, match=r"--csv .*r\.csv: cannot write: No space left"):
-        outfile.write_text(path, "new,text\n" * 100, "--csv")
-    assert path.read_text() == "old"
+        outfile.write_text(path, "name,dataflow,shape,new\n" * 100, "--csv", "csv")
+    assert path.read_text() == "name,dataflow,shape,old"
     assert os.listdir(tmp_path) == ["r.csv"]
 
 
 def test_missing_folder_is_refused(tmp_path):
     with pytest.raises(OutputError, match=r"r\.json: folder .*no does not exist"):
-        outfile.write_text(tmp_path / "no" / "r.json", "x")
+        outfile.write_text(tmp_path / "no" / "r.json", JSON, "--json", "json")
     assert os.listdir(tmp_path) == []
 
 
@@ -160,7 +161,7 @@ def test_unwritable_folder_is_one_clear_error(tmp_path, monkeypatch):
     try:
         with pytest.raises(OutputError, match=r"--json .*ro/r\.json: (folder .*ro is not "
                                               r"writable|cannot write: Permission denied)"):
-            outfile.write_text(folder / "r.json", "x", "--json")
+            outfile.write_text(folder / "r.json", JSON, "--json", "json")
         assert os.listdir(folder) == []
     finally:
         folder.chmod(0o755)
@@ -221,3 +222,92 @@ def test_cli_writes_every_file_with_one_mode(tmp_path, capsys):
     modes = {stat.S_IMODE(p.stat().st_mode) for p in (report, topo)}
     assert modes == {0o666 & ~umask()}
     assert len(read_topology(topo)) == 5  # P-Net: conv1-3, conv4-1, conv4-2
+
+
+# ---- only npusim's own files are replaced -------------------------------------------------
+
+TOPOLOGY = "c1, 18, 18, 3, 3, 8, 16, 1,\n"
+
+
+def test_an_existing_file_is_replaced_only_when_it_carries_its_kinds_mark(tmp_path):
+    big = b"x" * (3 * outfile.MARK_WINDOW)
+    cases = {  # existing bytes -> replaced?
+        b"": True,  # empty: nothing to lose
+        b'{"npusim_version": "0.0.1", "model": "old"}': True,
+        big + b'"npusim_version"': True,  # within the last window
+        big[:-10] + b'"npusim_version"' + big: False,  # in the middle: not looked at
+        b'{"name": "my own notes"}': False,
+        b"name,dataflow,shape,dense_macs\n": False,  # a CSV report's mark, not a JSON's
+    }
+    for n, (old, replaced) in enumerate(cases.items()):
+        path = tmp_path / f"r{n}.json"
+        path.write_bytes(old)
+        if replaced:
+            outfile.write_text(path, JSON, "--json", "json")
+            assert path.read_text() == JSON
+        else:
+            with pytest.raises(OutputError, match=rf"--json {path}: exists and npusim did not "
+                               r"write it \(.*\"npusim_version\"\).*left it as it is"):
+                outfile.write_text(path, JSON, "--json", "json")
+            assert path.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"r{n}.json" for n in range(6)]
+
+
+def test_what_npusim_writes_must_carry_its_mark(tmp_path):
+    with pytest.raises(ValueError, match="without its mark"):
+        outfile.write_text(tmp_path / "r.json", "{}\n", "--json", "json")
+    assert os.listdir(tmp_path) == []
+
+
+def user_files(folder: Path) -> dict[str, bytes]:
+    """Files a user keeps, each at a name some npusim command below is pointed at."""
+    folder.mkdir()
+    files = {"README.md": b"# my project\n", "data.csv": b"a,b\n1,2\n",
+             "page.html": b"<!DOCTYPE html>\n<html><body>mine</body></html>\n",
+             "front.png": b"\x89PNG\r\n\x1a\n" + bytes(64),
+             "mine.csv": ("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                          "Channels, Num Filter, Strides,\n" + TOPOLOGY).encode()}
+    (folder / "figs").mkdir()
+    files["figs/cycles.png"] = b"\x89PNG\r\n\x1a\n" + bytes(64)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return files
+
+
+def test_cli_refuses_every_users_file_before_any_work_and_replaces_its_own(tmp_path, capsys):
+    topo = tmp_path / "net.csv"
+    topo.write_text(HEADER + "\n" + TOPOLOGY)
+    store = tmp_path / "s.db"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'base = "systolic-32x32-ws"\nmodels = ["{topo}"]\n'
+                    '[parameters]\n"systolic.rows" = [8, 16]\n')
+    assert cli.main(["sweep", str(spec), "--store", str(store), "--quiet"]) == 0
+    home = tmp_path / "user"
+    files = user_files(home)
+    commands = {  # each command, once at the user's file and once at a file of its own
+        "README.md": ["run", "mtcnn-pnet", "--quiet", "--json"],
+        "data.csv": ["compare", str(topo), "--arch", "systolic-32x32-ws", "systolic-32x32-os",
+                     "--quiet", "--csv"],
+        "page.html": ["run", str(topo), "--quiet", "--html"],
+        "front.png": ["pareto", str(store), "--x", "cycles", "--y", "utilisation", "--png"],
+        "mine.csv": ["export-topology", "mtcnn-pnet"],
+        "figs": ["run", str(topo), "--quiet", "--plots"],
+    }
+    for name, argv in commands.items():
+        assert cli.main([*argv, str(home / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "npusim did not write it" in err, err
+        assert {n: (home / n).read_bytes() for n in files} == files  # all left as they were
+        own = tmp_path / "own" / name
+        own.parent.mkdir(exist_ok=True)
+        for _ in range(2):  # the second run replaces the first's file
+            code = cli.main([*argv, str(own)])
+            if name == "mine.csv" and own.exists() and _:
+                assert code == 2  # a topology carries no mark: never replaced
+            else:
+                assert code == 0, capsys.readouterr().err
+        capsys.readouterr()
+    assert sorted(p.name for p in home.rglob("*")) == sorted(["figs", *files.keys()]) \
+        or sorted(str(p.relative_to(home)) for p in home.rglob("*")) == sorted(["figs", *files])
+    code = cli.main(["sweep", "export", str(store), "--csv", str(home / "data.csv")])
+    assert code == 2 and (home / "data.csv").read_bytes() == files["data.csv"]

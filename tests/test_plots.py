@@ -149,11 +149,13 @@ def test_files_are_valid_png_and_svg(net, tmp_path):
     assert sorted(p.name for p in paths) == sorted(
         f"{n}.{ext}" for n in ("cycles", "roofline", "utilisation", "density", "units")
         for ext in ("png", "svg"))
+    assert {p.stem for p in paths} == set(plots.NAMES)  # the names checked before a run
     for path in paths:
         data = path.read_bytes()
         if path.suffix == ".png":
             assert data.startswith(b"\x89PNG\r\n\x1a\n")
             with Image.open(path) as im:
+                assert im.info["Software"].startswith("npusim ")  # npusim's, to replace
                 im.verify()
             with Image.open(path) as im:
                 assert im.width > 300 and im.height > 200
@@ -161,6 +163,8 @@ def test_files_are_valid_png_and_svg(net, tmp_path):
         else:
             root = ET.fromstring(data)
             assert root.tag == "{http://www.w3.org/2000/svg}svg"
+            creator = root.find(".//{http://purl.org/dc/elements/1.1/}creator")
+            assert "".join(creator.itertext()).strip().startswith("npusim ")
             assert len(root.findall(".//{http://www.w3.org/2000/svg}path")) > 10
 
 

@@ -322,7 +322,7 @@ def cmd_export_topology(args) -> int:
     to_stdout = outfile.is_stdout(args.out)
     if not to_stdout and args.out.suffix != ".csv":
         raise UsageError(f"{args.out}: the topology file must end in .csv (or be '-')")
-    outfile.check_target(args.out, "topology")
+    outfile.check_target(args.out, "topology", "topology")
     model = load_model(args.model, input_shape=args.input_shape)
     write_topology(model, args.out)
     count = len(model) if isinstance(model, list) else len(model.conv_nodes)
@@ -427,9 +427,13 @@ def _check_flags(args) -> None:
         raise UsageError(f"--html {args.html}: another report is written there too")
     for flag, path in (("--json", args.json), ("--csv", args.csv), ("--html", args.html)):
         if path is not None:
-            outfile.check_target(path, flag)
+            outfile.check_target(path, flag, flag[2:])
     if args.plots is not None and args.plots.exists() and not args.plots.is_dir():
         raise UsageError(f"--plots {args.plots}: is no folder; give a folder for the figures")
+    if args.plots is not None and args.plots.is_dir():
+        from .report.plots import check_targets
+
+        check_targets(args.plots)
     if Path(args.model).suffix == ".csv":
         _check_topology_flags(args)
 
@@ -573,7 +577,7 @@ def _write_reports(args, result, run_facts: dict) -> None:
     if args.csv:
         texts.append(("--csv", args.csv, to_csv(result)))
     for flag, path, text in texts:
-        outfile.write_text(path, text, flag)
+        outfile.write_text(path, text, flag, flag[2:])
 
 
 # ---- figures and the HTML report (docs/report.md) -----------------------------------------
@@ -609,7 +613,7 @@ def _write_figures(args, run, density, source: str) -> None:
         text = (html.run_report(run, model=args.model, version=__version__, facts=facts,
                                 density=density) if run is results else
                 html.compare_report(run, version=__version__, facts=facts, density=density))
-        outfile.write_text(args.html, text, "--html")
+        outfile.write_text(args.html, text, "--html", "html")
 
 
 # ---- npusim compare -------------------------------------------------------------------------
@@ -651,7 +655,7 @@ def cmd_compare(args) -> int:
                                  result, version=__version__, run=facts)),
                              ("--csv", args.csv, lambda: compare.to_csv(result))):
         if path is not None:
-            outfile.write_text(path, text(), flag)
+            outfile.write_text(path, text(), flag, flag[2:])
     _write_figures(args, result, _figure_density(model, x, result.results[0]), source)
     return EXIT_OK
 

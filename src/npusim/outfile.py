@@ -10,6 +10,11 @@ The rules, the same for every target:
 - the text goes to a temporary file in the target's folder, which then replaces the target
   (``os.replace``): a reader sees the old file or the whole new one, and a failure leaves the
   old file as it was and no temporary file behind;
+- an existing regular file is replaced only when npusim wrote it: it is empty, or it carries
+  the mark of the kind of file being written (``MARKS``: the JSON report's
+  ``"npusim_version"``, the CSV tables' headers, the HTML report's generator tag, the figures'
+  ``Software``/creator metadata) within its first or last ``MARK_WINDOW`` bytes. Anything else
+  (a README, a user's data, a SCALE-Sim topology of their own) is refused and left as it is;
 - the new file's mode is ``0o666`` less the umask (0644 under the usual umask 022), what a
   plain ``open(path, "w")`` gives a new file, whatever mode an old file had.
 """
@@ -25,6 +30,19 @@ from .errors import OutputError
 
 STDOUT = "-"
 FILE_MODE = 0o666  # before the umask
+MARK_WINDOW = 8192  # bytes at each end of a file where its kind's mark is looked for
+# Each kind of file npusim writes -> the marks (any one) every such file carries; None: the
+# format has no room for one (a SCALE-Sim topology: a file that exists is never replaced).
+MARKS: dict[str, tuple[bytes, ...] | None] = {
+    "json": (b'"npusim_version"',),  # the run and compare reports
+    "csv": (b"name,dataflow,shape,", b"layer,arch,cycles,",  # run, compare, a store's table
+            b"model,density,status,reason,version,seconds"),
+    "html": (b'<meta name="generator" content="npusim',),
+    "figure": (b"npusim",),  # PNG: the 'Software' text chunk; SVG: dc:creator
+    "parquet": (b"npusim",),  # the footer's key-value metadata
+    "topology": None,
+    "cache": (b"",),  # a file in npusim's own cache folder: npusim's, whatever it holds
+}
 KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -35,10 +53,11 @@ def is_stdout(target: str | Path) -> bool:
     return str(target) == STDOUT
 
 
-def check_target(target: str | Path, what: str = "output") -> None:
+def check_target(target: str | Path, what: str, kind: str) -> None:
     """Refuse, before any work, a target that ``write_text`` would refuse or fail on:
-    an existing non-regular file, an unwritable file, a missing folder. ``what`` names
-    the target in the message (a flag such as ``--json``)."""
+    an existing non-regular file, a file npusim did not write (``kind``: a key of
+    ``MARKS``), an unwritable file, a missing folder. ``what`` names the target in the
+    message (a flag such as ``--json``)."""
     if is_stdout(target):
         return
     path = Path(target)
@@ -50,6 +69,7 @@ def check_target(target: str | Path, what: str = "output") -> None:
         raise OutputError(f"{what} {path}: cannot inspect it: {e.strerror}") from None
     if st is not None:
         _check_existing(path, st, what)
+        _check_ours(path, st, what, kind)
     folder = path.parent
     if not folder.is_dir():
         raise OutputError(f"{what} {path}: folder {folder} does not exist")
@@ -67,22 +87,57 @@ def _check_existing(path: Path, st: os.stat_result, what: str) -> None:
                           f"{stat.S_IMODE(st.st_mode):o}); left as it is")
 
 
-def write_text(target: str | Path, text: str, what: str = "output") -> None:
+def _check_ours(path: Path, st: os.stat_result, what: str, kind: str) -> None:
+    """Refuse an existing regular file npusim cannot tell it wrote (``MARKS[kind]``)."""
+    if st.st_size == 0 or _marked(_ends(path, st.st_size), MARKS[kind]):
+        return
+    marks = MARKS[kind]
+    why = (f"a {kind} file carries no mark to tell npusim's from another's" if marks is None
+           else f"it does not carry the mark of npusim's {kind} files ({marks[0].decode()})")
+    raise OutputError(f"{what} {path}: exists and npusim did not write it ({why}); npusim "
+                      "replaces only its own files and left it as it is: remove it or name "
+                      "another file")
+
+
+def _ends(path: Path, size: int) -> bytes:
+    """The first and the last ``MARK_WINDOW`` bytes of the file at ``path`` (a file that
+    cannot be read has none)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(MARK_WINDOW)
+            if size > MARK_WINDOW:
+                f.seek(max(MARK_WINDOW, size - MARK_WINDOW))
+                head += b"\0" + f.read(MARK_WINDOW)
+            return head
+    except OSError:
+        return b""
+
+
+def _marked(data: bytes, marks: tuple[bytes, ...] | None) -> bool:
+    return marks is not None and any(m in data for m in marks)
+
+
+def write_text(target: str | Path, text: str, what: str, kind: str) -> None:
     """Write ``text`` (UTF-8, its own line ends) to ``target``, or to standard output for
     ``-``, by the rules above; an ``OSError`` while writing becomes an ``OutputError``
     naming ``what`` and the path."""
-    write_bytes(target, text.encode("utf-8"), what)
+    write_bytes(target, text.encode("utf-8"), what, kind)
 
 
-def write_bytes(target: str | Path, data: bytes, what: str = "output") -> None:
-    """Write ``data`` to ``target`` atomically by the rules above."""
+def write_bytes(target: str | Path, data: bytes, what: str, kind: str) -> None:
+    """Write ``data``, a file of ``kind`` (a key of ``MARKS``, whose mark it carries), to
+    ``target`` atomically by the rules above."""
+    if MARKS[kind] is not None and not _marked(
+            data[:MARK_WINDOW] + b"\0" + data[-MARK_WINDOW:], MARKS[kind]):
+        raise ValueError(f"{what}: npusim's {kind} file without its mark {MARKS[kind][0]!r}: "
+                         "a later run could not tell it from another's")
     if is_stdout(target):
         _to_stdout(data, what)
         return
     path = Path(target)
-    check_target(path, what)
+    check_target(path, what, kind)
     try:
-        _replace_with(path, data, what)
+        _replace_with(path, data, what, kind)
     except OSError as e:
         raise OutputError(f"{what} {path}: cannot write: {e.strerror or e}") from None
 
@@ -103,7 +158,7 @@ def _to_stdout(data: bytes, what: str) -> None:
                           f"{e.strerror or e}") from None
 
 
-def _replace_with(path: Path, data: bytes, what: str) -> None:
+def _replace_with(path: Path, data: bytes, what: str, kind: str) -> None:
     """A temporary file beside ``path`` with ``data``, renamed onto ``path`` (checked again
     just before, in case it changed while the data was written). tempfile (with shutil and
     random) is imported here: every command imports this module, few write a file."""
@@ -114,7 +169,7 @@ def _replace_with(path: Path, data: bytes, what: str) -> None:
         os.fchmod(fd, FILE_MODE & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        check_target(path, what)
+        check_target(path, what, kind)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -88,11 +88,11 @@ def _export(args) -> int:
         raise UsageError("npusim sweep export STORE needs --csv OUT and/or --parquet OUT")
     for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
         if path is not None:
-            outfile.check_target(path, flag)
+            outfile.check_target(path, flag, flag[2:])
     store = Store.read(args.export_store)
     try:
         if args.csv:
-            outfile.write_text(args.csv, to_csv(store), "--csv")
+            outfile.write_text(args.csv, to_csv(store), "--csv", "csv")
         if args.parquet:
             write_parquet(store, args.parquet)
     finally:
@@ -108,7 +108,7 @@ def cmd_pareto(args) -> int:
     from .pareto import pareto, plot
 
     png = args.png or args.store.with_name(f"{args.store.stem}-pareto-{args.x}-{args.y}.png")
-    outfile.check_target(png, "--png")
+    outfile.check_target(png, "--png", "figure")
     front = pareto(args.store, args.x, args.y)
     rows = front.rows()
     headers = [_with_unit(k) if k in (args.x, args.y) else k for k in rows[0]]

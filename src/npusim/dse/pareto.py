@@ -7,7 +7,6 @@ each minimised or, for utilisation, maximised; ``plot`` draws every point and th
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +79,8 @@ def plot(front: Front, path: str | Path, what: str = "plot") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..report.plots import save
+
     fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=100)
     ax.scatter(front.values[:, 0], front.values[:, 1], s=12, c="0.6", label="points")
     f = front.values[front.front]
@@ -91,9 +92,8 @@ def plot(front: Front, path: str | Path, what: str = "plot") -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    data = io.BytesIO()
     try:
-        fig.savefig(data, format="png")
+        data = save(fig, "png")
     finally:
         plt.close(fig)
-    outfile.write_bytes(path, data.getvalue(), what)
+    outfile.write_bytes(path, data, what, "figure")

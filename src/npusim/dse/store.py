@@ -75,7 +75,7 @@ class Store:
         if not path.is_file():
             raise SweepError(f"{path}: no such results store")
         store = cls(path, _connect(path, create=False))
-        if not store.meta():
+        if not _tables(store.db) or not store.meta():
             raise SweepError(f"{path}: not an npusim results store (no sweep in it)")
         store._check_version(store.meta())
         return store
@@ -139,11 +139,27 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
         db = sqlite3.connect(path)
         if not fresh:
             _check_whole(db, path)
-        db.executescript(_CREATE)
+            _check_ours(db, path)
+        if create:
+            db.executescript(_CREATE)
         return db
     except sqlite3.DatabaseError as e:
         raise SweepError(f"{path}: not a readable npusim results store (corrupt or not SQLite: "
                          f"{e}); move it away and rerun to start a new store") from None
+
+
+def _check_ours(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse a SQLite database that holds tables other than a store's (someone else's
+    database: npusim adds nothing to it); an empty database is a store to start."""
+    tables = _tables(db)
+    if tables and tables != {"meta", "points"}:
+        raise SweepError(f"{path}: a SQLite database that is not an npusim results store "
+                         f"(its tables: {', '.join(sorted(tables))}); npusim left it as it "
+                         "is: name a store a sweep wrote, or a new --store file")
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
 def _check_whole(db: sqlite3.Connection, path: Path) -> None:
@@ -203,5 +219,6 @@ def write_parquet(store: Store, path: Path) -> None:
     header, body = table(store)
     columns = {h: [row[i] for row in body] for i, h in enumerate(header)}
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.table(columns), sink)
-    outfile.write_bytes(path, sink.getvalue().to_pybytes(), "--parquet")
+    signed = pa.table(columns).replace_schema_metadata({"generator": f"npusim {__version__}"})
+    pq.write_table(signed, sink)
+    outfile.write_bytes(path, sink.getvalue().to_pybytes(), "--parquet", "parquet")

@@ -121,7 +121,7 @@ def _trained() -> tuple[Graph, float]:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = io.BytesIO()
     np.savez(data, accuracy=np.float64(acc), **params)
-    outfile.write_bytes(path, data.getvalue(), "lenet-digits cache")  # atomic
+    outfile.write_bytes(path, data.getvalue(), "lenet-digits cache", "cache")  # atomic
     return trained, acc
 
 

@@ -104,6 +104,9 @@ def photo_names() -> list[str]:
 def _read_file(path: Path) -> np.ndarray:
     from PIL import UnidentifiedImageError
 
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; --input takes one image file or a photo name "
+                         f"({', '.join(photo_names())})")
     if not path.is_file():
         raise InputError(f"{path}: no such image file (nor a photo name: "
                          f"{', '.join(photo_names())})")

@@ -116,9 +116,9 @@ def write_topology(layers: Graph | list[ConvLayer], path: str | Path) -> None:
     never over anything but a regular file."""
     if isinstance(layers, Graph):
         layers = [layers.layers[n.name] for n in layers.conv_nodes]
-    outfile.check_target(path, "topology")
+    outfile.check_target(path, "topology", "topology")
     rows = [HEADER] + [row for layer in layers for row in topology_rows(layer)]
-    outfile.write_text(path, "\n".join(rows) + "\n", "topology")
+    outfile.write_text(path, "\n".join(rows) + "\n", "topology", "topology")
 
 
 def topology_rows(layer: ConvLayer) -> list[str]:

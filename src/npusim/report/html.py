@@ -147,6 +147,7 @@ def figures_html(figs: list) -> str:
 def page(title: str, body: str, version: str) -> str:
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="generator" content="npusim {_e(version)}">'
             f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{_e(title)}</h1>{body}<p class=\"note\">npusim {_e(version)}, {made}</p>"
             f"<script>{SCRIPT}</script></body></html>\n")

@@ -34,6 +34,7 @@ CAUSES = (("compute", "compute_cycles"), ("DRAM ifmap stall", "stall_dram_ifmap_
           ("DRAM filter stall", "stall_dram_filter_cycles"),
           ("DRAM ofmap stall", "stall_dram_ofmap_cycles"), ("SRAM port stall", "stall_sram_cycles"))
 FORMATS = ("png", "svg")
+NAMES = ("cycles", "roofline", "utilisation", "density", "units")  # the figures' file stems
 
 
 @dataclass
@@ -275,8 +276,17 @@ def figures(results, density=None) -> list[Figure]:
 
 def render(fig: Figure, fmt: str) -> bytes:
     """The figure as PNG or SVG bytes."""
+    return save(fig.figure, fmt)
+
+
+def save(figure, fmt: str) -> bytes:
+    """A matplotlib figure as PNG or SVG bytes at 100 dpi, signed as npusim's (the PNG's
+    'Software' text, the SVG's creator: ``outfile`` replaces only files so marked)."""
+    from .. import __version__
+
+    key = "Software" if fmt == "png" else "Creator"
     data = io.BytesIO()
-    fig.figure.savefig(data, format=fmt, dpi=100)
+    figure.savefig(data, format=fmt, dpi=100, metadata={key: f"npusim {__version__}"})
     return data.getvalue()
 
 
@@ -296,15 +306,24 @@ def write_plots(figs: list[Figure], folder: str | Path, what: str = "--plots") -
     except OSError as e:
         raise OutputError(f"{what} {folder}: cannot make the folder: "
                                   f"{e.strerror or e}") from None
+    drawn = [fig for fig in figs if fig.figure is not None]
+    check_targets(folder, what, [fig.name for fig in drawn])  # all, before the first is written
     paths = []
-    for fig in figs:
-        if fig.figure is None:
-            continue
+    for fig in drawn:
         for fmt in FORMATS:
             path = folder / f"{fig.name}.{fmt}"
-            outfile.write_bytes(path, render(fig, fmt), what)
+            outfile.write_bytes(path, render(fig, fmt), what, "figure")
             paths.append(path)
     return paths
+
+
+def check_targets(folder: Path, what: str = "--plots", names=NAMES) -> None:
+    """Refuse, by ``outfile``'s rules, a folder where a figure's file (``names``, each as
+    PNG and SVG) could not be written or is not npusim's: before any run, and before any
+    figure is written (none is then)."""
+    for name in names:
+        for fmt in FORMATS:
+            outfile.check_target(folder / f"{name}.{fmt}", what, "figure")
 
 
 def plot(results, folder: str | Path, density=None) -> list[Path]:
