@@ -141,6 +141,21 @@ def test_a_float64_value_beyond_float32_is_refused_as_the_inf_it_would_become():
         _conv(x, np.ones((1, 1, 1, 1)))
 
 
+@pytest.mark.parametrize("bad, words", [
+    (np.ones((1, 2, 4, 4), np.complex64) * 1j, "has dtype complex64"),  # a cast drops the 1j
+    (np.full((1, 2, 4, 4), "1"), "has dtype <U1"),
+    (np.ones((1, 2, 4, 4), object), "has dtype object"),
+    ([[1.0, 2.0], [3.0]], "is not a rectangular array of numbers"),
+])
+def test_anything_but_real_numbers_is_refused_by_simulate_and_conv2d(bad, words):
+    with pytest.raises(InputError, match=rf"two: input {words}"):
+        npusim.simulate(_two_convs(), bad, "systolic-2x2-ws")
+    with pytest.raises(InputError, match=rf"conv2d: x {words}"):
+        npusim.conv2d(bad, np.ones((2, 2, 1, 1), np.float32))
+    with pytest.raises(InputError, match=rf"conv2d: w {words}"):
+        npusim.conv2d(np.ones((1, 2, 4, 4), np.float32), bad)
+
+
 def test_finite_values_whose_sum_overflows_are_not_refused():
     from npusim.tensors import check_finite
 

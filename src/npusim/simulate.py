@@ -269,12 +269,11 @@ def check_emulate_size(layers: list[ConvLayer], cfg: RunConfig) -> None:
                           "(emulate_limit=N)")
 
 
-def check_model_finite(model: Graph, x: np.ndarray) -> None:
-    """Refuse, before any layer runs, a network input or a conv/linear weight or bias with
-    a NaN or inf (``tensors.check_finite``; each conv's input is checked again when it runs,
-    for a non-finite value an earlier op produced; a read-only weight passed once is not
-    checked again)."""
-    tensors.check_finite(x, "input", model.name)
+def check_model_finite(model: Graph) -> None:
+    """Refuse, before any layer runs, a conv/linear weight or bias with a NaN or inf
+    (``tensors.check_finite``; the network's input is checked as it is read, each conv's
+    input again when it runs, for a non-finite value an earlier op produced; a read-only
+    weight passed once is not checked again)."""
     for node in model.conv_nodes:
         for name in ("weight", "bias"):
             a = getattr(node.op, name)
@@ -330,13 +329,13 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     any layer runs (``check_emulate_size``).
     """
     cfg = RunConfig.of(arch, dataflow, mode=mode, dtype=dtype, emulate_limit=emulate_limit)
-    x = np.asarray(input, np.float32)
+    x = tensors.finite_float32(input, "input", model.name)
     if x.shape != model.input_shape:
         if x.shape[1:] != model.input_shape[1:] or x.ndim != len(model.input_shape):
             raise InputError(f"input shape {x.shape} does not fit {model.name}, which takes "
                              f"{model.input_shape} (N may differ)")
         model = model.with_batch(x.shape[0])
-    check_model_finite(model, x)
+    check_model_finite(model)
     if mode == "emulate":
         check_emulate_size([model.layers[n.name].with_dtype(dtype) for n in model.conv_nodes],
                            cfg)
@@ -506,7 +505,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
     and returned dequantised (float32); int8 inputs return the int32 accumulators.
     With ``emulate``, a layer above ``emulate_limit`` emulator steps is refused first.
     """
-    x, w = np.asarray(x), np.asarray(w)
+    x, w = tensors.real_array(x, "x", "conv2d"), tensors.real_array(w, "w", "conv2d")
     if x.ndim != 4 or w.ndim != 4:
         raise InputError(f"conv2d: x and w must be 4-D (NCHW, KCRS), got {x.shape} and {w.shape}")
     dil = pair(dilation, "dilation", "conv2d")

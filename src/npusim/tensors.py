@@ -38,11 +38,26 @@ def check_finite(tensor, name: str, where: str) -> None:
                      "float32 values only (no NaN or inf, on any machine)")
 
 
+def real_array(tensor, name: str, where: str) -> np.ndarray:
+    """``tensor`` as a NumPy array of real numbers (bool, integer or float), refused with an
+    ``InputError`` otherwise: a complex array (a cast would drop the imaginary part), strings,
+    objects, ragged nested lists."""
+    try:
+        a = np.asarray(tensor)
+    except ValueError as e:  # ragged nested sequences
+        raise InputError(f"{where}: {name} is not a rectangular array of numbers ({e})") from None
+    if a.dtype.kind not in "biuf":
+        raise InputError(f"{where}: {name} has dtype {a.dtype}; npusim takes arrays of real "
+                         "numbers (float32, or integers in int8's range for an int8 conv)")
+    return a
+
+
 def finite_float32(tensor, name: str, where: str) -> np.ndarray:
-    """``tensor`` as float32, refused (``check_finite``) if a value is NaN or inf there,
-    which includes a value beyond float32's range (about 3.4e38) that the cast made inf."""
+    """``tensor`` (``real_array``) as float32, refused (``check_finite``) if a value is NaN or
+    inf there, which includes a value beyond float32's range (about 3.4e38) that the cast
+    made inf."""
     with np.errstate(over="ignore"):
-        a = np.asarray(tensor).astype(np.float32, copy=False)
+        a = real_array(tensor, name, where).astype(np.float32, copy=False)
     check_finite(a, name, where)
     return a
 
