@@ -450,7 +450,8 @@ def _check_topology_flags(args) -> None:
                                     ("--mode", args.mode != "run")) if given]
     if bad:
         raise UsageError(f"{args.model}: a topology CSV is run shape-only (dense, no tensors); "
-                         f"{', '.join(bad)} need a model with weights")
+                         f"{', '.join(bad)} {'needs' if len(bad) == 1 else 'need'} a model "
+                         "with weights")
 
 
 def _load_model(args):
