@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 import warnings
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .ir import Graph
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
 OPTIONAL_EXTRAS = {"torch": "torch", "onnx": "onnx", "onnxruntime": "onnx", "google": "onnx"}
 PROGRESS_AFTER_S = 1.0  # show the progress bar only for runs longer than this
 TORCH_MISSING = "--check needs PyTorch, which is not installed: pip install 'npusim[torch]'"
@@ -228,9 +230,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("npusim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout's reader left (``npusim models | head -1``): no more to say
+        _discard_stdout()
+        return EXIT_PIPE_CLOSED
     except (NpusimError, ModuleNotFoundError, MemoryError) as e:
         print(f"npusim: error: {error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush of what is still
+    buffered for a closed pipe does not fail again at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a captured stdout)
+        pass
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -357,21 +373,22 @@ def cmd_run(args) -> int:
         model = _load_model(args)
     args.batch = model.input_shape[0] if _is_graph(model) else model[0].N
     result, x, source, check = _run_model(args, model, arch, dataflow)
-    human = sys.stderr if _report_to_stdout(args) else sys.stdout  # stdout: the report alone
-    if not args.quiet:
-        _print_report(result, args.model, source, human)
-    if check:
-        print(check.line(), file=human)
     fallbacks = _fallbacks(model)
-    if fallbacks and not args.quiet:
-        print(f"fallback: {len(fallbacks)} ops computed by the source framework, costed as "
-              f"vector work: {', '.join(f'{n} ({k})' for n, k in fallbacks.items())}",
-              file=human)
+    # the files first: a reader of the tables that leaves early (``| head``) costs none of them
     _write_reports(args, result, {
         "input": source, "input_shape": None if x is None else list(x.shape),
         "batch": args.batch, "density": args.density, "seed": args.seed,
         "check": check.as_dict() if check else None, "fallback": fallbacks})
     _write_figures(args, result, _figure_density(model, x, result), source)
+    human = sys.stderr if _report_to_stdout(args) else sys.stdout  # stdout: the report alone
+    if not args.quiet:
+        _print_report(result, args.model, source, human)
+    if check:
+        print(check.line(), file=human)
+    if fallbacks and not args.quiet:
+        print(f"fallback: {len(fallbacks)} ops computed by the source framework, costed as "
+              f"vector work: {', '.join(f'{n} ({k})' for n, k in fallbacks.items())}",
+              file=human)
     return EXIT_CHECK_FAILED if check and not check.passed else EXIT_OK
 
 
@@ -641,6 +658,13 @@ def cmd_compare(args) -> int:
         result = compare.compare(model, x, archs, model_name=args.model, mode=args.mode,
                                  dtype=args.dtype, keep_outputs=_wants_figures(args),
                                  emulate_limit=args.emulate_limit or _emulate_limit())
+    facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
+    for flag, path, text in (("--json", args.json, lambda: compare.to_json(
+                                 result, version=__version__, run=facts)),
+                             ("--csv", args.csv, lambda: compare.to_csv(result))):
+        if path is not None:  # the files first, as ``run`` writes them
+            outfile.write_text(path, text(), flag, flag[2:])
+    _write_figures(args, result, _figure_density(model, x, result.results[0]), source)
     if not args.quiet:
         console = _stdout(stderr=_report_to_stdout(args))
         terminal = console.is_terminal  # a file or pipe gets the wide table, never cut
@@ -651,13 +675,6 @@ def cmd_compare(args) -> int:
             console = report_console(stderr=_report_to_stdout(args),
                                      width=max(console.width, table))
         console.print(text)
-    facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
-    for flag, path, text in (("--json", args.json, lambda: compare.to_json(
-                                 result, version=__version__, run=facts)),
-                             ("--csv", args.csv, lambda: compare.to_csv(result))):
-        if path is not None:
-            outfile.write_text(path, text(), flag, flag[2:])
-    _write_figures(args, result, _figure_density(model, x, result.results[0]), source)
     return EXIT_OK
 
 

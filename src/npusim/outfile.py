@@ -153,6 +153,8 @@ def _to_stdout(data: bytes, what: str) -> None:
         else:
             buffer.write(data)
         sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # its reader left: the command line stops quietly (``cli.main``)
     except OSError as e:
         raise OutputError(f"{what} -: cannot write to standard output: "
                           f"{e.strerror or e}") from None

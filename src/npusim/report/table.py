@@ -24,12 +24,20 @@ from ..stats import TENSORS, LayerStats, total
 VECTOR_ROW = "vector unit"
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Leave a closed standard output to the command line (``cli.main``: a quiet exit
+        141), not rich's exit 1, which reads as a failed ``--check``."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console(**options) -> Console:
     """A rich console (``options`` as rich's) that prints npusim's text as given: the names in
     a report (layers, models, files) are data, so it reads no rich markup (``[b]``) and no
     emoji code (``:name:``) in them (a layer named ``x[/b]`` made rich raise; the emoji codes
     also cost a run the import of rich's emoji table)."""
-    return Console(markup=False, emoji=False, **options)
+    return _Console(markup=False, emoji=False, **options)
 
 
 def _scaled(value: float, base: int, units: list[str]) -> str:
