@@ -79,6 +79,14 @@ def test_file_values_take_effect_and_missing_keys_default(tmp_path):
     assert arch.seconds(700) == pytest.approx(1e-6)  # 700 cycles at 700 MHz
 
 
+def test_a_file_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    # Windows editors save UTF-8 with a BOM, which TOML's grammar does not allow
+    plain = load_arch(write(tmp_path, FULL))
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b"\xef\xbb\xbf" + FULL.encode())
+    assert load_arch(marked) == plain
+
+
 def test_load_arch_accepts_a_path_string_and_an_arch(tmp_path):
     path = write(tmp_path, FULL)
     arch = load_arch(str(path))

@@ -48,6 +48,17 @@ def test_bad_model_and_base_are_named():
                             '"systolic.rows" = [8]', "s.toml")
 
 
+def test_a_spec_and_its_base_saved_with_a_byte_order_mark_read_as_without(tmp_path):
+    (tmp_path / "base.toml").write_bytes(b"\xef\xbb\xbf[systolic]\nrows = 8\n")
+    text = SMALL.replace('"systolic-32x32-ws"', '"base.toml"')
+    plain = load_spec(write_spec(tmp_path, text))
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    spec = load_spec(marked)
+    assert spec.digest() == plain.digest() and spec.base_text == plain.base_text
+    assert "\ufeff" not in spec.base_text
+
+
 def test_ranges_include_stop():
     assert parameter_values({"start": 8, "stop": 64, "step": 8}, "k") == (8, 16, 24, 32, 40, 48,
                                                                          56, 64)

@@ -382,7 +382,7 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
     elif not path.exists():
         raise ConfigError(f"{path}: no such arch file (or a preset: {', '.join(presets())})")
     try:
-        content = path.read_text()
+        content = path.read_text(encoding="utf-8-sig")  # UTF-8, a leading BOM dropped
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError as e:
@@ -400,7 +400,7 @@ def _preset(name: str, mtime: int, sections: tuple[str, ...]) -> Arch:
     """A built-in preset parsed once per version of its file and set of known sections
     (an ``Arch`` is frozen: every call may share it)."""
     path = PRESET_DIR / f"{name}.toml"
-    return arch_from_toml_text(path.read_text(), str(path))
+    return arch_from_toml_text(path.read_text(encoding="utf-8"), str(path))
 
 
 DEFAULT_PRESET = "systolic-32x32-ws"

@@ -162,7 +162,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate the sweep spec at ``path``."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # UTF-8, a leading BOM dropped
     except (OSError, UnicodeDecodeError) as e:
         raise SweepError(f"{path}: cannot read the sweep spec: {e}") from None
     return spec_from_toml_text(text, str(path), path.parent)
@@ -233,7 +233,7 @@ def _base(value, where: str, root: Path) -> tuple[str, str]:
         raise SweepError(f"{where}: base={value!r}: not a preset ({', '.join(presets())}) "
                          f"nor a TOML file")
     try:
-        return value, path.read_text()
+        return value, path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise SweepError(f"{where}: base={value!r}: cannot read {path}: {e}") from None
 
