@@ -102,6 +102,21 @@ def test_grouped_dilated_strided_conv_with_asymmetric_pads(tmp_path):
         ((1, 2, 0, 3), (2, 1), (2, 3), 3)
 
 
+def test_weights_in_an_external_data_file_and_that_file_missing(tmp_path):
+    path = write(tmp_path, [node("Conv", ["x", "w", "b"], pads=[1, 1, 1, 1])],
+                 {"w": weights(8, 3, 3, 3), "b": weights(8)})
+    model = onnx.load(str(path))
+    onnx.save(model, str(path), save_as_external_data=True, location="m.weights",
+              size_threshold=0)
+    assert (tmp_path / "m.weights").stat().st_size == (8 * 3 * 3 * 3 + 8) * 4
+    check(path, photo((1, 3, 12, 11)))  # read from the data file beside the model
+    (tmp_path / "m.weights").unlink()
+    with pytest.raises(ModelError, match=r"m\.onnx: cannot read its external weight data: "
+                                         r".*m\.weights.*") as e:
+        from_onnx(path)
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
 @pytest.mark.parametrize("kernel, strides", [((4, 3), (2, 3)), ((2, 2), (1, 1)),
                                              ((1, 1), (2, 2))])

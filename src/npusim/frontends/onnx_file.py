@@ -88,13 +88,15 @@ def check(skeleton_model, path: Path) -> None:
 
 def load_external(model, path: Path) -> None:
     """Load weights kept in files beside ``path`` (ONNX external data), if any."""
+    from onnx.checker import ValidationError  # a data file missing, or outside the folder
     from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
     if any(uses_external_data(t) for t in model.graph.initializer):
         try:
             load_external_data_for_model(model, str(path.parent))
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{path}: cannot read its external weight data: {e}") from None
+        except (OSError, ValueError, ValidationError) as e:
+            raise ModelError(f"{path}: cannot read its external weight data: "
+                             f"{str(e).strip()}") from None
 
 
 def graph_input(model, path: Path):
