@@ -114,6 +114,10 @@ def test_report_text_and_bad_arch():
     with pytest.raises(NpusimError, match=r"arch 'systolic-32x32-ws': has no \[group-tile\] "
                                           r"section"):
         tune.tune_groups_report("mobilenet_v2", "systolic-32x32-ws")
+    plain = tune.tune_groups_report("mtcnn-rnet", "group-tile-32mac")  # no grouped conv
+    assert plain.endswith("no grouped conv layer (groups > 1) to tune: every conv has one "
+                          "group (npusim run MODEL --arch group-tile-32mac gives their costs "
+                          "on the tile)")
 
 
 def test_block_cost_is_the_sum_of_its_layers():

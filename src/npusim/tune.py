@@ -178,6 +178,10 @@ def render(result: TuneResult) -> str:
             lines.append(f"  {c.groups:>5} {c.group_size:>5} {c.partition:>6} {c.cycles:>12,} "
                          f"{c.compute_cycles:>12,} {c.dram_bytes:>12,} {c.params:>10,} "
                          f"{c.utilisation:>6.1%}{mark}")
+    if not result.layers:
+        lines.append(f"\nno grouped conv layer (groups > 1) to tune: every conv has one group "
+                     f"(npusim run MODEL --arch {result.arch} gives their costs on the tile)")
+        return "\n".join(lines)
     (gc, gp), (cc, cp), (pc, pp) = (result.totals(w) for w in ("given", "chosen", "preferred"))
     lines.append(f"\ngrouped layers as given: {gc:,} cycles, {gp:,} parameters; "
                  f"at the MAC-filling g: {cc:,} cycles, {cp:,} parameters; "
