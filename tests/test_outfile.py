@@ -313,25 +313,30 @@ def test_cli_refuses_every_users_file_before_any_work_and_replaces_its_own(tmp_p
     assert code == 2 and (home / "data.csv").read_bytes() == files["data.csv"]
 
 
-def closed_stdout_run(*argv, cwd=None):
+def closed_stdout_run(*argv, cwd=None, buffered=True):
     """npusim with a standard output whose reader has left (``npusim ... | head -1`` once
-    ``head`` is gone): every write to it fails with EPIPE."""
+    ``head`` is gone): every write to it fails with EPIPE; ``buffered``: Python's block
+    buffering of a pipe (the failure shows at the last flush), else PYTHONUNBUFFERED."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
     read, write = os.pipe()
     os.close(read)
     try:
         return subprocess.run([*NPUSIM, *map(str, argv)], stdout=write, stderr=subprocess.PIPE,
-                              text=True, cwd=cwd, timeout=300)
+                              text=True, cwd=cwd, env=env, timeout=300)
     finally:
         os.close(write)
 
 
-def test_a_closed_standard_output_stops_quietly_after_the_files_are_written(tmp_path):
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_closed_standard_output_stops_quietly_after_the_files_are_written(tmp_path, buffered):
     for argv in (["models"], ["run", "mtcnn-pnet", "--json", "r.json", "--csv", "r.csv"],
                  ["run", "mtcnn-pnet", "--quiet", "--json", "-"],
                  ["export-topology", "mtcnn-pnet", "-"],
                  ["compare", "mtcnn-pnet", "--arch", "systolic-32x32-ws", "systolic-32x32-os",
                   "--json", "c.json"]):
-        done = closed_stdout_run(*argv, cwd=tmp_path)
+        done = closed_stdout_run(*argv, cwd=tmp_path, buffered=buffered)
         assert (done.returncode, done.stderr) == (cli.EXIT_PIPE_CLOSED, ""), argv
     assert json.loads((tmp_path / "r.json").read_text())["model"] == "mtcnn-pnet"
     assert (tmp_path / "r.csv").read_text().startswith("name,dataflow,shape,")

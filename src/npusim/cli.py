@@ -215,7 +215,19 @@ def _add_compare_parser(sub, run: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 1 check failed, 2 bad input)."""
+    """Run the command line; returns the exit code (0 ok, 1 check failed, 2 bad input, 130
+    interrupted, 141 standard output closed by its reader)."""
+    try:
+        code = _command(argv)
+        sys.stdout.flush()  # a closed pipe shows here when stdout is block-buffered (a pipe)
+        return code
+    except BrokenPipeError:  # stdout's reader left (``npusim models | head -1``): no more to say
+        _discard_stdout()
+        return EXIT_PIPE_CLOSED
+
+
+def _command(argv: list[str] | None) -> int:
+    """Parse ``argv`` and run its command: its exit code, an error as one line on stderr."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -230,9 +242,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("npusim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # stdout's reader left (``npusim models | head -1``): no more to say
-        _discard_stdout()
-        return EXIT_PIPE_CLOSED
     except (NpusimError, ModuleNotFoundError, MemoryError) as e:
         print(f"npusim: error: {error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
