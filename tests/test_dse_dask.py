@@ -87,3 +87,20 @@ def test_worker_killed_mid_sweep_costs_no_point(tmp_path, cluster):
     rows = Store.read(db).rows()
     assert sorted(r["key"] for r in rows) == sorted(point_key(p) for p in grid(spec))
     assert all(r["status"] == "ok" for r in rows)
+
+
+@pytest.mark.parametrize("address, words", [
+    ("notaurl", "not a Dask scheduler address (missing port number"),
+    ("foo://127.0.0.1:1", "not a Dask scheduler address (unknown address scheme 'foo'"),
+    ("tcp://127.0.0.1:{free}", "cannot reach a Dask scheduler there"),
+])
+def test_a_scheduler_not_reached_is_one_line_and_makes_no_store(tmp_path, address, words):
+    spec_file = write_spec(tmp_path, SMALL)
+    (tmp_path / "test.csv").write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, "
+                                       "Filter Width, Channels, Num Filter, Strides,\n"
+                                       "c1, 8, 8, 3, 3, 2, 4, 1,\n")
+    r = npusim("sweep", spec_file, "--store", tmp_path / "s.db", "--scheduler",
+               address.format(free=free_port()))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert words in r.stderr
+    assert not (tmp_path / "s.db").exists()

@@ -60,8 +60,12 @@ def cmd_sweep(args) -> int:
     from .store import Store
 
     spec = load_spec(args.spec)
-    store = Store.open(args.store, spec)
-    runner = make_runner(args.workers, args.scheduler)
+    runner = make_runner(args.workers, args.scheduler)  # a cluster not reached: no store made
+    try:
+        store = Store.open(args.store, spec)
+    except BaseException:
+        runner.close()
+        raise
     bar = _Bar(_interactive(args))
     try:
         outcome = run_sweep(spec, store, runner, bar)

@@ -234,6 +234,10 @@ class DaskRunner:
                              "'dask[distributed]'") from None
         try:
             self.client = Client(address, timeout="10s")
+        except ValueError as e:  # no port, an unknown protocol
+            raise SweepError(f"--scheduler {address}: not a Dask scheduler address "
+                             f"({_line(str(e))}); give tcp://HOST:PORT, as 'dask scheduler' "
+                             "prints it") from None
         except (OSError, TimeoutError) as e:
             raise SweepError(f"--scheduler {address}: cannot reach a Dask scheduler there "
                              f"({_line(str(e))}); start one with 'dask scheduler' and workers "
