@@ -2,6 +2,7 @@
 
 import itertools
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,6 +125,33 @@ def test_pareto_of_a_store_and_its_plot(tmp_path):
     assert header.split()[-3:] == ["cycles", "utilisation", "(0..1)"]  # the units, once
     r = npusim("pareto", tmp_path / "s.db", "--x", "speed", "--y", "cycles")
     assert r.returncode == 2 and "'speed': not a quantity" in r.stderr
+
+
+def test_a_store_of_two_networks_has_a_front_for_each(tmp_path):
+    header = ("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, "
+              "Num Filter, Strides,\n")
+    (tmp_path / "small.csv").write_text(header + "c1, 10, 10, 3, 3, 4, 8, 1,\n")
+    (tmp_path / "large.csv").write_text(header + "c1, 30, 30, 3, 3, 32, 64, 1,\n"
+                                        "c2, 28, 28, 3, 3, 64, 64, 1,\n")
+    text = (SPACE.replace('models = ["test.csv"]', 'models = ["small.csv", "large.csv"]')
+            .replace("step = 4", "step = 20").replace('"utilisation"', '"area"'))
+    sweep(load_spec(write_spec(tmp_path, text)), tmp_path / "s.db", workers=1)
+    front = pareto(tmp_path / "s.db", "cycles", "area")
+    assert [(Path(m).name, d) for m, d in front.workloads] == [("small.csv", "1.0"),
+                                                               ("large.csv", "1.0")]
+    expected = set()
+    for model, _ in front.workloads:
+        mine = [i for i, p in enumerate(front.points) if p["model"] == model]
+        expected |= {mine[k] for k in brute_front(front.values[mine].tolist(), ["min", "min"])}
+    assert set(front.front) == expected
+    globally = {i for i in brute_front(front.values.tolist(), ["min", "min"])}
+    assert globally != expected  # one front over both would drop the large network's designs
+    assert {Path(front.points[i]["model"]).name for i in front.front} == {"small.csv",
+                                                                          "large.csv"}
+    r = npusim("pareto", tmp_path / "s.db", "--x", "cycles", "--y", "area")
+    assert r.returncode == 0, r.stderr
+    assert (f"{len(front.front)} non-dominated of {len(front.points)} ok points; a front per "
+            "model and density, 2 of them") in r.stdout
 
 
 def test_front_of_two_objectives_by_hand():

@@ -59,6 +59,20 @@ def test_a_spec_and_its_base_saved_with_a_byte_order_mark_read_as_without(tmp_pa
     assert "\ufeff" not in spec.base_text
 
 
+def test_nsga2_searches_one_workload():
+    two = SMALL.replace('models = ["test.csv"]', 'models = ["test.csv", "resnet18"]')
+    nsga2 = '[search]\nstrategy = "nsga2"\nbudget = 4\n'
+    with pytest.raises(SweepError, match=r"x.toml: search.strategy='nsga2' searches the arch "
+                                         r"parameters for one workload; these models x "
+                                         r"densities are 2"):
+        spec_from_toml_text(two + nsga2, "x.toml")
+    spec_from_toml_text(two + '[search]\nstrategy = "random"\nbudget = 4\n', "x.toml")
+    densities = SMALL.replace('models = ["test.csv"]', 'models = ["resnet18"]').replace(
+        "[parameters]", "densities = [0.5, 1.0]\n[parameters]")
+    with pytest.raises(SweepError, match="models x densities are 2"):
+        spec_from_toml_text(densities + nsga2, "x.toml")
+
+
 def test_ranges_include_stop():
     assert parameter_values({"start": 8, "stop": 64, "step": 8}, "k") == (8, 16, 24, 32, 40, 48,
                                                                          56, 64)

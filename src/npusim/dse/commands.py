@@ -116,8 +116,10 @@ def cmd_pareto(args) -> int:
     front = pareto(args.store, args.x, args.y)
     rows = front.rows()
     headers = [_with_unit(k) if k in (args.x, args.y) else k for k in rows[0]]
+    per = (f"; a front per model and density, {len(front.workloads)} of them"
+           if len(front.workloads) > 1 else "")
     table = Table(*headers, box=None, header_style="bold",
-                  title=f"{len(rows)} non-dominated of {len(front.points)} ok points")
+                  title=f"{len(rows)} non-dominated of {len(front.points)} ok points{per}")
     for row in rows:
         table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
     _stdout().print(table)

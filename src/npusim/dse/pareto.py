@@ -3,6 +3,9 @@
 ``non_dominated`` works on any number of objectives; ``pareto(store, x, y)`` takes two
 quantities of the stored totals (cycles, energy, edp, utilisation, or any other total field),
 each minimised or, for utilisation, maximised; ``plot`` draws every point and the front.
+A store of several workloads (models x densities) has one front per workload: a design is
+compared with designs running the same network at the same density, never a small network's
+point with a large one's.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ class Front:
     y: str
     points: list[dict]     # stored rows with status ok
     values: np.ndarray     # points x 2: (x, y)
-    front: list[int]       # indices into points, sorted by x
+    front: list[int]       # indices into points: each workload's front, sorted by x
+    workloads: list[tuple[str, str]]  # (model, density as stored), in the store's order
 
     def rows(self) -> list[dict]:
         """The front's points: their parameters, model, density and the two values."""
@@ -60,9 +64,19 @@ def pareto(store, x: str, y: str) -> Front:
     if not points:
         raise SweepError(f"{store.path}: no point finished ok; nothing to compare")
     values = np.array([[float(r["totals"][total_key(q)]) for q in (x, y)] for r in points])
-    front = non_dominated(values, [sense(x), sense(y)])
-    front.sort(key=lambda i: (values[i, 0], values[i, 1]))
-    return Front(x, y, points, values, front)
+    members: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(points):
+        members.setdefault(workload(r), []).append(i)
+    front = []
+    for rows in members.values():
+        keep = non_dominated(values[rows], [sense(x), sense(y)])
+        front += sorted((rows[k] for k in keep), key=lambda i: (values[i, 0], values[i, 1]))
+    return Front(x, y, points, values, front, list(members))
+
+
+def workload(row: dict) -> tuple[str, str]:
+    """(model, density) of a stored point: what it ran, apart from the arch."""
+    return row["model"], str(row["density"])
 
 
 def axis_label(quantity: str) -> str:
@@ -82,11 +96,19 @@ def plot(front: Front, path: str | Path, what: str = "plot") -> None:
     from ..report.plots import save
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=100)
-    ax.scatter(front.values[:, 0], front.values[:, 1], s=12, c="0.6", label="points")
-    f = front.values[front.front]
-    ax.plot(f[:, 0], f[:, 1], c="C3", lw=1.2)
-    ax.scatter(f[:, 0], f[:, 1], s=24, c="C3", zorder=3,
-               label=f"front ({len(f)} point{'s' * (len(f) != 1)})")
+    several = len(front.workloads) > 1
+    for k, work in enumerate(front.workloads):
+        mine = [i for i, r in enumerate(front.points) if workload(r) == work]
+        on = [i for i in front.front if workload(front.points[i]) == work]
+        colour = f"C{k % 10}" if several else "C3"
+        name = f"{Path(work[0]).name} at density {work[1]}: " if several else ""
+        ax.scatter(front.values[mine, 0], front.values[mine, 1], s=12,
+                   c=colour if several else "0.6", alpha=0.35 if several else 1.0,
+                   label=None if several else "points")
+        f = front.values[on]
+        ax.plot(f[:, 0], f[:, 1], c=colour, lw=1.2)
+        ax.scatter(f[:, 0], f[:, 1], s=24, c=colour, zorder=3,
+                   label=f"{name}front ({len(f)} point{'s' * (len(f) != 1)})")
     ax.set_xlabel(axis_label(front.x))
     ax.set_ylabel(axis_label(front.y))
     ax.grid(alpha=0.3)

@@ -194,6 +194,12 @@ def spec_from_toml_text(text: str, where: str, root: Path = Path(".")) -> SweepS
         model_digests=tuple(_file_digest(m, root) for m in models))
     if search.strategy == "nsga2" and len(objectives) < 2:
         raise SweepError(f"{where}: search.strategy='nsga2' needs two or more objectives")
+    if search.strategy == "nsga2" and len(models) * len(densities) > 1:
+        raise SweepError(f"{where}: search.strategy='nsga2' searches the arch parameters for one "
+                         f"workload; these models x densities are {len(models) * len(densities)}"
+                         " (a small network beats a large one on every objective, so the search "
+                         "would breed the network, not the design): one model and one density "
+                         "per nsga2 spec, or strategy grid / random")
     arch_from_toml_text(base_text, f"{where}: base {base!r}:")  # the base itself must be valid
     return spec
 
