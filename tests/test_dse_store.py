@@ -11,7 +11,7 @@ from dse_helpers import SMALL, npusim, write_spec
 
 from npusim.arch import load_arch
 from npusim.dse import Store, SweepError, load_spec, sweep
-from npusim.dse.store import to_csv
+from npusim.dse.store import inert_parameters, to_csv
 from npusim.frontends import load_model
 from npusim.simulate import simulate_shapes
 
@@ -188,3 +188,29 @@ densities = [0.5, 1.0]
         want = simulate(graph, x, arch, mode="estimate")
         assert row["totals"]["cycles"] == want.total.cycles
         assert row["totals"]["macs"] == want.total.macs
+
+
+def test_a_parameter_the_machine_does_not_read_is_named_after_the_sweep(tmp_path):
+    # group-tile-64mac sets its tiles' buffers (narrow_kb = wide_kb = 64): the arch's ifmap
+    # SRAM is not read; with narrow_kb = 0 the tiles share it, and its size counts
+    spec = ('base = "group-tile-64mac"\nmodels = ["mtcnn-rnet"]\n'
+            'objectives = ["cycles", "area"]\n[parameters]\n'
+            '"memory.ifmap_sram_kb" = [1, 64]\n"group-tile.macs" = [16, 64]\n{extra}')
+    outcomes = {}
+    for name, extra in (("fixed", ""), ("shared", '"group-tile.narrow_kb" = [0]\n')):
+        path = write_spec(tmp_path, spec.format(extra=extra), f"{name}.toml")
+        r = npusim("sweep", path, "--store", tmp_path / f"{name}.db", "-q")
+        assert r.returncode == 0, r.stderr
+        outcomes[name] = (Store.read(tmp_path / f"{name}.db"), r.stderr)
+    store, err = outcomes["fixed"]
+    cycles = {(r["params"]["memory.ifmap_sram_kb"], r["params"]["group-tile.macs"]):
+              r["totals"]["cycles"] for r in store.rows()}
+    assert cycles[1, 16] == cycles[64, 16] and cycles[1, 64] == cycles[64, 64]
+    assert cycles[1, 16] != cycles[1, 64]
+    assert inert_parameters(store) == ["memory.ifmap_sram_kb"]
+    assert err == ("npusim: warning: memory.ifmap_sram_kb changed no result: points that "
+                   "differ in it alone have equal totals, so the machine does not read it with "
+                   "base 'group-tile-64mac' (docs/sweep.md, 'Parameters that change nothing')\n")
+    store, err = outcomes["shared"]
+    assert inert_parameters(store) == []  # narrow_kb has one value: never varied, not judged
+    assert err == ""

@@ -57,7 +57,7 @@ def cmd_sweep(args) -> int:
         raise UsageError("--workers must be >= 1, and does not go with --scheduler")
     from .runner import make_runner, run_sweep
     from .spec import load_spec
-    from .store import Store
+    from .store import Store, inert_parameters
 
     spec = load_spec(args.spec)
     runner = make_runner(args.workers, args.scheduler)  # a cluster not reached: no store made
@@ -69,6 +69,7 @@ def cmd_sweep(args) -> int:
     bar = _Bar(_interactive(args))
     try:
         outcome = run_sweep(spec, store, runner, bar)
+        inert = inert_parameters(store)
     except KeyboardInterrupt:
         bar.close()
         count = len(store.rows())
@@ -81,6 +82,10 @@ def cmd_sweep(args) -> int:
         store.close()
     print(f"{args.store}: {outcome.ran} points run ({outcome.failed} infeasible or failed), "
           f"{outcome.skipped} already stored")
+    for name in inert:
+        print(f"npusim: warning: {name} changed no result: points that differ in it alone have "
+              f"equal totals, so the machine does not read it with base {spec.base!r} "
+              "(docs/sweep.md, 'Parameters that change nothing')", file=sys.stderr)
     return 0
 
 

@@ -183,6 +183,27 @@ def _check_whole(db: sqlite3.Connection, path: Path) -> None:
         raise sqlite3.DatabaseError(check)
 
 
+def inert_parameters(store: Store) -> list[str]:
+    """The swept parameters whose value changed no stored total: wherever stored points differ
+    in that parameter alone (the same other parameters, model and density), all their totals
+    are equal. The machine does not read such a key with this base (a group tile whose
+    ``narrow_kb`` sets its buffers ignores ``memory.ifmap_sram_kb``). A parameter no two
+    stored points vary alone is not judged."""
+    rows = [r for r in store.rows() if r["totals"] is not None]
+    inert = []
+    for name in sorted({k for r in rows for k in r["params"]}):
+        alike: dict[tuple, list[dict]] = {}
+        for r in rows:
+            rest = {k: v for k, v in r["params"].items() if k != name}
+            key = (json.dumps(rest, sort_keys=True), r["model"], json.dumps(r["density"]))
+            alike.setdefault(key, []).append(r)
+        varied = [g for g in alike.values()
+                  if len({json.dumps(r["params"].get(name)) for r in g}) > 1]
+        if varied and all(r["totals"] == g[0]["totals"] for g in varied for r in g):
+            inert.append(name)
+    return inert
+
+
 def table(store: Store) -> tuple[list[str], list[list]]:
     """The store as one flat table: the point's dimensions, status, objectives, totals."""
     rows = store.rows()
