@@ -38,7 +38,7 @@ MARKS: dict[str, tuple[bytes, ...] | None] = {
     "csv": (b"name,dataflow,shape,", b"layer,arch,cycles,",  # run, compare, a store's table
             b"model,density,status,reason,version,seconds"),
     "html": (b'<meta name="generator" content="npusim',),
-    "figure": (b"npusim",),  # PNG: the 'Software' text chunk; SVG: dc:creator
+    "figure": (b"Software\0npusim ", b"<dc:title>npusim "),  # PNG text chunk, SVG creator
     "parquet": (b"npusim",),  # the footer's key-value metadata
     "topology": None,
     "cache": (b"",),  # a file in npusim's own cache folder: npusim's, whatever it holds
@@ -92,11 +92,13 @@ def _check_ours(path: Path, st: os.stat_result, what: str, kind: str) -> None:
     if st.st_size == 0 or _marked(_ends(path, st.st_size), MARKS[kind]):
         return
     marks = MARKS[kind]
-    why = (f"a {kind} file carries no mark to tell npusim's from another's" if marks is None
-           else f"it does not carry the mark of npusim's {kind} files ({marks[0].decode()})")
-    raise OutputError(f"{what} {path}: exists and npusim did not write it ({why}); npusim "
-                      "replaces only its own files and left it as it is: remove it or name "
-                      "another file")
+    if marks is None:
+        raise OutputError(f"{what} {path}: exists, and a {kind} file carries no mark to tell "
+                          "npusim's from another's, so npusim replaces none and left it as it "
+                          "is: remove it or name another file")
+    raise OutputError(f"{what} {path}: exists and is not a {kind} file npusim wrote (it does "
+                      f"not carry their mark, {marks[0].decode()}); npusim replaces only its own "
+                      "files and left it as it is: remove it or name another file")
 
 
 def _ends(path: Path, size: int) -> bytes:
