@@ -151,6 +151,25 @@ def test_zoo_page_conv_counts_are_the_built_networks():
         assert int(rows[name][4]) == len(zoo.build(name).conv_nodes), name
 
 
+@pytest.mark.parametrize("preset", ["systolic-32x32-ws", "input-reuse-1024", "sparse-pairs-32x32",
+                                    "dilated-grid-2x2-h3", "group-tile-64mac"])
+def test_every_count_a_machine_reports_is_named_on_its_page(preset):
+    """Each key of a machine's ``LayerStats.extra`` (the JSON's ``extra``, the CSV's columns)
+    appears in backticks, or as ``extra["key"]``, on the machine's page or the JSON schema."""
+    import npusim
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+
+    graph = prune(zoo.build("mtcnn-rnet"), 0.5)  # zeros for the skipping machines to count
+    result = npusim.simulate(graph, zoo.input_for("mtcnn-rnet"), preset, mode="estimate")
+    keys = {k for st in result.layers for k in st.extra}
+    page = (ROOT / "docs" / f"{result.arch.dataflow}.md").read_text(encoding="utf-8")
+    schema = (ROOT / "docs" / "json-schema.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([a-z_0-9]+)`|extra\[\"([a-z_0-9]+)\"\]", page + schema))
+    named = {a or b for a, b in named}
+    assert keys and not keys - named, sorted(keys - named)
+
+
 def test_arch_page_shows_the_example_file():
     """docs/arch.md's TOML is examples/my_npu.toml, which the README runs."""
     (toml,) = [b for b in blocks(ROOT / "docs" / "arch.md") if b.info == "toml"]
