@@ -16,7 +16,8 @@ MODEL = ["mtcnn-rnet", "--density", "0.5"]  # real weights, pruned: zeros for sp
 # examples/my_npu.toml with DRAM at 10 B/cycle, the presets at 17.064: unequal memories.
 SLOW_NPU = Path(tempfile.mkdtemp()) / "my_npu.toml"
 SLOW_NPU.write_text((ROOT / "examples" / "my_npu.toml").read_text().replace(
-    "dram_bytes_per_cycle = 17.064", "dram_bytes_per_cycle = 10.0"))
+    "dram_bytes_per_cycle = 17.064", "dram_bytes_per_cycle = 10.0").replace(
+    "reconfig_cycles = 0 ", "reconfig_cycles = 40 "))  # a configuration load per layer
 ARCHS = ["systolic-32x32-ws", "sparse-pairs-32x32", str(SLOW_NPU)]
 LABELS = ["systolic-32x32-ws", "sparse-pairs-32x32", "my-npu"]
 
@@ -87,6 +88,8 @@ def test_totals_speedups_and_where_the_time_goes(compared, runs):
         assert split["compute"] == pytest.approx(t["compute_cycles"] / t["cycles"])
         assert split["DRAM ifmap"] == pytest.approx(t["stall_dram_ifmap_cycles"] / t["cycles"])
         assert split["DRAM ofmap"] == pytest.approx(t["stall_dram_ofmap_cycles"] / t["cycles"])
+        assert split["reconfiguration"] == t["stall_reconfig_cycles"] / t["cycles"]
+        assert (t["stall_reconfig_cycles"] > 0) == (label == "my-npu")
         assert sum(split.values()) == pytest.approx(1.0)
         assert f"{label}: {100 * t['compute_cycles'] / t['cycles']:.1f} % compute" in out
         assert f"{label}: {t['cycles']:,} cycles" in out
@@ -112,11 +115,16 @@ def test_unequal_memories_are_said(compared):
 
 
 def test_equal_memories_say_nothing(tmp_path):
-    code, out, err = run_cli("compare", *MODEL, "--arch", ARCHS[0], "--arch", ARCHS[2],
+    mine = ROOT / "examples" / "my_npu.toml"  # the preset's memory at another bandwidth
+    code, out, err = run_cli("compare", *MODEL, "--arch", ARCHS[0], "--arch", mine,
                           "--bandwidth", "10", "--json", tmp_path / "c.json")
     assert code == 0, err
     assert json.loads((tmp_path / "c.json").read_text())["notes"] == []
     assert "note:" not in out
+    code, out, err = run_cli("compare", *MODEL, "--arch", mine, "--arch", ARCHS[2],
+                          "--bandwidth", "10", "--json", tmp_path / "c.json")
+    (note,) = json.loads((tmp_path / "c.json").read_text())["notes"]
+    assert "40 cycles a unit to load a layer's configuration" in note  # what differs, said
 
 
 def test_csv_has_a_row_per_layer_and_arch(compared):

@@ -220,7 +220,9 @@ def unlimited(value) -> bool:
 
 
 def describe_memory(memory: Memory) -> str:
-    """One line stating a memory: buffers, DRAM bandwidth and latency, SRAM ports."""
+    """One line stating a memory: buffers, DRAM bandwidth and latency, SRAM ports, and where
+    they are not the defaults the configuration load and the timing model (every field, so
+    two memories that differ read differently)."""
     bw = memory.dram_bytes_per_cycle
     dram = "unlimited DRAM bandwidth (stall-free)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
     if not unlimited(bw) and memory.dram_latency_cycles:
@@ -230,8 +232,11 @@ def describe_memory(memory: Memory) -> str:
     buffering = "double-buffered" if memory.double_buffered else "single-buffered"
     if not unlimited(bw) and memory.dram_channels == "per-operand":
         dram += " per operand"
+    reconfig = (f"; {memory.reconfig_cycles} cycles a unit to load a layer's configuration"
+                if memory.reconfig_cycles else "")
+    model = "; SCALE-Sim's trace replay" if memory.model == "scalesim" else ""
     return (f"SRAM ifmap {memory.ifmap_sram_kb} KiB, filter {memory.filter_sram_kb} KiB, "
-            f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}")
+            f"ofmap {memory.ofmap_sram_kb} KiB ({buffering}); {dram}{ports}{reconfig}{model}")
 
 
 def same_memory(archs) -> bool:

@@ -28,7 +28,8 @@ from .export import SCHEMA_VERSION, arch_record, totals_record
 from .table import VECTOR_ROW, console, fmt_energy, fmt_percent, vector_row
 
 STALLS = (("DRAM ifmap", "stall_dram_ifmap_cycles"), ("DRAM filter", "stall_dram_filter_cycles"),
-          ("DRAM ofmap", "stall_dram_ofmap_cycles"), ("SRAM ports", "stall_sram_cycles"))
+          ("DRAM ofmap", "stall_dram_ofmap_cycles"), ("SRAM ports", "stall_sram_cycles"),
+          ("reconfiguration", "stall_reconfig_cycles"))
 
 
 @dataclass(frozen=True)
