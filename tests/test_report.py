@@ -97,10 +97,23 @@ def test_names_print_as_given_not_as_rich_markup_or_emoji_codes():
     assert "conv[/b]:fire:" in rows_of(render(result, width=160))
 
 
+def test_stall_text_names_every_cause_and_they_add_up():
+    import dataclasses
+
+    from npusim.report.table import stall_text
+
+    st = dataclasses.replace(stats_fixture()[0], cycles=115, compute_cycles=100,
+                             stall_dram_ifmap_cycles=1, stall_dram_filter_cycles=2,
+                             stall_dram_ofmap_cycles=3, stall_sram_cycles=4,
+                             stall_reconfig_cycles=5)
+    assert stall_text(st) == ("100 compute + 15 stalled (13.0 % of the time: DRAM ifmap 1, "
+                              "DRAM filter 2, DRAM ofmap 3, SRAM ports 4, reconfiguration 5)")
+
+
 def test_totals_block_reads_cycles_time_utilisation_energy_traffic():
     text = render(result_fixture(), width=160)
     assert "cycles            174" in text
-    assert "of which          164 compute + 10 stalled (5.7 % of the time: filter 10)" in text
+    assert "of which          164 compute + 10 stalled (5.7 % of the time: DRAM filter 10)" in text
     assert "time at 1000 MHz  174 ns (stalls included)" in text  # 174 cycles at 1 GHz
     assert "memory            SRAM ifmap 64 KiB, filter 64 KiB, ofmap 64 KiB" in text
     assert "utilisation       4.6 %" in text

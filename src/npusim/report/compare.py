@@ -25,11 +25,7 @@ from ..arch.spec import describe_memory, same_memory
 from ..errors import NpusimError
 from ..stats import LayerStats
 from .export import SCHEMA_VERSION, arch_record, totals_record
-from .table import VECTOR_ROW, console, fmt_energy, fmt_percent, vector_row
-
-STALLS = (("DRAM ifmap", "stall_dram_ifmap_cycles"), ("DRAM filter", "stall_dram_filter_cycles"),
-          ("DRAM ofmap", "stall_dram_ofmap_cycles"), ("SRAM ports", "stall_sram_cycles"),
-          ("reconfiguration", "stall_reconfig_cycles"))
+from .table import STALL_CAUSES, VECTOR_ROW, console, fmt_energy, fmt_percent, vector_row
 
 
 @dataclass(frozen=True)
@@ -99,7 +95,7 @@ def time_split(stats: LayerStats) -> dict[str, float]:
     if not stats.cycles:
         return {}
     split = {"compute": stats.compute_cycles / stats.cycles}
-    split.update({label: getattr(stats, field) / stats.cycles for label, field in STALLS})
+    split.update({label: getattr(stats, field) / stats.cycles for label, field in STALL_CAUSES})
     return split
 
 

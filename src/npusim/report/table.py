@@ -162,11 +162,16 @@ def _by_tensor(stats: LayerStats, memory: str) -> str:
     return f"{fmt_bytes(getattr(stats, f'{memory}_bytes'))} ({', '.join(parts)})"
 
 
+# each cause of stall cycles, as reports name it, and its LayerStats field
+STALL_CAUSES = (("DRAM ifmap", "stall_dram_ifmap_cycles"),
+                ("DRAM filter", "stall_dram_filter_cycles"),
+                ("DRAM ofmap", "stall_dram_ofmap_cycles"), ("SRAM ports", "stall_sram_cycles"),
+                ("reconfiguration", "stall_reconfig_cycles"))
+
+
 def stall_text(stats: LayerStats) -> str:
-    """'1,000 compute + 234 stalled (19.0 % of the time: DRAM ifmap 200, filter 34)'."""
-    causes = [(k, getattr(stats, f"stall_{f}_cycles"))
-              for k, f in (("DRAM ifmap", "dram_ifmap"), ("filter", "dram_filter"),
-                           ("ofmap", "dram_ofmap"), ("SRAM ports", "sram"))]
+    """'1,000 compute + 234 stalled (19.0 % of the time: DRAM ifmap 200, DRAM filter 34)'."""
+    causes = [(k, getattr(stats, f)) for k, f in STALL_CAUSES]
     parts = ", ".join(f"{k} {v:,}" for k, v in causes if v)
     text = (f"{stats.compute_cycles:,} compute + {stats.stall_cycles:,} stalled "
             f"({fmt_percent(stats.stalled_share)} % of the time")
