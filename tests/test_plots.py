@@ -79,7 +79,7 @@ def test_cycle_bars_stack_compute_and_each_stall_cause(net, figs):
         rows = result.conv_layers
         vector = [s for s in result.layers if s.dataflow == "vector"]
         fields = ["compute_cycles", "stall_dram_ifmap_cycles", "stall_dram_filter_cycles",
-                  "stall_dram_ofmap_cycles", "stall_sram_cycles"]
+                  "stall_dram_ofmap_cycles", "stall_sram_cycles", "stall_reconfig_cycles"]
         bars = ax.containers
         assert len(bars) == len(fields)
         for container, field in zip(bars, fields, strict=True):
@@ -89,6 +89,21 @@ def test_cycle_bars_stack_compute_and_each_stall_cause(net, figs):
         tops = np.sum([[p.get_height() for p in c] for c in bars], axis=0)
         assert tops.tolist() == [s.cycles for s in rows] + [sum(s.cycles for s in vector)]
         assert ax.get_ylabel() == "cycles"
+
+
+def test_cycle_bars_reach_each_layers_cycles_with_configuration_loads(net):
+    graph, x, _ = net
+    arch = load_arch("input-reuse-1024").with_memory(reconfig_cycles=40)
+    result = simulate(graph, x, arch, mode="estimate")
+    assert all(s.stall_reconfig_cycles > 0 for s in result.conv_layers)
+    fig = plots.draw_cycles([result])
+    try:
+        bars = fig.figure.axes[0].containers
+        assert bars[-1].get_label() == "reconfiguration stall"
+        tops = np.sum([[p.get_height() for p in c] for c in bars], axis=0)[:-1]
+        assert tops.tolist() == [s.cycles for s in result.conv_layers]
+    finally:
+        plots.close([fig])
 
 
 def test_utilisation_bars_are_useful_macs_over_multiplier_cycles(net, figs):

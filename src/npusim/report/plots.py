@@ -28,11 +28,9 @@ import numpy as np
 from .. import outfile
 from ..errors import OutputError
 from ..memory import unlimited
-from .table import VECTOR_ROW, vector_row
+from .table import STALL_CAUSES, VECTOR_ROW, vector_row
 
-CAUSES = (("compute", "compute_cycles"), ("DRAM ifmap stall", "stall_dram_ifmap_cycles"),
-          ("DRAM filter stall", "stall_dram_filter_cycles"),
-          ("DRAM ofmap stall", "stall_dram_ofmap_cycles"), ("SRAM port stall", "stall_sram_cycles"))
+CAUSES = (("compute", "compute_cycles"), *((f"{label} stall", f) for label, f in STALL_CAUSES))
 FORMATS = ("png", "svg")
 NAMES = ("cycles", "roofline", "utilisation", "density", "units")  # the figures' file stems
 
