@@ -231,3 +231,24 @@ def test_wide_terminal_names_each_arch_once_over_its_columns(tmp_path):
     assert heads.split() == ["layer", "cycles", "bound", "util", "%", "energy"] + [
         "cycles", "bound", "util", "%", "energy", "speed-up", "energy", "x"]
     assert rows[0].split()[0] == "c1"
+
+
+def test_a_hybrid_compares_with_its_moves_in_a_row_of_their_own(tmp_path):
+    # edgetpu_v2_like on hybrid-3x1024 moves one layer's input between machines: a row that
+    # the single machine does not have, which made the comparison refuse the network
+    model = ["edgetpu_v2_like", "--mode", "estimate"]
+    code, _, err = run_cli("compare", *model, "--arch", "systolic-32x32-ws", "hybrid-3x1024",
+                          "--json", tmp_path / "c.json", "-q")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "c.json").read_text())
+    code, _, err = run_cli("run", *model, "--arch", "hybrid-3x1024", "-q",
+                          "--json", tmp_path / "h.json")
+    assert code == 0, err
+    hybrid = json.loads((tmp_path / "h.json").read_text())
+    moves = [r for r in hybrid["layers"] if r["dataflow"] == "transfer"]
+    assert moves
+    (row,) = [r for r in doc["layers"] if r["name"] == "moves between machines"]
+    base, other = row["archs"]
+    assert base["cycles"] == 0 and other["cycles"] == sum(m["cycles"] for m in moves)
+    assert base["speedup"] is None and other["speedup"] is None  # no ratio to a row not run
+    assert doc["archs"][1]["totals"]["cycles"] == hybrid["totals"]["cycles"]

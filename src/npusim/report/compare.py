@@ -23,9 +23,17 @@ from rich.text import Text
 
 from ..arch.spec import describe_memory, same_memory
 from ..errors import NpusimError
-from ..stats import LayerStats
+from ..stats import TRANSFER, LayerStats, total
 from .export import SCHEMA_VERSION, arch_record, totals_record
 from .table import STALL_CAUSES, VECTOR_ROW, console, fmt_energy, fmt_percent, vector_row
+
+MOVES_ROW = "moves between machines"  # a hybrid's transfers of layer inputs, summed
+
+
+def _network_ops(result) -> list[str]:
+    """The names of the network's ops a result ran (a hybrid's moves between its machines,
+    which depend on the arch, left out)."""
+    return [s.name for s in result.layers if s.dataflow != TRANSFER]
 
 
 @dataclass(frozen=True)
@@ -38,9 +46,9 @@ class Comparison:
     def __post_init__(self):
         if len(self.results) < 2:
             raise NpusimError("a comparison needs at least two archs")
-        names = [s.name for s in self.results[0].layers]
+        names = _network_ops(self.results[0])
         for r in self.results[1:]:
-            if [s.name for s in r.layers] != names:
+            if _network_ops(r) != names:
                 raise NpusimError(f"{r.arch.name}: its layers differ from "
                                   f"{self.results[0].arch.name}'s; compare runs one network")
 
@@ -61,6 +69,9 @@ class Comparison:
         vectors = [vector_row(r.layers) for r in self.results]
         if vectors[0] is not None:
             rows.append((VECTOR_ROW, vectors))
+        moves = [[s for s in r.layers if s.dataflow == TRANSFER] for r in self.results]
+        if any(moves):
+            rows.append((MOVES_ROW, [total(m, MOVES_ROW) for m in moves]))
         rows.append(("total", [r.total for r in self.results]))
         return rows
 
@@ -81,8 +92,9 @@ class Comparison:
 
 
 def speedup(base: LayerStats, other: LayerStats) -> float:
-    """Baseline cycles / other cycles (>1: other is faster); nan if other took no cycles."""
-    return base.cycles / other.cycles if other.cycles else float("nan")
+    """Baseline cycles / other cycles (>1: other is faster); nan where either took no cycles
+    (a row only one arch has, such as a hybrid's moves)."""
+    return base.cycles / other.cycles if other.cycles and base.cycles else float("nan")
 
 
 def energy_ratio(base: LayerStats, other: LayerStats) -> float:
