@@ -275,8 +275,7 @@ def error_line(e: Exception) -> str:
             raise e
         return f"this needs {e.name}, which is not installed: pip install 'npusim[{extra}]'"
     if isinstance(e, MemoryError):  # numpy's message says how much it tried to allocate
-        return (f"out of memory: {one_line(str(e))}; try a smaller --batch or input, "
-                "or --mode estimate")
+        return f"out of memory: {one_line(str(e))}; try a smaller --batch or input"
     return one_line(str(e))
 
 
