@@ -1,5 +1,6 @@
-"""Every file npusim writes goes through here: reports (``--json``, ``--csv``), topology CSVs
-(``export-topology``), the trained-weights cache.
+"""Every file npusim writes goes through here: reports (``--json``, ``--csv``, ``--html``),
+figures (``--plots``, ``pareto``), topology CSVs (``export-topology``), a store's tables
+(``sweep export``), the trained-weights cache.
 
 The rules, the same for every target:
 
@@ -97,7 +98,8 @@ def _check_ours(path: Path, st: os.stat_result, what: str, kind: str) -> None:
                           "npusim's from another's, so npusim replaces none and left it as it "
                           "is: remove it or name another file")
     raise OutputError(f"{what} {path}: exists and is not a {kind} file npusim wrote (it does "
-                      f"not carry their mark, {marks[0].decode()}); npusim replaces only its own "
+                      f"not carry their mark, {marks[0].decode().replace(chr(0), ' ').strip()}); "
+                      "npusim replaces only its own "
                       "files and left it as it is: remove it or name another file")
 
 
