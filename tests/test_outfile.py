@@ -300,7 +300,7 @@ def test_cli_refuses_every_users_file_before_any_work_and_replaces_its_own(tmp_p
         err = capsys.readouterr().err
         refusal = ("a topology file carries no mark" if name == "mine.csv"
                    else "file npusim wrote (it does not carry their mark")
-        assert err.count("\n") == 1 and refusal in err, err
+        assert err.count("\n") == 1 and refusal in err and "\0" not in err, err
         assert {n: (home / n).read_bytes() for n in files} == files  # all left as they were
         own = tmp_path / "own" / name
         assert cli.main([*argv, str(own)]) == 0, capsys.readouterr().err
