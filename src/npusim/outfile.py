@@ -97,10 +97,10 @@ def _check_ours(path: Path, st: os.stat_result, what: str, kind: str) -> None:
         raise OutputError(f"{what} {path}: exists, and a {kind} file carries no mark to tell "
                           "npusim's from another's, so npusim replaces none and left it as it "
                           "is: remove it or name another file")
+    mark = marks[0].decode().replace("\0", " ").strip()  # the PNG chunk's key ends in NUL
     raise OutputError(f"{what} {path}: exists and is not a {kind} file npusim wrote (it does "
-                      f"not carry their mark, {marks[0].decode().replace(chr(0), ' ').strip()}); "
-                      "npusim replaces only its own "
-                      "files and left it as it is: remove it or name another file")
+                      f"not carry their mark, {mark}); npusim replaces only its own files and "
+                      "left it as it is: remove it or name another file")
 
 
 def _ends(path: Path, size: int) -> bytes:
