@@ -246,8 +246,8 @@ def test_an_existing_file_is_replaced_only_when_it_carries_its_kinds_mark(tmp_pa
             outfile.write_text(path, JSON, "--json", "json")
             assert path.read_text() == JSON
         else:
-            with pytest.raises(OutputError, match=rf"--json {path}: exists and is not a json "
-                               r"file npusim wrote \(it does not carry their mark, "
+            with pytest.raises(OutputError, match=rf"--json {path}: exists and is not a JSON "
+                               r"report npusim wrote \(it does not carry their mark, "
                                r"\"npusim_version\"\); .*left it as it is"):
                 outfile.write_text(path, JSON, "--json", "json")
             assert path.read_bytes() == old
@@ -298,8 +298,8 @@ def test_cli_refuses_every_users_file_before_any_work_and_replaces_its_own(tmp_p
     for name, argv in commands.items():
         assert cli.main([*argv, str(home / name)]) == 2, name
         err = capsys.readouterr().err
-        refusal = ("a topology file carries no mark" if name == "mine.csv"
-                   else "file npusim wrote (it does not carry their mark")
+        refusal = ("a topology CSV carries no mark" if name == "mine.csv"
+                   else "npusim wrote (it does not carry their mark")
         assert err.count("\n") == 1 and refusal in err and "\0" not in err, err
         assert {n: (home / n).read_bytes() for n in files} == files  # all left as they were
         own = tmp_path / "own" / name
