@@ -44,9 +44,9 @@ MARKS: dict[str, tuple[bytes, ...] | None] = {
     "topology": None,
     "cache": (b"",),  # a file in npusim's own cache folder: npusim's, whatever it holds
 }
-KIND_NAMES = {"json": "JSON report", "csv": "CSV table", "html": "HTML report",
-              "figure": "figure", "parquet": "Parquet table", "topology": "topology CSV",
-              "cache": "cache file"}  # each kind as messages name it
+KIND_NAMES = {"json": "a JSON report", "csv": "a CSV table", "html": "an HTML report",
+              "figure": "a figure", "parquet": "a Parquet table", "topology": "a topology CSV",
+              "cache": "a cache file"}  # each kind as messages name it
 KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -97,11 +97,11 @@ def _check_ours(path: Path, st: os.stat_result, what: str, kind: str) -> None:
         return
     marks, name = MARKS[kind], KIND_NAMES[kind]
     if marks is None:
-        raise OutputError(f"{what} {path}: exists, and a {name} carries no mark to tell "
+        raise OutputError(f"{what} {path}: exists, and {name} carries no mark to tell "
                           "npusim's from another's, so npusim replaces none and left it as it "
                           "is: remove it or name another file")
     mark = marks[0].decode().replace("\0", " ").strip()  # the PNG chunk's key ends in NUL
-    raise OutputError(f"{what} {path}: exists and is not a {name} npusim wrote (it does not "
+    raise OutputError(f"{what} {path}: exists and is not {name} npusim wrote (it does not "
                       f"carry their mark, {mark}); npusim replaces only its own files and left "
                       "it as it is: remove it or name another file")
 
@@ -136,7 +136,7 @@ def write_bytes(target: str | Path, data: bytes, what: str, kind: str) -> None:
     ``target`` atomically by the rules above."""
     if MARKS[kind] is not None and not _marked(
             data[:MARK_WINDOW] + b"\0" + data[-MARK_WINDOW:], MARKS[kind]):
-        raise ValueError(f"{what}: npusim's {KIND_NAMES[kind]} without its mark "
+        raise ValueError(f"{what}: {KIND_NAMES[kind]} of npusim's without its mark "
                          f"{MARKS[kind][0]!r}: "
                          "a later run could not tell it from another's")
     if is_stdout(target):
