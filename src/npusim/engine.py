@@ -1,4 +1,5 @@
-"""The fastest dense convolution engine: im2col + BLAS GEMM (tap sums for depthwise).
+"""The fastest dense convolution engine: im2col + BLAS GEMM (tap sums for depthwise); a
+layer of large patches and few kernels a band of output rows at a time (``band_rows``).
 
 Shared by every dataflow whose arithmetic is a dense product (``systolic``) and
 by ``simulate(mode='estimate')`` for activations. Float32 inputs accumulate in
@@ -21,16 +22,62 @@ from .reference import pad_input
 
 def im2col(x: np.ndarray, layer: ConvLayer) -> np.ndarray:
     """Patches N x G x (Cg*R*S) x (P*Q) of the padded input (one copy)."""
-    n, c, _, _ = x.shape
-    G, Cg, R, S, P, Q = layer.groups, layer.Cg, layer.R, layer.S, layer.P, layer.Q
-    if R == S == 1 and layer.stride == (1, 1) and not any(layer.padding):
-        return x.reshape(n, G, Cg, P * Q)
+    n, G, Cg = x.shape[0], layer.groups, layer.Cg
+    if _unit_kernel(layer):
+        return x.reshape(n, G, Cg, layer.P * layer.Q)
+    return patches(x, layer).reshape(n, G, Cg * layer.R * layer.S, layer.P * layer.Q)
+
+
+def _unit_kernel(layer: ConvLayer) -> bool:
+    """Whether the layer's patches are its input as it lies: 1x1, stride 1, no padding."""
+    return layer.R == layer.S == 1 and layer.stride == (1, 1) and not any(layer.padding)
+
+
+def patches(x: np.ndarray, layer: ConvLayer) -> np.ndarray:
+    """The padded input's patches as a read-only view N x C x R x S x P x Q (no copy but
+    the padding's)."""
     xp = np.ascontiguousarray(pad_input(x, layer))
     sn, sc, sh, sw = xp.strides
-    view = as_strided(xp, (n, c, R, S, P, Q),
+    return as_strided(xp, (x.shape[0], x.shape[1], layer.R, layer.S, layer.P, layer.Q),
                       (sn, sc, sh * layer.dilation[0], sw * layer.dilation[1],
                        sh * layer.stride[0], sw * layer.stride[1]), writeable=False)
-    return view.reshape(n, G, Cg * R * S, P * Q)
+
+
+# ``conv2d`` copies a layer's patches all at once up to BAND_FROM bytes, or when its GEMM has
+# more than BAND_KERNELS kernels (rows) a group; past both, a band of output rows at a time
+# into one buffer of about BAND_BYTES, which the GEMM then reads from cache: a GEMM of few
+# rows reads its patches once per few products, so a copy of them all (115 MB for VGG-16's
+# conv1_2) bounds it by memory; with many rows the panels are reused and a band's fewer
+# columns only slow it
+BAND_FROM = 4 << 20
+BAND_KERNELS = 128
+BAND_BYTES = 1 << 20
+
+
+def band_rows(layer: ConvLayer, itemsize: int) -> int:
+    """Output rows of ``layer`` that ``conv2d`` computes a band at a time (P: all at once)."""
+    row_bytes = layer.Cg * layer.R * layer.S * layer.Q * itemsize
+    if (_unit_kernel(layer) or layer.Kg > BAND_KERNELS
+            or layer.N * layer.groups * layer.P * row_bytes <= BAND_FROM):
+        return layer.P
+    return min(layer.P, max(1, BAND_BYTES // (layer.groups * row_bytes)))
+
+
+def _banded(x: np.ndarray, wm: np.ndarray, layer: ConvLayer, rows: int) -> np.ndarray:
+    """``conv2d``'s sums (N x K x P x Q) from the patches of ``rows`` output rows at a time
+    (``band_rows``), each band's copied into one buffer; ``wm``: G x Kg x (Cg*R*S). Every
+    output's sum is the same dot product as from all the patches at once."""
+    G, Cg, R, S, P, Q = layer.groups, layer.Cg, layer.R, layer.S, layer.P, layer.Q
+    view = patches(x, layer).reshape(x.shape[0], G, Cg, R, S, P, Q)
+    out = np.empty((x.shape[0], G, layer.Kg, P * Q), x.dtype)
+    band = np.empty((G, Cg, R, S, rows, Q), x.dtype)
+    for n in range(x.shape[0]):
+        for p0 in range(0, P, rows):
+            p1 = min(P, p0 + rows)
+            cols = band[:, :, :, :, :p1 - p0]
+            cols[...] = view[n, :, :, :, :, p0:p1]
+            np.matmul(wm, cols.reshape(G, Cg * R * S, -1), out=out[n, :, :, p0 * Q:p1 * Q])
+    return out.reshape(layer.output_shape)
 
 
 def depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc,
@@ -164,9 +211,13 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLay
     if layer.Cg == 1:
         out = depthwise(x, w, layer, acc)
     else:
-        cols = im2col(x.astype(acc, copy=False), layer)
+        x = x.astype(acc, copy=False)
         wm = w.astype(acc, copy=False).reshape(layer.groups, layer.Kg, -1)
-        out = np.matmul(wm, cols).reshape(layer.output_shape)
+        rows = band_rows(layer, x.itemsize)
+        if rows < layer.P:
+            out = _banded(x, wm, layer, rows)
+        else:
+            out = np.matmul(wm, im2col(x, layer)).reshape(layer.output_shape)
     return finish(out, bias, layer, integer)
 
 
