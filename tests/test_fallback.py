@@ -114,6 +114,53 @@ def test_onnx_refuses_by_default_and_falls_back_to_onnxruntime(tmp_path):
         assert rel_err(result.named_outputs[label], ref) < 1e-5, label
 
 
+class SortedRows(nn.Module):
+    """A conv, then rows sorted: ``torch.sort`` gives values and indices, not one tensor."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.sort(self.conv(x).flatten(1), dim=1).values
+
+
+def test_torch_fallback_says_why_it_cannot_run_a_node_and_offers_no_fallback():
+    """Asked for, the fallback that cannot run a node (a call giving several tensors) is not
+    offered again: the refusal names the node and why the fallback cannot take it."""
+    with pytest.raises(ModelError) as e:
+        from_torch(SortedRows().eval(), example(), fallback=True)
+    assert "ops neither npusim nor its fallback can run: torch.sort x1 (node 'sort': the " \
+           "fallback cannot run it: its result is not one tensor)" in str(e.value)
+    assert "--fallback" not in str(e.value)
+
+
+def test_onnx_fallback_says_why_it_cannot_run_a_node(tmp_path):
+    """An ONNX node with no rule whose second output is read (TopK's indices) cannot run
+    alone in onnxruntime as one tensor out: refused with that reason, the fallback not
+    offered again; without the fallback, offered."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    outs = [helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, 2, 4, 2]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, [1, 2, 4, 2])]
+    k = helper.make_tensor("k", TensorProto.INT64, [1], [2])
+    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["values", "indices"],
+                                                name="top")], "g", [x], outs, [k])
+    path = tmp_path / "topk.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                     .SerializeToString())
+    with pytest.raises(ModelError) as e:
+        from_onnx(path, fallback=True)
+    assert "ops neither npusim nor its fallback can run: TopK x1 (node 'top': the fallback " \
+           "cannot run it: its extra outputs ['indices'] are used" in str(e.value)
+    assert "--fallback" not in str(e.value)
+    with pytest.raises(ModelError, match=r"unsupported ops: TopK x1 \('top'\) \(fallback=True, "
+                                         r"--fallback"):
+        from_onnx(path)
+
+
 def test_cli_fallback_checks_each_output_and_marks_the_reports(tmp_path, capsys):
     path, _ = export(tmp_path)
     report = tmp_path / "r.json"

@@ -352,6 +352,26 @@ def test_factory_errors_name_the_file_and_function(factory_file, spec, message):
         from_factory(spec.format(f=factory_file, d=factory_file.parent))
 
 
+def test_a_factory_failing_on_the_default_shape_is_told_to_give_its_own(tmp_path):
+    """A network whose forward needs another input than the default 1 x 3 x 224 x 224 (a
+    layer norm over a fixed map) fails there; the refusal says that shape was the default
+    and how to give the network's own, and the given shape then imports."""
+    path = tmp_path / "normed.py"
+    path.write_text("import torch.nn as nn\n\ndef normed():\n"
+                    "    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), "
+                    "nn.LayerNorm([4, 16, 16]))\n")
+    with pytest.raises(ModelError, match=r"normed: running it on an input of shape "
+                                         r"\(1, 3, 224, 224\) failed at node '_1' .*; that is "
+                                         r"the default input shape: give the network's own "
+                                         r"\(input_shape=, --input-shape N,C,H,W\)"):
+        load_model(f"{path}:normed")
+    with pytest.raises(ModelError, match=r"shape \(1, 3, 20, 20\) failed at node '_1' "
+                                         r"\(RuntimeError: [^;]*\)$"):
+        load_model(f"{path}:normed", input_shape=(1, 3, 20, 20))
+    assert load_model(f"{path}:normed", input_shape=(2, 3, 16, 16)).output_shape == \
+        (2, 4, 16, 16)
+
+
 def test_factory_file_that_fails_to_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def broken(:\n")

@@ -64,11 +64,9 @@ def load_model(spec: str, *, batch: int | None = None,
 
         return from_onnx(path, input_shape=input_shape, batch=batch, fallback=fallback)
     if path.suffix == ".py":
-        from .torch_import import DEFAULT_INPUT_SHAPE, from_factory
+        from .torch_import import from_factory
 
-        shape = tuple(input_shape or DEFAULT_INPUT_SHAPE)
-        return from_factory(spec, input_shape=(batch or shape[0],) + shape[1:],
-                            fallback=fallback)
+        return from_factory(spec, input_shape=input_shape, batch=batch, fallback=fallback)
     return _zoo_model(spec, batch or (input_shape[0] if input_shape else 1), input_shape, seed)
 
 

@@ -99,8 +99,7 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
             continue
         c = OnnxNode(proto, names[i], m, build)
         if proto.op_type not in CONVERTERS or proto.domain not in ("", "ai.onnx"):
-            if not (fallback and _fall_back(c, model, needed)):
-                build.refuse(proto.op_type, names[i])
+            _refuse(c, model, needed, fallback, None)
             continue
         try:
             result = CONVERTERS[proto.op_type][0](c)
@@ -114,14 +113,24 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
                 continue
             _add_nodes(c, result)
         except (_Refusal, LayerError) as e:
-            if not (fallback and _fall_back(c, model, needed)):
-                build.refuse(proto.op_type, names[i], str(e))
+            _refuse(c, model, needed, fallback, str(e))
     return build, ir_of
 
 
-def _fall_back(c: OnnxNode, model, needed: set) -> bool:
+def _refuse(c: OnnxNode, model, needed: set, fallback: bool, why: str | None) -> None:
+    """Node ``c``, which the IR cannot express (``why``: its parameters; None: no rule for
+    its op), run by the fallback when it is on and can, else noted as refused."""
+    if not fallback:
+        c.build.refuse(c.proto.op_type, c.name, why)
+        return
+    cannot = _fall_back(c, model, needed)
+    if cannot is not None:
+        c.build.refuse_fallback(c.proto.op_type, c.name, why, cannot)
+
+
+def _fall_back(c: OnnxNode, model, needed: set) -> str | None:
     """Add node ``c`` as a ``Fallback`` that onnxruntime computes alone (its constant
-    inputs as initialisers); False where it cannot be (an input from Pad, several
+    inputs as initialisers); where it cannot be, why not (an input from Pad, several
     outputs read, a constant input not evaluable)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -133,10 +142,15 @@ def _fall_back(c: OnnxNode, model, needed: set) -> bool:
                      if t and t not in m.depends]
         shapes = [c.shape(t) for t in data]
         out_shape = c.out_shape
-    except (_Refusal, LayerError):
-        return False
-    if not data or any(t in m.pending or t not in m.ir_of for t in data):
-        return False
+    except (_Refusal, LayerError) as e:
+        return str(e)
+    if not data:
+        return "it reads no tensor of the network"
+    if any(t in m.pending for t in data):
+        return ("it reads a Pad that npusim folds into the next node, which onnxruntime "
+                "alone cannot take")
+    if any(t not in m.ir_of for t in data):
+        return "it reads the output of a node that was not imported"
     graph = helper.make_graph(
         [proto], proto.op_type,
         [helper.make_tensor_value_info(t, TensorProto.FLOAT, ["N", *s[1:]])
@@ -147,7 +161,7 @@ def _fall_back(c: OnnxNode, model, needed: set) -> bool:
     call = onnx_file.NodeSession(single.SerializeToString(), tuple(data))
     m.ir_of[proto.output[0]] = c.build.fallback(c.name, f"ONNX {proto.op_type}", call,
                                                 [m.ir_of[t] for t in data], shapes, out_shape)
-    return True
+    return None
 
 
 def _add_nodes(c: OnnxNode, result) -> None:
@@ -213,7 +227,7 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
             break  # make more shapes known, which may make more such constants foldable
         m.shapes = inferred_shapes(onnx_file.infer(onnx_file.skeleton(model), path))
     build, ir_of = _convert(model, m, value_info.name, fallback)
-    if build.unsupported or build.problems:
+    if build.refused:
         raise build.refusal(str(path), supported_ops())
     for out in _output_names(model):
         if out not in ir_of or out in m.pending:

@@ -73,14 +73,15 @@ class _TorchCall:
         return out.detach().cpu().to(torch.float32).numpy()
 
 
-def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> bool:
-    """Add node ``n`` as a ``Fallback`` running its own torch call; False where it cannot
-    be (an input from F.pad or chunk, a result that is not one tensor)."""
+def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> str | None:
+    """Add node ``n`` as a ``Fallback`` running its own torch call; where it cannot be,
+    why not (an input from F.pad or chunk, a result that is not one tensor)."""
     refs: list[Ref] = []
 
     def slot(v):
         if isinstance(v, Parts) or isinstance(v, Ref) and v.pad:
-            raise _Refusal("an input torch alone cannot take")
+            raise _Refusal("it reads the parts of a chunk or split, or an F.pad npusim folds "
+                           "into the next conv, which a torch call alone cannot take")
         if isinstance(v, Ref):
             refs.append(v)
             return _Slot(len(refs) - 1)
@@ -88,14 +89,16 @@ def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> bool:
 
     try:
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), slot)
-    except _Refusal:
-        return False
-    if not shape or not refs:
-        return False
+    except _Refusal as e:
+        return str(e)
+    if not shape:
+        return "its result is not one tensor"
+    if not refs:
+        return "it reads no tensor of the network"
     fn = gm.get_submodule(n.target) if n.op == "call_module" else n.target
     call = _TorchCall(fn, n.op == "call_method", tuple(args), dict(kwargs))
     build.fallback(n.name, kind, call, [r.name for r in refs], [r.shape for r in refs], shape)
-    return True
+    return None
 
 
 # ---- tracing and recording --------------------------------------------------------------
@@ -117,6 +120,10 @@ def _trace(module, name: str):
     return gm
 
 
+class ForwardFailed(ModelError):
+    """The network's own forward raised on the input it was traced with."""
+
+
 def _record(gm, x, name: str) -> dict:
     """Per fx node: a ``Ref`` if it is a tensor computed from the input, else its value."""
     info: dict = {}
@@ -127,7 +134,7 @@ def _record(gm, x, name: str) -> dict:
             try:
                 out = super().run_node(n)
             except Exception as e:  # the user's own forward failed at this node
-                raise ModelError(f"{name}: running it on an input of shape {tuple(x.shape)} "
+                raise ForwardFailed(f"{name}: running it on an input of shape {tuple(x.shape)} "
                                  f"failed at node {n.name!r} ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0] if str(e) else ''})") from e
             if n.op == "placeholder" or any(a in dynamic for a in n.all_input_nodes):
@@ -188,8 +195,11 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         except (_Refusal, TypeError, LayerError) as e:
             why = str(e)
         if conv is None or why is not None:
-            if not (fallback and _fallback(build, gm, n, kind, args, kwargs, shape)):
+            cannot = _fallback(build, gm, n, kind, args, kwargs, shape) if fallback else None
+            if not fallback:
                 build.refuse(kind, n.name, why)
+            elif cannot is not None:
+                build.refuse_fallback(kind, n.name, why, cannot)
             continue
         if isinstance(result, (Ref, Parts)):  # a pass-through, or parts read by getitem
             info[n] = result
@@ -269,7 +279,7 @@ def from_torch(module, example_input, *, name: str | None = None,
         gm = _trace(module, name)
         info = _record(gm, x, name)
         build = _convert(gm, info, fallback)
-        if build.unsupported or build.problems:
+        if build.refused:
             raise build.refusal(name, supported_ops())
         return build.graph(tuple(x.shape), _output(gm, info, name), name, "PyTorch gives")
     finally:
@@ -308,13 +318,14 @@ def _input_shape(input_shape: Sequence[int] | None, spec: str) -> tuple[int, ...
 
 
 def from_factory(spec: str, input_shape: Sequence[int] | None = None, *,
-                 fallback: bool = False) -> Graph:
+                 batch: int | None = None, fallback: bool = False) -> Graph:
     """The ``Graph`` of ``path/to/file.py:factory``: a function returning an ``nn.Module``.
 
     The file is imported, ``factory()`` is called with no arguments, the module is
     put in eval mode and traced on a seeded random input of ``input_shape``
-    (default 1 x 3 x 224 x 224). The graph is named after the factory; ``fallback`` as
-    for ``from_torch``.
+    (default 1 x 3 x 224 x 224), its N replaced by ``batch`` if given. The graph is named
+    after the factory; ``fallback`` as for ``from_torch``. A forward that fails on the
+    default shape is refused with the advice to give the network's own.
     """
     file_part, sep, func = spec.rpartition(":")
     if not sep or not file_part.endswith(".py") or not func:
@@ -323,9 +334,17 @@ def from_factory(spec: str, input_shape: Sequence[int] | None = None, *,
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     shape = _input_shape(input_shape, spec)
+    if batch is not None:
+        shape = (batch, *shape[1:])
     net = _call_factory(_load_file(path), func, path, spec).eval()
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    return from_torch(net, x, name=func, fallback=fallback)
+    try:
+        return from_torch(net, x, name=func, fallback=fallback)
+    except ForwardFailed as e:
+        if input_shape is not None:
+            raise
+        raise ForwardFailed(f"{e}; that is the default input shape: give the network's own "
+                            "(input_shape=, --input-shape N,C,H,W)") from e
 
 
 def _call_factory(module, func: str, path: Path, spec: str):

@@ -56,12 +56,20 @@ def fully_connected(weight, bias) -> ops.Conv:
 @dataclass
 class Lowering:
     """The IR nodes made so far, the shapes the source gave them, and what was refused:
-    ``unsupported`` holds (op type, node) pairs, ``problems`` (op type, node, reason)."""
+    ``unsupported`` holds (op type, node) pairs, ``problems`` (op type, node, reason), and
+    ``beyond_fallback`` (op type, node, reason) the nodes that the fallback, asked for,
+    could not run either."""
 
     nodes: list = field(default_factory=list)
     expected: dict = field(default_factory=dict)
     unsupported: list = field(default_factory=list)
     problems: list = field(default_factory=list)
+    beyond_fallback: list = field(default_factory=list)
+
+    @property
+    def refused(self) -> bool:
+        """Whether some node was not imported."""
+        return bool(self.unsupported or self.problems or self.beyond_fallback)
 
     def add(self, name: str, op: ops.Op, inputs: tuple[str, ...], shape=None) -> str:
         """Append node ``name``; ``shape`` (if given) is the source's, checked later."""
@@ -83,6 +91,13 @@ class Lowering:
             self.unsupported.append((kind, name))
         else:
             self.problems.append((kind, name, why))
+
+    def refuse_fallback(self, kind: str, name: str, why: str | None, cannot: str) -> None:
+        """Note node ``name`` as not imported with the fallback on: the IR could not express
+        it (``why``: its parameters, None: no rule for the op) and the fallback ``cannot``
+        run it (the reason)."""
+        reason = f"the fallback cannot run it: {cannot}"
+        self.beyond_fallback.append((kind, name, reason if why is None else f"{why}; {reason}"))
 
     def fallback(self, name: str, kind: str, call, inputs, in_shapes, out_shape) -> str:
         """Node ``name`` (op type ``kind``) computed by the framework it came from: ``call``
@@ -137,7 +152,8 @@ class Lowering:
 
     def refusal(self, where: str, supported: list[str]) -> ModelError:
         """One line grouping what was refused by op type, with counts and the first
-        ``SHOWN_PER_KIND`` node names of each, then the supported list."""
+        ``SHOWN_PER_KIND`` node names of each, then the supported list; the fallback is
+        offered only where it was not asked for."""
         parts = []
         if self.unsupported:
             parts.append("unsupported ops: " + _grouped([(k, f"{n!r}") for k, n in
@@ -145,8 +161,12 @@ class Lowering:
         if self.problems:
             parts.append("unsupported parameters: " + _grouped(
                 [(k, f"node {n!r}: {why}") for k, n, why in self.problems], "; "))
-        return ModelError(f"{where}: cannot import: {'; '.join(parts)} (fallback=True, "
-                          f"--fallback: compute them in the source framework). Supported: "
+        if self.beyond_fallback:
+            parts.append("ops neither npusim nor its fallback can run: " + _grouped(
+                [(k, f"node {n!r}: {why}") for k, n, why in self.beyond_fallback], "; "))
+        offer = (" (fallback=True, --fallback: compute them in the source framework)"
+                 if self.unsupported or self.problems else "")
+        return ModelError(f"{where}: cannot import: {'; '.join(parts)}{offer}. Supported: "
                           f"{', '.join(supported)}")
 
     def graph(self, input_shape, outputs: str | dict[str, str], where: str, source: str,
