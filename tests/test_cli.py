@@ -419,6 +419,12 @@ def test_export_topology_round_trips_the_systolic_cycles(tmp_path, capsys):
     code, text, err = main(capsys, "export-topology", *SMALL, out)
     assert code == 0, err
     assert text.strip() == f"wrote 21 conv layers of resnet18 to {out}"
+    grouped = tmp_path / "mbv2.csv"
+    code, text, err = main(capsys, "export-topology", "mobilenet_v2", grouped)
+    rows = len(grouped.read_text().splitlines()) - 1
+    assert code == 0 and rows > 53, err
+    assert text.strip() == (f"wrote 53 conv layers of mobilenet_v2 to {grouped} ({rows:,} rows: "
+                            "SCALE-Sim has no conv groups, so a grouped conv is a row per group)")
     graph = zoo.build("resnet18", size=32)
     direct = npusim.simulate(graph, zoo.input_for("resnet18", size=32)).conv_layers
     from_csv = npusim.simulate_shapes(npusim.frontends.topology.read_topology(out))

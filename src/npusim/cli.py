@@ -348,10 +348,12 @@ def cmd_export_topology(args) -> int:
         raise UsageError(f"{args.out}: the topology file must end in .csv (or be '-')")
     outfile.check_target(args.out, "topology", "topology")
     model = load_model(args.model, input_shape=args.input_shape)
-    write_topology(model, args.out)
+    rows = write_topology(model, args.out)
     count = len(model) if isinstance(model, list) else len(model.conv_nodes)
+    split = (f" ({rows:,} rows: SCALE-Sim has no conv groups, so a grouped conv is a row "
+             "per group)" if rows != count else "")
     print(f"wrote {count} conv layers of {args.model} to "
-          f"{'standard output' if to_stdout else args.out}",
+          f"{'standard output' if to_stdout else args.out}{split}",
           file=sys.stderr if to_stdout else sys.stdout)
     return EXIT_OK
 

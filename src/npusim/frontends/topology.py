@@ -110,15 +110,16 @@ def _int(value: str, field: str, where: str) -> int:
     return v
 
 
-def write_topology(layers: Graph | list[ConvLayer], path: str | Path) -> None:
+def write_topology(layers: Graph | list[ConvLayer], path: str | Path) -> int:
     """Write ``layers`` (or a Graph's convs, in order) as a SCALE-Sim topology CSV to
     ``path`` (``-``: standard output), by ``npusim.outfile``'s rules: atomically, and
-    never over anything but a regular file."""
+    never over anything but a regular file. Returns the rows written (past the header)."""
     if isinstance(layers, Graph):
         layers = [layers.layers[n.name] for n in layers.conv_nodes]
     outfile.check_target(path, "topology", "topology")
-    rows = [HEADER] + [row for layer in layers for row in topology_rows(layer)]
-    outfile.write_text(path, "\n".join(rows) + "\n", "topology", "topology")
+    rows = [row for layer in layers for row in topology_rows(layer)]
+    outfile.write_text(path, "\n".join([HEADER, *rows]) + "\n", "topology", "topology")
+    return len(rows)
 
 
 def topology_rows(layer: ConvLayer) -> list[str]:
