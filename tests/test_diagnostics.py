@@ -55,7 +55,13 @@ def test_group_tile_shows_bus_and_mac_utilisation_and_stalls(capsys, tmp_path):
 
 def test_input_reuse_shows_contention_stealing_and_transfers(capsys, tmp_path):
     text, t = _run(capsys, tmp_path, RNET, "input-reuse-1024")
-    assert _shown(text, "bus contention") == f"{t['contention_cycles']:,} cycles"
+    waited, moved = t["contention_cycles"], t["transfers"]
+    assert _shown(text, "bus contention") == (
+        f"{waited:,} cycles transfers waited for the interconnect, summed over transfers "
+        f"({waited / moved:,.1f} a transfer)")
+    assert _shown(text, "first buffers full") == (
+        f"{t['first_buffer_stall_cycles']:,} cycles the operation units stalled, summed over "
+        "units")
     assert _shown(text, "transfers") == f"{t['transfers']:,} ({t['transfer_cycles']:,} cycles)"
     idle = t["opunit_idle_cycles"]
     assert _shown(text, "operation units idle") == (

@@ -582,6 +582,13 @@ def _stealing(saved: int) -> tuple[str, str]:
                                   "transfers to move)")
 
 
+def _contention(waited: int, transfers: int) -> str:
+    """The report's line for ``contention_cycles``: the cycles transfers waited for the
+    interconnect, a sum over transfers that may well exceed the network's cycles."""
+    each = f" ({waited / transfers:,.1f} a transfer)" if transfers else ""
+    return f"{waited:,} cycles transfers waited for the interconnect, summed over transfers{each}"
+
+
 @register
 class InputReuse(Machine):
     name = "input-reuse"
@@ -646,9 +653,10 @@ class InputReuse(Machine):
         return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
                 ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
                                "the others region-major"),
-                ("bus contention", f"{int(e.get('contention_cycles', 0)):,} cycles"),
+                ("bus contention", _contention(int(e.get("contention_cycles", 0)),
+                                               int(e.get("transfers", 0)))),
                 ("first buffers full", f"{int(e.get('first_buffer_stall_cycles', 0)):,} "
-                                       "cycles the operation units stalled"),
+                                       "cycles the operation units stalled, summed over units"),
                 _stealing(int(e.get("stealing_saved_cycles", 0))),
                 ("transfers", f"{int(e.get('transfers', 0)):,} "
                               f"({int(e.get('transfer_cycles', 0)):,} cycles)"),
