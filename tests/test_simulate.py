@@ -99,6 +99,24 @@ def test_simulate_rejects_bad_arguments_clearly(call, error, message):
         call(graph, x)
 
 
+@pytest.mark.parametrize("layers, message", [
+    ([], r"simulate_shapes: no layers to run \(an empty list\)"),
+    (ConvLayer(1, 3, 8, 8, 4, 3, 3), r"got one ConvLayer \(wrap it in a list\)"),
+    (5, r"layers must be a list of ConvLayer, got int"),
+    ([ConvLayer(1, 3, 8, 8, 4, 3, 3), "conv2"], r"layers\[1\] is a str, not a ConvLayer"),
+])
+def test_simulate_shapes_refuses_what_is_not_a_list_of_layers(layers, message):
+    with pytest.raises(InputError, match=message):
+        npusim.simulate_shapes(layers)
+
+
+def test_simulate_shapes_takes_any_iterable_of_layers_once():
+    """A generator is read once: its layers are the ones costed."""
+    layers = [ConvLayer(1, 3, 8, 8, 4, 3, 3, name="a"), ConvLayer(1, 4, 6, 6, 2, 1, 1, name="b")]
+    result = npusim.simulate_shapes(layer for layer in layers)
+    assert [s.name for s in result.conv_layers] == ["a", "b"]
+
+
 @pytest.mark.parametrize("kernel, dilation", [((2, 2), (1, 1)), ((3, 4), (2, 1)), ((1, 5), (1, 3))])
 def test_conv2d_same_padding_matches_torch(kernel, dilation):
     rng = np.random.default_rng(5)

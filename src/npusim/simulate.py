@@ -461,6 +461,7 @@ def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
     """Costs of conv ``layers`` given as shapes only (a SCALE-Sim topology): no tensors,
     dense (``Dataflow.estimate`` on all-ones masks); ``output`` is None, mode 'estimate'.
     On a hybrid, each layer's input comes from the layer before it."""
+    layers = _checked_layers(layers)
     cfg = RunConfig.of(arch, dataflow, mode="estimate", dtype=dtype)
     start = time.perf_counter()
     stats: list = []
@@ -476,6 +477,26 @@ def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
         stats.append(count())
     return SimResult(None, stats, cfg.arch, "estimate", dtype, cfg.name,
                      time.perf_counter() - start, placements=placements)
+
+def _checked_layers(layers) -> list[ConvLayer]:
+    """``simulate_shapes``'s ``layers`` as a list, refused unless they are a non-empty
+    sequence of ``ConvLayer`` (naming the first that is not one)."""
+    if isinstance(layers, ConvLayer):
+        raise InputError("simulate_shapes: layers must be a list of ConvLayer, got one "
+                         "ConvLayer (wrap it in a list)")
+    try:
+        layers = list(layers)
+    except TypeError:
+        raise InputError(f"simulate_shapes: layers must be a list of ConvLayer, got "
+                         f"{type(layers).__name__}") from None
+    if not layers:
+        raise InputError("simulate_shapes: no layers to run (an empty list)")
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, ConvLayer):
+            raise InputError(f"simulate_shapes: layers[{i}] is a {type(layer).__name__}, not "
+                             "a ConvLayer")
+    return layers
+
 
 def _dead_after(model: Graph) -> dict[int, list[str]]:
     """Node index -> the tensors no node after it reads (dropped there, which keeps peak
