@@ -1,6 +1,7 @@
 """Mode emulate guards its size: each machine's step estimate, and the refusal before any work."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -74,7 +75,7 @@ def test_resnet18_on_sparse_pairs_is_refused_up_front():
     steps = 112 * 112 * 2 * 147 * 33
     assert done.stderr == (
         f"npusim: error: conv1: the sparse-pairs emulator would take about {steps:.3g} steps "
-        f"(~{steps / 1e6:.0f} s at about 1 us a step), above the limit of {EMULATE_LIMIT:.3g} "
+        f"(~{steps / 1e6:.3g} s at about 1 us a step), above the limit of {EMULATE_LIMIT:.3g} "
         "steps per layer (and 16 more layers); use --mode run (the same costs from the fast "
         "model), or raise the limit with --emulate-limit N (emulate_limit=N)\n")
 
@@ -137,3 +138,47 @@ def test_every_emulator_has_its_estimate():
         assert hasattr(df, "emulate_steps"), name
         if df.supports(layer, arch) is None:
             assert df.emulate_steps(layer, arch) > 0, name
+
+
+def _pnet_on_the_hybrid():
+    """MTCNN's P-Net at 16x16 on the hybrid preset: its graph, input, arch, the member the
+    hybrid runs each conv on, and every member's emulator steps for each conv."""
+    from npusim.frontends import zoo
+
+    graph, x = zoo.build("mtcnn-pnet", size=16), zoo.input_for("mtcnn-pnet", size=16)
+    arch = load_arch("hybrid-3x1024")
+    chosen = {p.layer: p.machine.name for p in npusim.simulate(graph, x, arch).placements}
+    steps = {n.name: {m: get(m).emulate_steps(graph.layers[n.name], arch)
+                      for m in arch.params("hybrid").machines} for n in graph.conv_nodes}
+    return graph, x, arch, chosen, steps
+
+
+def test_a_hybrid_emulates_when_the_members_it_chooses_fit_the_limit():
+    """A limit that a member the hybrid does not choose passes on some conv (the dilated
+    grid's emulator, slowest here) but that every chosen member fits: the run emulates, the
+    cycles equal mode run's. The limit then just under the chosen member's steps on one
+    conv, where another member fits: refused when the choice is made, naming it."""
+    graph, x, arch, chosen, steps = _pnet_on_the_hybrid()
+    fits = max(steps[name][chosen[name]] for name in steps)
+    assert any(max(s.values()) > fits for s in steps.values())  # the old check refused
+    emulated = npusim.simulate(graph, x, arch, mode="emulate", emulate_limit=fits)
+    run = npusim.simulate(graph, x, arch)
+    assert [s.cycles for s in emulated.conv_layers] == [s.cycles for s in run.conv_layers]
+    name = max(steps, key=lambda n: steps[n][chosen[n]])
+    over = steps[name][chosen[name]]
+    assert min(steps[name].values()) < over - 1
+    with pytest.raises(NpusimError, match="^" + re.escape(
+            f"{name}: the hybrid chose {chosen[name]} for it; its emulator would take about "
+            f"{over:.3g} steps (~{over / 1e6:.3g} s at about 1 us a step), above the limit")):
+        npusim.simulate(graph, x, arch, mode="emulate", emulate_limit=over - 1)
+
+
+def test_a_hybrid_conv_no_member_can_emulate_in_time_is_refused_up_front():
+    """Over the limit on every member: refused before any work, naming the member with the
+    fewest steps."""
+    graph, x, arch, _, steps = _pnet_on_the_hybrid()
+    name = graph.conv_nodes[0].name
+    fewest = min(steps[name], key=steps[name].get)
+    with pytest.raises(NpusimError, match="^" + re.escape(
+            f"{name}: the {fewest} emulator would take about {steps[name][fewest]:.3g} steps")):
+        npusim.simulate(graph, x, arch, mode="emulate", emulate_limit=1)

@@ -243,6 +243,8 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
             w8, sw = quant.quantize_weights(w, fitted)
         w, b = w8, quant.quantize_bias(b, sx, sw)
     df, count, placed = _place(cfg, layer, _tensor_masks(x, w), source, costs)
+    if cfg.mode == "emulate" and placed is not None:
+        check_chosen_emulator(cfg, layer, df)
     out, st = MODE_TABLE[cfg.mode](df, layer, x, w, b, cfg.arch, count)
     if quantised:
         out = quant.requantize(out, sx, sw).dequantize()
@@ -251,22 +253,41 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
 
 def check_emulate_size(layers: list[ConvLayer], cfg: RunConfig) -> None:
     """Refuse, before any work, to emulate a layer whose estimated emulator steps
-    (``df.emulate_steps``, on every machine of ``cfg`` that can run it) pass
-    ``cfg.emulate_limit``; names the first such layer, its steps and the way out."""
+    (``df.emulate_steps``) pass ``cfg.emulate_limit`` on every machine of ``cfg`` that can
+    run it (a hybrid's choice, made on the layer's real masks, is checked when it is made:
+    ``check_chosen_emulator``); names the first such layer, its steps and the way out."""
     limit = cfg.emulate_limit
     if limit is None:
         return
-    over = [(layer.name, df, df.emulate_steps(layer, cfg.arch)) for layer in layers
-            for df in cfg.machines if df.supports(layer, cfg.arch) is None]
-    over = [(name, df, steps) for name, df, steps in over if steps > limit]
+    over = []
+    for layer in layers:
+        fewest = min(((df.emulate_steps(layer, cfg.arch), i, df)
+                      for i, df in enumerate(cfg.machines)
+                      if df.supports(layer, cfg.arch) is None), default=None)
+        if fewest is not None and fewest[0] > limit:
+            over.append((layer.name, fewest[2], fewest[0]))
     if over:
         name, df, steps = over[0]
         more = f" (and {len(over) - 1} more layers)" if len(over) > 1 else ""
-        raise NpusimError(f"{name}: the {df.name} emulator would take about {steps:.3g} steps "
-                          f"(~{steps / 1e6:.0f} s at about 1 us a step), above the limit of "
-                          f"{limit:.3g} steps per layer{more}; use --mode run (the same costs "
-                          "from the fast model), or raise the limit with --emulate-limit N "
-                          "(emulate_limit=N)")
+        raise NpusimError(_over_limit(name, f"the {df.name} emulator", steps, limit, more))
+
+
+def check_chosen_emulator(cfg: RunConfig, layer: ConvLayer, df: Dataflow) -> None:
+    """Refuse to emulate ``layer`` on the machine a hybrid chose for it, ``df``, when its
+    estimated emulator steps pass ``cfg.emulate_limit`` (another member, not chosen, may
+    have let the layer through ``check_emulate_size``)."""
+    steps = df.emulate_steps(layer, cfg.arch)
+    if cfg.emulate_limit is not None and steps > cfg.emulate_limit:
+        raise NpusimError(_over_limit(layer.name, f"the hybrid chose {df.name} for it; its "
+                                      "emulator", steps, cfg.emulate_limit, ""))
+
+
+def _over_limit(name: str, who: str, steps: int, limit: int, more: str) -> str:
+    """The refusal of a layer ``who`` would emulate in ``steps``, above ``limit``."""
+    return (f"{name}: {who} would take about {steps:.3g} steps (~{steps / 1e6:.3g} s at "
+            f"about 1 us a step), above the limit of {limit:.3g} steps per layer{more}; use "
+            "--mode run (the same costs from the fast model), or raise the limit with "
+            "--emulate-limit N (emulate_limit=N)")
 
 
 def check_model_finite(model: Graph) -> None:
