@@ -197,8 +197,11 @@ def _block_counts(xp, a, b, sh, sw, rows, cols, i0, j0, rh, rw, th, tw):  # prag
                 for i in range(i0 + t * rh, min(i0 + t * rh + rh, rows)):
                     for j in range(j0, j1):
                         band[j - j0] += xp[n, c, a + i * sh, b + j * sw]
-                for j in range(band.size):
-                    counts[n, c, t, j // rw] += band[j]
+                for u in range(tw):  # each block's columns of the band: no division a pixel
+                    total = 0
+                    for j in range(u * rw, min(u * rw + rw, band.size)):
+                        total += band[j]
+                    counts[n, c, t, u] += total
     return counts
 
 
