@@ -102,6 +102,22 @@ def test_global_avg_pool_add_concat_flatten_reshape():
     close(ops.Reshape((5, -1))(a), t(a).reshape(2, 5, -1))
 
 
+@pytest.mark.parametrize("hw, size", [((9, 9), (4, 4)), ((5, 4), (3, 3)), ((7, 13), (7, 7)),
+                                      ((3, 2), (5, 7)), ((1, 6), (1, 4)), ((8, 8), (8, 8))])
+def test_adaptive_avg_pool_is_torchs_and_costs_its_windows(hw, size):
+    """Against torch's adaptive_avg_pool2d: unequal, overlapping and repeated windows; the
+    vector ops are each output's window area (5 -> 3 rows: windows of 2, 3, 2 pixels)."""
+    x = rand(2, 3, *hw, seed=5)
+    op = ops.AdaptiveAvgPool(size)
+    close(op(x), F.adaptive_avg_pool2d(t(x), size))
+    assert op.out_shape([x.shape], "p") == (2, 3, *size)
+    windows = [[-(-(i + 1) * n // m) - i * n // m for i in range(m)]
+               for n, m in zip(hw, size, strict=True)]
+    assert op.vector_ops([x.shape], None) == 2 * 3 * sum(windows[0]) * sum(windows[1])
+    if hw == (5, 4):
+        assert windows == [[2, 3, 2], [2, 2, 2]] and op.vector_ops([x.shape], None) == 6 * 42
+
+
 @pytest.mark.parametrize("shape,axis", [((2, 5, 3, 3), 1), ((4, 10), -1), ((4, 10), 1)])
 def test_softmax(shape, axis):
     x = rand(*shape) * 10

@@ -214,7 +214,6 @@ def refusal_cases():
          r"node 'linear': input shape \(1, 3, 9\): a linear layer takes N x features or N x H x "
          "W x features"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
-        (nn.AdaptiveAvgPool2d(4), x4, r"output 4x4 from 9x9: unequal windows"),
         (Lambda(lambda x: x[:, None]), x4, r"operator.getitem x1 \(node 'getitem': indexing "
                                            r"\(1, 3, 9, 9\) with \(slice\(None, None, None\), "
                                            r"None\)"),
@@ -237,6 +236,21 @@ def test_fractional_interpolate_scales_import_and_agree(mode, scale, recompute):
     x = photo((1, 3, 9, 11))
     graph = from_torch(module, x)
     assert rel_err(simulate(graph, x).output, torch_output(module, x)) < 1e-5
+
+
+@pytest.mark.parametrize("size, shape, op", [
+    (4, (1, 3, 9, 9), "AdaptiveAvgPool"),  # windows of 3 and 4 pixels, overlapping
+    ((7, 7), (2, 3, 10, 13), "AdaptiveAvgPool"),  # a classifier's pool off its usual input
+    ((12, 5), (1, 3, 8, 9), "AdaptiveAvgPool"),  # more rows out than in: rows repeated
+    (3, (1, 3, 9, 12), "Pool"), (1, (1, 3, 9, 9), "GlobalAvgPool"),  # equal windows
+])
+def test_adaptive_average_pools_import_with_any_output_size(size, shape, op):
+    """PyTorch's adaptive windows (floor(i H / P) to ceil((i + 1) H / P)) whatever the
+    sizes; equal windows stay the plain pools."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(size))
+    graph = check(net, photo(shape))
+    assert op_kinds(graph)[-1] == op
 
 
 @pytest.mark.parametrize("module, x, message", refusal_cases(), ids=lambda v: "")

@@ -286,6 +286,53 @@ class GlobalAvgPool(Op):
 
 
 @dataclass(frozen=True)
+class AdaptiveAvgPool(Op):
+    """Mean over windows that cut H x W into ``size`` (P x Q) as PyTorch's adaptive pooling
+    does: output row i averages input rows floor(i H / P) to ceil((i + 1) H / P) - 1 (so
+    windows differ by a pixel and may overlap; P > H repeats rows), columns alike. The
+    importers give ``GlobalAvgPool`` or a ``Pool`` where the windows are equal."""
+
+    size: tuple[int, int]
+
+    def __post_init__(self):
+        object.__setattr__(self, "size", pair(self.size, "size", "adaptive pool"))
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "AdaptiveAvgPool")
+        _expect_4d(in_shapes[0], name, "AdaptiveAvgPool")
+        return in_shapes[0][:2] + self.size
+
+    def vector_ops(self, in_shapes, out_shape):
+        """One per pixel of each output's window."""
+        n, c, h, w = in_shapes[0]
+        rows, cols = _adaptive_lengths(h, w, self.size)
+        return n * c * int(rows.sum()) * int(cols.sum())
+
+    def __call__(self, x):
+        """Window sums from a summed-area table in float64, divided by the windows' areas."""
+        n, c, h, w = x.shape
+        (p, q), table = self.size, np.zeros((n, c, h + 1, w + 1))
+        table[:, :, 1:, 1:] = x.astype(np.float64).cumsum(axis=2).cumsum(axis=3)
+        r0, r1 = _adaptive_edges(h, p)
+        c0, c1 = _adaptive_edges(w, q)
+        sums = (table[:, :, r1][:, :, :, c1] - table[:, :, r0][:, :, :, c1]
+                - table[:, :, r1][:, :, :, c0] + table[:, :, r0][:, :, :, c0])
+        return (sums / np.outer(r1 - r0, c1 - c0)).astype(x.dtype)
+
+
+def _adaptive_edges(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each adaptive window's first pixel and one past its last, along one axis."""
+    i = np.arange(out)
+    return i * size // out, -(-(i + 1) * size // out)
+
+
+def _adaptive_lengths(h: int, w: int, size) -> tuple[np.ndarray, np.ndarray]:
+    """The adaptive windows' lengths along H and along W."""
+    (r0, r1), (c0, c1) = _adaptive_edges(h, size[0]), _adaptive_edges(w, size[1])
+    return r1 - r0, c1 - c0
+
+
+@dataclass(frozen=True)
 class Add(Op):
     """Elementwise sum of two or more inputs of one shape."""
 
@@ -859,7 +906,8 @@ class Fallback(Op):
 
 OPS: dict[str, type] = {
     "relu": Relu, "relu6": Relu6, "leakyrelu": LeakyRelu, "prelu": PRelu,
-    "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool, "add": Add,
+    "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool,
+    "adaptiveavgpool": AdaptiveAvgPool, "add": Add,
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
     "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,

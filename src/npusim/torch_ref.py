@@ -138,6 +138,27 @@ if torch is not None:
             return self.fn(*xs)
 
 
+def _adaptive_avg_pool(op: ops.AdaptiveAvgPool, in_shape):
+    """F.adaptive_avg_pool2d; exported to ONNX (which has no adaptive pool of unequal
+    windows) as the same means by two constant averaging matrices, rows then columns."""
+    h, w = in_shape[2:]
+
+    def averaging(n: int, m: int) -> torch.Tensor:
+        a = np.zeros((m, n), np.float32)
+        for i in range(m):
+            first, end = i * n // m, -(-(i + 1) * n // m)
+            a[i, first:end] = 1.0 / (end - first)
+        return torch.from_numpy(a)
+
+    rows, cols = averaging(h, op.size[0]), averaging(w, op.size[1])
+
+    def pool(x):
+        if torch.onnx.is_in_onnx_export():
+            return rows @ x @ cols.T
+        return F.adaptive_avg_pool2d(x, op.size)
+    return pool
+
+
 def _upsample(op: ops.Upsample, out_shape):
     """F.interpolate to the op's size, or by its scale factor (torch's default sampling)."""
     how = ({"size": tuple(int(v) for v in out_shape[2:])} if op.size is not None
@@ -226,6 +247,8 @@ def _module(op, in_shapes, out_shape) -> nn.Module:
         return Affine(op, len(in_shapes[0]))
     if isinstance(op, ops.PRelu):
         return PRelu(op)
+    if isinstance(op, ops.AdaptiveAvgPool):
+        return Fn(_adaptive_avg_pool(op, in_shapes[0]))
     return Fn(_function(op, out_shape))
 
 
