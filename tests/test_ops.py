@@ -104,10 +104,12 @@ def test_global_avg_pool_add_concat_flatten_reshape():
 
 @pytest.mark.parametrize("hw, size", [((9, 9), (4, 4)), ((5, 4), (3, 3)), ((7, 13), (7, 7)),
                                       ((3, 2), (5, 7)), ((1, 6), (1, 4)), ((8, 8), (8, 8))])
-def test_adaptive_avg_pool_is_torchs_and_costs_its_windows(hw, size):
-    """Against torch's adaptive_avg_pool2d: unequal, overlapping and repeated windows; the
-    vector ops are each output's window area (5 -> 3 rows: windows of 2, 3, 2 pixels)."""
+def test_adaptive_pools_are_torchs_and_cost_their_windows(hw, size):
+    """Against torch's adaptive_avg_pool2d and adaptive_max_pool2d: unequal, overlapping and
+    repeated windows; the vector ops are each output's window area (5 -> 3 rows: windows of
+    2, 3, 2 pixels)."""
     x = rand(2, 3, *hw, seed=5)
+    close(ops.AdaptiveMaxPool(size)(x), F.adaptive_max_pool2d(t(x), size))
     op = ops.AdaptiveAvgPool(size)
     close(op(x), F.adaptive_avg_pool2d(t(x), size))
     assert op.out_shape([x.shape], "p") == (2, 3, *size)

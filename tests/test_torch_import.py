@@ -239,18 +239,46 @@ def test_fractional_interpolate_scales_import_and_agree(mode, scale, recompute):
 
 
 @pytest.mark.parametrize("size, shape, op", [
-    (4, (1, 3, 9, 9), "AdaptiveAvgPool"),  # windows of 3 and 4 pixels, overlapping
-    ((7, 7), (2, 3, 10, 13), "AdaptiveAvgPool"),  # a classifier's pool off its usual input
-    ((12, 5), (1, 3, 8, 9), "AdaptiveAvgPool"),  # more rows out than in: rows repeated
-    (3, (1, 3, 9, 12), "Pool"), (1, (1, 3, 9, 9), "GlobalAvgPool"),  # equal windows
+    (4, (1, 3, 9, 9), "AdaptivePool"),  # windows of 3 and 4 pixels, overlapping
+    ((7, 7), (2, 3, 10, 13), "AdaptivePool"),  # a classifier's pool off its usual input
+    ((12, 5), (1, 3, 8, 9), "AdaptivePool"),  # more rows out than in: rows repeated
+    (3, (1, 3, 9, 12), "Pool"),  # equal windows
 ])
-def test_adaptive_average_pools_import_with_any_output_size(size, shape, op):
+@pytest.mark.parametrize("module", [nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d])
+def test_adaptive_pools_import_with_any_output_size(module, size, shape, op):
     """PyTorch's adaptive windows (floor(i H / P) to ceil((i + 1) H / P)) whatever the
-    sizes; equal windows stay the plain pools."""
+    sizes, mean or max; equal windows stay the plain pools."""
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(size))
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), module(size))
     graph = check(net, photo(shape))
     assert op_kinds(graph)[-1] == op
+
+
+def test_channel_attention_of_both_global_pools_imports():
+    """CBAM's channel attention: the global mean and the global max (to 1x1) through one
+    shared MLP, summed, a sigmoid gate."""
+    class ChannelAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.mlp = nn.Sequential(nn.Conv2d(8, 2, 1), nn.ReLU(), nn.Conv2d(2, 8, 1))
+
+        def forward(self, x):
+            y = self.conv(x)
+            gate = torch.sigmoid(self.mlp(F.adaptive_avg_pool2d(y, 1))
+                                 + self.mlp(F.adaptive_max_pool2d(y, 1)))
+            return y * gate
+
+    graph = check(ChannelAttention().eval(), photo((2, 3, 11, 9)))
+    assert {"GlobalAvgPool", "Pool"} <= set(op_kinds(graph))
+
+
+def test_adaptive_max_pool_indices_are_refused():
+    with pytest.raises(ModelError, match=r"return_indices=True: the IR's pooling returns "
+                                         r"values only"):
+        from_torch(nn.Sequential(nn.AdaptiveMaxPool2d(3, return_indices=True)),
+                   photo((1, 3, 9, 9)))
 
 
 @pytest.mark.parametrize("module, x, message", refusal_cases(), ids=lambda v: "")

@@ -69,7 +69,8 @@ def every_op_graph():
     v = g.upsample(s, size=(5, 7), mode="bilinear", align_corners=True, name="up_aligned")
     n = g.upsample(v, 2.5, mode="nearest", name="up_nearest")
     m = g.conv(n, w(6, 6, 3, 3), w(6), stride=(2, 3), padding=(1, 0), name="conv_down")
-    m = g.adaptiveavgpool(m, (3, 2), name="adaptive")  # 6 x 5 -> 3 x 2: unequal windows across
+    m = g.adaptiveavgpool(m, (3, 2), name="adaptive_avg")  # 6 x 5 -> 3 x 2: unequal windows
+    m = g.adaptivemaxpool(m, (4, 3), name="adaptive_max")  # 3 x 2 -> 4 x 3: repeated ones
     y = g.relu(g.add(g.globalavgpool(u, name="gap_u"), g.globalavgpool(m, name="gap_m")))
     y = g.reshape(g.identity(g.flatten(y, name="flat")), (6,), name="reshape")
     y = g.linear(y, w(10, 6), w(10), name="fc")

@@ -286,20 +286,24 @@ class GlobalAvgPool(Op):
 
 
 @dataclass(frozen=True)
-class AdaptiveAvgPool(Op):
-    """Mean over windows that cut H x W into ``size`` (P x Q) as PyTorch's adaptive pooling
-    does: output row i averages input rows floor(i H / P) to ceil((i + 1) H / P) - 1 (so
-    windows differ by a pixel and may overlap; P > H repeats rows), columns alike. The
-    importers give ``GlobalAvgPool`` or a ``Pool`` where the windows are equal."""
+class AdaptivePool(Op):
+    """Mean or max (``kind``) over windows that cut H x W into ``size`` (P x Q) as
+    PyTorch's adaptive pooling does: output row i pools input rows floor(i H / P) to
+    ceil((i + 1) H / P) - 1 (so windows differ by a pixel and may overlap; P > H repeats
+    rows), columns alike. The importers give ``GlobalAvgPool`` or a ``Pool`` where the
+    windows are equal."""
 
     size: tuple[int, int]
+    kind: str = "avg"
 
     def __post_init__(self):
         object.__setattr__(self, "size", pair(self.size, "size", "adaptive pool"))
 
     def out_shape(self, in_shapes, name):
-        _expect_inputs(in_shapes, 1, name, "AdaptiveAvgPool")
-        _expect_4d(in_shapes[0], name, "AdaptiveAvgPool")
+        _expect_inputs(in_shapes, 1, name, "AdaptivePool")
+        _expect_4d(in_shapes[0], name, "AdaptivePool")
+        if self.kind not in ("avg", "max"):
+            raise LayerError(f"{name}: AdaptivePool kind {self.kind!r}: must be 'avg' or 'max'")
         return in_shapes[0][:2] + self.size
 
     def vector_ops(self, in_shapes, out_shape):
@@ -309,15 +313,28 @@ class AdaptiveAvgPool(Op):
         return n * c * int(rows.sum()) * int(cols.sum())
 
     def __call__(self, x):
-        """Window sums from a summed-area table in float64, divided by the windows' areas."""
+        """avg: window sums from a summed-area table in float64, divided by the windows'
+        areas; max: each window's rows, then its columns (a rectangle's max is the max of
+        its rows' maxima)."""
         n, c, h, w = x.shape
-        (p, q), table = self.size, np.zeros((n, c, h + 1, w + 1))
+        (r0, r1), (c0, c1) = _adaptive_edges(h, self.size[0]), _adaptive_edges(w, self.size[1])
+        if self.kind == "max":
+            rows = np.stack([x[:, :, a:b].max(axis=2) for a, b in zip(r0, r1, strict=True)], 2)
+            return np.stack([rows[:, :, :, a:b].max(axis=3)
+                             for a, b in zip(c0, c1, strict=True)], 3)
+        table = np.zeros((n, c, h + 1, w + 1))
         table[:, :, 1:, 1:] = x.astype(np.float64).cumsum(axis=2).cumsum(axis=3)
-        r0, r1 = _adaptive_edges(h, p)
-        c0, c1 = _adaptive_edges(w, q)
         sums = (table[:, :, r1][:, :, :, c1] - table[:, :, r0][:, :, :, c1]
                 - table[:, :, r1][:, :, :, c0] + table[:, :, r0][:, :, :, c0])
         return (sums / np.outer(r1 - r0, c1 - c0)).astype(x.dtype)
+
+
+def AdaptiveAvgPool(size) -> AdaptivePool:
+    return AdaptivePool(size, "avg")
+
+
+def AdaptiveMaxPool(size) -> AdaptivePool:
+    return AdaptivePool(size, "max")
 
 
 def _adaptive_edges(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -907,7 +924,7 @@ class Fallback(Op):
 OPS: dict[str, type] = {
     "relu": Relu, "relu6": Relu6, "leakyrelu": LeakyRelu, "prelu": PRelu,
     "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool,
-    "adaptiveavgpool": AdaptiveAvgPool, "add": Add,
+    "adaptiveavgpool": AdaptiveAvgPool, "adaptivemaxpool": AdaptiveMaxPool, "add": Add,
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
     "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,

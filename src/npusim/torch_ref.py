@@ -138,23 +138,34 @@ if torch is not None:
             return self.fn(*xs)
 
 
-def _adaptive_avg_pool(op: ops.AdaptiveAvgPool, in_shape):
-    """F.adaptive_avg_pool2d; exported to ONNX (which has no adaptive pool of unequal
-    windows) as the same means by two constant averaging matrices, rows then columns."""
-    h, w = in_shape[2:]
+def _adaptive_pool(op: ops.AdaptivePool, in_shape):
+    """F.adaptive_avg_pool2d or F.adaptive_max_pool2d; exported to ONNX (which has no
+    adaptive pool of unequal windows) as the same means by two constant averaging
+    matrices, rows then columns, or the same maxima window by window."""
+    def windows(n: int, m: int) -> list[tuple[int, int]]:
+        return [(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]
 
-    def averaging(n: int, m: int) -> torch.Tensor:
-        a = np.zeros((m, n), np.float32)
-        for i in range(m):
-            first, end = i * n // m, -(-(i + 1) * n // m)
+    def averaging(n: int, edges) -> torch.Tensor:
+        a = np.zeros((len(edges), n), np.float32)
+        for i, (first, end) in enumerate(edges):
             a[i, first:end] = 1.0 / (end - first)
         return torch.from_numpy(a)
 
-    rows, cols = averaging(h, op.size[0]), averaging(w, op.size[1])
+    (h, w), (p, q) = in_shape[2:], op.size
+    row_edges, col_edges = windows(h, p), windows(w, q)
+    rows, cols = averaging(h, row_edges), averaging(w, col_edges)
+
+    def exported(x):
+        if op.kind == "avg":
+            return rows @ x @ cols.T
+        x = torch.stack([x[:, :, a:b].amax(dim=2) for a, b in row_edges], dim=2)
+        return torch.stack([x[:, :, :, a:b].amax(dim=3) for a, b in col_edges], dim=3)
 
     def pool(x):
         if torch.onnx.is_in_onnx_export():
-            return rows @ x @ cols.T
+            return exported(x)
+        if op.kind == "max":
+            return F.adaptive_max_pool2d(x, op.size)
         return F.adaptive_avg_pool2d(x, op.size)
     return pool
 
@@ -247,8 +258,8 @@ def _module(op, in_shapes, out_shape) -> nn.Module:
         return Affine(op, len(in_shapes[0]))
     if isinstance(op, ops.PRelu):
         return PRelu(op)
-    if isinstance(op, ops.AdaptiveAvgPool):
-        return Fn(_adaptive_avg_pool(op, in_shapes[0]))
+    if isinstance(op, ops.AdaptivePool):
+        return Fn(_adaptive_pool(op, in_shapes[0]))
     return Fn(_function(op, out_shape))
 
 

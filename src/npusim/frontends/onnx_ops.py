@@ -128,6 +128,11 @@ def _global_avg_pool(c: OnnxNode) -> ops.Op:
     return ops.GlobalAvgPool()
 
 
+def _global_max_pool(c: OnnxNode) -> ops.Op:
+    _data_input(c, 4)
+    return ops.Reduce("max", (2, 3), keepdims=True)
+
+
 _ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
           "Pow": "pow"}
 
@@ -327,6 +332,7 @@ CONVERTERS = {
     "Sqrt": (lambda c: ops.Sqrt(), 1),
     "Gelu": (lambda c: ops.Gelu(c.attr("approximate", "none")), 1),
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
+    "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
     "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "Transpose": (_transpose, 1),
     "Split": (_split, 1), "Flatten": (_reshape, 1), "Reshape": (_reshape, 1),

@@ -247,6 +247,15 @@ def adaptive_avg_pool2d(c, input, output_size):
     return ops.AdaptiveAvgPool((p, q))
 
 
+def adaptive_max_pool2d(c, input, output_size, return_indices=False):
+    if return_indices:
+        raise _Refusal("return_indices=True: the IR's pooling returns values only")
+    (h, w), (p, q) = computed(input, 4).shape[2:], c.out_shape[2:]
+    if h % p == 0 and w % q == 0:
+        return ops.MaxPool((h // p, w // q))
+    return ops.AdaptiveMaxPool((p, q))
+
+
 def arith(kind: str):
     """The converter of ``x + y``, ``x * s``, ``torch.maximum(x, y)``...: broadcasting."""
     def convert(c, input, other, *, alpha=1, rounding_mode=None, out=None):

@@ -13,6 +13,7 @@ from torch import nn
 from .. import ops
 from .torch_ops import (
     adaptive_avg_pool2d,
+    adaptive_max_pool2d,
     arith,
     avg_pool2d,
     batch_norm,
@@ -77,6 +78,8 @@ _MODULES = {
                                               m.ceil_mode, m.count_include_pad,
                                               m.divisor_override),
     nn.AdaptiveAvgPool2d: lambda c, m, x: adaptive_avg_pool2d(c, x, m.output_size),
+    nn.AdaptiveMaxPool2d: lambda c, m, x: adaptive_max_pool2d(c, x, m.output_size,
+                                                              m.return_indices),
     nn.Flatten: lambda c, m, x: reshape_to(c, x),
     nn.Softmax: lambda c, m, x: softmax(c, x, m.dim),
     nn.Identity: lambda c, m, x: computed(x),
@@ -111,6 +114,7 @@ _FUNCTIONS = _table(
     (max_pool2d, F.max_pool2d, torch.max_pool2d),
     (avg_pool2d, F.avg_pool2d),
     (adaptive_avg_pool2d, F.adaptive_avg_pool2d),
+    (adaptive_max_pool2d, F.adaptive_max_pool2d),
     (arith("add"), operator.add, operator.iadd, torch.add),
     (arith("sub"), operator.sub, operator.isub, torch.sub, torch.subtract),
     (arith("mul"), operator.mul, operator.imul, torch.mul, torch.multiply),
