@@ -214,6 +214,9 @@ def test_batchnorm_folds_after_a_conv_and_stays_elsewhere(tmp_path):
     (11, lambda: node("Softmax", ["x"], axis=3), "Softmax"),
     (17, lambda: node("GlobalAveragePool", ["x"]), "GlobalAvgPool"),
     (17, lambda: node("GlobalMaxPool", ["x"]), "Reduce"),
+    (17, lambda: node("Elu", ["x"], alpha=0.5), "Elu"),
+    (17, lambda: node("Softplus", ["x"]), "Softplus"),
+    (18, lambda: node("Mish", ["x"]), "Mish"),
     (17, lambda: node("Add", ["x", "slope"]), "BatchNorm"),
 ])
 def test_activations_and_channel_ops(tmp_path, opset, make, kind):

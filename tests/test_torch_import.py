@@ -184,7 +184,7 @@ class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
-        self.act = nn.ELU()
+        self.act = nn.SELU()
 
     def forward(self, x):
         return torch.exp(self.act(self.conv(x)))[:, 0]
@@ -194,7 +194,7 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
     with pytest.raises(ModelError) as err:
         from_torch(Unsupported(), photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.ELU x1 ('act'), "
+    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.SELU x1 ('act'), "
                            "torch.exp x1 ('exp'); unsupported parameters: "
                            "operator.getitem x1 (node 'getitem': indexing (1, 4, 6, 6) with "
                            "(slice(None, None, None), 0): the IR slices with start:stop:step")
@@ -254,6 +254,19 @@ def test_adaptive_pools_import_with_any_output_size(module, size, shape, op):
     assert op_kinds(graph)[-1] == op
 
 
+@pytest.mark.parametrize("act, kind", [
+    (nn.Mish(), "Mish"), (nn.Softplus(), "Softplus"), (nn.Softplus(0.5, 3.0), "Softplus"),
+    (nn.ELU(0.4), "Elu"), (Lambda(F.mish), "Mish"), (Lambda(lambda x: F.elu(x, 2.0)), "Elu"),
+    (Lambda(lambda x: F.softplus(x, beta=3.0)), "Softplus"),
+])
+def test_softplus_mish_and_elu_import(act, kind):
+    """YOLOv4's Mish and its softplus, and ELU, as modules and functions, parameters kept:
+    equal to PyTorch on a photo."""
+    torch.manual_seed(0)
+    graph = check(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), act), photo((1, 3, 12, 10)))
+    assert op_kinds(graph)[-1] == kind
+
+
 def test_channel_attention_of_both_global_pools_imports():
     """CBAM's channel attention: the global mean and the global max (to 1x1) through one
     shared MLP, summed, a sigmoid gate."""
@@ -289,11 +302,11 @@ def test_unsupported_parameters_are_refused_by_name(module, x, message):
 
 def test_refusals_are_collected_into_one_message():
     net = nn.Sequential(nn.Conv2d(3, 4, 3, padding_mode="circular", padding=1),
-                        nn.Softmax(dim=0), nn.ELU())
+                        nn.Softmax(dim=0), nn.SELU())
     with pytest.raises(ModelError) as err:
         from_torch(net, photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert "unsupported ops: nn.ELU x1 ('_2')" in text
+    assert "unsupported ops: nn.SELU x1 ('_2')" in text
     assert "nn.Conv2d x1 (node '_0': padding_mode='circular'" in text
     assert "nn.Softmax x1 (node '_1': softmax over the batch axis" in text
 

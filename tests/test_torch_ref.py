@@ -48,6 +48,7 @@ def every_op_graph():
     s = g.relu6(g.leakyrelu(s, 0.1, name="leaky"), name="relu6")
     t = g.hardsigmoid(g.sigmoid(s, name="sigmoid"), alpha=0.2, beta=0.5, name="hsig")
     t = g.tanh(g.silu(g.hardswish(t, name="hswish"), name="silu"), name="tanh")
+    t = g.elu(g.mish(g.softplus(t, 2.0, 1.5, name="softplus"), name="mish"), 0.7, name="elu")
     t = g.gelu(g.gelu(g.erf(t, name="erf"), name="gelu"), approximate="tanh", name="gelu_t")
     t = g.clip(t, -0.5, 0.3, name="clip")
     t = g.elementwise(t, g.reduce(t, kind="mean", axes=(2, 3), name="mean_hw"), kind="mul",

@@ -568,6 +568,54 @@ class Silu(Op):
 
 
 @dataclass(frozen=True)
+class Softplus(Op):
+    """``log(1 + exp(beta x)) / beta``, and x itself where beta x > ``threshold`` (PyTorch's
+    rule; ONNX's Softplus is beta 1, where past 20 the two differ by under float32's
+    rounding): exp, add, log, the threshold's select, and with beta != 1 a multiply and a
+    divide."""
+
+    beta: float = 1.0
+    threshold: float = 20.0
+
+    @property
+    def ops_per_element(self):
+        return 4 if self.beta == 1 else 6
+
+    def __call__(self, x):
+        return _softplus(x, self.beta, self.threshold)
+
+
+def _softplus(x: np.ndarray, beta: float, threshold: float) -> np.ndarray:
+    """Softplus in float64, exp taken only below the threshold (no overflow)."""
+    y = np.asarray(x, np.float64) * beta
+    soft = np.log1p(np.exp(np.minimum(y, threshold))) / beta
+    return np.where(y > threshold, x, soft).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Mish(Op):
+    """``x * tanh(softplus(x))`` (YOLOv4's activation): softplus (4), tanh, a multiply."""
+
+    ops_per_element = 6
+
+    def __call__(self, x):
+        return (x * np.tanh(_softplus(x, 1.0, 20.0).astype(np.float64))).astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Elu(Op):
+    """``x`` where x > 0, else ``alpha (exp(x) - 1)``: a compare and select, exp, a subtract,
+    a multiply."""
+
+    alpha: float = 1.0
+    ops_per_element = 4
+
+    def __call__(self, x):
+        negative = self.alpha * np.expm1(np.minimum(np.asarray(x, np.float64), 0.0))
+        return np.where(x > 0, x, negative).astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
 class Tanh(Op):
     """``tanh(x)``: one transcendental."""
 
@@ -927,7 +975,8 @@ OPS: dict[str, type] = {
     "adaptiveavgpool": AdaptiveAvgPool, "adaptivemaxpool": AdaptiveMaxPool, "add": Add,
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
-    "hardswish": HardSwish, "silu": Silu, "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
+    "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
+    "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
     "clip": Clip,
     "elementwise": Elementwise, "reduce": Reduce, "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,

@@ -326,6 +326,8 @@ CONVERTERS = {
     "MatMul": (_matmul, 1),
     "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
     "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
+    "Elu": (lambda c: ops.Elu(c.attr("alpha", 1.0)), 1), "Softplus": (lambda c: ops.Softplus(), 1),
+    "Mish": (lambda c: ops.Mish(), 1),
     "Sigmoid": (lambda c: ops.Sigmoid(), 1), "Tanh": (lambda c: ops.Tanh(), 1),
     "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
     "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),

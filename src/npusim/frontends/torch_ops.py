@@ -214,6 +214,19 @@ def leaky_relu(c, input, negative_slope=0.01, inplace=False):
     return ops.LeakyRelu(number(negative_slope, "negative_slope"))
 
 
+def softplus(c, input, beta=1.0, threshold=20.0):
+    computed(input)
+    beta = number(beta, "beta")
+    if beta <= 0:
+        raise _Refusal(f"beta={beta}: the IR's Softplus takes beta > 0")
+    return ops.Softplus(beta, number(threshold, "threshold"))
+
+
+def elu(c, input, alpha=1.0, inplace=False):
+    computed(input)
+    return ops.Elu(number(alpha, "alpha"))
+
+
 def prelu(c, input, weight):
     computed(input)
     return ops.PRelu(constant(weight, "weight"))
