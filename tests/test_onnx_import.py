@@ -558,3 +558,18 @@ def test_check_on_an_imported_model_prints_no_torch_warning(tmp_path):
                              [str(src), os.environ.get("PYTHONPATH", "")])})
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("check against torch, 2 nodes") and run.stderr == ""
+
+
+@pytest.mark.parametrize("make, in_shape", [
+    (lambda: node("DepthToSpace", ["c"], blocksize=2), (1, 3, 6, 5)),  # DCR, the default
+    (lambda: node("DepthToSpace", ["c"], blocksize=2, mode="CRD"), (1, 3, 6, 5)),
+    (lambda: node("DepthToSpace", ["c"], blocksize=3, mode="DCR"), (2, 3, 4, 4)),
+    (lambda: node("SpaceToDepth", ["c"], blocksize=2), (1, 3, 6, 8)),
+])
+def test_depth_to_space_and_back_in_either_order(tmp_path, make, in_shape):
+    """A conv to 36 channels, then DepthToSpace (DCR or CRD) or SpaceToDepth: a reshape, a
+    transpose and a reshape, equal to onnxruntime."""
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1]), make()],
+                 {"w": weights(36, 3, 3, 3)}, in_shape=in_shape)
+    graph = check(path, photo(in_shape))
+    assert op_kinds(graph) == ["Conv", "Reshape", "Transpose", "Reshape"]

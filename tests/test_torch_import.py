@@ -267,6 +267,20 @@ def test_softplus_mish_and_elu_import(act, kind):
     assert op_kinds(graph)[-1] == kind
 
 
+@pytest.mark.parametrize("shuffle, before, after", [
+    (nn.PixelShuffle(2), 12, 3), (nn.PixelShuffle(3), 18, 2),
+    (Lambda(lambda x: F.pixel_shuffle(x, 2)), 8, 2),
+    (nn.PixelUnshuffle(2), 4, 16), (Lambda(lambda x: torch.pixel_unshuffle(x, 2)), 3, 12),
+])
+def test_pixel_shuffle_and_unshuffle_import(shuffle, before, after):
+    """Sub-pixel upsampling (ESPCN's head) and its inverse, modules and functions: a reshape,
+    a transpose and a reshape between two convs, equal to PyTorch on a photo."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, before, 3, padding=1), shuffle, nn.Conv2d(after, 2, 1))
+    graph = check(net, photo((2, 3, 8, 10)))
+    assert op_kinds(graph)[1:4] == ["Reshape", "Transpose", "Reshape"]
+
+
 def test_channel_attention_of_both_global_pools_imports():
     """CBAM's channel attention: the global mean and the global max (to 1x1) through one
     shared MLP, summed, a sigmoid gate."""

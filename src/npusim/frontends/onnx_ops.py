@@ -180,6 +180,19 @@ def _transpose(c: OnnxNode) -> ops.Op:
     return rules.transpose(c.attr("perm", range(ndim - 1, -1, -1)), ndim)
 
 
+def _blocks(rule):
+    """DepthToSpace / SpaceToDepth (``rule``: ``depth_to_space`` or ``space_to_depth``) as
+    the reshape, transpose and reshape it is, in the node's mode (DCR by default)."""
+    def convert(c: OnnxNode):
+        x = c.proto.input[0]
+        if x in c.model.pending:
+            raise _Refusal("moves a Pad output: the IR takes padding only into a conv or pool")
+        op_list = rule(c.in_shape(0), int(c.attr("blocksize")), c.attr("mode", "DCR"))
+        return c.build.chain([f"{c.name}_{k}" for k in range(len(op_list) - 1)], op_list,
+                             c.model.ir_of.get(x, x))
+    return convert
+
+
 def _split(c: OnnxNode) -> list:
     """Split: one Slice per output, sized as shape inference gives them."""
     x = c.in_shape(0)
@@ -337,7 +350,9 @@ CONVERTERS = {
     "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
     "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "Transpose": (_transpose, 1),
-    "Split": (_split, 1), "Flatten": (_reshape, 1), "Reshape": (_reshape, 1),
+    "Split": (_split, 1), "DepthToSpace": (_blocks(rules.depth_to_space), 1),
+    "SpaceToDepth": (_blocks(rules.space_to_depth), 1), "Flatten": (_reshape, 1),
+    "Reshape": (_reshape, 1),
     "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
     "InstanceNormalization": (_instance_norm, 1),
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),

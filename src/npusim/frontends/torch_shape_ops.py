@@ -128,6 +128,23 @@ def getitem(c, input, index):
                          x.name)
 
 
+def pixel_shuffle(c, input, upscale_factor):
+    """``F.pixel_shuffle`` (sub-pixel upsampling): a reshape, a transpose, a reshape."""
+    x = computed(input, 4)
+    return _chained(c, x, rules.depth_to_space(x.shape, int(upscale_factor)))
+
+
+def pixel_unshuffle(c, input, downscale_factor):
+    """``F.pixel_unshuffle``: each block of pixels into channels, the same three ops."""
+    x = computed(input, 4)
+    return _chained(c, x, rules.space_to_depth(x.shape, int(downscale_factor)))
+
+
+def _chained(c, x, op_list):
+    """``op_list`` applied to ``x`` one after the other, the inner nodes named after the call."""
+    return c.build.chain([f"{c.name}_{k}" for k in range(len(op_list) - 1)], op_list, x.name)
+
+
 def index_slices(index, shape) -> list[slice]:
     """An index of slices and at most one ``...`` as one slice per axis of ``shape``."""
     parts = list(index) if isinstance(index, tuple) else [index]

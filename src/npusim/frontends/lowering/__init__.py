@@ -35,13 +35,24 @@ from .padding import (
 )
 from .refusal import Refusal
 from .resize import exact_upsample, sampling_weights, upsample_to
-from .shape import concat, expect_rank, reshape, split, swap_axes, transpose
+from .shape import (
+    concat,
+    depth_to_space,
+    expect_rank,
+    reshape,
+    space_to_depth,
+    split,
+    swap_axes,
+    transpose,
+)
 
 __all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
-           "cancel_transposes", "channel_values", "clip", "concat", "conv", "exact_upsample",
+           "cancel_transposes", "channel_values", "clip", "concat", "conv", "depth_to_space",
+           "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
            "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "softmax",
-           "split", "swap_axes", "transpose", "transposed_padding", "upsample_to", "with_constant"]
+           "space_to_depth", "split", "swap_axes", "transpose", "transposed_padding",
+           "upsample_to", "with_constant"]
 
 SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted
 

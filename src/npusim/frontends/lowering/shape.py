@@ -1,4 +1,5 @@
-"""Rules that move data without arithmetic: reshape, transpose, concat, split."""
+"""Rules that move data without arithmetic: reshape, transpose, concat, split, and channels
+moved into blocks of pixels and back (depth to space, space to depth)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,31 @@ def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
                       f"to {x_shape[axis]}")
     starts = np.cumsum([0, *sizes])
     return [ops.Slice(axis, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+
+def depth_to_space(x_shape, r: int, order: str = "CRD") -> list[ops.Op]:
+    """Channels C r^2 of an N x C r^2 x H x W map into r x r blocks of pixels (N x C x
+    Hr x Wr) as the reshape, transpose and reshape it is: ``order`` CRD (PyTorch's
+    pixel_shuffle; ONNX DepthToSpace mode CRD) splits each channel's r^2 block off the
+    channel axis, DCR (ONNX's default) takes the block position as the outer factor."""
+    n, ch, h, w = expect_rank(x_shape, 4)
+    if r < 1 or ch % (r * r):
+        raise Refusal(f"block size {r}: the {ch} channels must be a multiple of {r * r}")
+    k = ch // (r * r)
+    if order == "DCR":
+        split, perm = (r, r, k, h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        split, perm = (k, r, r, h, w), (0, 1, 4, 2, 5, 3)
+    return [ops.Reshape(split), ops.Transpose(perm), ops.Reshape((k, h * r, w * r))]
+
+
+def space_to_depth(x_shape, r: int, order: str = "CRD") -> list[ops.Op]:
+    """Each r x r block of pixels of an N x C x H x W map into channels (N x C r^2 x H/r x
+    W/r), the inverse of ``depth_to_space`` in the same ``order`` (CRD: PyTorch's
+    pixel_unshuffle; DCR: ONNX SpaceToDepth)."""
+    n, ch, h, w = expect_rank(x_shape, 4)
+    if r < 1 or h % r or w % r:
+        raise Refusal(f"block size {r}: the {h}x{w} map must be a multiple of it")
+    perm = (0, 3, 5, 1, 2, 4) if order == "DCR" else (0, 1, 3, 5, 2, 4)
+    return [ops.Reshape((ch, h // r, r, w // r, r)), ops.Transpose(perm),
+            ops.Reshape((ch * r * r, h // r, w // r))]
