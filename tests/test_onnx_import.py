@@ -573,3 +573,20 @@ def test_depth_to_space_and_back_in_either_order(tmp_path, make, in_shape):
                  {"w": weights(36, 3, 3, 3)}, in_shape=in_shape)
     graph = check(path, photo(in_shape))
     assert op_kinds(graph) == ["Conv", "Reshape", "Transpose", "Reshape"]
+
+
+@pytest.mark.parametrize("opset, make, inits, kind", [
+    (13, lambda: node("ReduceSum", ["c", "axes"], keepdims=1), {"axes": np.array([2, 3])},
+     "Reduce"),
+    (11, lambda: node("ReduceSum", ["c"], axes=[1], keepdims=0), {}, "Reduce"),
+    (17, lambda: node("Expand", ["p", "shape"]), {"shape": np.array([1, 6, 12, 11])},
+     "Broadcast"),
+])
+def test_reduce_sum_and_expand(tmp_path, opset, make, inits, kind):
+    """ReduceSum, axes as input (opset 13 on) or attribute, and Expand of a pooled map back
+    to the map's size: equal to onnxruntime."""
+    nodes = [node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1]),
+             node("GlobalAveragePool", ["c"], "p"), make()]
+    path = write(tmp_path, nodes, {"w": weights(6, 3, 3, 3), **inits}, opset=opset)
+    graph = check(path, photo((1, 3, 12, 11)))
+    assert op_kinds(graph)[-1] == kind

@@ -120,6 +120,29 @@ def test_adaptive_pools_are_torchs_and_cost_their_windows(hw, size):
         assert windows == [[2, 3, 2], [2, 2, 2]] and op.vector_ops([x.shape], None) == 6 * 42
 
 
+@pytest.mark.parametrize("axes, keepdims", [((2, 3), True), ((1,), False), ((1, 3), True)])
+def test_reduce_sum_is_torchs(axes, keepdims):
+    x = rand(2, 3, 5, 4, seed=6)
+    close(ops.Reduce("sum", axes, keepdims)(x), torch.sum(t(x), dim=axes, keepdim=keepdims),
+          1e-5)
+
+
+@pytest.mark.parametrize("shape, to", [((2, 3, 1, 1), (3, 5, 4)), ((2, 1, 5, 1), (3, 5, 4)),
+                                       ((2, 3, 5, 4), (3, 5, 4)), ((2, 1), (5,))])
+def test_broadcast_is_torchs_expand_and_costs_its_output(shape, to):
+    x = rand(*shape, seed=7)
+    op = ops.Broadcast(to)
+    close(op(x), t(x).expand(2, *to))
+    assert op.out_shape([shape], "b") == (2, *to)
+    assert op.vector_ops([shape], (2, *to)) == 2 * int(np.prod(to))
+
+
+def test_broadcast_of_an_axis_that_is_not_one_is_refused():
+    with pytest.raises(LayerError, match=r"b: Broadcast of \(2, 3, 5, 4\) to \(2, 6, 5, 4\): "
+                                         r"only axes of size 1 can repeat"):
+        ops.Broadcast((6, 5, 4)).out_shape([(2, 3, 5, 4)], "b")
+
+
 @pytest.mark.parametrize("shape,axis", [((2, 5, 3, 3), 1), ((4, 10), -1), ((4, 10), 1)])
 def test_softmax(shape, axis):
     x = rand(*shape) * 10

@@ -281,6 +281,68 @@ def test_pixel_shuffle_and_unshuffle_import(shuffle, before, after):
     assert op_kinds(graph)[1:4] == ["Reshape", "Transpose", "Reshape"]
 
 
+class SqueezeExcite(nn.Module):
+    """The classic SE block: pooled, viewed as N x C, two linears, viewed back and
+    ``expand_as`` the map before the multiply."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Sequential(nn.Linear(8, 2), nn.ReLU(), nn.Linear(2, 8), nn.Sigmoid())
+
+    def forward(self, x):
+        x = self.conv(x)
+        b, c = x.shape[:2]
+        y = self.fc(F.adaptive_avg_pool2d(x, 1).view(b, c)).view(b, c, 1, 1)
+        return x * y.expand_as(x) + y.expand(b, c, x.shape[2], x.shape[3])
+
+
+class SelectiveKernel(nn.Module):
+    """SKNet / ResNeSt's attention over branches: ``torch.stack`` of two convs on a new
+    axis, ``torch.sum`` over it, a softmax across the branches, a weighted ``x.sum``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 8, 3, padding=2, dilation=2)
+        self.fc = nn.Conv2d(8, 4, 1)
+        self.fcs = nn.ModuleList([nn.Conv2d(4, 8, 1) for _ in range(2)])
+
+    def forward(self, x):
+        feats = torch.stack([self.a(x), self.b(x)], dim=1)
+        z = self.fc(torch.sum(feats, dim=1).mean((2, 3), keepdim=True))
+        att = torch.softmax(torch.stack([f(z) for f in self.fcs], dim=1), dim=1)
+        return (feats * att).sum(dim=1) + feats.sum(1).sum((2, 3), keepdim=True)
+
+
+@pytest.mark.parametrize("net, kinds", [(SqueezeExcite, {"Broadcast"}),
+                                        (SelectiveKernel, {"Reshape", "Concat", "Reduce"})])
+def test_attention_blocks_with_expand_stack_and_sum_import(net, kinds):
+    """The blocks of SENet's, SKNet's and ResNeSt's own code: equal to PyTorch, batch 2."""
+    graph = check(net().eval(), photo((2, 3, 12, 10)))
+    assert kinds <= set(op_kinds(graph))
+
+
+def test_two_pixel_shuffles_and_two_stacks_keep_their_nodes_apart():
+    """fx names a second call ``pixel_shuffle_1``; the first call's inner nodes must not take
+    that name."""
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = nn.Conv2d(3, 16, 3, padding=1)
+
+        def forward(self, x):
+            y = F.pixel_shuffle(F.pixel_shuffle(self.conv(x), 2), 2)
+            s = torch.stack([x, x], 1)
+            return y, torch.stack([s.sum(1), x], 1)
+
+    graph = from_torch(Twice().eval(), photo((1, 3, 6, 5)))
+    assert len({n.name for n in graph.nodes}) == len(graph.nodes)
+
+
 def test_channel_attention_of_both_global_pools_imports():
     """CBAM's channel attention: the global mean and the global max (to 1x1) through one
     shared MLP, summed, a sigmoid gate."""

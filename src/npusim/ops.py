@@ -739,8 +739,8 @@ def _axes(axes, ndim: int, name: str, kind: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Reduce(Op):
-    """Mean or max over ``axes`` (``keepdims`` keeps them as size 1). A mean over H, W of an
-    N x C x H x W map is a global average pool. Cost: one op per input element."""
+    """Mean, sum or max over ``axes`` (``keepdims`` keeps them as size 1). A mean over H, W
+    of an N x C x H x W map is a global average pool. Cost: one op per input element."""
 
     kind: str = "mean"
     axes: tuple = (2, 3)
@@ -748,8 +748,9 @@ class Reduce(Op):
 
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Reduce")
-        if self.kind not in ("mean", "max"):
-            raise LayerError(f"{name}: Reduce kind {self.kind!r}: must be 'mean' or 'max'")
+        if self.kind not in ("mean", "sum", "max"):
+            raise LayerError(f"{name}: Reduce kind {self.kind!r}: must be 'mean', 'sum' or "
+                             "'max'")
         shape, axes = in_shapes[0], _axes(self.axes, len(in_shapes[0]), name, "Reduce")
         if self.keepdims:
             return tuple(1 if i in axes else d for i, d in enumerate(shape))
@@ -762,7 +763,31 @@ class Reduce(Op):
         axes = _axes(self.axes, x.ndim, "reduce", "Reduce")
         if self.kind == "max":
             return x.max(axis=axes, keepdims=self.keepdims)
-        return x.mean(axis=axes, keepdims=self.keepdims, dtype=np.float64).astype(x.dtype)
+        reduce = np.sum if self.kind == "sum" else np.mean
+        return reduce(x, axis=axes, keepdims=self.keepdims, dtype=np.float64).astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Broadcast(Op):
+    """The input repeated along its size-1 axes to ``shape`` (the batch axis excluded), by
+    NumPy's broadcasting rules (``expand``, ONNX ``Expand``). A data move: one op per
+    output element."""
+
+    shape: tuple = ()
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "Broadcast")
+        want = (in_shapes[0][0], *self.shape)
+        try:
+            if np.broadcast_shapes(tuple(in_shapes[0]), want) == want:
+                return want
+        except ValueError:
+            pass
+        raise LayerError(f"{name}: Broadcast of {tuple(in_shapes[0])} to {want}: only axes of "
+                         "size 1 can repeat (NumPy's broadcasting, the batch kept)")
+
+    def __call__(self, x):
+        return np.ascontiguousarray(np.broadcast_to(x, (x.shape[0], *self.shape)))
 
 
 @dataclass(frozen=True)
@@ -978,7 +1003,8 @@ OPS: dict[str, type] = {
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
     "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
     "clip": Clip,
-    "elementwise": Elementwise, "reduce": Reduce, "transpose": Transpose, "slice": Slice,
+    "elementwise": Elementwise, "reduce": Reduce, "broadcast": Broadcast,
+    "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,
     "zeroinsert": ZeroInsert,
 }

@@ -202,6 +202,8 @@ def _reduce(op: ops.Reduce):
     dims = tuple(op.axes) if not isinstance(op.axes, int) else (op.axes,)
     if op.kind == "max":
         return lambda x: torch.amax(x, dim=dims, keepdim=op.keepdims)
+    if op.kind == "sum":
+        return lambda x: torch.sum(x, dim=dims, keepdim=op.keepdims)
     return lambda x: torch.mean(x, dim=dims, keepdim=op.keepdims)
 
 
@@ -291,6 +293,7 @@ def _function(op, out_shape):
         ops.Clip: lambda: (lambda x: torch.clamp(x, op.lo, op.hi)),
         ops.Elementwise: lambda: _elementwise(op),
         ops.Reduce: lambda: _reduce(op),
+        ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
         ops.Slice: lambda: _slice(op),
         ops.LayerNorm: lambda: _layer_norm(op),

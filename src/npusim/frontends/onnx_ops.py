@@ -164,15 +164,32 @@ def _reshape(c: OnnxNode) -> ops.Op:
     return rules.reshape(c.in_shape(0), c.out_shape)
 
 
+_REDUCE_KINDS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+
+
 def _reduce(c: OnnxNode) -> ops.Op:
-    """ReduceMean / ReduceMax: axes as attribute (before opset 18) or input 1."""
-    axes = c.attr("axes") if c.model.opset < 18 else c.const(1)
+    """ReduceMean / ReduceSum / ReduceMax: axes as attribute or, from opset 18 (ReduceSum:
+    13), input 1."""
+    as_input = c.model.opset >= (13 if c.op_type == "ReduceSum" else 18)
+    axes = c.const(1) if as_input else c.attr("axes")
     if axes is None or len(axes) == 0:
         if c.attr("noop_with_empty_axes", 0):
             raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
         axes = range(len(c.in_shape(0)))
-    kind = "mean" if c.op_type == "ReduceMean" else "max"
-    return rules.reduce(kind, [int(a) for a in axes], bool(c.attr("keepdims", 1)), c.in_shape(0))
+    return rules.reduce(_REDUCE_KINDS[c.op_type], [int(a) for a in axes],
+                        bool(c.attr("keepdims", 1)), c.in_shape(0))
+
+
+def _expand(c: OnnxNode) -> ops.Op | str:
+    """Expand to a constant shape: a Broadcast to the shape inference gives (the input
+    itself when nothing repeats)."""
+    x, out = c.in_shape(0), c.out_shape
+    if tuple(out) == tuple(x):
+        return c.proto.input[0]
+    if out[0] != x[0]:
+        raise _Refusal(f"expands the batch axis {x[0]} -> {out[0]}: the IR keeps the batch "
+                       "axis as it is")
+    return ops.Broadcast(tuple(out[1:]))
 
 
 def _transpose(c: OnnxNode) -> ops.Op:
@@ -188,7 +205,7 @@ def _blocks(rule):
         if x in c.model.pending:
             raise _Refusal("moves a Pad output: the IR takes padding only into a conv or pool")
         op_list = rule(c.in_shape(0), int(c.attr("blocksize")), c.attr("mode", "DCR"))
-        return c.build.chain([f"{c.name}_{k}" for k in range(len(op_list) - 1)], op_list,
+        return c.build.chain([f"{c.name}_step{k}" for k in range(len(op_list) - 1)], op_list,
                              c.model.ir_of.get(x, x))
     return convert
 
@@ -349,7 +366,8 @@ CONVERTERS = {
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
     "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
-    "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "Transpose": (_transpose, 1),
+    "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "ReduceSum": (_reduce, 1),
+    "Expand": (_expand, 1), "Transpose": (_transpose, 1),
     "Split": (_split, 1), "DepthToSpace": (_blocks(rules.depth_to_space), 1),
     "SpaceToDepth": (_blocks(rules.space_to_depth), 1), "Flatten": (_reshape, 1),
     "Reshape": (_reshape, 1),

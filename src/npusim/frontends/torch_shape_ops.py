@@ -27,6 +27,41 @@ def mean(c, input, dim=None, keepdim=False, *, dtype=None):
     return rules.reduce("mean", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
 
 
+def sum_(c, input, dim=None, keepdim=False, *, dtype=None):
+    """``torch.sum`` / ``x.sum``: a Reduce sum (all axes when ``dim`` is None)."""
+    x = computed(input)
+    if dtype is not None:
+        raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
+    return rules.reduce("sum", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
+
+
+def stack(c, tensors, dim=0):
+    """``torch.stack``: each tensor given a new axis ``dim`` (a Reshape), then one Concat
+    along it."""
+    if not all(isinstance(t, Ref) for t in tensors):
+        raise _Refusal("stacks a constant; the IR joins computed tensors only")
+    shape = computed(tensors[0]).shape
+    axis = dim % (len(shape) + 1)
+    if axis == 0:
+        raise _Refusal("stacks along the batch axis: the IR keeps the batch axis first")
+    grown = ops.Reshape((*shape[1:axis], 1, *shape[axis:]))
+    parts = tuple(c.build.add(f"{c.name}_unsqueeze{k}", grown, (computed(t).name,))
+                  for k, t in enumerate(tensors))
+    return ops.Concat(axis), parts
+
+
+def expand(c, input, *sizes):
+    """``x.expand(...)`` / ``x.expand_as(y)``: a Broadcast to the shape PyTorch gives (a
+    pass-through when nothing repeats)."""
+    x = computed(input)
+    if tuple(c.out_shape) == tuple(x.shape):
+        return x
+    if c.out_shape[0] != x.shape[0]:
+        raise _Refusal(f"expands the batch axis {x.shape[0]} -> {c.out_shape[0]}: the IR keeps "
+                       "the batch axis as it is")
+    return ops.Broadcast(tuple(c.out_shape[1:])), (x.name,)
+
+
 def amax(c, input, dim=(), keepdim=False):
     x = computed(input)
     return rules.reduce("max", dim if dim != () else range(len(x.shape)), keepdim, x.shape)
@@ -142,7 +177,8 @@ def pixel_unshuffle(c, input, downscale_factor):
 
 def _chained(c, x, op_list):
     """``op_list`` applied to ``x`` one after the other, the inner nodes named after the call."""
-    return c.build.chain([f"{c.name}_{k}" for k in range(len(op_list) - 1)], op_list, x.name)
+    return c.build.chain([f"{c.name}_step{k}" for k in range(len(op_list) - 1)], op_list,
+                         x.name)
 
 
 def index_slices(index, shape) -> list[slice]:

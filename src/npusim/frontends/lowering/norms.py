@@ -42,6 +42,6 @@ def softmax(axis: int, ndim: int) -> ops.Op:
 
 
 def reduce(kind: str, axes, keepdims: bool, x_shape) -> ops.Op:
-    """Mean or max over ``axes`` (None: all axes but the batch)."""
+    """Mean, sum or max over ``axes`` (None: all axes but the batch)."""
     axes = tuple(range(1, len(x_shape))) if axes is None else axes
     return ops.Reduce(kind, ops._axes(axes, len(x_shape), "reduce", "Reduce"), bool(keepdims))
