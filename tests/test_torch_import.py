@@ -325,6 +325,34 @@ def test_attention_blocks_with_expand_stack_and_sum_import(net, kinds):
     assert kinds <= set(op_kinds(graph))
 
 
+class SpatialAttention(nn.Module):
+    """CBAM's spatial attention: the max over channels (``torch.max(x, 1, keepdim=True)[0]``)
+    beside their mean, a 7x7 conv, a sigmoid gate; and the other forms of max: ``.values``,
+    of two tensors, over everything."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.other = nn.Conv2d(3, 8, 3, padding=1)
+        self.spatial = nn.Conv2d(2, 1, 7, padding=3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        top, _ = torch.max(y, dim=1, keepdim=True)
+        gate = torch.sigmoid(self.spatial(torch.cat([y.mean(1, keepdim=True), top], dim=1)))
+        z = torch.max(y * gate, self.other(x))
+        return z + y.max(1).values.unsqueeze(1) + y.max()
+
+
+def test_max_along_an_axis_gives_its_values_and_refuses_its_indices():
+    graph = check(SpatialAttention().eval(), photo((2, 3, 12, 10)))
+    assert "Reduce" in op_kinds(graph) and "Elementwise" in op_kinds(graph)
+    with pytest.raises(ModelError, match=r"reads the indices of a max along an axis: the IR "
+                                         r"computes its values only"):
+        from_torch(Lambda(lambda x: x + x.max(1, keepdim=True)[1]), photo((1, 3, 6, 5)))
+
+
 def test_two_pixel_shuffles_and_two_stacks_keep_their_nodes_apart():
     """fx names a second call ``pixel_shuffle_1``; the first call's inner nodes must not take
     that name."""

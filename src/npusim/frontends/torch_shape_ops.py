@@ -62,6 +62,25 @@ def expand(c, input, *sizes):
     return ops.Broadcast(tuple(c.out_shape[1:])), (x.name,)
 
 
+def max_(c, input, dim=None, keepdim=False):
+    """``torch.max`` / ``x.max``: of two tensors, ``torch.maximum``; over all axes, one
+    Reduce; along ``dim``, values and indices, of which the IR gives the values (read by
+    ``[0]`` or ``.values``; ``attribute``)."""
+    if isinstance(dim, Ref):
+        return rules.binary("max", [computed(input).shape, computed(dim).shape])
+    x = computed(input)
+    if dim is None:
+        return rules.reduce("max", range(len(x.shape)), False, x.shape)
+    return Parts(x, (rules.reduce("max", [dim], keepdim, x.shape), None))
+
+
+def attribute(c, obj, name):
+    """``result.values`` / ``result.indices`` of a max along an axis (as ``[0]``, ``[1]``)."""
+    if isinstance(obj, Parts) and name in ("values", "indices"):
+        return getitem(c, obj, 0 if name == "values" else 1)
+    raise _Refusal(f"reads attribute {name!r}: the IR reads .values of a max only")
+
+
 def amax(c, input, dim=(), keepdim=False):
     x = computed(input)
     return rules.reduce("max", dim if dim != () else range(len(x.shape)), keepdim, x.shape)
@@ -152,6 +171,9 @@ def getitem(c, input, index):
         if not isinstance(index, int):
             raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
                            "by an integer index")
+        if input.slices[index] is None:
+            raise _Refusal("reads the indices of a max along an axis: the IR computes its "
+                           "values only")
         return input.slices[index], (input.source.name,)
     x = computed(input)
     cuts = [(axis, p) for axis, p in enumerate(index_slices(index, x.shape))
