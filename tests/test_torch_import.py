@@ -353,6 +353,46 @@ def test_max_along_an_axis_gives_its_values_and_refuses_its_indices():
         from_torch(Lambda(lambda x: x + x.max(1, keepdim=True)[1]), photo((1, 3, 6, 5)))
 
 
+class ChannelsFirstLayerNorm(nn.Module):
+    """ConvNeXt's own LayerNorm for N x C x H x W maps (its stem and downsampling layers):
+    written out with ``.pow(2)``, ``torch.sqrt`` and the affine's parameters indexed with
+    None."""
+
+    def __init__(self, channels, eps=1e-6):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, channels, 4, stride=4)
+        self.weight = nn.Parameter(torch.rand(channels) + 0.5)
+        self.bias = nn.Parameter(torch.rand(channels) - 0.5)
+        self.eps = eps
+
+    def forward(self, x):
+        x = self.conv(x)
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        x = (x - u) / torch.sqrt(s + self.eps)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+def test_a_layer_norm_written_out_as_convnext_writes_it_imports():
+    check(ChannelsFirstLayerNorm(16).eval(), photo((2, 3, 32, 24)))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: -x + torch.neg(x) * 0.5,
+    lambda x: torch.rsqrt(x * x + 1.0),
+    lambda x: (x + 1.0).rsqrt().clamp_min(0.2) + torch.clamp_max(x, 0.1),
+    lambda x: torch.pow(x, 3) + x ** 2 + x.pow(0.5),
+    lambda x: torch.sqrt(torch.clamp_min(x, 0.0)) + x.sqrt(),
+])
+def test_neg_pow_sqrt_rsqrt_and_one_sided_clamps_import(fn):
+    """The arithmetic of hand-written norms and activations, on a ReLU's non-negative map:
+    equal to PyTorch."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), Lambda(fn))
+    check(net, photo((1, 3, 9, 8)))
+
+
 def test_two_pixel_shuffles_and_two_stacks_keep_their_nodes_apart():
     """fx names a second call ``pixel_shuffle_1``; the first call's inner nodes must not take
     that name."""

@@ -179,6 +179,26 @@ def clamp(c, input, min=None, max=None):
     return rules.clip(number(min, "min"), number(max, "max"))
 
 
+def clamp_min(c, input, min):
+    return clamp(c, input, min=min)
+
+
+def clamp_max(c, input, max):
+    return clamp(c, input, max=max)
+
+
+def negate(c, input):
+    """``-x``, ``torch.neg``: a multiply by -1 (a per-channel affine)."""
+    return rules.with_constant("mul", computed(input).shape, np.float32(-1))
+
+
+def rsqrt(c, input):
+    """``torch.rsqrt``: a square root, then one divided by it."""
+    x = computed(input)
+    return c.build.chain([f"{c.name}_sqrt"], [ops.Sqrt(), rules.with_constant(
+        "div", x.shape, np.float32(1), const_first=True)], x.name)
+
+
 def unary(op_class):
     """The converter of a parameter-free activation (``F.silu``, ``torch.sigmoid``...)."""
     def convert(c, input, *args, inplace=False, **kwargs):
