@@ -49,6 +49,7 @@ def every_op_graph():
     t = g.hardsigmoid(g.sigmoid(s, name="sigmoid"), alpha=0.2, beta=0.5, name="hsig")
     t = g.tanh(g.silu(g.hardswish(t, name="hswish"), name="silu"), name="tanh")
     t = g.elu(g.mish(g.softplus(t, 2.0, 1.5, name="softplus"), name="mish"), 0.7, name="elu")
+    t = g.log(g.exp(g.abs(t, name="abs"), name="exp"), name="log")
     t = g.gelu(g.gelu(g.erf(t, name="erf"), name="gelu"), approximate="tanh", name="gelu_t")
     t = g.clip(t, -0.5, 0.3, name="clip")
     t = g.elementwise(t, g.reduce(t, kind="mean", axes=(2, 3), name="mean_hw"), kind="mul",

@@ -632,6 +632,32 @@ class Sqrt(Op):
 
 
 @dataclass(frozen=True)
+class Exp(Op):
+    """``exp(x)``: one transcendental (inf past float32's range, as in PyTorch)."""
+
+    def __call__(self, x):
+        with np.errstate(over="ignore"):
+            return np.exp(x)
+
+
+@dataclass(frozen=True)
+class Log(Op):
+    """Natural logarithm: one transcendental (-inf at 0, NaN below, as in PyTorch)."""
+
+    def __call__(self, x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(x)
+
+
+@dataclass(frozen=True)
+class Abs(Op):
+    """``|x|``: one op."""
+
+    def __call__(self, x):
+        return np.abs(x)
+
+
+@dataclass(frozen=True)
 class Erf(Op):
     """The error function (ONNX ``Erf``): one transcendental."""
 
@@ -1001,7 +1027,7 @@ OPS: dict[str, type] = {
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
-    "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "gelu": Gelu,
+    "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs, "gelu": Gelu,
     "clip": Clip,
     "elementwise": Elementwise, "reduce": Reduce, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice,
