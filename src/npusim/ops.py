@@ -317,7 +317,7 @@ class AdaptivePool(Op):
         areas; max: each window's rows, then its columns (a rectangle's max is the max of
         its rows' maxima)."""
         n, c, h, w = x.shape
-        (r0, r1), (c0, c1) = _adaptive_edges(h, self.size[0]), _adaptive_edges(w, self.size[1])
+        (r0, r1), (c0, c1) = adaptive_edges(h, self.size[0]), adaptive_edges(w, self.size[1])
         if self.kind == "max":
             rows = np.stack([x[:, :, a:b].max(axis=2) for a, b in zip(r0, r1, strict=True)], 2)
             return np.stack([rows[:, :, :, a:b].max(axis=3)
@@ -337,7 +337,7 @@ def AdaptiveMaxPool(size) -> AdaptivePool:
     return AdaptivePool(size, "max")
 
 
-def _adaptive_edges(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_edges(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
     """Each adaptive window's first pixel and one past its last, along one axis."""
     i = np.arange(out)
     return i * size // out, -(-(i + 1) * size // out)
@@ -345,7 +345,7 @@ def _adaptive_edges(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _adaptive_lengths(h: int, w: int, size) -> tuple[np.ndarray, np.ndarray]:
     """The adaptive windows' lengths along H and along W."""
-    (r0, r1), (c0, c1) = _adaptive_edges(h, size[0]), _adaptive_edges(w, size[1])
+    (r0, r1), (c0, c1) = adaptive_edges(h, size[0]), adaptive_edges(w, size[1])
     return r1 - r0, c1 - c0
 
 
@@ -599,7 +599,8 @@ class Mish(Op):
     ops_per_element = 6
 
     def __call__(self, x):
-        return (x * np.tanh(_softplus(x, 1.0, 20.0).astype(np.float64))).astype(x.dtype)
+        x64 = np.asarray(x, np.float64)
+        return (x64 * np.tanh(_softplus(x64, 1.0, 20.0))).astype(x.dtype)
 
 
 @dataclass(frozen=True)

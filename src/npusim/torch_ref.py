@@ -143,7 +143,7 @@ def _adaptive_pool(op: ops.AdaptivePool, in_shape):
     adaptive pool of unequal windows) as the same means by two constant averaging
     matrices, rows then columns, or the same maxima window by window."""
     def windows(n: int, m: int) -> list[tuple[int, int]]:
-        return [(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]
+        return list(zip(*(e.tolist() for e in ops.adaptive_edges(n, m)), strict=True))
 
     def averaging(n: int, edges) -> torch.Tensor:
         a = np.zeros((len(edges), n), np.float32)

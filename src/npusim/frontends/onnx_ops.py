@@ -183,13 +183,8 @@ def _reduce(c: OnnxNode) -> ops.Op:
 def _expand(c: OnnxNode) -> ops.Op | str:
     """Expand to a constant shape: a Broadcast to the shape inference gives (the input
     itself when nothing repeats)."""
-    x, out = c.in_shape(0), c.out_shape
-    if tuple(out) == tuple(x):
-        return c.proto.input[0]
-    if out[0] != x[0]:
-        raise _Refusal(f"expands the batch axis {x[0]} -> {out[0]}: the IR keeps the batch "
-                       "axis as it is")
-    return ops.Broadcast(tuple(out[1:]))
+    op = rules.broadcast_to(c.in_shape(0), c.out_shape)
+    return c.proto.input[0] if op is None else op
 
 
 def _transpose(c: OnnxNode) -> ops.Op:
@@ -204,9 +199,8 @@ def _blocks(rule):
         x = c.proto.input[0]
         if x in c.model.pending:
             raise _Refusal("moves a Pad output: the IR takes padding only into a conv or pool")
-        op_list = rule(c.in_shape(0), int(c.attr("blocksize")), c.attr("mode", "DCR"))
-        return c.build.chain([f"{c.name}_step{k}" for k in range(len(op_list) - 1)], op_list,
-                             c.model.ir_of.get(x, x))
+        return c.build.steps(c.name, rule(c.in_shape(0), int(c.attr("blocksize")),
+                                          c.attr("mode", "DCR")), c.model.ir_of.get(x, x))
     return convert
 
 

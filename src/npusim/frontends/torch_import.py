@@ -195,10 +195,9 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         except (_Refusal, TypeError, LayerError) as e:
             why = str(e)
         if conv is None or why is not None:
-            cannot = _fallback(build, gm, n, kind, args, kwargs, shape) if fallback else None
             if not fallback:
                 build.refuse(kind, n.name, why)
-            elif cannot is not None:
+            elif (cannot := _fallback(build, gm, n, kind, args, kwargs, shape)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)
             continue
         if isinstance(result, (Ref, Parts)):  # a pass-through, or parts read by getitem

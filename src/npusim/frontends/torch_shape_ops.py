@@ -54,12 +54,8 @@ def expand(c, input, *sizes):
     """``x.expand(...)`` / ``x.expand_as(y)``: a Broadcast to the shape PyTorch gives (a
     pass-through when nothing repeats)."""
     x = computed(input)
-    if tuple(c.out_shape) == tuple(x.shape):
-        return x
-    if c.out_shape[0] != x.shape[0]:
-        raise _Refusal(f"expands the batch axis {x.shape[0]} -> {c.out_shape[0]}: the IR keeps "
-                       "the batch axis as it is")
-    return ops.Broadcast(tuple(c.out_shape[1:])), (x.name,)
+    op = rules.broadcast_to(x.shape, c.out_shape)
+    return x if op is None else (op, (x.name,))
 
 
 def max_(c, input, dim=None, keepdim=False):
@@ -188,19 +184,13 @@ def getitem(c, input, index):
 def pixel_shuffle(c, input, upscale_factor):
     """``F.pixel_shuffle`` (sub-pixel upsampling): a reshape, a transpose, a reshape."""
     x = computed(input, 4)
-    return _chained(c, x, rules.depth_to_space(x.shape, int(upscale_factor)))
+    return c.build.steps(c.name, rules.depth_to_space(x.shape, int(upscale_factor)), x.name)
 
 
 def pixel_unshuffle(c, input, downscale_factor):
     """``F.pixel_unshuffle``: each block of pixels into channels, the same three ops."""
     x = computed(input, 4)
-    return _chained(c, x, rules.space_to_depth(x.shape, int(downscale_factor)))
-
-
-def _chained(c, x, op_list):
-    """``op_list`` applied to ``x`` one after the other, the inner nodes named after the call."""
-    return c.build.chain([f"{c.name}_step{k}" for k in range(len(op_list) - 1)], op_list,
-                         x.name)
+    return c.build.steps(c.name, rules.space_to_depth(x.shape, int(downscale_factor)), x.name)
 
 
 def index_slices(index, shape) -> list[slice]:

@@ -36,6 +36,7 @@ from .padding import (
 from .refusal import Refusal
 from .resize import exact_upsample, sampling_weights, upsample_to
 from .shape import (
+    broadcast_to,
     concat,
     depth_to_space,
     expect_rank,
@@ -47,6 +48,7 @@ from .shape import (
 )
 
 __all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
+           "broadcast_to",
            "cancel_transposes", "channel_values", "clip", "concat", "conv", "depth_to_space",
            "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
@@ -138,6 +140,11 @@ class Lowering:
         for name, op in zip(names, op_list[:-1], strict=True):
             x = self.add(name, op, (x,))
         return op_list[-1], (x,)
+
+    def steps(self, name: str, op_list, x: str) -> tuple[ops.Op, tuple[str, ...]]:
+        """``chain`` of ``op_list`` on ``x`` for node ``name``, the inner nodes named
+        ``<name>_step<k>`` (``<name>_<k>`` may be the name a framework gives another node)."""
+        return self.chain([f"{name}_step{k}" for k in range(len(op_list) - 1)], op_list, x)
 
     def conv_transpose(self, name: str, x: str, weight, bias, stride, padding,
                        output_padding, groups: int) -> tuple[ops.Op, tuple[str, ...]]:

@@ -55,6 +55,17 @@ def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
     return [ops.Slice(axis, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
 
 
+def broadcast_to(x_shape, out_shape) -> ops.Broadcast | None:
+    """``expand`` / ONNX ``Expand`` to ``out_shape`` (the source's): a Broadcast, or None
+    when nothing repeats (a pass-through); the batch axis stays as it is."""
+    if tuple(out_shape) == tuple(x_shape):
+        return None
+    if out_shape[0] != x_shape[0]:
+        raise Refusal(f"expands the batch axis {x_shape[0]} -> {out_shape[0]}: the IR keeps "
+                      "the batch axis as it is")
+    return ops.Broadcast(tuple(out_shape[1:]))
+
+
 def depth_to_space(x_shape, r: int, order: str = "CRD") -> list[ops.Op]:
     """Channels C r^2 of an N x C r^2 x H x W map into r x r blocks of pixels (N x C x
     Hr x Wr) as the reshape, transpose and reshape it is: ``order`` CRD (PyTorch's
