@@ -56,7 +56,7 @@ def test_group_tile_shows_bus_and_mac_utilisation_and_stalls(capsys, tmp_path):
 def test_input_reuse_shows_contention_stealing_and_transfers(capsys, tmp_path):
     text, t = _run(capsys, tmp_path, RNET, "input-reuse-1024")
     waited, moved = t["contention_cycles"], t["transfers"]
-    assert _shown(text, "bus contention") == (
+    assert _shown(text, "interconnect contention") == (
         f"{waited:,} cycles transfers waited for the interconnect, summed over transfers "
         f"({waited / moved:,.1f} a transfer)")
     assert _shown(text, "first buffers full") == (

@@ -653,7 +653,7 @@ class InputReuse(Machine):
         return [("kernel parts (most in a layer)", f"{int(e.get('peak_kernel_parts', 1))}"),
                 ("loop order", f"{int(e.get('kernel_major_layers', 0)):,} layers kernel-major, "
                                "the others region-major"),
-                ("bus contention", _contention(int(e.get("contention_cycles", 0)),
+                ("interconnect contention", _contention(int(e.get("contention_cycles", 0)),
                                                int(e.get("transfers", 0)))),
                 ("first buffers full", f"{int(e.get('first_buffer_stall_cycles', 0)):,} "
                                        "cycles the operation units stalled, summed over units"),
