@@ -129,16 +129,34 @@ def test_elementwise_refuses_shapes_that_do_not_broadcast():
         ops.Elementwise("mul").out_shape([(1, 4, 5, 6), (5,)], "m")
 
 
-@pytest.mark.parametrize("kind", ["mean", "max"])
+REDUCE_REFERENCES = {  # float64 PyTorch
+    "mean": torch.mean, "max": torch.amax, "min": torch.amin, "sum": torch.sum,
+    "l1": lambda t, dim, keepdim: torch.linalg.vector_norm(t, 1, dim=dim, keepdim=keepdim),
+    "l2": lambda t, dim, keepdim: torch.linalg.vector_norm(t, 2, dim=dim, keepdim=keepdim),
+}
+
+
+@pytest.mark.parametrize("kind", list(REDUCE_REFERENCES))
 @pytest.mark.parametrize("axes", [(2, 3), (1,), (-1,), (1, 2, 3), (0, 2)])
 @pytest.mark.parametrize("keepdims", [True, False])
 def test_reduce_equals_torch(kind, axes, keepdims):
     op = ops.Reduce(kind, axes, keepdims)
     t = torch.from_numpy(X.astype(np.float64))
-    want = (torch.mean if kind == "mean" else torch.amax)(t, dim=axes, keepdim=keepdims).numpy()
+    want = REDUCE_REFERENCES[kind](t, dim=axes, keepdim=keepdims).numpy()
     assert op.out_shape([X.shape], "r") == want.shape
-    np.testing.assert_allclose(op(X), want, rtol=1e-6)
-    assert op.vector_ops([X.shape], want.shape) == X.size  # one op per input element
+    got = op(X)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # one op per input element; a norm's magnitude or square and add, and L2's square root
+    per_input = 2 if kind in ("l1", "l2") else 1
+    assert op.vector_ops([X.shape], want.shape) == \
+        per_input * X.size + (want.size if kind == "l2" else 0)
+
+
+def test_an_unknown_reduce_kind_is_refused_with_the_kinds():
+    with pytest.raises(ops.LayerError, match=r"r: Reduce kind 'prod': must be one of 'mean', "
+                                             r"'sum', 'max', 'min', 'l1', 'l2'"):
+        ops.Reduce("prod", (1,)).out_shape([X.shape], "r")
 
 
 def test_a_mean_over_h_and_w_is_the_global_average_pool():

@@ -593,3 +593,38 @@ def test_reduce_sum_and_expand(tmp_path, opset, make, inits, kind):
     path = write(tmp_path, nodes, {"w": weights(6, 3, 3, 3), **inits}, opset=opset)
     graph = check(path, photo((1, 3, 12, 11)))
     assert op_kinds(graph)[-1] == kind
+
+
+@pytest.mark.parametrize("op_type", ["ReduceMin", "ReduceL1", "ReduceL2"])
+@pytest.mark.parametrize("opset, axes, keepdims", [(17, [1], 1), (17, [2, 3], 0),
+                                                   (18, [1], 1), (18, [-1], 0)])
+def test_reduce_min_and_the_norms(tmp_path, op_type, opset, axes, keepdims):
+    """ReduceMin, ReduceL1 and ReduceL2 of a conv's signed map, axes as attribute (before
+    opset 18) or input: equal to onnxruntime."""
+    reduce = (node(op_type, ["c", "axes"], keepdims=keepdims) if opset >= 18
+              else node(op_type, ["c"], axes=axes, keepdims=keepdims))
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1]), reduce],
+                 {"w": weights(6, 3, 3, 3), "axes": np.array(axes)}, opset=opset)
+    graph = check(path, photo((1, 3, 12, 11)))
+    assert op_kinds(graph) == ["Conv", "Reduce"]
+
+
+def test_normalize_as_torch_exports_it(tmp_path):
+    """``F.normalize`` exports as ReduceL2, Clip from eps, Expand to the input's shape (from
+    its Shape) and Div: equal to onnxruntime and to PyTorch."""
+    torch.manual_seed(0)
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 6, 3, padding=1)
+
+        def forward(self, x):
+            return torch.nn.functional.normalize(self.conv(x), dim=1)
+
+    x = photo((2, 3, 9, 8))
+    net = Embed().eval()
+    path = export(net, x, tmp_path / "normalize.onnx")
+    graph = check(path, x)
+    assert op_kinds(graph) == ["Conv", "Reduce", "Clip", "Broadcast", "Elementwise"]
+    check(path, x, judge=lambda path, x: net(torch.from_numpy(x)).detach().numpy())

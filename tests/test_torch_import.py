@@ -348,9 +348,43 @@ class SpatialAttention(nn.Module):
 def test_max_along_an_axis_gives_its_values_and_refuses_its_indices():
     graph = check(SpatialAttention().eval(), photo((2, 3, 12, 10)))
     assert "Reduce" in op_kinds(graph) and "Elementwise" in op_kinds(graph)
-    with pytest.raises(ModelError, match=r"reads the indices of a max along an axis: the IR "
+    with pytest.raises(ModelError, match=r"reads the indices of a max or min along an axis: the IR "
                                          r"computes its values only"):
         from_torch(Lambda(lambda x: x + x.max(1, keepdim=True)[1]), photo((1, 3, 6, 5)))
+
+
+@pytest.mark.parametrize("fn, kinds", [
+    (lambda x: F.normalize(x), ["Reduce", "Clip", "Elementwise"]),
+    (lambda x: F.normalize(x, p=1, dim=2, eps=1e-3), ["Reduce", "Clip", "Elementwise"]),
+    (lambda x: x / x.norm(dim=1, keepdim=True) + torch.norm(x, p=1, dim=(2, 3), keepdim=True),
+     ["Reduce", "Elementwise", "Reduce", "Elementwise"]),
+    (lambda x: torch.linalg.vector_norm(x, 1, dim=1, keepdim=True)
+     + torch.linalg.norm(x, dim=(2, 3), keepdim=True), ["Reduce", "Reduce", "Elementwise"]),
+    (lambda x: x + torch.norm(x) + torch.linalg.vector_norm(x), None),
+    (lambda x: torch.amin(x, (2, 3), keepdim=True) + x.amin(1, keepdim=True) + x, None),
+    (lambda x: torch.min(x, 1, keepdim=True)[0] + x.min(dim=3, keepdim=True).values
+     + torch.min(x, x * 0.5) + x.min(), None),
+])
+def test_norms_normalize_and_min_import(fn, kinds):
+    """An embedding head's ``F.normalize`` (the norm, at least eps, divided by), the L1 and
+    L2 norms of ``torch.norm``, ``x.norm`` and ``torch.linalg``, and every form of min, on a
+    conv's signed map: equal to PyTorch."""
+    torch.manual_seed(0)
+    graph = check(nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), Lambda(fn)),
+                  photo((2, 3, 9, 8)))
+    if kinds:
+        assert op_kinds(graph)[1:] == kinds
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: torch.norm(x, p=3, dim=1), r"p=3: the IR takes the L1 and L2 norms"),
+    (lambda x: F.normalize(x, p=float("inf")), r"p=inf: the IR takes the L1 and L2 norms"),
+    (lambda x: torch.linalg.norm(x, 2, dim=(2, 3)), r"ord=2 over \(2, 3\): a matrix norm"),
+    (lambda x: x + x.min(1, keepdim=True)[1], r"reads the indices of a max or min"),
+])
+def test_other_norms_and_min_indices_are_refused_by_name(fn, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Lambda(fn), photo((1, 3, 6, 5)))
 
 
 class ChannelsFirstLayerNorm(nn.Module):

@@ -766,8 +766,10 @@ def _axes(axes, ndim: int, name: str, kind: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Reduce(Op):
-    """Mean, sum or max over ``axes`` (``keepdims`` keeps them as size 1). A mean over H, W
-    of an N x C x H x W map is a global average pool. Cost: one op per input element."""
+    """Mean, sum, max, min, L1 norm (sum of magnitudes) or L2 norm (square root of the sum of
+    squares) over ``axes`` (``keepdims`` keeps them as size 1). A mean over H, W of an
+    N x C x H x W map is a global average pool. Cost: one op per input element; two for a
+    norm (the magnitude or square, the add), and the L2 norm's square root per output."""
 
     kind: str = "mean"
     axes: tuple = (2, 3)
@@ -775,23 +777,33 @@ class Reduce(Op):
 
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Reduce")
-        if self.kind not in ("mean", "sum", "max"):
-            raise LayerError(f"{name}: Reduce kind {self.kind!r}: must be 'mean', 'sum' or "
-                             "'max'")
+        if self.kind not in REDUCE_KINDS:
+            raise LayerError(f"{name}: Reduce kind {self.kind!r}: must be one of "
+                             f"{', '.join(map(repr, REDUCE_KINDS))}")
         shape, axes = in_shapes[0], _axes(self.axes, len(in_shapes[0]), name, "Reduce")
         if self.keepdims:
             return tuple(1 if i in axes else d for i, d in enumerate(shape))
         return tuple(d for i, d in enumerate(shape) if i not in axes)
 
     def vector_ops(self, in_shapes, out_shape):
+        if self.kind in ("l1", "l2"):
+            return 2 * _numel(in_shapes[0]) + (_numel(out_shape) if self.kind == "l2" else 0)
         return _numel(in_shapes[0])
 
     def __call__(self, x):
         axes = _axes(self.axes, x.ndim, "reduce", "Reduce")
-        if self.kind == "max":
-            return x.max(axis=axes, keepdims=self.keepdims)
-        reduce = np.sum if self.kind == "sum" else np.mean
-        return reduce(x, axis=axes, keepdims=self.keepdims, dtype=np.float64).astype(x.dtype)
+        if self.kind in ("max", "min"):
+            return (x.max if self.kind == "max" else x.min)(axis=axes, keepdims=self.keepdims)
+        if self.kind in ("mean", "sum"):  # sums in float64, rounded once
+            reduce = np.sum if self.kind == "sum" else np.mean
+            return reduce(x, axis=axes, keepdims=self.keepdims, dtype=np.float64).astype(x.dtype)
+        wide = np.asarray(x, np.float64)
+        wide = np.abs(wide) if self.kind == "l1" else wide * wide
+        total = wide.sum(axis=axes, keepdims=self.keepdims)
+        return (total if self.kind == "l1" else np.sqrt(total)).astype(x.dtype)
+
+
+REDUCE_KINDS = ("mean", "sum", "max", "min", "l1", "l2")
 
 
 @dataclass(frozen=True)

@@ -200,11 +200,11 @@ def _elementwise(op: ops.Elementwise):
 
 def _reduce(op: ops.Reduce):
     dims = tuple(op.axes) if not isinstance(op.axes, int) else (op.axes,)
-    if op.kind == "max":
-        return lambda x: torch.amax(x, dim=dims, keepdim=op.keepdims)
-    if op.kind == "sum":
-        return lambda x: torch.sum(x, dim=dims, keepdim=op.keepdims)
-    return lambda x: torch.mean(x, dim=dims, keepdim=op.keepdims)
+    if op.kind in ("l1", "l2"):
+        order = 1 if op.kind == "l1" else 2
+        return lambda x: torch.linalg.vector_norm(x, order, dim=dims, keepdim=op.keepdims)
+    reduce = {"max": torch.amax, "min": torch.amin, "sum": torch.sum, "mean": torch.mean}
+    return lambda x: reduce[op.kind](x, dim=dims, keepdim=op.keepdims)
 
 
 def _slice(op: ops.Slice):

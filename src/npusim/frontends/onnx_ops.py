@@ -164,12 +164,13 @@ def _reshape(c: OnnxNode) -> ops.Op:
     return rules.reshape(c.in_shape(0), c.out_shape)
 
 
-_REDUCE_KINDS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+_REDUCE_KINDS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max",
+                 "ReduceMin": "min", "ReduceL1": "l1", "ReduceL2": "l2"}
 
 
 def _reduce(c: OnnxNode) -> ops.Op:
-    """ReduceMean / ReduceSum / ReduceMax: axes as attribute or, from opset 18 (ReduceSum:
-    13), input 1."""
+    """ReduceMean / Sum / Max / Min / L1 / L2: axes as attribute or, from opset 18
+    (ReduceSum: 13), input 1."""
     as_input = c.model.opset >= (13 if c.op_type == "ReduceSum" else 18)
     axes = c.const(1) if as_input else c.attr("axes")
     if axes is None or len(axes) == 0:
@@ -361,7 +362,7 @@ CONVERTERS = {
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
     "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
-    "ReduceMean": (_reduce, 1), "ReduceMax": (_reduce, 1), "ReduceSum": (_reduce, 1),
+    **{kind: (_reduce, 1) for kind in _REDUCE_KINDS},
     "Expand": (_expand, 1), "Transpose": (_transpose, 1),
     "Split": (_split, 1), "DepthToSpace": (_blocks(rules.depth_to_space), 1),
     "SpaceToDepth": (_blocks(rules.space_to_depth), 1), "Flatten": (_reshape, 1),

@@ -58,28 +58,83 @@ def expand(c, input, *sizes):
     return x if op is None else (op, (x.name,))
 
 
-def max_(c, input, dim=None, keepdim=False):
-    """``torch.max`` / ``x.max``: of two tensors, ``torch.maximum``; over all axes, one
+def extreme(kind: str):
+    """The converter of ``torch.max`` / ``x.max`` (``kind`` "max") or ``torch.min`` /
+    ``x.min`` ("min"): of two tensors, ``torch.maximum`` / ``minimum``; over all axes, one
     Reduce; along ``dim``, values and indices, of which the IR gives the values (read by
     ``[0]`` or ``.values``; ``attribute``)."""
-    if isinstance(dim, Ref):
-        return rules.binary("max", [computed(input).shape, computed(dim).shape])
-    x = computed(input)
-    if dim is None:
-        return rules.reduce("max", range(len(x.shape)), False, x.shape)
-    return Parts(x, (rules.reduce("max", [dim], keepdim, x.shape), None))
+    def convert(c, input, dim=None, keepdim=False):
+        if isinstance(dim, Ref):
+            return rules.binary(kind, [computed(input).shape, computed(dim).shape])
+        x = computed(input)
+        if dim is None:
+            return rules.reduce(kind, range(len(x.shape)), False, x.shape)
+        return Parts(x, (rules.reduce(kind, [dim], keepdim, x.shape), None))
+    return convert
 
 
 def attribute(c, obj, name):
-    """``result.values`` / ``result.indices`` of a max along an axis (as ``[0]``, ``[1]``)."""
+    """``result.values`` / ``result.indices`` of a max or min along an axis (as ``[0]``,
+    ``[1]``)."""
     if isinstance(obj, Parts) and name in ("values", "indices"):
         return getitem(c, obj, 0 if name == "values" else 1)
-    raise _Refusal(f"reads attribute {name!r}: the IR reads .values of a max only")
+    raise _Refusal(f"reads attribute {name!r}: the IR reads .values of a max or min only")
 
 
-def amax(c, input, dim=(), keepdim=False):
+def extremes(kind: str):
+    """The converter of ``torch.amax`` / ``torch.amin`` (``kind`` "max" or "min")."""
+    def convert(c, input, dim=(), keepdim=False):
+        x = computed(input)
+        return rules.reduce(kind, dim if dim != () else range(len(x.shape)), keepdim, x.shape)
+    return convert
+
+
+_NORM_KINDS = {1: "l1", 2: "l2", "fro": "l2"}
+
+
+def _norm_kind(p) -> str:
+    """The Reduce kind of a vector norm of order ``p`` (1, 2 or "fro")."""
+    kind = _NORM_KINDS.get(p if isinstance(p, str) else float(p))
+    if kind is None:
+        raise _Refusal(f"p={p!r}: the IR takes the L1 and L2 norms (p=1, p=2 or 'fro')")
+    return kind
+
+
+def norm(c, input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    """``torch.norm`` / ``x.norm`` of order 1 or 2 (or Frobenius: the L2 norm of all the
+    elements over ``dim``): a Reduce l1 or l2."""
     x = computed(input)
-    return rules.reduce("max", dim if dim != () else range(len(x.shape)), keepdim, x.shape)
+    if dtype is not None:
+        raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
+    axes = range(len(x.shape)) if dim is None else [dim] if isinstance(dim, int) else dim
+    return rules.reduce(_norm_kind(p), axes, keepdim, x.shape)
+
+
+def vector_norm(c, input, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``torch.linalg.vector_norm``: ``norm`` of order ``ord`` over ``dim``."""
+    return norm(c, input, ord, dim, keepdim, dtype=dtype)
+
+
+def linalg_norm(c, input, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``torch.linalg.norm``: without ``ord``, the L2 norm of all the elements over ``dim``
+    (a vector's 2-norm, a matrix's Frobenius norm); ``ord`` 1 or 2 over one axis; a matrix
+    norm of another order is refused."""
+    if ord is not None and (dim is None or not isinstance(dim, int)) and ord != "fro":
+        raise _Refusal(f"ord={ord!r} over {dim if dim is not None else 'all axes'}: a matrix "
+                       "norm; the IR takes vector norms (ord 1 or 2 over one axis) and the "
+                       "Frobenius norm")
+    return norm(c, input, "fro" if ord is None else ord, dim, keepdim, dtype=dtype)
+
+
+def normalize(c, input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``F.normalize``: ``x`` divided by its norm of order ``p`` along ``dim``, at least
+    ``eps``: a Reduce l1 or l2 (kept as size 1), a Clip from ``eps``, a broadcasting
+    divide."""
+    x = computed(input)
+    op, inputs = c.build.steps(c.name, [rules.reduce(_norm_kind(p), [dim], True, x.shape),
+                                        rules.clip(float(eps), None)], x.name)
+    bounded = c.build.add(f"{c.name}_step1", op, inputs)
+    return ops.Elementwise("div"), (x.name, bounded)
 
 
 def permute(c, input, *dims):
@@ -168,7 +223,7 @@ def getitem(c, input, index):
             raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
                            "by an integer index")
         if input.slices[index] is None:
-            raise _Refusal("reads the indices of a max along an axis: the IR computes its "
+            raise _Refusal("reads the indices of a max or min along an axis: the IR computes its "
                            "values only")
         return input.slices[index], (input.source.name,)
     x = computed(input)

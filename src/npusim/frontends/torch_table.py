@@ -42,18 +42,21 @@ from .torch_ops import (
     unary,
 )
 from .torch_shape_ops import (
-    amax,
     attribute,
     cat,
     chunk,
     concatenate,
     dropout,
     expand,
+    extreme,
+    extremes,
     getitem,
     identity,
     interpolate,
-    max_,
+    linalg_norm,
     mean,
+    norm,
+    normalize,
     pad,
     permute,
     pixel_shuffle,
@@ -64,6 +67,7 @@ from .torch_shape_ops import (
     stack,
     sum_,
     transpose,
+    vector_norm,
 )
 
 _MODULES = {
@@ -161,8 +165,14 @@ _FUNCTIONS = _table(
     (group_norm, F.group_norm),
     (mean, torch.mean),
     (sum_, torch.sum),
-    (amax, torch.amax),
-    (max_, torch.max),
+    (extremes("max"), torch.amax),
+    (extremes("min"), torch.amin),
+    (extreme("max"), torch.max),
+    (extreme("min"), torch.min),
+    (norm, torch.norm),
+    (vector_norm, torch.linalg.vector_norm),
+    (linalg_norm, torch.linalg.norm),
+    (normalize, F.normalize),
     (attribute, getattr),
     (permute, torch.permute),
     (transpose, torch.transpose),
@@ -189,7 +199,8 @@ _METHODS = {
     "add": arith("add"), "add_": arith("add"), "sub": arith("sub"), "sub_": arith("sub"),
     "mul": arith("mul"), "mul_": arith("mul"), "div": arith("div"), "div_": arith("div"),
     "sigmoid": unary(ops.Sigmoid), "sigmoid_": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
-    "mean": mean, "sum": sum_, "max": max_, "amax": amax, "permute": permute,
+    "mean": mean, "sum": sum_, "max": extreme("max"), "amax": extremes("max"),
+    "min": extreme("min"), "amin": extremes("min"), "norm": norm, "permute": permute,
     "transpose": transpose, "expand": expand, "expand_as": expand,
     "split": split, "chunk": chunk, "flatten": reshape_to, "view": reshape_to,
     "reshape": reshape_to, "squeeze": reshape_to, "unsqueeze": reshape_to,
@@ -203,6 +214,9 @@ def _function_name(fn) -> str:
     for prefix, namespace in (("F", F), ("torch", torch), ("operator", operator)):
         if getattr(namespace, name, None) is fn:
             return f"{prefix}.{name}"
+    linalg = name.removeprefix("linalg_")  # torch.linalg's functions are named linalg_*
+    if getattr(torch.linalg, linalg, None) is fn:
+        return f"torch.linalg.{linalg}"
     return f"{getattr(fn, '__module__', None) or '?'}.{name}"
 
 

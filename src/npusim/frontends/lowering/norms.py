@@ -42,6 +42,7 @@ def softmax(axis: int, ndim: int) -> ops.Op:
 
 
 def reduce(kind: str, axes, keepdims: bool, x_shape) -> ops.Op:
-    """Mean, sum or max over ``axes`` (None: all axes but the batch)."""
+    """A Reduce of ``kind`` (``ops.REDUCE_KINDS``: mean, sum, max, min, L1 or L2 norm) over
+    ``axes`` (None: all axes but the batch)."""
     axes = tuple(range(1, len(x_shape))) if axes is None else axes
     return ops.Reduce(kind, ops._axes(axes, len(x_shape), "reduce", "Reduce"), bool(keepdims))
