@@ -714,6 +714,60 @@ class Clip(Op):
         return np.clip(x, self.lo, self.hi).astype(x.dtype, copy=False)
 
 
+@dataclass(frozen=True, eq=False)
+class FakeQuant(Op):
+    """A tensor rounded to an integer grid and back: a quantised model's activation (ONNX
+    ``QuantizeLinear`` then ``DequantizeLinear``). ``q = clip(round(x / scale) +
+    zero_point, lo, hi)`` (round half to even), ``out = (q - zero_point) * scale``, in
+    float32 as onnxruntime computes them. ``scale`` (> 0) and ``zero_point`` (an integer
+    in [lo, hi]) are one value, or one per index of ``axis``. Cost 4 per element: the
+    divide, the round, the add and clip, the subtract and multiply back."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    lo: int = -128
+    hi: int = 127
+    axis: int = 1
+    ops_per_element = 4
+
+    def __post_init__(self):
+        scale = frozen(np.asarray(self.scale, np.float32).reshape(-1))
+        zero = frozen(np.asarray(self.zero_point, np.float32).reshape(-1))
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "zero_point", zero)
+        if not (np.isfinite(scale).all() and (scale > 0).all()):
+            raise LayerError(f"FakeQuant: scale {scale.tolist()[:4]}: must be finite and > 0")
+        if not self.lo <= self.hi:
+            raise LayerError(f"FakeQuant: range [{self.lo}, {self.hi}] is empty")
+        if (zero != np.rint(zero)).any() or zero.min() < self.lo or zero.max() > self.hi:
+            raise LayerError(f"FakeQuant: zero point {zero.tolist()[:4]}: must be integers in "
+                             f"[{self.lo}, {self.hi}]")
+        if zero.size not in (1, scale.size):
+            raise LayerError(f"FakeQuant: {zero.size} zero points for {scale.size} scales")
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "FakeQuant")
+        shape, n = in_shapes[0], max(self.scale.size, self.zero_point.size)
+        if n > 1 and not (-len(shape) <= self.axis < len(shape) and shape[self.axis] == n):
+            raise LayerError(f"{name}: FakeQuant has {n} scales along axis {self.axis} but "
+                             f"the input has shape {tuple(shape)}")
+        return shape
+
+    def along(self, values: np.ndarray, ndim: int) -> np.ndarray:
+        """``values`` shaped to broadcast along ``axis`` of an ``ndim``-axis tensor."""
+        if values.size == 1:
+            return values.reshape(())
+        shape = [1] * ndim
+        shape[self.axis % ndim] = values.size
+        return values.reshape(shape)
+
+    def __call__(self, x):
+        scale = self.along(self.scale, x.ndim)
+        zero = self.along(self.zero_point, x.ndim)
+        q = np.clip(np.rint(x / scale) + zero, self.lo, self.hi)
+        return ((q - zero) * scale).astype(np.float32, copy=False)
+
+
 # ---- elementwise arithmetic with broadcasting -------------------------------------------
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -1041,7 +1095,7 @@ OPS: dict[str, type] = {
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
     "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs, "gelu": Gelu,
-    "clip": Clip,
+    "clip": Clip, "fakequant": FakeQuant,
     "elementwise": Elementwise, "reduce": Reduce, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,

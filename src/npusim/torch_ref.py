@@ -207,6 +207,15 @@ def _reduce(op: ops.Reduce):
     return lambda x: reduce[op.kind](x, dim=dims, keepdim=op.keepdims)
 
 
+def _fake_quant(op: ops.FakeQuant, ndim: int):
+    """Round to the grid and back in float32 torch ops (a divide, round half to even) on
+    an ``ndim``-axis tensor: ``torch.fake_quantize_per_tensor_affine`` multiplies by
+    1 / scale instead, which rounds differently."""
+    scale = _tensor(op.along(op.scale, ndim))
+    zero = _tensor(op.along(op.zero_point, ndim))
+    return lambda x: (torch.clamp(torch.round(x / scale) + zero, op.lo, op.hi) - zero) * scale
+
+
 def _slice(op: ops.Slice):
     def fn(x):
         axis = op.axis % x.ndim
@@ -294,6 +303,7 @@ def _function(op, out_shape):
         ops.Sqrt: lambda: torch.sqrt,
         ops.Gelu: lambda: (lambda x: F.gelu(x, approximate=op.approximate)),
         ops.Clip: lambda: (lambda x: torch.clamp(x, op.lo, op.hi)),
+        ops.FakeQuant: lambda: _fake_quant(op, len(out_shape)),
         ops.Elementwise: lambda: _elementwise(op),
         ops.Reduce: lambda: _reduce(op),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
@@ -336,6 +346,13 @@ if torch is not None:
                 values[name] = layer(*[values[i] for i in inputs])
             return values
 
+        def forward_each(self, values: dict) -> dict:
+            """Every node's output computed from ``values`` (node name -> tensor) of its
+            inputs, each node on its own: no node reads another's output here."""
+            return {name: layer(*[values[i] for i in inputs])
+                    for name, inputs, layer in zip(self.names, self.inputs, self.layers,
+                                                   strict=True)}
+
         def forward(self, x):
             return self.forward_all(x)[self.output_name]
 
@@ -349,6 +366,16 @@ def to_torch(graph: Graph) -> nn.Module:
     """
     _require_torch()
     return GraphModule(graph).eval()
+
+
+def torch_node_outputs(graph: Graph, values: dict) -> dict[str, np.ndarray]:
+    """Every node's output computed by PyTorch from ``values`` (every node's inputs, e.g.
+    ``simulate(..., keep_outputs=True).outputs``), each node on the inputs given, float32."""
+    _require_torch()
+    module = to_torch(graph)
+    with torch.no_grad():
+        out = module.forward_each({name: _tensor(v) for name, v in values.items()})
+    return {name: v.numpy() for name, v in out.items()}
 
 
 def torch_outputs(graph: Graph, x: np.ndarray) -> dict[str, np.ndarray]:

@@ -30,6 +30,7 @@ class Model:
     initializers: dict
     producers: dict
     depends: set
+    readers: dict = dataclasses.field(default_factory=dict)  # tensor -> op types reading it
     constants: dict = dataclasses.field(default_factory=dict)
     ir_of: dict = dataclasses.field(default_factory=dict)  # ONNX tensor -> IR node
     pending: dict = dataclasses.field(default_factory=dict)  # tensor -> lowering.Pending
@@ -162,8 +163,14 @@ def analyse(model, path: Path, input_name: str) -> Model:
     for n in g.node:  # a tensor's Shape is a constant: every shape is static here
         if n.op_type not in ("Shape", "Size") and any(i in depends for i in n.input):
             depends.update(n.output)
+    readers: dict[str, list[str]] = {}
+    for n in g.node:
+        for t in n.input:
+            readers.setdefault(t, []).append(n.op_type)
+    for out in g.output:
+        readers.setdefault(out.name, []).append("the graph's output")
     return Model(path, onnx_file.opset(model), {}, {t.name: t for t in g.initializer}, producers,
-                  depends)
+                 depends, readers)
 
 
 

@@ -18,7 +18,7 @@ from .. import ops
 from ..geometry import same_auto_padding
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
-from .onnx_model import OnnxNode, element_name
+from .onnx_model import OnnxNode, constant, element_name
 
 # ---- shared geometry --------------------------------------------------------------------
 
@@ -301,6 +301,66 @@ def _dropout(c: OnnxNode):
     return c.proto.input[0]
 
 
+# ---- quantised models (QDQ) -------------------------------------------------------------
+
+GRID_TYPES = ("int8", "uint8", "int16", "uint16")  # the integer grids a FakeQuant rounds to
+
+
+def _grid(c: OnnxNode, proto=None) -> tuple[np.ndarray, np.ndarray, str, int]:
+    """(scale, zero point, integer type, axis) of a QuantizeLinear or DequantizeLinear
+    (``proto``; default ``c``'s): the zero point's type, else ``output_dtype`` (opset 21),
+    else uint8, as the operator spec defaults."""
+    from onnx import helper
+
+    proto = proto or c.proto
+    attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+    if attrs.get("block_size", 0):
+        raise _Refusal(f"block_size={attrs['block_size']}: blocked quantisation; the IR "
+                       "takes one scale, or one per index of an axis")
+    scale = constant(c.model, proto.input[1]).astype(np.float32)
+    has_zero = len(proto.input) > 2 and proto.input[2] != ""
+    zero = constant(c.model, proto.input[2]) if has_zero else None
+    if zero is not None:
+        kind = zero.dtype.name
+    elif attrs.get("output_dtype"):
+        kind = np.dtype(helper.tensor_dtype_to_np_dtype(attrs["output_dtype"])).name
+    else:
+        kind = "uint8"
+    if kind not in GRID_TYPES:
+        raise _Refusal(f"quantises to {kind}; the IR rounds to a grid of "
+                       f"{', '.join(GRID_TYPES)}")
+    return scale, np.zeros(1, kind) if zero is None else zero, kind, int(attrs.get("axis", 1))
+
+
+def _quantize(c: OnnxNode) -> ops.Op:
+    """QuantizeLinear read only by DequantizeLinear (a QDQ model's activation): one
+    FakeQuant, the DequantizeLinear after it a pass-through (``_dequantize``)."""
+    others = [r for r in c.model.readers.get(c.proto.output[0], []) if r != "DequantizeLinear"]
+    if others:
+        raise _Refusal(f"its integers are read by {', '.join(sorted(set(others)))}, not by a "
+                       "DequantizeLinear; the IR carries float tensors (QDQ models import; "
+                       "QLinearConv / QOperator models do not)")
+    scale, zero, kind, axis = _grid(c)
+    info = np.iinfo(kind)
+    return ops.FakeQuant(scale, zero, int(info.min), int(info.max), axis)
+
+
+def _dequantize(c: OnnxNode) -> str:
+    """DequantizeLinear of a computed tensor: a pass-through, the tensor being a
+    QuantizeLinear's of the same scale, zero point and axis (its FakeQuant)."""
+    source = c.model.producers.get(c.proto.input[0])  # the graph's input is float
+    if source is None or source.op_type != "QuantizeLinear":
+        made = "the graph's input" if source is None else f"a {source.op_type}'s output"
+        raise _Refusal(f"dequantises {made}, not a QuantizeLinear's; the IR carries float "
+                       "tensors")
+    (scale, zero, kind, axis), (s, z, k, a) = _grid(c), _grid(c, source)
+    if kind != k or not (np.array_equal(scale, s) and np.array_equal(zero, z)) or (
+            scale.size > 1 and axis != a):
+        raise _Refusal("its scale, zero point or axis differ from the QuantizeLinear's before "
+                       "it; a QDQ pair rounds to one grid")
+    return c.proto.input[0]
+
+
 def _resize(c: OnnxNode) -> ops.Op:
     mode = c.attr("mode", "nearest")
     old = c.op_type == "Upsample" or c.model.opset < 11
@@ -372,6 +432,7 @@ CONVERTERS = {
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
     "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
+    "QuantizeLinear": (_quantize, 1), "DequantizeLinear": (_dequantize, 1),
 }
 
 

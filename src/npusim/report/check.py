@@ -3,7 +3,11 @@
 The relative error of a node is ``max |npusim - torch| / max |torch|`` over its output.
 
 - float32: every node of the network against torch (``torch_ref``) on the same input,
-  end to end; the verdict is the worst node's error against ``FLOAT32_TOLERANCE``.
+  end to end; the verdict is the worst node's error against ``FLOAT32_TOLERANCE``. A
+  quantised graph (one with ``FakeQuant`` nodes, a QDQ model's) is compared node by node,
+  each node against torch on the inputs npusim gave it: a value at a rounding boundary
+  goes one way or the other by float32's last bit, and a step of the grid moved that way
+  would fail an end-to-end comparison of two correct runs.
 - int8: int8 outputs cannot equal float ones; what can be judged is that each conv's
   int8 result equals its float result up to the rounding the int8 scheme allows. Each
   conv is compared with torch's float32 conv of the same input npusim gave it (so error
@@ -14,8 +18,8 @@ Both report each network output's error against float32 torch end to end (not ju
 ``output_error`` is the largest, ``output_errors`` each by its label). A model read from an
 ONNX file is also run by onnxruntime on the same input: its outputs, in the file's order,
 against npusim's end to end (``onnxruntime_error``, the largest); in float32 that is judged
-against the same tolerance. Not when npusim's weights are no longer the file's (pruned):
-``onnxruntime_skipped`` then says why.
+against the same tolerance, but for a quantised graph (end to end, as above). Not when
+npusim's weights are no longer the file's (pruned): ``onnxruntime_skipped`` then says why.
 Needs the ``torch`` extra.
 """
 
@@ -32,6 +36,8 @@ from ..ir import Graph, Node
 FLOAT32_TOLERANCE = 1e-4  # relative error; also the slack for torch's own float32 rounding
 INT8_LIMIT = 1.0  # error / rounding bound
 COMPARED = {"float32": "every node against torch, end to end; score = relative error",
+            "float32 node by node": "every node against torch on npusim's inputs to it (a "
+                                    "quantised graph); score = relative error",
             "int8": "each conv against torch float32 on the same input; score = worst error "
                     "over its int8 rounding bound"}
 
@@ -56,16 +62,22 @@ class CheckOutcome:
     output_errors: dict = dataclasses.field(default_factory=dict)
     onnxruntime_error: float | None = None
     onnxruntime_skipped: str | None = None
+    node_by_node: bool = False  # float32 nodes each on npusim's inputs (a quantised graph)
 
     @property
     def passed(self) -> bool:
         ort_ok = (self.onnxruntime_error is None or self.dtype != "float32"
-                  or self.onnxruntime_error <= self.limit)
+                  or self.node_by_node or self.onnxruntime_error <= self.limit)
         return self.score <= self.limit and ort_ok
+
+    @property
+    def comparison(self) -> str:
+        """Which comparison was made (``COMPARED``'s key)."""
+        return "float32 node by node" if self.node_by_node else self.dtype
 
     def as_dict(self) -> dict:
         """The JSON report's ``check`` object (docs/json-schema.md)."""
-        return {"compared": COMPARED[self.dtype], "worst_relative_error": self.worst,
+        return {"compared": COMPARED[self.comparison], "worst_relative_error": self.worst,
                 "node": self.node, "nodes_compared": self.nodes, "score": self.score,
                 "score_node": self.score_node, "limit": self.limit,
                 "output_relative_error": self.output_error,
@@ -80,6 +92,12 @@ class CheckOutcome:
                f"; outputs against onnxruntime: {self.onnxruntime_error:.3g}")
         if self.onnxruntime_skipped:
             ort = f"; outputs against onnxruntime: not compared ({self.onnxruntime_skipped})"
+        if self.node_by_node:
+            return (f"check against torch, {self.nodes} nodes each on npusim's inputs to it "
+                    f"(a quantised graph): worst relative error {self.worst:.3g} at "
+                    f"{self.node} (tolerance {self.limit:g}): {verdict}; not judged, as "
+                    "a last float32 bit can move a value a rounding step: network output "
+                    f"vs torch end to end: {self.output_error:.3g}{ort}")
         if self.dtype == "float32":
             return (f"check against torch, {self.nodes} nodes: worst relative error "
                     f"{self.worst:.3g} at {self.node}{ort} (tolerance {self.limit:g}): "
@@ -118,7 +136,8 @@ def check(graph: Graph, x: np.ndarray, result, onnx_path=None,
     with PyTorch, and with onnxruntime when ``onnx_path`` names the file the graph came
     from, as the module docstring describes; ``onnx_skipped``: why the graph's file is not
     run (its weights are not the graph's), reported instead."""
-    from ..torch_ref import torch_outputs
+    from .. import ops
+    from ..torch_ref import torch_node_outputs, torch_outputs
 
     ort = None if onnx_path is None else onnxruntime_error(onnx_path, graph, x, result)
     reference = torch_outputs(graph, x)
@@ -126,11 +145,15 @@ def check(graph: Graph, x: np.ndarray, result, onnx_path=None,
                      for label, out in graph.outputs.items()}
     output_error = max(output_errors.values())
     if result.dtype == "float32":
+        quantised = any(isinstance(n.op, ops.FakeQuant) for n in graph.nodes)
+        if quantised:
+            reference = torch_node_outputs(graph, result.outputs)
         errors = [(relative_error(result.outputs[n.name], reference[n.name]), n.name)
                   for n in graph.nodes]
         worst, node = max(errors)
         return CheckOutcome("float32", worst, node, len(errors), worst, node,
-                            FLOAT32_TOLERANCE, output_error, output_errors, ort, onnx_skipped)
+                            FLOAT32_TOLERANCE, output_error, output_errors, ort, onnx_skipped,
+                            node_by_node=quantised)
     rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
             for n in graph.conv_nodes]
     (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
