@@ -320,6 +320,7 @@ BLOCKS = {  # factory -> op types the imported graph must hold (the block's own 
     "mnasnet_head": {"Reduce"},
     "convnext_block": {"Transpose", "LayerNorm", "Gelu", "Add"},
     "deconv_decoder": {"ZeroInsert", "Conv"},
+    "detect_head": {"Sigmoid", "Slice", "Elementwise", "Concat", "Transpose"},
 }
 
 

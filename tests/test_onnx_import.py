@@ -628,3 +628,4 @@ def test_normalize_as_torch_exports_it(tmp_path):
     graph = check(path, x)
     assert op_kinds(graph) == ["Conv", "Reduce", "Clip", "Broadcast", "Elementwise"]
     check(path, x, judge=lambda path, x: net(torch.from_numpy(x)).detach().numpy())
+

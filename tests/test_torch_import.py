@@ -22,6 +22,7 @@ from npusim.frontends import load_model, zoo  # noqa: E402
 from npusim.frontends.torch_import import from_factory, from_torch  # noqa: E402
 
 NETS = Path(__file__).parent / "data" / "import" / "nets.py"
+BLOCKS = Path(__file__).parent / "data" / "import" / "modern_blocks.py"
 HEAVY = {"vgg16", "resnet50"}
 
 
@@ -385,6 +386,34 @@ def test_norms_normalize_and_min_import(fn, kinds):
 def test_other_norms_and_min_indices_are_refused_by_name(fn, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Lambda(fn), photo((1, 3, 6, 5)))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 32, 32), (2, 3, 24, 40)])
+def test_a_detection_heads_grid_from_shapes_is_a_constant(shape):
+    """What forward computes from shapes alone (the grid of cell offsets of
+    ``modern_blocks.DetectHead``) is a constant of the traced shape; the head equals PyTorch
+    at each shape it is traced at (tests/test_modern_ops.py runs it through ONNX too)."""
+    spec = importlib.util.spec_from_file_location("modern_blocks", BLOCKS)
+    blocks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(blocks)
+    check(blocks.detect_head(), photo(shape))
+
+
+def test_tensors_made_like_the_input_are_constants():
+    """``zeros_like``, ``ones_like``, ``full_like`` and ``x.new_*`` follow the input's shape,
+    not its values."""
+    check(Lambda(lambda x: x + torch.zeros_like(x) + x.new_ones(x.shape) * 0.5
+                 + torch.full_like(x, 2.0) * x.new_full((1, 3, 1, 1), 0.25)),
+          photo((1, 3, 6, 5)))
+
+
+def test_a_number_taken_from_the_inputs_values_is_refused():
+    """``x / x.max().item()`` would divide every input by the traced input's maximum: refused,
+    and not offered to the fallback, which would fix it too."""
+    with pytest.raises(ModelError, match=r"ops neither npusim nor its fallback can run: "
+                                         r"operator.truediv x1 \(node 'truediv': it reads "
+                                         r"item, a number taken from the input's values"):
+        from_torch(Lambda(lambda x: x / x.abs().max().item()), photo((1, 3, 6, 5)))
 
 
 class ChannelsFirstLayerNorm(nn.Module):

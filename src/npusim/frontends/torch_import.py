@@ -124,8 +124,34 @@ class ForwardFailed(ModelError):
     """The network's own forward raised on the input it was traced with."""
 
 
+_SHAPE_ATTRIBUTES = ("shape", "ndim", "dtype", "device")
+_SHAPE_METHODS = ("size", "dim", "numel", "new_zeros", "new_ones", "new_full", "new_tensor")
+_SHAPE_FUNCTIONS = (torch.zeros_like, torch.ones_like, torch.full_like)
+
+
+def _shape_query(n) -> bool:
+    """A node whose value follows the shape (and type) of its tensor input, not its values
+    (``x.shape``, ``x.size()``, ``x.dtype``, ``torch.zeros_like(x)``, ``x.new_ones(...)``):
+    static, as every shape is once traced, so what is computed from it alone
+    (``torch.arange(x.shape[2])``, a detector's grid of cell offsets) is a constant."""
+    if n.op == "call_function":
+        return (n.target is getattr and n.args[1] in _SHAPE_ATTRIBUTES
+                or n.target in _SHAPE_FUNCTIONS)
+    return n.op == "call_method" and n.target in _SHAPE_METHODS
+
+
+@dataclass(frozen=True)
+class _ValueNumber:
+    """A number (or other non-tensor) taken from the input's values (``x.max().item()``,
+    ``bool(x.sum())``): what reads it would differ on another input."""
+
+    value: object
+
+
 def _record(gm, x, name: str) -> dict:
-    """Per fx node: a ``Ref`` if it is a tensor computed from the input, else its value."""
+    """Per fx node: a ``Ref`` if it is a tensor computed from the input's values, a
+    ``_ValueNumber`` for anything else so computed, else its value (a constant:
+    parameters, buffers, shapes and what is made from them alone)."""
     info: dict = {}
     dynamic: set = set()
 
@@ -137,11 +163,16 @@ def _record(gm, x, name: str) -> dict:
                 raise ForwardFailed(f"{name}: running it on an input of shape {tuple(x.shape)} "
                                  f"failed at node {n.name!r} ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0] if str(e) else ''})") from e
-            if n.op == "placeholder" or any(a in dynamic for a in n.all_input_nodes):
+            if n.op == "placeholder" or not _shape_query(n) and any(
+                    a in dynamic for a in n.all_input_nodes):
                 dynamic.add(n)
-            info[n] = Ref("input" if n.op == "placeholder" else n.name, _shape(out),
-                           parts=_part_shapes(out)) \
-                if n in dynamic and _holds_tensor(out) else out
+            if n not in dynamic:
+                info[n] = out
+            elif _holds_tensor(out):
+                info[n] = Ref("input" if n.op == "placeholder" else n.name, _shape(out),
+                              parts=_part_shapes(out))
+            else:
+                info[n] = _ValueNumber(out)
             return out
 
     recorder = Recorder(gm)
@@ -185,6 +216,12 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         if not _needs_op(n, info):
             continue
         kind, conv = kind_and_converter(gm, n)
+        numbers = [a.name for a in n.all_input_nodes if isinstance(info[a], _ValueNumber)]
+        if numbers:  # the fallback would bake the number in as well
+            build.refuse_fallback(kind, n.name, f"it reads {', '.join(numbers)}, a number "
+                                  "taken from the input's values (.item(), int(tensor))",
+                                  "the number would stay the traced input's")
+            continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
         shape = info[n].shape

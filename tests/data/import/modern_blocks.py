@@ -134,6 +134,30 @@ class ConvNeXtBlock(nn.Module):
         return self.layer_scale * y + x
 
 
+class DetectHead(nn.Module):
+    """A YOLOv5-style detection head as its own code writes it: a 1x1 conv to anchors x
+    outputs, the grid of cell offsets built in forward from the map's shape
+    (``torch.arange`` of ``x.shape``, ``meshgrid``, ``stack``, ``view``, ``.float()``), the
+    anchors a buffer, the sigmoid decode, concatenated boxes, one row per prediction."""
+
+    def __init__(self, channels=16, anchors=3, outputs=7, stride=8):
+        super().__init__()
+        self.anchors, self.outputs, self.stride = anchors, outputs, stride
+        self.m = nn.Conv2d(channels, anchors * outputs, 1)
+        self.register_buffer("anchor_grid", torch.rand(1, anchors, 1, 1, 2) * 10)
+
+    def forward(self, x):
+        x = self.m(x)
+        bs, _, ny, nx = x.shape
+        x = x.view(bs, self.anchors, self.outputs, ny, nx).permute(0, 1, 3, 4, 2).contiguous()
+        yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
+        grid = torch.stack((xv, yv), 2).view(1, 1, ny, nx, 2).float()
+        y = x.sigmoid()
+        xy = (y[..., 0:2] * 2 - 0.5 + grid) * self.stride
+        wh = (y[..., 2:4] * 2) ** 2 * self.anchor_grid
+        return torch.cat((xy, wh, y[..., 4:]), -1).view(bs, -1, self.outputs)
+
+
 def _seeded(module: nn.Module, seed: int = 0) -> nn.Module:
     """``module`` with seeded weights and batch-norm statistics and affine terms that are not
     the identity (a freshly built BN would hide mistakes in folding), in eval mode."""
@@ -192,3 +216,9 @@ def deconv_decoder():
         _conv_bn(3, 16, 3, 2, act=nn.ReLU), _conv_bn(16, 32, 3, 2, act=nn.ReLU),
         nn.ConvTranspose2d(32, 16, 3, 2, 1, output_padding=1), nn.BatchNorm2d(16), nn.ReLU(),
         nn.ConvTranspose2d(16, 8, 4, 2, 1, groups=2)))
+
+
+def detect_head():
+    """A stem and YOLOv5's detection head (its grid a constant of the traced shape)."""
+    torch.manual_seed(8)
+    return _seeded(nn.Sequential(_conv_bn(3, 16, 3, 2, act=nn.SiLU), DetectHead()))
