@@ -211,6 +211,8 @@ def test_batchnorm_folds_after_a_conv_and_stays_elsewhere(tmp_path):
     (17, lambda: node("LeakyRelu", ["x"], alpha=0.2), "LeakyRelu"),
     (17, lambda: node("PRelu", ["x", "slope"]), "PRelu"),
     (17, lambda: node("Softmax", ["x"], axis=1), "Softmax"),
+    (17, lambda: node("LogSoftmax", ["x"], axis=1), "Softmax"),
+    (11, lambda: node("LogSoftmax", ["x"], axis=3), "Softmax"),
     (11, lambda: node("Softmax", ["x"], axis=3), "Softmax"),
     (17, lambda: node("GlobalAveragePool", ["x"]), "GlobalAvgPool"),
     (17, lambda: node("GlobalMaxPool", ["x"]), "Reduce"),

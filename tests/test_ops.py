@@ -149,6 +149,17 @@ def test_softmax(shape, axis):
     close(ops.Softmax(axis)(x), F.softmax(t(x), dim=axis))
 
 
+@pytest.mark.parametrize("shape,axis", [((2, 5, 3, 3), 1), ((4, 10), -1)])
+def test_log_softmax_is_torchs_in_float64_and_finite_far_below_the_max(shape, axis):
+    """Log-probabilities against float64 torch, on logits 200 apart: the log of a float32
+    softmax would be -inf there; the log-softmax is finite."""
+    x = rand(*shape) * 100
+    close(ops.Softmax(axis, log=True)(x), F.log_softmax(t(x).double(), dim=axis).float(),
+          tol=1e-5)
+    assert np.isfinite(ops.Softmax(axis, log=True)(x)).all()
+    assert ops.Softmax(axis, log=True).vector_ops([x.shape], x.shape) == 4 * x.size
+
+
 @pytest.mark.parametrize("scale", [2, 3, (2, 1)])
 def test_upsample_nearest_integer_scales(scale):
     x = rand(2, 3, 4, 5)

@@ -416,6 +416,65 @@ def test_a_number_taken_from_the_inputs_values_is_refused():
         from_torch(Lambda(lambda x: x / x.abs().max().item()), photo((1, 3, 6, 5)))
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x.float() + x.to(torch.float32) + x.to("cpu") + x.to(x) + x.cpu(),
+    lambda x: x.clone() + torch.clone(x) + x.detach() + torch.detach(x),
+    lambda x: x.type_as(x) + x.type(torch.float32) + x.to(dtype=torch.float32)
+    + x.type("torch.FloatTensor"),
+])
+def test_float32_conversions_and_copies_pass_through(fn):
+    """``.float()``, ``.to(...)``, ``.clone()``, ``.detach()``, ``.type_as`` of a float32
+    tensor are the tensor: nothing is computed."""
+    graph = check(nn.Sequential(nn.Conv2d(3, 4, 3), Lambda(fn)), photo((1, 3, 7, 6)))
+    assert set(op_kinds(graph)[1:]) == {"Add"}
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: x.to(torch.float16), r"converts to torch.float16: the IR computes in float32"),
+    (lambda x: x.type(torch.float64), r"converts to torch.float64"),
+    (lambda x: x.type("torch.HalfTensor"), r"converts to torch.HalfTensor"),
+    (lambda x: x.half(), r"unsupported ops: Tensor.half x1"),
+])
+def test_conversions_to_another_type_are_refused(fn, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Lambda(fn), photo((1, 3, 6, 5)))
+
+
+@pytest.mark.parametrize("fn, kind", [
+    (Lambda(lambda x: F.log_softmax(x, 1) + torch.log_softmax(x, 2) + x.log_softmax(-1)),
+     "Softmax"),
+    (nn.LogSoftmax(dim=1), "Softmax"),
+    (Lambda(lambda x: torch.erf(x) + x.erf()), "Erf"),
+    (Lambda(lambda x: torch.square(x) + x.square() + torch.reciprocal(x.abs() + 1)
+            + (x * x + 2).reciprocal()), "Elementwise"),
+    (Lambda(lambda x: F.instance_norm(x)), "GroupNorm"),
+    (nn.InstanceNorm2d(4, affine=True), "GroupNorm"),
+])
+def test_log_softmax_erf_square_reciprocal_and_instance_norm_import(fn, kind):
+    """A classifier's log-probabilities, the error function, square and reciprocal, and a
+    style-transfer network's instance norm (each image's channel by its own statistics):
+    equal to PyTorch."""
+    torch.manual_seed(0)
+    if isinstance(fn, nn.InstanceNorm2d):
+        with torch.no_grad():
+            fn.weight.uniform_(0.5, 1.5)
+            fn.bias.uniform_(-0.5, 0.5)
+    graph = check(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), fn), photo((2, 3, 9, 8)))
+    assert kind in op_kinds(graph)
+
+
+def test_instance_norm_with_running_statistics_is_the_affine_they_give():
+    """``nn.InstanceNorm2d(track_running_stats=True)`` in eval mode normalises by its running
+    statistics: a per-channel affine, folded into the conv before it."""
+    norm = nn.InstanceNorm2d(4, affine=True, track_running_stats=True)
+    with torch.no_grad():
+        norm.running_mean.uniform_(-1, 1)
+        norm.running_var.uniform_(0.5, 2)
+        norm.weight.uniform_(0.5, 1.5)
+    graph = check(nn.Sequential(nn.Conv2d(3, 4, 3), norm), photo((1, 3, 8, 8)))
+    assert op_kinds(graph) == ["Conv"]
+
+
 class ChannelsFirstLayerNorm(nn.Module):
     """ConvNeXt's own LayerNorm for N x C x H x W maps (its stem and downsampling layers):
     written out with ``.pow(2)``, ``torch.sqrt`` and the affine's parameters indexed with

@@ -84,7 +84,9 @@ def every_op_graph():
     y = g.reshape(g.identity(g.flatten(y, name="flat")), (6,), name="reshape")
     y = g.linear(y, w(10, 6), w(10), name="fc")
     y = g.batchnorm(y, w(10) + 1, w(10), w(10), np.abs(w(10)) + 0.5, name="bn_fc")
-    g.softmax(g.prelu(y, np.float32([0.3]), name="prelu_shared"), name="prob")
+    y = g.prelu(y, np.float32([0.3]), name="prelu_shared")
+    g.softmax(y, log=True, name="log_prob")
+    g.softmax(y, name="prob")
     return g.build()
 
 

@@ -433,11 +433,19 @@ class Reshape(Op):
 
 @dataclass(frozen=True)
 class Softmax(Op):
+    """Softmax over ``axis``, or with ``log`` its logarithm (a classifier's log-probabilities,
+    ``x - max - log(sum(exp(x - max)))``, finite where the log of a softmax would
+    underflow). 4 per element: max, subtract, exp, and a divide (softmax) or subtract (log)."""
+
     axis: int = 1
-    ops_per_element = 4  # max, subtract, exp, divide
+    log: bool = False
+    ops_per_element = 4
 
     def __call__(self, x):
-        e = np.exp(x - x.max(axis=self.axis, keepdims=True))
+        shifted = x - x.max(axis=self.axis, keepdims=True)
+        e = np.exp(shifted)
+        if self.log:
+            return (shifted - np.log(e.sum(axis=self.axis, keepdims=True))).astype(x.dtype)
         return (e / e.sum(axis=self.axis, keepdims=True)).astype(x.dtype)
 
 

@@ -285,7 +285,7 @@ def _function(op, out_shape):
         ops.Concat: lambda: (lambda *xs: torch.cat(xs, dim=op.axis)),
         ops.Flatten: lambda: (lambda x: torch.flatten(x, 1)),
         ops.Reshape: lambda: _reshape(op),
-        ops.Softmax: lambda: (lambda x: F.softmax(x, dim=op.axis)),
+        ops.Softmax: lambda: (lambda x: (F.log_softmax if op.log else F.softmax)(x, dim=op.axis)),
         ops.Upsample: lambda: _upsample(op, out_shape),
         ops.Identity: lambda: (lambda x: x),
         ops.Sigmoid: lambda: torch.sigmoid,

@@ -267,12 +267,14 @@ def _prelu(c: OnnxNode) -> ops.Op:
 
 
 def _softmax(c: OnnxNode) -> ops.Op:
+    """Softmax / LogSoftmax over one axis (before opset 13, over the flattened axes from
+    ``axis`` on: accepted when they are one)."""
     shape = c.in_shape(0)
     axis = c.attr("axis", 1 if c.model.opset < 13 else -1) % len(shape)
     if c.model.opset < 13 and math.prod(shape[axis + 1:]) > 1:
-        raise _Refusal(f"opset {c.model.opset} Softmax over axes {axis}.. of {shape} (flattened); "
-                       "the IR normalises one axis")
-    return rules.softmax(axis, len(shape))
+        raise _Refusal(f"opset {c.model.opset} {c.op_type} over axes {axis}.. of {shape} "
+                       "(flattened); the IR normalises one axis")
+    return rules.softmax(axis, len(shape), log=c.op_type == "LogSoftmax")
 
 
 def _pad(c: OnnxNode) -> rules.Pending | ops.Op:
@@ -430,7 +432,8 @@ CONVERTERS = {
     "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
     "InstanceNormalization": (_instance_norm, 1),
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
-    "Upsample": (_resize, 1), "Softmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
+    "Upsample": (_resize, 1), "Softmax": (_softmax, 1),
+    "LogSoftmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
     "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
     "QuantizeLinear": (_quantize, 1), "DequantizeLinear": (_dequantize, 1),
 }

@@ -225,6 +225,28 @@ def group_norm(c, input, num_groups, weight=None, bias=None, eps=1e-5):
                             optional_constant(bias, "bias"), eps)
 
 
+def instance_norm(c, input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """``F.instance_norm`` / ``nn.InstanceNorm2d``: each channel of each image normalised
+    over H, W by its own statistics (a group norm of one channel a group), or, with running
+    statistics tracked (``use_input_stats`` False in eval), the per-channel affine they
+    give."""
+    x = computed(input, 4)
+    if not use_input_stats:
+        return batch_norm(c, input, running_mean, running_var, weight, bias, eps=eps)
+    return group_norm(c, x, x.shape[1], weight, bias, eps)
+
+
+def reciprocal(c, input):
+    """``torch.reciprocal``: 1 divided by the tensor."""
+    return rules.with_constant("div", computed(input).shape, np.float32(1), const_first=True)
+
+
+def square(c, input):
+    """``torch.square``: the tensor to the power 2 (as ``x ** 2``)."""
+    return rules.with_constant("pow", computed(input).shape, np.float32(2))
+
+
 def hardtanh(c, input, min_val=-1.0, max_val=1.0, inplace=False):
     return clamp(c, input, min_val, max_val)
 

@@ -192,11 +192,14 @@ def check_resampling(op: ops.Upsample, hw, torch_fn) -> None:
                        "and scale differently")
 
 
-def softmax(c, input, dim=None, _stacklevel=3, dtype=None):
-    computed(input)
-    if dim is None or dtype is not None:
-        raise _Refusal(f"dim={dim}, dtype={dtype}: give dim explicitly and no dtype")
-    return rules.softmax(dim, len(input.shape))
+def softmax(log: bool = False):
+    """The converter of ``F.softmax`` / ``x.softmax`` (``log``: ``F.log_softmax``)."""
+    def convert(c, input, dim=None, _stacklevel=3, dtype=None):
+        computed(input)
+        if dim is None or dtype is not None:
+            raise _Refusal(f"dim={dim}, dtype={dtype}: give dim explicitly and no dtype")
+        return rules.softmax(dim, len(input.shape), log)
+    return convert
 
 
 def pad(c, input, pad, mode="constant", value=None):
@@ -271,3 +274,28 @@ def dropout(c, input, p=0.5, training=True, inplace=False):
 
 def identity(c, input, *args, **kwargs):
     return computed(input)
+
+
+def _float32(value, what: str) -> None:
+    """Refuse a dtype, a tensor type name (``"torch.HalfTensor"``) or a tensor whose dtype
+    is not float32, which the IR computes in (a device, given as a string or not, is
+    nothing the IR holds)."""
+    dtype = value.dtype if isinstance(value, torch.Tensor) else value
+    if isinstance(dtype, str) and not dtype.startswith("torch."):
+        return  # a device: "cpu", "cuda:0"
+    if isinstance(dtype, (torch.dtype, str)) and dtype not in (torch.float32,
+                                                               "torch.FloatTensor"):
+        raise _Refusal(f"{what} {dtype}: the IR computes in float32; only a conversion to "
+                       "float32 (a no-op) is imported")
+
+
+def same_tensor(c, input, *args, **kwargs):
+    """``x.float()``, ``x.clone()``, ``x.detach()``, ``x.cpu()``, ``x.to(...)``,
+    ``x.type_as(y)``, ``x.type(...)`` of a float32 tensor: the tensor itself, where the
+    result stays float32 (a device, ``non_blocking``, ``copy`` and ``memory_format`` change
+    nothing the IR holds)."""
+    x = computed(input)
+    for value in (*args, kwargs.get("dtype")):
+        if not isinstance(value, Ref):  # a Ref is a network tensor: float32
+            _float32(value, "converts to")
+    return x

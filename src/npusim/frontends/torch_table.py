@@ -29,16 +29,19 @@ from .torch_ops import (
     gelu,
     group_norm,
     hardtanh,
+    instance_norm,
     layer_norm,
     leaky_relu,
     linear,
     max_pool2d,
     negate,
     prelu,
+    reciprocal,
     relu,
     relu6,
     rsqrt,
     softplus,
+    square,
     unary,
 )
 from .torch_shape_ops import (
@@ -62,6 +65,7 @@ from .torch_shape_ops import (
     pixel_shuffle,
     pixel_unshuffle,
     reshape_to,
+    same_tensor,
     softmax,
     split,
     stack,
@@ -103,7 +107,11 @@ _MODULES = {
     nn.Flatten: lambda c, m, x: reshape_to(c, x),
     nn.PixelShuffle: lambda c, m, x: pixel_shuffle(c, x, m.upscale_factor),
     nn.PixelUnshuffle: lambda c, m, x: pixel_unshuffle(c, x, m.downscale_factor),
-    nn.Softmax: lambda c, m, x: softmax(c, x, m.dim),
+    nn.Softmax: lambda c, m, x: softmax()(c, x, m.dim),
+    nn.LogSoftmax: lambda c, m, x: softmax(log=True)(c, x, m.dim),
+    nn.InstanceNorm2d: lambda c, m, x: instance_norm(
+        c, x, m.running_mean, m.running_var, m.weight, m.bias,
+        m.training or not m.track_running_stats, m.momentum, m.eps),
     nn.Identity: lambda c, m, x: computed(x),
     nn.ConstantPad2d: lambda c, m, x: pad(c, x, m.padding, "constant", m.value),
     nn.ZeroPad2d: lambda c, m, x: pad(c, x, m.padding, "constant", 0.0),
@@ -187,7 +195,13 @@ _FUNCTIONS = _table(
     (interpolate, F.interpolate, F.upsample),
     (pixel_shuffle, F.pixel_shuffle, torch.pixel_shuffle),
     (pixel_unshuffle, F.pixel_unshuffle, torch.pixel_unshuffle),
-    (softmax, F.softmax, torch.softmax),
+    (softmax(), F.softmax, torch.softmax),
+    (softmax(log=True), F.log_softmax, torch.log_softmax),
+    (instance_norm, F.instance_norm),
+    (unary(ops.Erf), torch.erf),
+    (square, torch.square),
+    (reciprocal, torch.reciprocal),
+    (same_tensor, torch.clone, torch.detach),
     (dropout, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout),
 )
 
@@ -204,7 +218,10 @@ _METHODS = {
     "transpose": transpose, "expand": expand, "expand_as": expand,
     "split": split, "chunk": chunk, "flatten": reshape_to, "view": reshape_to,
     "reshape": reshape_to, "squeeze": reshape_to, "unsqueeze": reshape_to,
-    "softmax": softmax, "contiguous": identity,
+    "softmax": softmax(), "log_softmax": softmax(log=True), "contiguous": identity,
+    "erf": unary(ops.Erf), "square": square, "reciprocal": reciprocal,
+    "float": same_tensor, "to": same_tensor, "type_as": same_tensor, "type": same_tensor,
+    "clone": same_tensor, "detach": same_tensor, "cpu": same_tensor,
 }
 
 

@@ -34,11 +34,12 @@ def group_norm(groups: int, channels: int, weight, bias, eps: float) -> ops.Grou
     return ops.GroupNorm(int(groups), weight, bias, float(eps))
 
 
-def softmax(axis: int, ndim: int) -> ops.Op:
-    """Softmax over one ``axis`` (negative counts from the end), not the batch axis."""
+def softmax(axis: int, ndim: int, log: bool = False) -> ops.Op:
+    """Softmax (``log``: log-softmax) over one ``axis`` (negative counts from the end), not
+    the batch axis."""
     if axis % ndim == 0:
-        raise Refusal("softmax over the batch axis")
-    return ops.Softmax(axis % ndim)
+        raise Refusal(f"{'log-' if log else ''}softmax over the batch axis")
+    return ops.Softmax(axis % ndim, log)
 
 
 def reduce(kind: str, axes, keepdims: bool, x_shape) -> ops.Op:
