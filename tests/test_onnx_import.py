@@ -212,6 +212,9 @@ def test_batchnorm_folds_after_a_conv_and_stays_elsewhere(tmp_path):
     (17, lambda: node("PRelu", ["x", "slope"]), "PRelu"),
     (17, lambda: node("Softmax", ["x"], axis=1), "Softmax"),
     (17, lambda: node("LogSoftmax", ["x"], axis=1), "Softmax"),
+    (17, lambda: node("LRN", ["x"], size=5, alpha=0.02, beta=0.75, bias=1.5),
+     "LocalResponseNorm"),
+    (13, lambda: node("LRN", ["x"], size=3), "LocalResponseNorm"),
     (11, lambda: node("LogSoftmax", ["x"], axis=3), "Softmax"),
     (11, lambda: node("Softmax", ["x"], axis=3), "Softmax"),
     (17, lambda: node("GlobalAveragePool", ["x"]), "GlobalAvgPool"),
@@ -631,3 +634,29 @@ def test_normalize_as_torch_exports_it(tmp_path):
     assert op_kinds(graph) == ["Conv", "Reduce", "Clip", "Broadcast", "Elementwise"]
     check(path, x, judge=lambda path, x: net(torch.from_numpy(x)).detach().numpy())
 
+
+def lrn_as_the_spec_reads(x, size, alpha, beta, bias):
+    """The ONNX LRN as its operator text defines it, channel by channel in float64: the
+    squares of channels max(0, c - floor((size - 1) / 2)) .. min(C - 1, c + ceil((size -
+    1) / 2)). (onnx's own reference evaluator loops over the batch axis instead of the
+    channels, and onnxruntime takes odd sizes only: neither judges an even window.)"""
+    x = x.astype(np.float64)
+    out = np.empty_like(x)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - (size - 1) // 2), min(x.shape[1] - 1, c + size // 2)
+        square_sum = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+        out[:, c] = x[:, c] / (bias + alpha / size * square_sum) ** beta
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_lrn_of_an_even_size_places_its_window_as_the_spec_does(tmp_path, size):
+    """An even LRN window starts (size - 1) // 2 channels before its own (PyTorch's, size //
+    2): equal to the operator text's formula (``lrn_as_the_spec_reads``)."""
+    x = photo((2, 6, 12, 11)) * 3
+    path = write(tmp_path, [node("LRN", ["x"], size=size, alpha=0.05, bias=1.5)],
+                 in_shape=x.shape)
+    graph = from_onnx(path)
+    assert graph.nodes[-1].op.before == (size - 1) // 2
+    want = lrn_as_the_spec_reads(x, size, 0.05, 0.75, 1.5)
+    assert rel_err(simulate(graph, x).output, want) < 1e-6

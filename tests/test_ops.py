@@ -149,6 +149,21 @@ def test_softmax(shape, axis):
     close(ops.Softmax(axis)(x), F.softmax(t(x), dim=axis))
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 9])
+def test_local_response_norm_is_torchs_in_float64(size):
+    """AlexNet's LRN across 7 channels, windows of even and odd size and one wider than the
+    channels: float64 PyTorch; cost: the square, the window's adds, four more."""
+    x = rand(2, 7, 5, 4) * 3
+    op = ops.LocalResponseNorm(size, 1e-2, 0.75, 2.0)
+    close(op(x), F.local_response_norm(t(x).double(), size, 1e-2, 0.75, 2.0).float(), 1e-6)
+    assert op.vector_ops([x.shape], x.shape) == (size + 4) * x.size
+
+
+def test_local_response_norm_refuses_a_window_off_its_channel():
+    with pytest.raises(LayerError, match=r"n: LocalResponseNorm of size 3 \(front 3\)"):
+        ops.LocalResponseNorm(3, front=3).out_shape([(1, 4, 2, 2)], "n")
+
+
 @pytest.mark.parametrize("shape,axis", [((2, 5, 3, 3), 1), ((4, 10), -1)])
 def test_log_softmax_is_torchs_in_float64_and_finite_far_below_the_max(shape, axis):
     """Log-probabilities against float64 torch, on logits 200 apart: the log of a float32

@@ -463,6 +463,18 @@ def test_log_softmax_erf_square_reciprocal_and_instance_norm_import(fn, kind):
     assert kind in op_kinds(graph)
 
 
+@pytest.mark.parametrize("module", [
+    nn.LocalResponseNorm(5, 1e-3, 0.75, 2.0), nn.LocalResponseNorm(4),
+    Lambda(lambda x: F.local_response_norm(x, 3, alpha=0.01)),
+    nn.ChannelShuffle(3), Lambda(lambda x: F.channel_shuffle(x, 2) + x)])
+def test_local_response_norm_and_channel_shuffle_import(module):
+    """AlexNet's and GoogLeNet's LRN (odd and even windows) and ShuffleNet's channel
+    shuffle as a module and a function: equal to PyTorch."""
+    torch.manual_seed(0)
+    graph = check(nn.Sequential(nn.Conv2d(3, 12, 3, padding=1), module), photo((2, 3, 9, 8)))
+    assert "LocalResponseNorm" in op_kinds(graph) or "Transpose" in op_kinds(graph)
+
+
 def test_instance_norm_with_running_statistics_is_the_affine_they_give():
     """``nn.InstanceNorm2d(track_running_stats=True)`` in eval mode normalises by its running
     statistics: a per-channel affine, folded into the conv before it."""

@@ -52,6 +52,7 @@ def every_op_graph():
     t = g.log(g.exp(g.abs(t, name="abs"), name="exp"), name="log")
     t = g.gelu(g.gelu(g.erf(t, name="erf"), name="gelu"), approximate="tanh", name="gelu_t")
     t = g.clip(t, -0.5, 0.3, name="clip")
+    g.localresponsenorm(t, size=4, alpha=0.05, beta=0.75, k=1.5, front=1, name="lrn")
     g.fakequant(t, scale=np.float32([0.01, 0.02, 0.005, 0.03, 0.01, 0.04]),
                 zero_point=np.int8([0, 3, -7, 0, 1, 0]), name="fake_quant")
     t = g.elementwise(t, g.reduce(t, kind="mean", axes=(2, 3), name="mean_hw"), kind="mul",

@@ -1065,6 +1065,49 @@ class GroupNorm(Op):
         return (y * self.weight.reshape(per) + self.bias.reshape(per)).astype(x.dtype)
 
 
+@dataclass(frozen=True)
+class LocalResponseNorm(Op):
+    """AlexNet's and GoogLeNet's local response normalisation across channels:
+    ``x[c] / (k + alpha / size * sum of x[j]^2)^beta``, j over the ``size`` channels from
+    ``c - front`` (channels past either end count 0; ``front``: PyTorch ``size // 2``, ONNX
+    ``(size - 1) // 2``), in float64. Cost per element: the square, the window's ``size``
+    adds, the scale and offset, the power, the divide."""
+
+    size: int
+    alpha: float = 1e-4
+    beta: float = 0.75
+    k: float = 1.0
+    front: int | None = None  # None: size // 2
+
+    @property
+    def ops_per_element(self):
+        return self.size + 4
+
+    @property
+    def before(self) -> int:
+        """Channels of the window before its own."""
+        return self.size // 2 if self.front is None else self.front
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "LocalResponseNorm")
+        if len(in_shapes[0]) < 3 or self.size < 1 or not 0 <= self.before < self.size:
+            raise LayerError(f"{name}: LocalResponseNorm of size {self.size} (front "
+                             f"{self.before}) on shape {in_shapes[0]}: needs N x C x ..., "
+                             "size >= 1 and 0 <= front < size")
+        return in_shapes[0]
+
+    def __call__(self, x):
+        squares = np.square(np.asarray(x, np.float64))
+        c = x.shape[1]
+        running = np.zeros((x.shape[0], c + self.size, *x.shape[2:]))  # prefix sums
+        np.cumsum(squares, axis=1, out=running[:, 1:c + 1])
+        running[:, c + 1:] = running[:, c:c + 1]
+        lo = np.clip(np.arange(c) - self.before, 0, c)
+        hi = np.clip(np.arange(c) - self.before + self.size, 0, c)
+        window = running[:, hi] - running[:, lo]
+        return (x / (self.k + self.alpha / self.size * window) ** self.beta).astype(x.dtype)
+
+
 @dataclass(frozen=True, eq=False)
 class Fallback(Op):
     """An op the IR does not model, computed by the framework it came from: ``compute``
@@ -1106,6 +1149,7 @@ OPS: dict[str, type] = {
     "clip": Clip, "fakequant": FakeQuant,
     "elementwise": Elementwise, "reduce": Reduce, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice,
-    "layernorm": LayerNorm, "groupnorm": GroupNorm, "pad": Pad,
+    "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,
+    "pad": Pad,
     "zeroinsert": ZeroInsert,
 }

@@ -216,6 +216,19 @@ def _fake_quant(op: ops.FakeQuant, ndim: int):
     return lambda x: (torch.clamp(torch.round(x / scale) + zero, op.lo, op.hi) - zero) * scale
 
 
+def _local_response_norm(op: ops.LocalResponseNorm):
+    """PyTorch's own formula (the squares' average over a window of channels, zero-padded,
+    by ``avg_pool3d``), the window placed at ``op.before``: ``F.local_response_norm`` when
+    that is ``size // 2``."""
+    after = op.size - 1 - op.before
+
+    def fn(x):
+        squares = F.pad((x * x).unsqueeze(1), (0, 0, 0, 0, op.before, after))
+        mean = F.avg_pool3d(squares, (op.size, 1, 1), stride=1).squeeze(1)
+        return x / (mean * op.alpha + op.k) ** op.beta
+    return fn
+
+
 def _slice(op: ops.Slice):
     def fn(x):
         axis = op.axis % x.ndim
@@ -304,6 +317,7 @@ def _function(op, out_shape):
         ops.Gelu: lambda: (lambda x: F.gelu(x, approximate=op.approximate)),
         ops.Clip: lambda: (lambda x: torch.clamp(x, op.lo, op.hi)),
         ops.FakeQuant: lambda: _fake_quant(op, len(out_shape)),
+        ops.LocalResponseNorm: lambda: _local_response_norm(op),
         ops.Elementwise: lambda: _elementwise(op),
         ops.Reduce: lambda: _reduce(op),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),

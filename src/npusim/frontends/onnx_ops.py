@@ -255,6 +255,14 @@ def _layer_norm(c: OnnxNode) -> ops.Op:
     return rules.layer_norm(x[axis:], scale, c.weight(2), c.attr("epsilon", 1e-5))
 
 
+def _lrn(c: OnnxNode) -> ops.Op:
+    """LRN: the window of ``size`` channels from ``c - (size - 1) // 2``, as the operator
+    spec places it (PyTorch's starts at ``c - size // 2``: they differ for an even size)."""
+    size = int(c.attr("size"))
+    return ops.LocalResponseNorm(size, float(c.attr("alpha", 1e-4)), float(c.attr("beta", 0.75)),
+                                 float(c.attr("bias", 1.0)), (size - 1) // 2)
+
+
 def _batch_norm(c: OnnxNode) -> ops.Op:
     if c.attr("training_mode", 0):
         raise _Refusal("training_mode=1: the IR folds running statistics only")
@@ -430,7 +438,7 @@ CONVERTERS = {
     "SpaceToDepth": (_blocks(rules.space_to_depth), 1), "Flatten": (_reshape, 1),
     "Reshape": (_reshape, 1),
     "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
-    "InstanceNormalization": (_instance_norm, 1),
+    "InstanceNormalization": (_instance_norm, 1), "LRN": (_lrn, 1),
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1),
     "LogSoftmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),

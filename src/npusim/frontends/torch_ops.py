@@ -237,6 +237,13 @@ def instance_norm(c, input, running_mean=None, running_var=None, weight=None, bi
     return group_norm(c, x, x.shape[1], weight, bias, eps)
 
 
+def local_response_norm(c, input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """``nn.LocalResponseNorm`` / ``F.local_response_norm`` (AlexNet, GoogLeNet): the window
+    of ``size`` channels from ``c - size // 2``, as PyTorch pads it."""
+    computed(input)
+    return ops.LocalResponseNorm(int(size), float(alpha), float(beta), float(k))
+
+
 def reciprocal(c, input):
     """``torch.reciprocal``: 1 divided by the tensor."""
     return rules.with_constant("div", computed(input).shape, np.float32(1), const_first=True)

@@ -251,6 +251,13 @@ def pixel_unshuffle(c, input, downscale_factor):
     return c.build.steps(c.name, rules.space_to_depth(x.shape, int(downscale_factor)), x.name)
 
 
+def channel_shuffle(c, input, groups):
+    """``F.channel_shuffle`` / ``nn.ChannelShuffle`` (ShuffleNet): a reshape, a transpose,
+    a reshape."""
+    x = computed(input, 4)
+    return c.build.steps(c.name, rules.channel_shuffle(x.shape, int(groups)), x.name)
+
+
 def index_slices(index, shape) -> list[slice]:
     """An index of slices and at most one ``...`` as one slice per axis of ``shape``."""
     parts = list(index) if isinstance(index, tuple) else [index]

@@ -37,6 +37,7 @@ from .refusal import Refusal
 from .resize import exact_upsample, sampling_weights, upsample_to
 from .shape import (
     broadcast_to,
+    channel_shuffle,
     concat,
     depth_to_space,
     expect_rank,
@@ -49,7 +50,8 @@ from .shape import (
 
 __all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
            "broadcast_to",
-           "cancel_transposes", "channel_values", "clip", "concat", "conv", "depth_to_space",
+           "cancel_transposes", "channel_shuffle", "channel_values", "clip", "concat", "conv",
+           "depth_to_space",
            "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
            "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "softmax",

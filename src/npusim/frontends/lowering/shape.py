@@ -82,6 +82,17 @@ def depth_to_space(x_shape, r: int, order: str = "CRD") -> list[ops.Op]:
     return [ops.Reshape(split), ops.Transpose(perm), ops.Reshape((k, h * r, w * r))]
 
 
+def channel_shuffle(x_shape, groups: int) -> list[ops.Op]:
+    """ShuffleNet's channel shuffle of an N x C x H x W map in ``groups``: channel
+    ``g * (C / groups) + i`` to ``i * groups + g``, as the reshape to groups x C/groups,
+    the transpose of the two and the reshape back it is."""
+    n, ch, h, w = expect_rank(x_shape, 4)
+    if groups < 1 or ch % groups:
+        raise Refusal(f"groups={groups}: must divide the {ch} channels")
+    return [ops.Reshape((groups, ch // groups, h, w)), ops.Transpose((0, 2, 1, 3, 4)),
+            ops.Reshape((ch, h, w))]
+
+
 def space_to_depth(x_shape, r: int, order: str = "CRD") -> list[ops.Op]:
     """Each r x r block of pixels of an N x C x H x W map into channels (N x C r^2 x H/r x
     W/r), the inverse of ``depth_to_space`` in the same ``order`` (CRD: PyTorch's
