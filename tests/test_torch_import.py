@@ -475,6 +475,30 @@ def test_local_response_norm_and_channel_shuffle_import(module):
     assert "LocalResponseNorm" in op_kinds(graph) or "Transpose" in op_kinds(graph)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x.var(1, keepdim=True) + torch.var(x, 1, True, True),
+    lambda x: torch.std(x, (2, 3), keepdim=True, unbiased=False) + x.var(dim=1, correction=0)
+    .unsqueeze(1),
+    lambda x: x + x.std() + x.var(3).unsqueeze(3),
+    # AdaIN (style transfer): each channel standardised by its own statistics
+    lambda x: (x - x.mean((2, 3), keepdim=True)) / (x.var((2, 3), keepdim=True) + 1e-5).sqrt(),
+])
+def test_variance_and_standard_deviation_import(fn):
+    """``var`` and ``std`` over any axes, unbiased or not (``unbiased``, ``correction``),
+    kept or not: the mean, the squared difference, its sum over the count less the
+    correction, the root for std; equal to PyTorch."""
+    torch.manual_seed(0)
+    check(nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), Lambda(fn)), photo((2, 3, 8, 7)))
+
+
+def test_a_variance_of_one_value_is_refused():
+    """(PyTorch itself warns as the traced run takes it, and returns NaN.)"""
+    with pytest.raises(ModelError, match=r"the variance of 1 value\(s\) with correction 1: no "
+                                         r"degrees of freedom left"), \
+            pytest.warns(UserWarning, match="degrees of freedom is <= 0"):
+        from_torch(Lambda(lambda x: x + x.var(1, keepdim=True)), photo((1, 1, 4, 4)))
+
+
 def test_instance_norm_with_running_statistics_is_the_affine_they_give():
     """``nn.InstanceNorm2d(track_running_stats=True)`` in eval mode normalises by its running
     statistics: a per-channel affine, folded into the conv before it."""

@@ -5,6 +5,8 @@ dropout): one converter per kind of call, with the torch call's own parameters (
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -124,6 +126,34 @@ def linalg_norm(c, input, ord=None, dim=None, keepdim=False, *, dtype=None, out=
                        "norm; the IR takes vector norms (ord 1 or 2 over one axis) and the "
                        "Frobenius norm")
     return norm(c, input, "fro" if ord is None else ord, dim, keepdim, dtype=dtype)
+
+
+def spread(root: bool):
+    """The converter of ``torch.var`` / ``x.var`` (``root`` False) and ``torch.std`` /
+    ``x.std`` (True): the mean over ``dim`` (kept), the difference from it squared, its
+    sum over ``dim`` divided by the count less ``correction`` (1 unless ``unbiased=False``
+    or ``correction`` says otherwise), and for std the square root."""
+    def convert(c, input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        x = computed(input)
+        axes = range(len(x.shape)) if dim is None else [dim] if isinstance(dim, int) else dim
+        kept = rules.reduce("mean", axes, True, x.shape)
+        count = math.prod(x.shape[a] for a in kept.axes)
+        correction = (1 if unbiased is None else int(unbiased)) if correction is None \
+            else float(correction)
+        if count - correction <= 0:
+            raise _Refusal(f"the variance of {count} value(s) with correction {correction}: "
+                           "no degrees of freedom left")
+        mean = c.build.add(f"{c.name}_step0", kept, (x.name,))
+        total = rules.reduce("sum", kept.axes, keepdim, x.shape)
+        steps = [ops.Elementwise("sub"), rules.with_constant("pow", x.shape, np.float32(2)),
+                 total, rules.with_constant("div", total.out_shape([x.shape], c.name),
+                                            np.float32(count - correction))]
+        if root:
+            steps.append(ops.Sqrt())
+        diff = c.build.add(f"{c.name}_step1", steps[0], (x.name, mean))
+        names = [f"{c.name}_step{k}" for k in range(2, len(steps))]
+        return c.build.chain(names, steps[1:], diff)
+    return convert
 
 
 def normalize(c, input, p=2.0, dim=1, eps=1e-12, out=None):
