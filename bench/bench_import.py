@@ -1,8 +1,9 @@
 """Modern networks as a new user brings them: each block of post-2018 networks
-(tests/data/import/modern_blocks.py, built as torchvision defines them) through the PyTorch
-importer (``file.py:factory``) and exported to ONNX, and the zoo's real trained models,
-each run as ``npusim run ... --check`` in a fresh process; prints the import path, the
-check's worst relative error and the command's wall time (seconds, start-up included).
+(tests/data/import/modern_blocks.py, built as torchvision defines them, and YOLOv5's
+detection head) through the PyTorch importer (``file.py:factory``) and exported to ONNX,
+the example network quantised to int8 (QDQ), and the zoo's real trained models, each run
+as ``npusim run ... --check`` in a fresh process; prints the import path, the check's worst
+relative error and the command's wall time (seconds, start-up included).
 
     python bench/bench_import.py [--arch PRESET] [--skip-trained]
 """
@@ -21,10 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = ROOT / "tests" / "data" / "import" / "modern_blocks.py"
 FACTORIES = ["se_block", "mobilenet_v3_block", "mbconv", "shufflenet_unit", "mnasnet_head",
-             "convnext_block", "deconv_decoder"]
+             "convnext_block", "deconv_decoder", "detect_head"]
+QUANTISED = ROOT / "examples" / "small_cnn_int8.onnx"
 TRAINED = ["ppocr-cls", "ppocr-v4-det", "ppocr-v4-rec", "nudenet-320n"]
 SHAPE = (1, 3, 64, 64)
-CHECK = re.compile(r"worst relative error (\S+) .*: (\w+)")
+CHECK = re.compile(r"worst relative error (\S+) .*?\): (\w+)")
 
 
 def npusim_check(model: str, arch: str, *extra: str) -> tuple[str, float]:
@@ -73,6 +75,9 @@ def main(argv=None) -> int:
             for path, model, extra in rows:
                 check, seconds = npusim_check(model, args.arch, *extra)
                 print(f"{factory:<20} {path:<22} {check:<26} {seconds:7.1f}", flush=True)
+    check, seconds = npusim_check(str(QUANTISED), args.arch)
+    print(f"{QUANTISED.stem:<20} {'QDQ ONNX, from_onnx':<22} {check:<26} {seconds:7.1f}",
+          flush=True)
     if not args.skip_trained:
         for name in TRAINED:
             check, seconds = npusim_check(name, args.arch)
