@@ -62,12 +62,20 @@ def test_driver_killed_mid_sweep_resumes_to_the_full_set(tmp_path):
     assert [r["seq"] for r in rows] == list(range(1, spec.grid_size + 1))
 
 
+def _ctrl_c_heard() -> None:
+    """In the sweep's process, before it starts: SIGINT's default action, which Python turns
+    into KeyboardInterrupt. A test run started in the background by a shell without job
+    control inherits SIGINT ignored, and a Ctrl-C sent to the sweep would go unheard."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sweep_until_stored(spec_file, db, points: int) -> subprocess.Popen:
     """``npusim sweep`` on two workers in a session of its own, returned once ``points``
     points are stored (or it ended, or 120 s passed)."""
     proc = subprocess.Popen([*NPUSIM, "sweep", str(spec_file), "--store", str(db),
                              "--workers", "2"], env=env(), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_heard)
     deadline = time.monotonic() + 120
     while stored(db) < points and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
