@@ -1099,9 +1099,8 @@ class LocalResponseNorm(Op):
     def __call__(self, x):
         squares = np.square(np.asarray(x, np.float64))
         c = x.shape[1]
-        running = np.zeros((x.shape[0], c + self.size, *x.shape[2:]))  # prefix sums
-        np.cumsum(squares, axis=1, out=running[:, 1:c + 1])
-        running[:, c + 1:] = running[:, c:c + 1]
+        running = np.zeros((x.shape[0], c + 1, *x.shape[2:]))  # prefix sums over channels
+        np.cumsum(squares, axis=1, out=running[:, 1:])
         lo = np.clip(np.arange(c) - self.before, 0, c)
         hi = np.clip(np.arange(c) - self.before + self.size, 0, c)
         window = running[:, hi] - running[:, lo]

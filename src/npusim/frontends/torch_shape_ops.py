@@ -22,19 +22,15 @@ def cat(c, tensors, dim=0):
     return rules.concat(dim, len(tensors[0].shape) if computed else 1, computed)
 
 
-def mean(c, input, dim=None, keepdim=False, *, dtype=None):
-    x = computed(input)
-    if dtype is not None:
-        raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
-    return rules.reduce("mean", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
-
-
-def sum_(c, input, dim=None, keepdim=False, *, dtype=None):
-    """``torch.sum`` / ``x.sum``: a Reduce sum (all axes when ``dim`` is None)."""
-    x = computed(input)
-    if dtype is not None:
-        raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
-    return rules.reduce("sum", range(len(x.shape)) if dim is None else dim, keepdim, x.shape)
+def reduction(kind: str):
+    """The converter of ``torch.mean`` / ``x.mean`` (``kind`` "mean") or ``torch.sum`` /
+    ``x.sum`` ("sum"): a Reduce over ``dim`` (every axis when None)."""
+    def convert(c, input, dim=None, keepdim=False, *, dtype=None):
+        x = computed(input)
+        if dtype is not None:
+            raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
+        return rules.reduce(kind, _dims(dim, x), keepdim, x.shape)
+    return convert
 
 
 def stack(c, tensors, dim=0):
@@ -91,6 +87,11 @@ def extremes(kind: str):
     return convert
 
 
+def _dims(dim, x: Ref) -> list[int] | range:
+    """A reduction's ``dim`` (None: every axis; one axis; several) as a list of axes."""
+    return range(len(x.shape)) if dim is None else [dim] if isinstance(dim, int) else dim
+
+
 _NORM_KINDS = {1: "l1", 2: "l2", "fro": "l2"}
 
 
@@ -108,8 +109,7 @@ def norm(c, input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     x = computed(input)
     if dtype is not None:
         raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
-    axes = range(len(x.shape)) if dim is None else [dim] if isinstance(dim, int) else dim
-    return rules.reduce(_norm_kind(p), axes, keepdim, x.shape)
+    return rules.reduce(_norm_kind(p), _dims(dim, x), keepdim, x.shape)
 
 
 def vector_norm(c, input, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
@@ -135,8 +135,7 @@ def spread(root: bool):
     or ``correction`` says otherwise), and for std the square root."""
     def convert(c, input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         x = computed(input)
-        axes = range(len(x.shape)) if dim is None else [dim] if isinstance(dim, int) else dim
-        kept = rules.reduce("mean", axes, True, x.shape)
+        kept = rules.reduce("mean", _dims(dim, x), True, x.shape)
         count = math.prod(x.shape[a] for a in kept.axes)
         correction = (1 if unbiased is None else int(unbiased)) if correction is None \
             else float(correction)
@@ -309,10 +308,6 @@ def dropout(c, input, p=0.5, training=True, inplace=False):
     return computed(input)
 
 
-def identity(c, input, *args, **kwargs):
-    return computed(input)
-
-
 def _float32(value, what: str) -> None:
     """Refuse a dtype, a tensor type name (``"torch.HalfTensor"``) or a tensor whose dtype
     is not float32, which the IR computes in (a device, given as a string or not, is
@@ -327,10 +322,10 @@ def _float32(value, what: str) -> None:
 
 
 def same_tensor(c, input, *args, **kwargs):
-    """``x.float()``, ``x.clone()``, ``x.detach()``, ``x.cpu()``, ``x.to(...)``,
-    ``x.type_as(y)``, ``x.type(...)`` of a float32 tensor: the tensor itself, where the
-    result stays float32 (a device, ``non_blocking``, ``copy`` and ``memory_format`` change
-    nothing the IR holds)."""
+    """``x.contiguous()``, ``x.float()``, ``x.clone()``, ``x.detach()``, ``x.cpu()``,
+    ``x.to(...)``, ``x.type_as(y)``, ``x.type(...)`` of a float32 tensor: the tensor itself,
+    where the result stays float32 (a device, ``non_blocking``, ``copy`` and
+    ``memory_format`` change nothing the IR holds)."""
     x = computed(input)
     for value in (*args, kwargs.get("dtype")):
         if not isinstance(value, Ref):  # a Ref is a network tensor: float32
