@@ -201,7 +201,8 @@ class NodeSession:
     def __getstate__(self) -> dict:
         return {"model_bytes": self.model_bytes, "inputs": self.inputs, "_session": None}
 
-    def __call__(self, *arrays):
+    def session(self):
+        """The onnxruntime session (made on first use)."""
         if self._session is None:
             try:
                 import onnxruntime
@@ -210,6 +211,22 @@ class NodeSession:
                                  "'npusim[onnx]'") from e
             self._session = onnxruntime.InferenceSession(
                 self.model_bytes, providers=["CPUExecutionProvider"])
+        return self._session
+
+    def refusal(self) -> str | None:
+        """Why onnxruntime will not run the node on float32 tensors in and out (a
+        DequantizeLinear reads integers, a QuantizeLinear writes them), or None: the
+        session made at import, so the refusal comes then, not as a run's traceback."""
+        try:
+            self.session()
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own error types
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            return f"onnxruntime will not run it on float32 tensors ({first[:200]})"
+        return None
+
+    def __call__(self, *arrays):
         feeds = {name: np.ascontiguousarray(a, np.float32)
                  for name, a in zip(self.inputs, arrays, strict=True)}
-        return self._session.run(None, feeds)[0]
+        return self.session().run(None, feeds)[0]

@@ -159,6 +159,8 @@ def _fall_back(c: OnnxNode, model, needed: set) -> str | None:
     single = helper.make_model(graph, opset_imports=list(model.opset_import),
                                ir_version=model.ir_version)
     call = onnx_file.NodeSession(single.SerializeToString(), tuple(data))
+    if (why := call.refusal()) is not None:
+        return why
     m.ir_of[proto.output[0]] = c.build.fallback(c.name, f"ONNX {proto.op_type}", call,
                                                 [m.ir_of[t] for t in data], shapes, out_shape)
     return None
