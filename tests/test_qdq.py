@@ -261,14 +261,19 @@ def test_a_check_end_to_end_would_fail_a_correct_quantised_run(tmp_path):
 
 
 def test_a_quantoperator_model_is_refused_naming_its_integer_ops(tmp_path):
-    """QOperator format (QLinearConv on int8 tensors) is not a float network: refused,
-    naming the integer ops and why their QuantizeLinear cannot be a rounding step."""
+    """QOperator format (QLinearConv on int8 tensors) is not a float network: refused in
+    one sentence, with or without the fallback, naming the integer ops and what imports."""
     path, _ = quantised(tmp_path, "ppocr-cls", QuantFormat.QOperator)
-    with pytest.raises(ModelError, match=r"unsupported ops: QLinearConv x\d+") as e:
-        from_onnx(path)
-    assert "its integers are read by QLinearConv, not by a DequantizeLinear; the IR carries " \
-           "float tensors (QDQ models import; QLinearConv / QOperator models do not)" \
-           in str(e.value)
+    for fallback in (False, True):
+        with pytest.raises(ModelError, match=r"a model quantised in QOperator format "
+                                             r"\(.*QLinearConv x53.*\): its ops compute on "
+                                             r"int8 tensors") as e:
+            from_onnx(path, fallback=fallback)
+        assert "QuantFormat.QDQ" in str(e.value) and "unknown" not in str(e.value)
+    from cli_helpers import run_cli
+
+    code, _, err = run_cli("run", path, "--fallback")
+    assert code == 2 and err.count("\n") == 1 and "QOperator format" in err
 
 
 def test_a_pair_of_two_grids_and_a_dequantised_cast_are_refused(tmp_path):

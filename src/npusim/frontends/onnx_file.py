@@ -116,6 +116,33 @@ def graph_input(model, path: Path):
     return inputs[0]
 
 
+# ops that compute on quantised integers (QOperator format, and the integer kernels it is
+# built from): ONNX's own and onnxruntime's com.microsoft ones
+INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "QGemm",
+               "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+               "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat",
+               "QLinearSoftmax", "QLinearReduceMean", "QLinearConvTranspose",
+               "DynamicQuantizeLinear")
+
+
+def check_float_ops(model, path: Path) -> None:
+    """Refuse a model whose ops compute on quantised integers (onnxruntime's QOperator
+    format: QLinearConv, QGemm, ...), naming them and what imports instead: the IR
+    carries float tensors, which a QDQ model keeps between its rounding steps."""
+    found: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in INTEGER_OPS:
+            found[node.op_type] = found.get(node.op_type, 0) + 1
+    if found:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(found.items(), key=lambda i: -i[1]))
+        raise ModelError(f"{path}: a model quantised in QOperator format ({ops}): its ops "
+                         "compute on int8 tensors, and npusim's graphs carry float ones. "
+                         "npusim imports the float model (then --dtype int8 runs it on the "
+                         "machines' int8 datapaths) or one quantised in QDQ format "
+                         "(QuantizeLinear/DequantizeLinear around float ops: "
+                         "onnxruntime's quantize_static(..., quant_format=QuantFormat.QDQ))")
+
+
 def element_type(elem: int) -> str:
     """The onnx.TensorProto name of an element type number: 7 -> 'INT64'."""
     from onnx import TensorProto

@@ -217,6 +217,7 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     """
     path = Path(path)
     model = onnx_file.load(path)
+    onnx_file.check_float_ops(model, path)
     value_info = onnx_file.graph_input(model, path)
     shape = onnx_file.set_input_shape(value_info, input_shape, path, batch)
     m = analyse(model, path, value_info.name)
