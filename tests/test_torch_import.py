@@ -511,6 +511,40 @@ def test_instance_norm_with_running_statistics_is_the_affine_they_give():
     assert op_kinds(graph) == ["Conv"]
 
 
+class FlatNorm(nn.Module):
+    """A conv's maps flattened to N x C x L and normalised by ``BatchNorm1d``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(3, 4, 3), nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(self.conv(x).flatten(2))
+
+
+@pytest.mark.parametrize("make, kinds", [
+    (lambda: nn.Sequential(nn.Conv2d(3, 6, 3), nn.SyncBatchNorm(6), nn.ReLU(), nn.Flatten(),
+                           nn.Linear(6 * 6 * 5, 10), nn.BatchNorm1d(10)),
+     ["Conv", "Relu", "Flatten", "Conv"]),
+    (FlatNorm, ["Conv", "Reshape", "BatchNorm"]),
+])
+def test_sync_batch_norm_and_batch_norm_1d_use_their_running_statistics(make, kinds):
+    """A model trained on several GPUs keeps ``nn.SyncBatchNorm`` (BatchNorm2d at
+    inference), a classifier head ``nn.BatchNorm1d`` after its Linear (folded into it) or
+    on flattened maps: equal to PyTorch on trained-looking statistics."""
+    torch.manual_seed(0)
+    module = make()
+    with torch.no_grad():
+        for norm in module.modules():
+            if isinstance(norm, nn.modules.batchnorm._BatchNorm):
+                norm.running_mean.uniform_(-1, 1)
+                norm.running_var.uniform_(0.5, 2)
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.uniform_(-0.5, 0.5)
+    graph = check(module, photo((2, 3, 8, 7)))
+    assert op_kinds(graph) == kinds
+
+
 class ChannelsFirstLayerNorm(nn.Module):
     """ConvNeXt's own LayerNorm for N x C x H x W maps (its stem and downsampling layers):
     written out with ``.pow(2)``, ``torch.sqrt`` and the affine's parameters indexed with

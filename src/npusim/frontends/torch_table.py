@@ -90,8 +90,11 @@ _MODULES = {
     nn.GELU: lambda c, m, x: gelu(c, x, m.approximate),
     nn.LayerNorm: lambda c, m, x: layer_norm(c, x, m.normalized_shape, m.weight, m.bias, m.eps),
     nn.GroupNorm: lambda c, m, x: group_norm(c, x, m.num_groups, m.weight, m.bias, m.eps),
-    nn.BatchNorm2d: lambda c, m, x: batch_norm(
-        c, x, m.running_mean, m.running_var, m.weight, m.bias, m.training, eps=m.eps),
+    # SyncBatchNorm is BatchNorm2d at inference (its statistics are synchronised in
+    # training only); BatchNorm1d normalises the channels of N x C (after a Linear) alike
+    **{cls: lambda c, m, x: batch_norm(
+        c, x, m.running_mean, m.running_var, m.weight, m.bias, m.training, eps=m.eps)
+       for cls in (nn.BatchNorm2d, nn.SyncBatchNorm, nn.BatchNorm1d)},
     nn.ReLU: lambda c, m, x: relu(c, x),
     nn.ReLU6: lambda c, m, x: relu6(c, x),
     nn.Hardtanh: lambda c, m, x: clamp(c, x, m.min_val, m.max_val),
