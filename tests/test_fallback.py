@@ -23,15 +23,15 @@ from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
 
 
-class SeluCumsum(nn.Module):
-    """SELU and a cumulative sum (neither in npusim's IR) between two convs; returns
-    the last conv and the SELU map."""
+class CeluCumsum(nn.Module):
+    """CELU and a cumulative sum (neither in npusim's IR) between two convs; returns
+    the last conv and the CELU map."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.act = nn.SELU()
+        self.act = nn.CELU()
         self.head = nn.Conv2d(8, 4, 1)
 
     def forward(self, x):
@@ -44,14 +44,14 @@ def example(batch=2):
 
 
 def test_torch_refuses_by_default_naming_each_op_and_the_fallback():
-    with pytest.raises(ModelError, match=r"unsupported ops: nn.SELU x1 \('act'\), "
+    with pytest.raises(ModelError, match=r"unsupported ops: nn.CELU x1 \('act'\), "
                                          r"torch.cumsum x1 \('cumsum'\) \(fallback=True, "
                                          r"--fallback"):
-        from_torch(SeluCumsum().eval(), example())
+        from_torch(CeluCumsum().eval(), example())
 
 
 def test_torch_fallback_equals_the_module_output_by_output():
-    net, x = SeluCumsum().eval(), example()
+    net, x = CeluCumsum().eval(), example()
     graph = from_torch(net, x, fallback=True)
     assert list(graph.outputs) == ["logits", "features"]
     fallbacks = [n.name for n in graph.nodes if type(n.op).__name__ == "Fallback"]
@@ -69,7 +69,7 @@ def test_torch_fallback_equals_the_module_output_by_output():
 
 
 def test_torch_fallback_survives_pickling_and_another_batch():
-    net = SeluCumsum().eval()
+    net = CeluCumsum().eval()
     graph = pickle.loads(pickle.dumps(from_torch(net, example(), fallback=True)))
     x = example(batch=3)
     with torch.no_grad():
@@ -79,7 +79,7 @@ def test_torch_fallback_survives_pickling_and_another_batch():
 
 def export(tmp_path):
     path = tmp_path / "fallback.onnx"
-    net, x = SeluCumsum().eval(), example()
+    net, x = CeluCumsum().eval(), example()
 
     class Pair(nn.Module):  # torch.onnx exports a tuple as two graph outputs
         def __init__(self):
@@ -100,13 +100,13 @@ def export(tmp_path):
 
 def test_onnx_refuses_by_default_and_falls_back_to_onnxruntime(tmp_path):
     path, x = export(tmp_path)
-    with pytest.raises(ModelError, match=r"unsupported ops: Selu x1 \('/net/act/Selu'\), "
+    with pytest.raises(ModelError, match=r"unsupported ops: Celu x1 \('/net/act/Celu'\), "
                                          r"CumSum x1 \('/net/CumSum'\) \(fallback=True"):
         from_onnx(path, batch=2)
     graph = from_onnx(path, batch=2, fallback=True)
     assert list(graph.outputs) == ["logits", "features"]
     assert [getattr(n.op, "source", type(n.op).__name__) for n in graph.nodes] == \
-        ["Conv", "ONNX Selu", "ONNX CumSum", "Conv"]
+        ["Conv", "ONNX Celu", "ONNX CumSum", "Conv"]
     want = ort.InferenceSession(str(path)).run(None, {"x": x})
     result = simulate(pickle.loads(pickle.dumps(graph)), x)
     for label, ref in zip(("logits", "features"), want, strict=True):
@@ -174,10 +174,10 @@ def test_cli_fallback_checks_each_output_and_marks_the_reports(tmp_path, capsys)
     assert data["check"]["passed"]
     errors = data["check"]["output_relative_errors"]
     assert list(errors) == ["logits", "features"] and max(errors.values()) < 1e-5
-    marked = [r["shape"] for r in data["layers"] if r["name"] in ("/net/act/Selu",
+    marked = [r["shape"] for r in data["layers"] if r["name"] in ("/net/act/Celu",
                                                                   "/net/CumSum")]
     assert marked == ["Fallback", "Fallback"]
-    assert data["fallback"] == {"/net/act/Selu": "ONNX Selu",
+    assert data["fallback"] == {"/net/act/Celu": "ONNX Celu",
                                 "/net/CumSum": "ONNX CumSum"}
     assert "fallback: 2 ops computed by the source framework, costed as vector work: " \
-        "/net/act/Selu (ONNX Selu), /net/CumSum (ONNX CumSum)" in out
+        "/net/act/Celu (ONNX Celu), /net/CumSum (ONNX CumSum)" in out

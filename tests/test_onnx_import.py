@@ -234,6 +234,21 @@ def test_activations_and_channel_ops(tmp_path, opset, make, kind):
     assert op_kinds(check(path, x)) == [kind]
 
 
+@pytest.mark.parametrize("make, inits, kinds", [
+    (lambda x: node("Selu", [x]), {}, ["Elu", "BatchNorm"]),
+    (lambda x: node("Selu", [x], alpha=1.2, gamma=0.8), {}, ["Elu", "BatchNorm"]),
+    (lambda x: node("Tile", [x, "r"]), {"r": np.array([1, 2, 1, 3], np.int64)},
+     ["Reshape", "Broadcast", "Reshape"]),
+    (lambda x: node("Tile", [x, "r"]), {"r": np.array([1, 1, 1, 1], np.int64)}, []),
+])
+def test_selu_and_tile(tmp_path, make, inits, kinds):
+    """SELU (its default and given alpha and gamma) and Tile (PyTorch's ``repeat``) of a
+    conv's output: the whole map repeated along channels and columns, or not at all."""
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c"), make("c")],
+                 {"w": weights(4, 3, 3, 3)} | inits)
+    assert op_kinds(check(path, photo((1, 3, 12, 11)) * 4)) == ["Conv", *kinds]
+
+
 def test_branches_concat_add_reshape_flatten_identity_whole_slice_dropout(tmp_path):
     path = write(tmp_path, [
         node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]), node("Relu", ["x"], "r"),

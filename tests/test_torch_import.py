@@ -185,7 +185,7 @@ class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
-        self.act = nn.SELU()
+        self.act = nn.Softsign()
 
     def forward(self, x):
         return torch.sin(self.act(self.conv(x)))[:, 0]
@@ -195,7 +195,7 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
     with pytest.raises(ModelError) as err:
         from_torch(Unsupported(), photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.SELU x1 ('act'), "
+    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.Softsign x1 ('act'), "
                            "torch.sin x1 ('sin'); unsupported parameters: "
                            "operator.getitem x1 (node 'getitem': indexing (1, 4, 6, 6) with "
                            "(slice(None, None, None), 0): the IR slices with start:stop:step")
@@ -511,6 +511,46 @@ def test_instance_norm_with_running_statistics_is_the_affine_they_give():
     assert op_kinds(graph) == ["Conv"]
 
 
+@pytest.mark.parametrize("fn, kinds", [
+    (Lambda(lambda x: x.mean(1, keepdim=True).repeat(1, 6, 1, 1) * x),
+     ["Reduce", "Reshape", "Broadcast", "Reshape", "Elementwise"]),
+    (Lambda(lambda x: x.repeat((1, 2, 3, 1))), ["Reshape", "Broadcast", "Reshape"]),
+    (Lambda(lambda x: torch.tile(x, (2, 1))[:, :, 1:10] + x.tile((1, 1, 1, 2))[..., 3:10]),
+     ["Reshape", "Broadcast", "Reshape", "Slice", "Reshape", "Broadcast", "Reshape", "Slice",
+      "Add"]),
+    (Lambda(lambda x: x.repeat(1, 1, 1, 1)), []),
+    (Lambda(lambda x: x.narrow(1, 2, 3) + torch.narrow(x, 1, -3, 3) + x.narrow(1, 0, 3)
+            .narrow(3, 1, 5).narrow(3, 0, 1)),
+     ["Slice", "Slice", "Add", "Slice", "Slice", "Slice", "Elementwise"]),
+    (Lambda(lambda x: x.flatten(1).view_as(x) + x.flatten(2).reshape_as(x)
+            + x.flatten(2).unflatten(2, (x.shape[2], x.shape[3]))),
+     ["Flatten", "Reshape", "Reshape", "Reshape", "Add", "Reshape", "Reshape", "Add"]),
+    (nn.Sequential(nn.Flatten(2), nn.Unflatten(2, (9, 7))), ["Reshape", "Reshape"]),
+    (nn.Softmax2d(), ["Softmax"]),
+    (Lambda(lambda x: F.selu(x) + torch.selu(x)),
+     ["Elu", "BatchNorm", "Elu", "BatchNorm", "Add"]),
+    (nn.SELU(), ["Elu", "BatchNorm"]),
+    (nn.RReLU(0.1, 0.3), ["LeakyRelu"]),
+    (Lambda(lambda x: F.rrelu(x, 0.05, 0.25)), ["LeakyRelu"]),
+])
+def test_repeat_narrow_view_as_softmax2d_selu_and_rrelu_import(fn, kinds):
+    """Tiling (``repeat``, ``tile``: the whole map again along an axis), ``narrow``,
+    ``view_as`` / ``reshape_as`` / ``unflatten``, ``nn.Softmax2d`` (over the channels), SELU
+    and RReLU at inference (the mean slope): equal to PyTorch, as the ops listed."""
+    graph = check(nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), fn), photo((2, 3, 9, 7)))
+    assert op_kinds(graph) == ["Conv", *kinds]
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: x.repeat(2, 1, 1, 1), r"repeats the batch axis 2 times"),
+    (lambda x: x.repeat(1, 1, 1, 1, 2), r"repeats \(1, 1, 1, 1, 2\) of a tensor of shape"),
+    (lambda x: F.rrelu(x, training=True), r"training=True draws a random slope"),
+])
+def test_a_repeat_of_the_batch_or_into_new_axes_and_a_training_rrelu_are_refused(fn, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Lambda(fn), photo((1, 3, 6, 5)))
+
+
 class FlatNorm(nn.Module):
     """A conv's maps flattened to N x C x L and normalised by ``BatchNorm1d``."""
 
@@ -639,11 +679,11 @@ def test_unsupported_parameters_are_refused_by_name(module, x, message):
 
 def test_refusals_are_collected_into_one_message():
     net = nn.Sequential(nn.Conv2d(3, 4, 3, padding_mode="circular", padding=1),
-                        nn.Softmax(dim=0), nn.SELU())
+                        nn.Softmax(dim=0), nn.Softsign())
     with pytest.raises(ModelError) as err:
         from_torch(net, photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert "unsupported ops: nn.SELU x1 ('_2')" in text
+    assert "unsupported ops: nn.Softsign x1 ('_2')" in text
     assert "nn.Conv2d x1 (node '_0': padding_mode='circular'" in text
     assert "nn.Softmax x1 (node '_1': softmax over the batch axis" in text
 

@@ -188,6 +188,26 @@ def _expand(c: OnnxNode) -> ops.Op | str:
     return c.proto.input[0] if op is None else op
 
 
+def _tile(c: OnnxNode):
+    """Tile by constant repeats (PyTorch's ``repeat``): ``rules.tile``'s three data moves,
+    the input itself when nothing repeats."""
+    x = c.proto.input[0]
+    if x in c.model.pending:
+        raise _Refusal("tiles a Pad output: the IR takes padding only into a conv or pool")
+    steps = rules.tile(c.in_shape(0), constant(c.model, c.proto.input[1]).ravel())
+    return c.build.steps(c.name, steps, c.model.ir_of.get(x, x)) if steps else x
+
+
+def _selu(c: OnnxNode):
+    """Selu: an ELU of the node's alpha, then its gamma (a multiply)."""
+    x = c.proto.input[0]
+    return c.build.steps(c.name, [
+        ops.Elu(c.attr("alpha", 1.67326319217681884765625)),
+        rules.with_constant("mul", c.in_shape(0), np.float32(c.attr("gamma",
+                                                                    1.05070102214813232421875)))],
+        c.model.ir_of.get(x, x))
+
+
 def _transpose(c: OnnxNode) -> ops.Op:
     ndim = len(c.in_shape(0))
     return rules.transpose(c.attr("perm", range(ndim - 1, -1, -1)), ndim)
@@ -433,7 +453,7 @@ CONVERTERS = {
     "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
     **{kind: (_reduce, 1) for kind in _REDUCE_KINDS},
-    "Expand": (_expand, 1), "Transpose": (_transpose, 1),
+    "Expand": (_expand, 1), "Tile": (_tile, 1), "Transpose": (_transpose, 1), "Selu": (_selu, 1),
     "Split": (_split, 1), "DepthToSpace": (_blocks(rules.depth_to_space), 1),
     "SpaceToDepth": (_blocks(rules.space_to_depth), 1), "Flatten": (_reshape, 1),
     "Reshape": (_reshape, 1),

@@ -192,8 +192,15 @@ def concatenate(c, tensors, axis=0):
 
 
 def reshape_to(c, input, *args, **kwargs):
-    """flatten / view / reshape / squeeze / unsqueeze: the result shape PyTorch produced."""
+    """flatten / view / reshape / squeeze / unsqueeze / unflatten: the result shape PyTorch
+    produced."""
     return rules.reshape(computed(input).shape, c.out_shape)
+
+
+def reshape_as(c, input, other):
+    """``x.view_as(y)`` / ``x.reshape_as(y)``: ``x`` to ``y``'s shape (``y`` only lends it)."""
+    x = computed(input)
+    return rules.reshape(x.shape, c.out_shape), (x.name,)
 
 
 def interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -266,6 +273,33 @@ def getitem(c, input, index):
     return c.build.chain([f"{c.name}_axis{axis}" for axis, _ in cuts[:-1]],
                          [ops.Slice(axis, p.start or 0, p.stop, p.step or 1) for axis, p in cuts],
                          x.name)
+
+
+def narrow(c, input, dim, start, length):
+    """``x.narrow(dim, start, length)``: ``length`` entries of axis ``dim`` from ``start``
+    (counted from the end when negative), as the slice it is (``getitem``)."""
+    x = computed(input)
+    axis = int(dim) % len(x.shape)
+    first = int(start) % x.shape[axis] if int(start) < 0 else int(start)
+    return getitem(c, x, (slice(None),) * axis + (slice(first, first + int(length)),))
+
+
+def repeat(c, input, *sizes):
+    """``x.repeat(...)``: the whole tensor repeated along each axis (``rules.tile``; a
+    pass-through when nothing repeats)."""
+    x = computed(input)
+    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) \
+        else sizes
+    steps = rules.tile(x.shape, sizes)
+    return c.build.steps(c.name, steps, x.name) if steps else x
+
+
+def tile(c, input, dims):
+    """``torch.tile`` / ``x.tile``: ``repeat`` with fewer counts than axes taken for the last
+    axes (the others once)."""
+    x = computed(input)
+    dims = tuple(dims)
+    return repeat(c, x, (1,) * (len(x.shape) - len(dims)) + dims)
 
 
 def pixel_shuffle(c, input, upscale_factor):

@@ -45,6 +45,7 @@ from .shape import (
     space_to_depth,
     split,
     swap_axes,
+    tile,
     transpose,
 )
 
@@ -55,7 +56,7 @@ __all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm",
            "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
            "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "softmax",
-           "space_to_depth", "split", "swap_axes", "transpose", "transposed_padding",
+           "space_to_depth", "split", "swap_axes", "tile", "transpose", "transposed_padding",
            "upsample_to", "with_constant"]
 
 SHOWN_PER_KIND = 3  # nodes named per refused op type; the rest are counted

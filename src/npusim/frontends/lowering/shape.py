@@ -66,6 +66,29 @@ def broadcast_to(x_shape, out_shape) -> ops.Broadcast | None:
     return ops.Broadcast(tuple(out_shape[1:]))
 
 
+def tile(x_shape, repeats) -> list[ops.Op]:
+    """``x.repeat`` / ONNX ``Tile``: the tensor repeated whole ``repeats[a]`` times along
+    each axis ``a`` (not each element in turn) as the three data moves it is: a Reshape
+    that puts a size-1 axis before each repeated axis, a Broadcast of those axes to their
+    counts, and a Reshape merging each such pair; [] when nothing repeats."""
+    repeats = [int(r) for r in repeats]
+    if len(repeats) != len(x_shape) or min(repeats) < 1:
+        raise Refusal(f"repeats {tuple(repeats)} of a tensor of shape {tuple(x_shape)}: the "
+                      "IR repeats each existing axis at least once (no new axes, no empty "
+                      "result)")
+    if repeats[0] != 1:
+        raise Refusal(f"repeats the batch axis {repeats[0]} times: the IR keeps the batch axis "
+                      "as it is")
+    if all(r == 1 for r in repeats):
+        return []
+    split, wide, merged = [], [], []
+    for size, r in zip(x_shape[1:], repeats[1:], strict=True):
+        split += [1, size] if r > 1 else [size]
+        wide += [r, size] if r > 1 else [size]
+        merged.append(size * r)
+    return [ops.Reshape(tuple(split)), ops.Broadcast(tuple(wide)), ops.Reshape(tuple(merged))]
+
+
 def depth_to_space(x_shape, r: int, order: str = "CRD") -> list[ops.Op]:
     """Channels C r^2 of an N x C r^2 x H x W map into r x r blocks of pixels (N x C x
     Hr x Wr) as the reshape, transpose and reshape it is: ``order`` CRD (PyTorch's
