@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .. import ops
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
-from .torch_ops import Parts, Ref, computed
+from .torch_ops import Parts, Ref, computed, number
 
 
 def cat(c, tensors, dim=0):
@@ -280,8 +280,9 @@ def narrow(c, input, dim, start, length):
     (counted from the end when negative), as the slice it is (``getitem``)."""
     x = computed(input)
     axis = int(dim) % len(x.shape)
-    first = int(start) % x.shape[axis] if int(start) < 0 else int(start)
-    return getitem(c, x, (slice(None),) * axis + (slice(first, first + int(length)),))
+    first, length = int(number(start, "start")), int(number(length, "length"))
+    first = first % x.shape[axis] if first < 0 else first
+    return getitem(c, x, (slice(None),) * axis + (slice(first, first + length),))
 
 
 def repeat(c, input, *sizes):
