@@ -45,11 +45,19 @@ def torch64(net: nn.Module, x: np.ndarray) -> np.ndarray:
         return copy.deepcopy(net).double()(torch.from_numpy(x.astype(np.float64))).numpy()
 
 
-def export(net: nn.Module, x: np.ndarray, path: Path, opset: int = 17) -> Path:
+def export(net: nn.Module, x: np.ndarray, path: Path, opset: int = 17,
+           exporter: str = "torchscript") -> Path:
+    """``net`` as an ONNX file: by the TorchScript exporter at ``opset``, or (``exporter``
+    "dynamo") as ``torch.onnx.export`` writes it by default since torch 2.9, at the opset
+    and with the op patterns of its own choosing."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=False,
-                          opset_version=opset)
+        if exporter == "dynamo":
+            torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=True,
+                              verbose=False)
+        else:
+            torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=False,
+                              opset_version=opset)
     return path
 
 
@@ -341,11 +349,14 @@ def test_block_through_from_torch(block, arch, block_input):
     assert outcome.passed and outcome.worst < 1e-4, outcome.line()
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch, exporter", [(arch, "torchscript") for arch in ARCHS]
+                         + [(ARCHS[0], "dynamo")])
 @pytest.mark.parametrize("block", BLOCKS)
-def test_block_through_onnx(block, arch, block_input, tmp_path):
+def test_block_through_onnx(block, arch, exporter, block_input, tmp_path):
     net = getattr(blocks(), block)()
-    path = export(net, block_input, tmp_path / f"{block}.onnx")
+    path = export(net, block_input, tmp_path / f"{block}.onnx", exporter=exporter)
+    opset = {o.domain: o.version for o in onnx.load(str(path)).opset_import}[""]
+    assert opset == 17 if exporter == "torchscript" else opset >= 18  # the exporter named
     graph = from_onnx(path)
     result = simulate(graph, block_input, arch, keep_outputs=True)
     assert rel_err(result.output, onnxruntime_output(path, block_input)) < 1e-4
