@@ -104,6 +104,11 @@ def test_emulator_agrees_with_fast_model(layer, p, seed, density):
     assert (c.transfers, c.transfer_cycles, c.contention, c.hops) == (
         e["transfers"], e["transfer_cycles"], e["contention_cycles"], e["chain_hops"])
     assert c.first_buffer_stalls == e["first_buffer_stall_cycles"]
+    # the cycles work stealing saved: the emulator runs the layer again without it (the
+    # fast model does not where stealing leaves every job as it is, ``stealing_moves_nothing``)
+    plain = emulate_layer(layer, x, w, b, p, stealing=False, order=order).cycles \
+        if p.work_stealing else res.cycles
+    assert plain - res.cycles == e["stealing_saved_cycles"]
 
 
 def test_random_layers_do_stall_on_a_1_kib_first_buffer():

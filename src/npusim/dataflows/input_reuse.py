@@ -45,7 +45,7 @@ from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
 from .base import Machine, Memo, element_bytes, percent, register
-from .operation_units import Schedule, queue, schedule
+from .operation_units import Schedule, job_times, queue, schedule
 from .phases import plan
 from .region_work import Work, count_key, region_counts, region_work, reorder
 
@@ -487,9 +487,23 @@ def timing(work: Work, p: Params, unit: np.ndarray | None = None,
                         unit=unit, capacity=first_buffer_pixels(p))
 
     sch = run(work.transfers, p.work_stealing)
-    if not p.work_stealing:
+    if not p.work_stealing or stealing_moves_nothing(work):
         return sch, 0
     return sch, run(work.plain_transfers, False).cycles - sch.cycles
+
+
+def stealing_moves_nothing(work: Work) -> bool:
+    """Whether work stealing leaves the layer as it is: each job's processing units already
+    level (the longest ends at their mean, rounded up) and no unit ran another's cycles
+    (the same transfers). The schedule without stealing is then the one with it (the same
+    job times and queue), and stealing saves 0 cycles: ``timing`` does not play it again.
+    So on a dense layer whose kernels fill every unit's processing units."""
+    t, plain = work.transfers, work.plain_transfers
+    return (t.job.size == plain.job.size
+            and np.array_equal(job_times(work.slot_cycles, True),
+                               job_times(work.slot_cycles, False))
+            and np.array_equal(t.kernel, plain.kernel) and np.array_equal(t.job, plain.job)
+            and np.array_equal(t.pixels, plain.pixels))
 
 
 def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> Counts:
