@@ -221,7 +221,7 @@ def refusal_cases():
         (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
         (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="circular")), x4, r"mode='circular'"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,
-         r"mode='bicubic': the IR resamples 'nearest' or 'bilinear'"),
+         r"mode='bicubic': the IR resamples 'nearest', 'bilinear' \(no antialias\) or 'area'"),
         (Lambda(lambda x: torch.softmax(x, 0)), x4, r"softmax over the batch axis"),
         (Lambda(lambda x: torch.add(x, x, alpha=2)), x4, r"alpha=2: only a plain sum"),
         (nn.Sequential(nn.BatchNorm2d(3, track_running_stats=False)), x4,
@@ -549,6 +549,21 @@ def test_repeat_narrow_view_as_softmax2d_selu_and_rrelu_import(fn, kinds):
 def test_a_repeat_of_the_batch_or_into_new_axes_and_a_training_rrelu_are_refused(fn, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Lambda(fn), photo((1, 3, 6, 5)))
+
+
+@pytest.mark.parametrize("fn, kind", [
+    (lambda x: F.interpolate(x, scale_factor=0.5, mode="area"), "AdaptivePool"),
+    (lambda x: F.interpolate(x, size=(5, 3), mode="area"), "AdaptivePool"),
+    (lambda x: F.interpolate(x, size=(13, 20), mode="area"), "AdaptivePool"),
+    (lambda x: F.interpolate(x, size=(1, 1), mode="area"), "GlobalAvgPool"),
+    (nn.Upsample(size=(3, 7), mode="area"), "Pool"),  # 9 x 14 in 3 x 2 windows
+])
+def test_area_resampling_is_the_adaptive_average_pool(fn, kind):
+    """``mode='area'`` (down, up, to odd sizes): PyTorch computes it as its adaptive average
+    pool, and so does the IR; equal to PyTorch."""
+    module = fn if isinstance(fn, nn.Module) else Lambda(fn)
+    graph = check(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), module), photo((2, 3, 9, 14)))
+    assert op_kinds(graph) == ["Conv", kind]
 
 
 class FlatNorm(nn.Module):

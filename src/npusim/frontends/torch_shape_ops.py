@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .. import ops
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
-from .torch_ops import Parts, Ref, computed, number
+from .torch_ops import Parts, Ref, adaptive_avg_pool2d, computed, number
 
 
 def cat(c, tensors, dim=0):
@@ -206,9 +206,11 @@ def reshape_as(c, input, other):
 def interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                  recompute_scale_factor=None, antialias=False):
     (_, _, h, w), (_, _, p, q) = computed(input, 4).shape, c.out_shape
+    if mode == "area":  # PyTorch's area resampling is its adaptive average pool
+        return adaptive_avg_pool2d(c, input, (p, q))
     if mode not in ("nearest", "bilinear") or antialias:
         raise _Refusal(f"mode={mode!r}{', antialias' if antialias else ''}: the IR resamples "
-                       "'nearest' or 'bilinear' (no antialias)")
+                       "'nearest', 'bilinear' (no antialias) or 'area'")
     if scale_factor is not None and not recompute_scale_factor:
         op = ops.Upsample(scale_factor, mode, bool(align_corners))  # samples at 1/scale
     else:
