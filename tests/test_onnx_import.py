@@ -249,6 +249,24 @@ def test_selu_and_tile(tmp_path, make, inits, kinds):
     assert op_kinds(check(path, photo((1, 3, 12, 11)) * 4)) == ["Conv", *kinds]
 
 
+def test_matmul_of_two_computed_tensors_and_by_a_constant_over_tokens(tmp_path):
+    """Attention as exporters write it: a MatMul by a constant over N x T x C tokens (a
+    linear layer: a 1x1 conv between reshapes and transposes, its bias Add after it), and
+    the MatMul of two computed tensors (scores by values), the IR's MatMul."""
+    path = write(tmp_path, [
+        node("Reshape", ["x", "tok_shape"], "t"),                # N x T x C: 1 x 12 x 6
+        node("MatMul", ["t", "wq"], "q0"), node("Add", ["q0", "bq"], "q"),
+        node("Transpose", ["t"], "tt", perm=[0, 2, 1]),          # N x C x T
+        node("MatMul", ["q", "tt"], "s"),                          # N x T x T scores
+        node("Softmax", ["s"], "p", axis=-1),
+        node("MatMul", ["p", "t"], "y")],                          # N x T x C
+        {"tok_shape": np.array([1, 12, 6], np.int64), "wq": weights(6, 6), "bq": weights(6)},
+        in_shape=(1, 6, 3, 4))
+    graph = check(path, photo((1, 6, 3, 4)))
+    kinds = op_kinds(graph)
+    assert kinds.count("MatMul") == 2 and kinds.count("Conv") == 1 and "Fallback" not in kinds
+
+
 def test_branches_concat_add_reshape_flatten_identity_whole_slice_dropout(tmp_path):
     path = write(tmp_path, [
         node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]), node("Relu", ["x"], "r"),

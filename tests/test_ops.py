@@ -263,3 +263,33 @@ def test_batchnorm_equals_its_expression_bit_for_bit_and_keeps_its_input(dtype):
     out = bn(x)
     assert out.dtype == np.float32 and out.tobytes() == ref.tobytes()
     assert x.tobytes() == before.tobytes()
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 4, 7, 5), (2, 4, 5, 3)),   # heads x tokens: queries by keys
+    ((2, 1, 6, 5), (2, 3, 5, 6)),   # a broadcast axis before the matrices
+    ((3, 9, 16), (3, 16, 9)),       # one matrix an image (torch.bmm)
+    ((1, 2, 3, 1, 4), (1, 2, 1, 4, 2)),
+])
+def test_matmul_is_torchs_within_float32_and_costs_its_products_and_sums(a_shape, b_shape):
+    a, b = rand(*a_shape), rand(*b_shape, seed=1)
+    op = ops.MatMul()
+    out = op(a, b)
+    assert out.dtype == np.float32 and op.out_shape([a_shape, b_shape], "m") == out.shape
+    close(out, torch.matmul(t(a), t(b)), tol=1e-5)
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert np.abs(out - exact).max() <= 1e-5 * np.abs(exact).max()
+    k = a_shape[-1]  # K products and K - 1 sums per output element
+    assert op.vector_ops([a_shape, b_shape], out.shape) == out.size * (2 * k - 1)
+
+
+@pytest.mark.parametrize("shapes, match", [
+    ([(2, 7, 5), (2, 4, 3)], r"m: MatMul of shapes \(2, 7, 5\) and \(2, 4, 3\): the first's "
+                             r"last axis \(5\) must equal the second's next-to-last \(4\)"),
+    ([(2, 5), (2, 5, 3)], r"each needs the batch axis and a matrix \(at least 3-D\)"),
+    ([(2, 3, 7, 5), (2, 4, 5, 3)], r"the axes before the matrices do not broadcast"),
+    ([(2, 7, 5)], r"m: MatMul takes 2 input\(s\), got 1"),
+])
+def test_matmul_shapes_it_cannot_multiply_are_refused_by_node(shapes, match):
+    with pytest.raises(LayerError, match=match):
+        ops.MatMul().out_shape(shapes, "m")

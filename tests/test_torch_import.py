@@ -211,9 +211,6 @@ def refusal_cases():
         (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
                                            "the batch axis first"),
-        (Lambda(lambda x: nn.functional.linear(x[:, :, 0], torch.ones(2, 9))), x4,
-         r"node 'linear': input shape \(1, 3, 9\): a linear layer takes N x features or N x H x "
-         "W x features"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
         (Lambda(lambda x: x[:, None]), x4, r"operator.getitem x1 \(node 'getitem': indexing "
                                            r"\(1, 3, 9, 9\) with \(slice\(None, None, None\), "
@@ -564,6 +561,68 @@ def test_area_resampling_is_the_adaptive_average_pool(fn, kind):
     module = fn if isinstance(fn, nn.Module) else Lambda(fn)
     graph = check(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), module), photo((2, 3, 9, 14)))
     assert op_kinds(graph) == ["Conv", kind]
+
+
+class TokenAttention(nn.Module):
+    """A conv stem, then self-attention over its pixels as tokens, written as vision
+    transformers write it: linear layers on N x T x C, ``q @ k.transpose(-2, -1)``, softmax,
+    ``torch.matmul`` by the values; and ``x.matmul`` by a constant, ``torch.bmm``."""
+
+    def __init__(self, channels=16, heads=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.qkv, self.proj = nn.Linear(channels, 3 * channels), nn.Linear(channels, channels)
+        self.mix = nn.Parameter(torch.randn(channels, channels) * 0.1)
+        self.heads = heads
+
+    def forward(self, x):
+        y = self.conv(x)
+        n, c, h, w = y.shape
+        tokens = y.flatten(2).transpose(1, 2)
+        parts = self.qkv(tokens).chunk(3, -1)
+        q, k, v = (parts[i].reshape(n, h * w, self.heads, c // self.heads).transpose(1, 2)
+                   for i in range(3))
+        scores = ((q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5).softmax(-1)
+        out = torch.matmul(scores, v).transpose(1, 2).reshape(n, h * w, c)
+        gram = torch.bmm(tokens, tokens.transpose(1, 2)).mean(-1, keepdim=True)
+        return self.proj(out) + tokens.matmul(self.mix) + gram
+
+
+def test_attention_s_products_of_two_activations_are_matmuls_and_its_linears_convs():
+    """Equal to PyTorch on every machine: the three products of two activations (scores,
+    weighted values, the Gram matrix) are the IR's MatMul, the linear layers over the tokens
+    and the product by a constant matrix 1x1 convs."""
+    net, x = TokenAttention().eval(), photo((2, 3, 16, 12))
+    graph = check(net, x)
+    kinds = op_kinds(graph)
+    assert kinds.count("MatMul") == 3 and kinds.count("Conv") == 4
+    want = torch_output(net, x)
+    for preset in ("sparse-pairs-32x32", "input-reuse-1024", "group-tile-64mac",
+                   "dilated-grid-2x2-h3"):
+        assert rel_err(simulate(graph, x, preset, mode="run").output, want) < 1e-4, preset
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.linear(x.flatten(2), torch.linspace(-1, 1, 162).reshape(2, 81)),  # N x T x F
+    lambda x: F.linear(x.unsqueeze(1), torch.linspace(-1, 1, 18).reshape(2, 9), torch.ones(2)),
+])
+def test_a_linear_layer_over_the_last_axis_of_any_rank(fn):
+    """Over N x T x F (a sequence) or N x 1 x C x H x W: the rows as an N x L x 1 x F map
+    through the 1x1 conv, reshaped there and back; equal to PyTorch."""
+    graph = check(Lambda(fn), photo((2, 3, 9, 9)))
+    assert "Conv" in op_kinds(graph)
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: torch.matmul(torch.ones(1, 4, 3), x.flatten(2)),
+     r"its input is a constant, not a tensor computed from the network input"),
+    (lambda x: x.flatten(2).transpose(1, 2) @ torch.ones(2, 3, 4),
+     r"multiplies by a constant of shape \(2, 3, 4\): the IR multiplies by a constant matrix"),
+])
+def test_a_product_by_a_constant_that_is_no_matrix_is_refused(fn, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Lambda(fn), photo((1, 3, 2, 3)))
 
 
 class FlatNorm(nn.Module):

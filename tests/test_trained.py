@@ -79,3 +79,16 @@ def test_missing_wheel_names_the_extra(monkeypatch):
     monkeypatch.setattr(trained.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match=r"\.\[models\]"):
         zoo.build("nudenet-320n")
+
+
+def test_the_recogniser_s_attention_runs_as_ir_ops_not_fallback_nodes():
+    """PP-OCRv4's recogniser: its linear layers over the 40 tokens are 1x1 convs and the
+    products of two activations in its attention the IR's MatMul, costed by its products
+    and sums; nothing runs in onnxruntime (the outputs: ``test_trained_model_on_every_...``)."""
+    graph = zoo.build("ppocr-v4-rec")
+    kinds = [type(n.op).__name__ for n in graph.nodes]
+    assert kinds.count("MatMul") == 4 and "Fallback" not in kinds
+    assert len(graph.conv_nodes) == 47
+    result = npusim.simulate(graph, zoo.input_for("ppocr-v4-rec"), mode="estimate")
+    matmuls = [s for s in result.layers if s.shape == "MatMul"]
+    assert len(matmuls) == 4 and all(s.vector_ops > 0 and s.cycles > 0 for s in matmuls)

@@ -827,6 +827,37 @@ def _axes(axes, ndim: int, name: str, kind: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
+class MatMul(Op):
+    """``a @ b`` of two computed tensors (attention's queries by keys, its weights by
+    values), by NumPy's matmul rules: each input's last two axes a matrix, the axes before
+    them broadcast; both at least 3-D, the batch axis first. In float32, each output a sum
+    of K products (K: ``a``'s last axis), in BLAS's order. Cost: K multiplies and K - 1 adds
+    per output element."""
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 2, name, "MatMul")
+        a, b = (tuple(int(d) for d in s) for s in in_shapes)
+        if len(a) < 3 or len(b) < 3:
+            raise LayerError(f"{name}: MatMul of shapes {a} and {b}: each needs the batch axis "
+                             "and a matrix (at least 3-D)")
+        if a[-1] != b[-2]:
+            raise LayerError(f"{name}: MatMul of shapes {a} and {b}: the first's last axis "
+                             f"({a[-1]}) must equal the second's next-to-last ({b[-2]})")
+        try:
+            front = np.broadcast_shapes(a[:-2], b[:-2])
+        except ValueError:
+            raise LayerError(f"{name}: MatMul of shapes {a} and {b}: the axes before the "
+                             "matrices do not broadcast (NumPy rules)") from None
+        return (*(int(d) for d in front), a[-2], b[-1])
+
+    def vector_ops(self, in_shapes, out_shape):
+        return _numel(out_shape) * (2 * int(in_shapes[0][-1]) - 1)
+
+    def __call__(self, a, b):
+        return np.matmul(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+@dataclass(frozen=True)
 class Reduce(Op):
     """Mean, sum, max, min, L1 norm (sum of magnitudes) or L2 norm (square root of the sum of
     squares) over ``axes`` (``keepdims`` keeps them as size 1). A mean over H, W of an
@@ -1146,7 +1177,7 @@ OPS: dict[str, type] = {
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
     "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs, "gelu": Gelu,
     "clip": Clip, "fakequant": FakeQuant,
-    "elementwise": Elementwise, "reduce": Reduce, "broadcast": Broadcast,
+    "elementwise": Elementwise, "matmul": MatMul, "reduce": Reduce, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,
     "pad": Pad,

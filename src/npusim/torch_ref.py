@@ -319,6 +319,7 @@ def _function(op, out_shape):
         ops.FakeQuant: lambda: _fake_quant(op, len(out_shape)),
         ops.LocalResponseNorm: lambda: _local_response_norm(op),
         ops.Elementwise: lambda: _elementwise(op),
+        ops.MatMul: lambda: torch.matmul,
         ops.Reduce: lambda: _reduce(op),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),

@@ -41,7 +41,7 @@ LINES = {
                     "input: a rendered text page, ImageNet mean/std; " + PPOCR_LICENCE,
     "ppocr-v4-rec": "PP-OCRv4 text recogniser (SVTR-LCNet, CTC), trained weights; input: a "
                     "rendered text line, scaled to [-1, 1]; its attention's products of two "
-                    "activations run as fallback nodes in onnxruntime; " + PPOCR_LICENCE,
+                    "activations as the vector unit's MatMul; " + PPOCR_LICENCE,
     "ppocr-cls": "PP-OCR mobile v2.0 text-direction classifier (MobileNetV3), trained weights; "
                  "input: a rendered text line, scaled to [-1, 1]; " + PPOCR_LICENCE,
     "nudenet-320n": "NudeNet 3.4 detector (YOLOv8n), trained weights; input: photo 'astronaut' "

@@ -95,11 +95,18 @@ def _gemm(c: OnnxNode) -> ops.Op:
 
 
 def _matmul(c: OnnxNode):
-    b = c.weight(1)
-    if b is None or b.ndim != 2:
-        raise _Refusal("the second operand must be a constant matrix")
-    x = c.proto.input[0]
-    return c.build.linear(c.name, c.model.ir_of.get(x, x), c.in_shape(0), b.T, None)
+    """MatMul by a constant matrix: a fully connected layer (``Lowering.linear``); of two
+    computed tensors (attention's products): the IR's ``MatMul``."""
+    a, b = c.proto.input[:2]
+    if a in c.model.depends and b in c.model.depends:
+        return ops.MatMul()
+    if a not in c.model.depends:
+        raise _Refusal("the first operand is a constant: the IR multiplies a computed tensor "
+                       "by a constant matrix, or two computed tensors")
+    w = c.weight(1)
+    if w is None or w.ndim != 2:
+        raise _Refusal("the second operand must be a constant matrix or a computed tensor")
+    return c.build.linear(c.name, c.model.ir_of.get(a, a), c.in_shape(0), w.T, None)
 
 
 def _clip(c: OnnxNode) -> ops.Op:
@@ -438,7 +445,7 @@ def _resample(c: OnnxNode, mode: str, transform: str, rounding: str, scales) -> 
 # op type -> (converter, how many leading inputs are data; None = all)
 CONVERTERS = {
     "Conv": (_conv, 1), "ConvTranspose": (_conv_transpose, 1), "Gemm": (_gemm, 1),
-    "MatMul": (_matmul, 1),
+    "MatMul": (_matmul, None),
     "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
     "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
     "Elu": (lambda c: ops.Elu(c.attr("alpha", 1.0)), 1), "Softplus": (lambda c: ops.Softplus(), 1),

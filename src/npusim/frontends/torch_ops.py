@@ -153,6 +153,21 @@ def linear(c, input, weight, bias=None):
     return c.build.linear(c.name, x.name, x.shape, constant(weight, "weight"), b)
 
 
+def matmul(c, input, other):
+    """``x @ y``, ``torch.matmul``, ``torch.bmm`` (and the methods): of two computed tensors
+    (attention's products) the IR's ``MatMul``; by a constant matrix a linear layer over
+    ``x``'s last axis."""
+    x = computed(input)
+    if isinstance(other, Ref):
+        computed(other)
+        return ops.MatMul()
+    w = constant(other, "other")
+    if w.ndim != 2:
+        raise _Refusal(f"multiplies by a constant of shape {w.shape}: the IR multiplies by a "
+                       "constant matrix (2-D) or by a computed tensor")
+    return c.build.linear(c.name, x.name, x.shape, w.T, None)
+
+
 def batch_norm(c, input, running_mean, running_var, weight=None, bias=None, training=False,
                 momentum=0.1, eps=1e-5):
     computed(input)

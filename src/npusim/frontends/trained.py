@@ -32,7 +32,6 @@ class Trained:
     shape: tuple[int, int, int]
     norm: str            # images.NORMS key
     photo: str = ""      # a bundled photo (images.photo_names()), or "" for rendered text
-    fallback: bool = False  # ops the IR cannot express run in onnxruntime (docs/import.md)
 
     def path(self) -> Path:
         """The ONNX file in the installed package, or a ``ModelError`` saying how to get it."""
@@ -52,7 +51,7 @@ MODELS = {
     "ppocr-v4-det": Trained(PPOCR, "models/ch_PP-OCRv4_det_infer.onnx", (3, 320, 320),
                             "imagenet"),
     "ppocr-v4-rec": Trained(PPOCR, "models/ch_PP-OCRv4_rec_infer.onnx", (3, 48, 320),
-                            "signed", fallback=True),
+                            "signed"),
     "ppocr-cls": Trained(PPOCR, "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (3, 48, 192),
                          "signed"),
     "nudenet-320n": Trained("nudenet", "320n.onnx", (3, 320, 320), "unit", "astronaut"),
@@ -64,7 +63,7 @@ def build(name: str, batch: int) -> object:
     from .onnx_import import from_onnx
 
     model = MODELS[name]
-    return from_onnx(model.path(), input_shape=(batch, *model.shape), fallback=model.fallback)
+    return from_onnx(model.path(), input_shape=(batch, *model.shape))
 
 
 def text_image(height: int, width: int, lines: tuple[str, ...]) -> np.ndarray:

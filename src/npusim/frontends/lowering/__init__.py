@@ -125,16 +125,25 @@ class Lowering:
     def linear(self, name: str, x: str, x_shape, weight, bias) -> tuple[ops.Op, tuple[str, ...]]:
         """A linear layer (weight (out, in)) over the last axis of ``x``: on N x F the
         1x1-conv FC; on N x H x W x F (channels last, as after a permute) the conv between
-        two Transposes, the last of which is returned (op, inputs) for node ``name``."""
+        two Transposes, the last of which is returned (op, inputs) for node ``name``; on
+        any other N x ... x F (a sequence of tokens, N x T x F) the same on its rows as an
+        N x L x 1 x F map, reshaped there and back."""
         fc = fully_connected(weight, bias)
         if len(x_shape) == 2:
             return fc, (x,)
-        if len(x_shape) != 4:
-            raise Refusal(f"input shape {tuple(x_shape)}: a linear layer takes N x features or "
-                          "N x H x W x features")
+        if len(x_shape) < 2:
+            raise Refusal(f"input shape {tuple(x_shape)}: a linear layer takes N x ... x "
+                          "features")
+        rows = len(x_shape) != 4
+        if rows:
+            x = self.add(f"{name}_rows", ops.Reshape(
+                (int(np.prod(x_shape[1:-1])), 1, int(x_shape[-1]))), (x,))
         first = self.add(f"{name}_to_nchw", ops.Transpose((0, 3, 1, 2)), (x,))
         mid = self.add(f"{name}_conv", fc, (first,))
-        return ops.Transpose((0, 2, 3, 1)), (mid,)
+        if not rows:
+            return ops.Transpose((0, 2, 3, 1)), (mid,)
+        last = self.add(f"{name}_to_nhwc", ops.Transpose((0, 2, 3, 1)), (mid,))
+        return ops.Reshape((*(int(d) for d in x_shape[1:-1]), int(fc.weight.shape[0]))), (last,)
 
     def chain(self, names, op_list, x: str) -> tuple[ops.Op, tuple[str, ...]]:
         """Ops applied one after the other to ``x`` (the slices of several axes): each but
