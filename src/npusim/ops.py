@@ -828,7 +828,7 @@ def _axes(axes, ndim: int, name: str, kind: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class MatMul(Op):
-    """``a @ b`` of two computed tensors (attention's queries by keys, its weights by
+    """``a @ b`` of two computed tensors (attention's queries by keys, its scores by
     values), by NumPy's matmul rules: each input's last two axes a matrix, the axes before
     them broadcast; both at least 3-D, the batch axis first. In float32, each output a sum
     of K products (K: ``a``'s last axis), in BLAS's order. Cost: K multiplies and K - 1 adds
