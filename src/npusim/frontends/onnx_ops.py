@@ -195,24 +195,28 @@ def _expand(c: OnnxNode) -> ops.Op | str:
     return c.proto.input[0] if op is None else op
 
 
+def _steps_input(c: OnnxNode) -> str:
+    """The IR tensor a node built as several IR nodes (``Lowering.steps``) reads: its input
+    0, refused if it is a Pad output still owed (the IR takes padding only into a conv or
+    pool; the steps would read the unpadded tensor before the general check refuses)."""
+    x = c.proto.input[0]
+    if x in c.model.pending:
+        raise _Refusal("reads a Pad output: the IR takes padding only into a conv or pool")
+    return c.model.ir_of.get(x, x)
+
+
 def _tile(c: OnnxNode):
     """Tile by constant repeats (PyTorch's ``repeat``): ``rules.tile``'s three data moves,
     the input itself when nothing repeats."""
-    x = c.proto.input[0]
-    if x in c.model.pending:
-        raise _Refusal("tiles a Pad output: the IR takes padding only into a conv or pool")
     steps = rules.tile(c.in_shape(0), constant(c.model, c.proto.input[1]).ravel())
-    return c.build.steps(c.name, steps, c.model.ir_of.get(x, x)) if steps else x
+    return c.build.steps(c.name, steps, _steps_input(c)) if steps else c.proto.input[0]
 
 
 def _selu(c: OnnxNode):
-    """Selu: an ELU of the node's alpha, then its gamma (a multiply)."""
-    x = c.proto.input[0]
-    return c.build.steps(c.name, [
-        ops.Elu(c.attr("alpha", 1.67326319217681884765625)),
-        rules.with_constant("mul", c.in_shape(0), np.float32(c.attr("gamma",
-                                                                    1.05070102214813232421875)))],
-        c.model.ir_of.get(x, x))
+    """Selu: ``rules.selu`` at the node's alpha and gamma (the spec's defaults: SELU's
+    constants in float32)."""
+    return c.build.steps(c.name, rules.selu(c.in_shape(0), c.attr("alpha", rules.SELU_ALPHA),
+                                            c.attr("gamma", rules.SELU_SCALE)), _steps_input(c))
 
 
 def _transpose(c: OnnxNode) -> ops.Op:
@@ -224,11 +228,8 @@ def _blocks(rule):
     """DepthToSpace / SpaceToDepth (``rule``: ``depth_to_space`` or ``space_to_depth``) as
     the reshape, transpose and reshape it is, in the node's mode (DCR by default)."""
     def convert(c: OnnxNode):
-        x = c.proto.input[0]
-        if x in c.model.pending:
-            raise _Refusal("moves a Pad output: the IR takes padding only into a conv or pool")
         return c.build.steps(c.name, rule(c.in_shape(0), int(c.attr("blocksize")),
-                                          c.attr("mode", "DCR")), c.model.ir_of.get(x, x))
+                                          c.attr("mode", "DCR")), _steps_input(c))
     return convert
 
 

@@ -291,15 +291,10 @@ def elu(c, input, alpha=1.0, inplace=False):
     return ops.Elu(number(alpha, "alpha"))
 
 
-# SELU's constants (Klambauer et al., as PyTorch defines them)
-SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-
-
 def selu(c, input, inplace=False):
-    """``F.selu`` / ``nn.SELU``: an ELU of SELU's alpha, then its scale (a multiply)."""
+    """``F.selu`` / ``nn.SELU``: ``rules.selu`` at PyTorch's constants."""
     x = computed(input)
-    return c.build.chain([f"{c.name}_elu"], [ops.Elu(SELU_ALPHA), rules.with_constant(
-        "mul", x.shape, np.float32(SELU_SCALE))], x.name)
+    return c.build.steps(c.name, rules.selu(x.shape), x.name)
 
 
 def rrelu(c, input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):

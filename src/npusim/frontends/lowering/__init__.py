@@ -20,7 +20,16 @@ import numpy as np
 from ... import ops
 from ...errors import LayerError, ModelError
 from ...ir import Graph, Node, fold_batchnorm
-from .elementwise import binary, channel_values, clip, per_channel, with_constant
+from .elementwise import (
+    SELU_ALPHA,
+    SELU_SCALE,
+    binary,
+    channel_values,
+    clip,
+    per_channel,
+    selu,
+    with_constant,
+)
 from .fuse import cancel_transposes, fuse_gelu
 from .norms import batch_norm, group_norm, layer_norm, reduce, softmax
 from .padding import (
@@ -49,13 +58,15 @@ from .shape import (
     transpose,
 )
 
-__all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "avg_pool", "batch_norm", "binary",
+__all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "SELU_ALPHA", "SELU_SCALE", "avg_pool",
+           "batch_norm", "binary",
            "broadcast_to",
            "cancel_transposes", "channel_shuffle", "channel_values", "clip", "concat", "conv",
            "depth_to_space",
            "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "layer_norm", "max_pool",
-           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "softmax",
+           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "selu",
+           "softmax",
            "space_to_depth", "split", "swap_axes", "tile", "transpose", "transposed_padding",
            "upsample_to", "with_constant"]
 

@@ -39,6 +39,16 @@ def channel_values(value, x_shape, what: str) -> np.ndarray:
     return flat
 
 
+# SELU's constants (Klambauer et al., as PyTorch defines them; ONNX's defaults are their
+# float32 roundings)
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(x_shape, alpha: float = SELU_ALPHA, scale: float = SELU_SCALE) -> list[ops.Op]:
+    """SELU: an ELU of ``alpha``, then ``scale`` (a multiply: a per-channel affine)."""
+    return [ops.Elu(float(alpha)), with_constant("mul", x_shape, np.float32(scale))]
+
+
 def with_constant(kind: str, x_shape, const, const_first: bool = False) -> ops.Op:
     """``x <kind> const`` (``const <kind> x`` when ``const_first``): a per-channel affine
     (``BatchNorm``, foldable into the conv before it) for x + c, x - c, x * c, c * x, c + x and
