@@ -325,15 +325,24 @@ def _doubled_ifmap_steps(steps):
     return patched
 
 
-def _doubled(part):
-    """A patch of a helper that returns a tuple: its item ``part`` doubled."""
+def _doubled(*parts):
+    """A patch of a helper that returns a tuple: its items ``parts`` doubled."""
     def patch(helper):
         def patched(*a, **k):
             out = list(helper(*a, **k))
-            out[part] = 2 * out[part]
+            for part in parts:
+                out[part] = 2 * out[part]
             return tuple(out)
         return patched
     return patch
+
+
+def _own_blocks(helper):
+    """A patch of ``_inner_blocks``: each row's window a block of its own."""
+    def patched(*a, **k):
+        ids, nbytes, _ = helper(*a, **k)
+        return np.arange(len(ids)), nbytes, nbytes
+    return patched
 
 
 def _other_order(loop_order):
@@ -342,11 +351,11 @@ def _other_order(loop_order):
                             "kernel-major": "region-major"}[loop_order(*a, **k)]
 
 
-def _first_region_holds_the_stream(region_bytes):
-    """A patch of ``_region_bytes``: the whole stream charged to the first region."""
+def _first_region_holds_the_stream(slice_bytes):
+    """A patch of ``_slice_bytes``: the whole stream charged to the first region."""
     def patched(layer, jobs):
-        out = np.zeros_like(region_bytes(layer, jobs))
-        out[0] = jobs.stream_bytes
+        out = np.zeros_like(slice_bytes(layer, jobs))
+        out.flat[0] = jobs.stream_bytes
         return out
     return patched
 
@@ -363,14 +372,32 @@ WEIGHTS = (ConvLayer(1, 16, 8, 8, 16, 3, 3, padding=1, dtype="int8"),
            Params(operation_units=4, processing_units=4),
            {"dram_bytes_per_cycle": 0.5, "filter_sram_kb": 1, "ifmap_sram_kb": 1})
 
+# 16 depthwise 3x3 'same' on 16x16, dense int8: 16 regions of 4x4 on four units, a conv
+# group's slice of a region 16 B of values; the 2,568 B stream against 512 usable bytes of
+# ifmap SRAM. A 1 KiB second buffer holds a kernel set's band (1 kernel x 6 rows x 16 x 4 B)
+# but not a region row's (16 kernels): kernel-major, each kernel set cycling through its
+# group's slices; on 2 KiB region-major, each region cycling through 16 kernel sets
+DEPTHWISE = (ConvLayer(1, 16, 16, 16, 16, 3, 3, padding=1, groups=16, dtype="int8"),
+             Params(operation_units=4, processing_units=4),
+             {"dram_bytes_per_cycle": 0.5, "ifmap_sram_kb": 1})
+
+# 20 int8 kernels of 2 x 3 x 3 in 5 sets of 4 on two units: windows of two sets that never
+# repeat, over weights (about 400 B) that fit the 512 usable bytes of a 1 KiB filter SRAM
+WINDOWS = (ConvLayer(1, 2, 8, 8, 20, 3, 3, padding=1, dtype="int8"),
+           Params(operation_units=2, processing_units=4),
+           {"dram_bytes_per_cycle": 0.5, "filter_sram_kb": 1})
+
 
 @pytest.mark.parametrize("helper, patch, case, second_kb, field", [
     ("steps", _doubled_ifmap_steps, BANDS, 1, "dram_ifmap_bytes"),
     ("_output_blocks", _doubled(1), BANDS, 1, "dram_ofmap_bytes"),
     ("bands", _doubled(1), BANDS, 2, "dram_ofmap_bytes"),
     ("second_buffer_bytes", lambda f: lambda p: f(p) // 2, BANDS, 2, "dram_ofmap_bytes"),
-    ("_region_bytes", _first_region_holds_the_stream, BANDS, 1, "stall_dram_ifmap_cycles"),
-    ("_inner_blocks", _doubled(1), WEIGHTS, 32, "dram_bytes"),
+    ("_slice_bytes", _first_region_holds_the_stream, BANDS, 1, "stall_dram_ifmap_cycles"),
+    ("_outer_blocks", _doubled(1, 2), WEIGHTS, 32, "dram_bytes"),
+    ("_inner_blocks", _doubled(1, 2), DEPTHWISE, 2, "kernel_major_layers"),
+    ("_slice_windows", _doubled(1, 2), DEPTHWISE, 1, "dram_ifmap_bytes"),
+    ("_inner_blocks", _own_blocks, WINDOWS, 32, "kernel_major_layers"),
     ("loop_order", _other_order, WEIGHTS, 32, "kernel_major_layers"),
 ])
 def test_a_fault_in_the_fast_models_memory_steps_is_caught_by_the_emulator(
@@ -378,8 +405,9 @@ def test_a_fault_in_the_fast_models_memory_steps_is_caught_by_the_emulator(
     """The emulator derives its memory steps and loop order from its own log of the jobs it
     ran: a fast model that fetches its regions twice, spills twice the partial sums, holds
     bands twice as large, halves the second buffers, charges the whole stream to the first
-    region, fetches its weight windows twice or takes the other loop order disagrees with
-    it, and the emulator's stats do not move."""
+    region, fetches its held blocks, its weight windows or its windows of slices twice,
+    makes each window a block of its own or takes the other loop order disagrees with it,
+    and the emulator's stats do not move."""
     from npusim.dataflows import input_reuse
 
     layer, p, memory = case
@@ -400,20 +428,21 @@ def test_memory_steps_by_hand_hold_one_operand_and_cycle_the_other():
     """Three regions (10, 20, 30 B) x three kernel sets of 2 kernels (1, 2, 4 B) on two
     units, one band of 5 pixels per region, 3 partial-OFM pixels a job. Region-major: a
     row fetches the regions it begins (row 2 continues region 1: fetched again, the memory
-    model decides if it stayed) and the window of its jobs' kernel sets, named by its
-    first; kernel-major swaps them, a band per kernel set."""
+    model decides if it stayed) and the window of its jobs' kernel sets, a part of one
+    block, all the weights (7 B); kernel-major swaps them (the stream, 60 B, one block),
+    a band per kernel set."""
     from npusim.emulate.input_reuse import in_run_order
     from npusim.emulate.input_reuse_memory import Ran, Stored, memory_steps
 
-    jobs = [[Ran(region=r, kernel_set=k, kernels=2, band=r, end=10 * (3 * r + k + 1),
+    jobs = [[Ran(ifmap=r, kernel_set=k, kernels=2, band=r, end=10 * (3 * r + k + 1),
                  weight_cycles=1, pofm_pixels=3) for k in range(3)] for r in range(3)]
-    stored = Stored(region_bytes=[10, 20, 30], set_bytes=[1, 2, 4], band_pixels=[5, 5, 5],
+    stored = Stored(slice_bytes=[10, 20, 30], set_bytes=[1, 2, 4], band_pixels=[5, 5, 5],
                     kernels=6, second_buffers=1024, ofm_bytes=50, sram_bytes=9)
     s = memory_steps(in_run_order(jobs, "region-major"), stored, "region-major", 2, 95)
     assert s.compute.tolist() == [20, 20, 20, 20, 15]
     assert s.ifmap.tolist() == [0, 1, 1, 2, 2]
     assert s.ifmap_bytes.tolist() == [10, 20, 20, 30, 30]
-    assert s.filter.tolist() == [0, 2, 1, 0, 2]
+    assert s.filter.tolist() == [0] * 5 and s.filter_size.tolist() == [7] * 5
     assert s.filter_bytes.tolist() == [3, 5, 6, 3, 4]
     assert s.ofmap.tolist() == [0, 1, 1, 2, 2] and s.psum_size.tolist() == [4 * 6 * 5] * 5
     assert s.psum_bytes.tolist() == [24, 24, 24, 24, 12]
@@ -421,9 +450,62 @@ def test_memory_steps_by_hand_hold_one_operand_and_cycle_the_other():
     assert s.sram_bytes.tolist() == [2, 2, 2, 2, 1]
     s = memory_steps(in_run_order(jobs, "kernel-major"), stored, "kernel-major", 2, 95)
     assert s.filter.tolist() == [0, 1, 1, 2, 2] and s.filter_bytes.tolist() == [1, 2, 2, 4, 4]
-    assert s.ifmap.tolist() == [0, 2, 1, 0, 2]
+    assert s.ifmap.tolist() == [0] * 5 and s.ifmap_size.tolist() == [60] * 5
     assert s.ifmap_bytes.tolist() == [30, 40, 50, 30, 30]
     assert s.ofmap.tolist() == [1, 3, 5, 7, 8] and s.psum_size.tolist() == [4 * 2 * 5] * 5
+
+
+
+def test_weights_that_fit_are_fetched_once_though_the_windows_do_not_tile_them():
+    """20 int8 kernels of 2 x 3 x 3 (3 B of bitmap and up to 18 values each: about 420 B)
+    in 5 sets of 4, against 512 usable filter bytes, on two units: each region's row
+    windows of two sets start at 0, 2, 4, 1, 3, so no two windows hold the same sets and
+    together they would be twice the weights; the weights fit, so they are fetched once,
+    region-major, in both models."""
+    layer, p, memory = WINDOWS
+    emu, fast = _priced_pair(layer, p, 3, 1.0, **memory)
+    w = tensors(layer, 3, "int8")[1]
+    assert fast.extra["kernel_major_layers"] == 0
+    assert fast.dram_filter_bytes == 20 * 3 + np.count_nonzero(w)
+    assert emu == fast
+
+
+def test_memory_steps_by_hand_read_a_conv_groups_slice_of_each_region():
+    """Three regions x two conv groups of one kernel set each, slices numbered region * 2 +
+    group (10, 11, 20, 21, 30, 31 B), kernel-major: on two units a row reads the window of
+    its jobs' slices (group 0 over regions 0-2, then group 1), named by its first; on four
+    units a group's regions fit in a row, which fetches every slice of the groups it
+    begins (group 0: 60 B, group 1: 63 B), or the one it continues."""
+    from npusim.emulate.input_reuse import in_run_order
+    from npusim.emulate.input_reuse_memory import Ran, Stored, memory_steps
+
+    jobs = [[Ran(ifmap=2 * r + g, kernel_set=g, kernels=1, band=r, end=10 * (2 * r + g + 1))
+             for g in range(2)] for r in range(3)]
+    stored = Stored(slice_bytes=[10, 11, 20, 21, 30, 31], set_bytes=[1, 2],
+                    band_pixels=[5, 5, 5], kernels=2, second_buffers=1024, groups=2)
+    run = in_run_order(jobs, "kernel-major")
+    assert [job.ifmap for job in run] == [0, 2, 4, 1, 3, 5]
+    s = memory_steps(run, stored, "kernel-major", 2, 60)
+    assert s.ifmap.tolist() == [0, 4, 3] and s.ifmap_bytes.tolist() == [30, 41, 52]
+    assert s.ifmap_size.tolist() == [30, 41, 52]
+    assert s.filter.tolist() == [0, 1, 1] and s.filter_bytes.tolist() == [1, 2, 2]
+    s = memory_steps(run, stored, "kernel-major", 4, 60)
+    assert s.ifmap.tolist() == [1, 1] and s.ifmap_bytes.tolist() == [60 + 63, 63]
+
+
+def test_a_depthwise_layer_kernel_major_streams_its_input_once():
+    """DEPTHWISE on a 1 KiB second buffer runs kernel-major: each kernel set, one conv group,
+    reads its group's slice of every region, so even with the stream four times the ifmap
+    SRAM the input crosses DRAM once: 256 blocks (16 channels x 16 regions of 4x4 pixels) of
+    a 2-byte bitmap each, and the non-zero int8 values; the emulator's log prices the
+    same."""
+    layer, p, memory = DEPTHWISE
+    p = dataclasses.replace(p, second_buffer_kb=1)
+    emu, fast = _priced_pair(layer, p, 4, 0.5, **memory)
+    x = tensors(layer, 4, layer.dtype, 0.5)[0]
+    assert fast.extra["kernel_major_layers"] == 1
+    assert fast.dram_ifmap_bytes == 16 * 16 * 2 + np.count_nonzero(x)
+    assert emu == fast
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])

@@ -440,13 +440,10 @@ def test_kernel_major_order_is_taken_when_it_moves_fewer_bytes(emulate):
 def _moved_in_order(layer, p, jobs, memory, order) -> int:
     """DRAM bytes of the steps of ``jobs`` run in ``order`` before the output's, priced in
     full: the sum ``loop_order`` compares."""
-    ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = input_reuse.order_blocks(
-        layer, p, jobs, order)
-    zero = np.zeros(len(ifmap), np.int64)
-    t = traffic(Steps(compute=zero, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
-                      filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=zero, psum_bytes=psum,
-                      psum_size=held, ofmap_capacity=input_reuse.second_buffer_bytes(p)),
-                memory)
+    blocks = input_reuse.order_blocks(layer, p, jobs, order)
+    zero = np.zeros(len(blocks["ifmap"]), np.int64)
+    t = traffic(Steps(compute=zero, ofmap_bytes=zero,
+                      ofmap_capacity=input_reuse.second_buffer_bytes(p), **blocks), memory)
     return sum(int(v.sum()) for v in t.values())
 
 
@@ -643,7 +640,7 @@ def test_jobs_run_in_another_order_take_their_transfers_along(jobs, seed):
         slot_cycles=rng.integers(0, 9, (jobs, 2)), transfers=t, plain_transfers=None,
         dense_cycles=0, weight_only_cycles=0, products=0, useful_products=0, input_nonzeros=0,
         weight_nonzeros=0, sram_ifmap_words=0, sram_ifmap_bitmaps=0, regions=jobs,
-        pofm_peak=(1, 1), region_nonzeros=np.zeros(jobs, np.int64), kernel_parts=1)
+        pofm_peak=(1, 1), region_nonzeros=np.zeros((jobs, 1), np.int64), kernel_parts=1)
     order = rng.permutation(jobs)
     got = region_work.reorder(work, order)
     rank = np.argsort(order)

@@ -142,11 +142,12 @@ class Jobs:
     emulator logs its own, ``emulate.input_reuse_memory``): every job's end (cycles,
     global order) and weight cycles (its PUs' sum), the layer's stall-free cycles and
     whether the last transfer ends after the last job, the bytes of the compressed input
-    stream as stored and its non-zeros, those of every region (over its channels and
-    stride phases, in job order), the compressed bytes of every kernel set (in a region's
-    job order), the compressed OFM's bytes and the bytes at the SRAM ports; for the output
-    accumulators: every job's partial-OFM pixels (region-major order), the OFM rows the
-    partial OFMs of each row of regions touch, and the regions in a row."""
+    stream as stored and its non-zeros, those of every region in each conv group's
+    channels (over the stride phases; regions x G, in job order), the compressed bytes of
+    every kernel set (in a region's job order), the compressed OFM's bytes and the bytes
+    at the SRAM ports; for the output accumulators: every job's partial-OFM pixels
+    (region-major order), the OFM rows the partial OFMs of each row of regions touch, and
+    the regions in a row."""
 
     end: np.ndarray
     busy: np.ndarray
@@ -184,17 +185,13 @@ def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory, memo: Memo | Non
     moves that little (a layer whose blocks stay in their buffers) kernel-major is not
     priced: it can only tie."""
     memo = Memo() if memo is None else memo
-    rows = _rows(p, jobs)[0]
-    zero = np.zeros(rows, np.int64)
+    zero = np.zeros(_rows(p, jobs)[0], np.int64)
     least = least_moved(jobs)
     moved = {}
     for order in ORDERS:  # the steps' blocks alone (``steps`` without the times and ports)
-        ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = memo.get(
-            ("blocks", p, order), lambda o=order: order_blocks(layer, p, jobs, o))
-        t = traffic(Steps(compute=zero, ifmap=ifmap, ifmap_bytes=ifmap_bytes,
-                          filter=filt, filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=zero,
-                          psum_bytes=psum, psum_size=held,
-                          ofmap_capacity=second_buffer_bytes(p)), memory)
+        blocks = memo.get(("blocks", p, order), lambda o=order: order_blocks(layer, p, jobs, o))
+        t = traffic(Steps(compute=zero, ofmap_bytes=zero, ofmap_capacity=second_buffer_bytes(p),
+                          **blocks), memory)
         moved[order] = int(sum(int(v.sum()) for v in t.values()))
         if moved[order] <= least:
             return order
@@ -211,17 +208,19 @@ def least_moved(jobs: Jobs) -> int:
     return jobs.stream_bytes + int(jobs.kernel_set_bytes.sum())
 
 
-def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> tuple:
-    """(ifmap ids, their bytes, filter ids, their bytes, ofmap ids, partial-sum bytes a row
-    spills, the ofmap block's whole partial sums) of the steps of ``jobs`` run in ``order``:
-    what ``steps`` knows before the jobs' times, ports and output bytes. They follow the
-    masks, ``p`` and the order alone (``jobs``: the blocks of ``layer_stats``)."""
+def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> dict:
+    """The blocks of the steps of ``jobs`` run in ``order``, as ``Steps`` fields (ifmap and
+    filter ids, bytes and sizes; ofmap ids, the partial-sum bytes a row spills and the
+    block's whole partial sums): what ``steps`` knows before the jobs' times, ports and
+    output bytes. They follow the masks, ``p`` and the order alone (``jobs``: the blocks
+    of ``layer_stats``)."""
     jobs = dataclasses.replace(jobs, order=order)
     rows, first, last = _rows(p, jobs)
-    ifmap, ifmap_bytes, filt, filt_bytes = _blocks(layer, p, jobs, _region_bytes(layer, jobs),
-                                                   first, last)
+    ifmap, filt = _blocks(layer, p, jobs, _slice_bytes(layer, jobs), first, last)
     band, psum, held = _output_blocks(layer, p, jobs, rows, last)
-    return ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held
+    return dict(ifmap=ifmap[0], ifmap_bytes=ifmap[1], ifmap_size=ifmap[2], filter=filt[0],
+                filter_bytes=filt[1], filter_size=filt[2], ofmap=band, psum_bytes=psum,
+                psum_size=held)
 
 
 def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
@@ -232,19 +231,34 @@ def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
     return rows, first, np.minimum(first + units, n_jobs) - 1
 
 
-def _blocks(layer: ConvLayer, p: Params, jobs: Jobs, region_bytes: np.ndarray, first, last):
-    """(ifmap ids, their bytes, filter ids, their bytes) of the steps from jobs ``first`` to
-    ``last`` in ``jobs.order`` (see ``steps``)."""
-    per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
-    regions, set_bytes = len(jobs.region_nonzeros), jobs.kernel_set_bytes
-    if jobs.order == "region-major":
-        ifmap, ifmap_bytes = _outer_blocks(region_bytes, per_region, first, last)
-        filt, filt_bytes = _inner_blocks(set_bytes, per_region, first, last, p.operation_units)
-    else:
-        filt, filt_bytes = _outer_blocks(set_bytes, regions, first, last)
-        ifmap, ifmap_bytes = _inner_blocks(region_bytes, regions, first, last,
-                                           p.operation_units)
-    return ifmap, ifmap_bytes, filt, filt_bytes
+def _blocks(layer: ConvLayer, p: Params, jobs: Jobs, slice_bytes: np.ndarray, first, last):
+    """((ids, bytes, sizes) of the ifmap, the same of the filter) of the steps from jobs
+    ``first`` to ``last`` in ``jobs.order`` (see ``steps``); ``slice_bytes``: every
+    region's slice of the stream per conv group (regions x G), the ifmap's items, numbered
+    region * G + g."""
+    sets = math.ceil(layer.Kg / p.processing_units)
+    per_region, units = layer.groups * sets, p.operation_units
+    regions, set_bytes = len(slice_bytes), jobs.kernel_set_bytes
+    if jobs.order == "region-major":  # a region's jobs: conv group, then kernel set
+        return (_outer_blocks(slice_bytes.ravel(), sets, first, last),
+                _inner_blocks(set_bytes, per_region, first, last, units))
+    filt = _outer_blocks(set_bytes, regions, first, last)
+    if layer.groups == 1:
+        return _inner_blocks(slice_bytes[:, 0], regions, first, last, units), filt
+    if regions <= units:  # each row runs a group's every slice: held per group
+        return _outer_blocks(slice_bytes.sum(axis=0), regions * sets, first, last), filt
+    return _slice_windows(slice_bytes, sets, first), filt
+
+
+def _slice_windows(slice_bytes: np.ndarray, sets: int, first: np.ndarray):
+    """(id, DRAM bytes, the same) of each row's window of the stream's slices, kernel-major
+    on a grouped layer (a kernel set of group g over every region's slice of g): named by
+    its first job's slice, the bytes of every job's."""
+    regions, groups = slice_bytes.shape
+    ids = (np.arange(regions, dtype=np.int64) * groups + np.arange(groups)[:, None])  # G x T
+    ids = np.repeat(ids, sets, axis=0).ravel()  # every job's slice, in run order
+    window = np.add.reduceat(slice_bytes.ravel()[ids], first)
+    return ids[first], window, window
 
 
 def share(total: int, weights: np.ndarray) -> np.ndarray:
@@ -274,14 +288,18 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: tuple | None = None) 
     (the jobs the operation units run side by side), lasting from the last end of the
     rows before to its own last end (the last step also carries the transfers' tail).
 
-    Blocks, in the loop order image -> region -> conv group -> kernel set:
-    - ifmap: the regions a row starts, their share of the compressed stream (by their
-      non-zeros); a row inside one region reuses it (streamed again if it exceeds the
+    Blocks, in the loop order image -> region -> conv group -> kernel set (kernel-major:
+    conv group -> kernel set -> image -> region, the two operands' rules swapped):
+    - ifmap: a job reads its region's *slice* of the compressed stream, the channels of
+      its conv group (their share of the stream, by their non-zeros); a row fetches the
+      slices it starts, and a row inside one reuses it (streamed again if it exceeds the
       ifmap buffer);
     - filter: the kernel sets the row runs; if a region has no more sets than units every
       row runs all of them (one block, streamed again when it exceeds the filter buffer),
       else each row a window of ``U`` sets: cycled once per region, so weights that do
-      not fit are fetched again for every region;
+      not fit are fetched again for every region; kernel-major, the slices are cycled
+      likewise: every slice of the conv groups a row starts when a group has no more
+      regions than units, else a window of ``U`` slices;
     - ofmap: the output accumulators of the row's band (``bands``), held in the second
       buffers (``second_buffer_bytes``); the band's share of the compressed OFM is
       written once after its last row; if the band's accumulators do not fit, each row
@@ -296,14 +314,12 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: tuple | None = None) 
     compute[-1] += jobs.cycles - edge[-1]
     busy = np.zeros(rows * units, np.int64)
     busy[:n_jobs] = jobs.busy
-    ifmap, ifmap_bytes, filt, filt_bytes, band, psum, held = (
-        order_blocks(layer, p, jobs, jobs.order) if blocks is None else blocks)
+    blocks = order_blocks(layer, p, jobs, jobs.order) if blocks is None else blocks
+    band = blocks["ofmap"]
     out = np.bincount(band, _ofmap_bytes(p, jobs, rows))[band].astype(np.int64)
-    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, filter=filt,
-                 filter_bytes=filt_bytes, ofmap=band, ofmap_bytes=out, psum_bytes=psum,
-                 psum_size=held, ofmap_capacity=second_buffer_bytes(p),
+    return Steps(compute=compute, ofmap_bytes=out, ofmap_capacity=second_buffer_bytes(p),
                  sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
-                 compute_bound="bus" if jobs.bus_bound else "compute")
+                 compute_bound="bus" if jobs.bus_bound else "compute", **blocks)
 
 
 def _output_blocks(layer: ConvLayer, p: Params, jobs: Jobs, rows: int, last: np.ndarray):
@@ -361,23 +377,25 @@ def band_rows(layer: ConvLayer, p: Params) -> tuple[np.ndarray, int]:
     return hi - lo, grid[1]
 
 
-def _region_bytes(layer, jobs: Jobs) -> np.ndarray:
-    """Every region's share of the compressed stream as stored: its values, by its
-    non-zeros, and the bitmaps spread evenly."""
+def _slice_bytes(layer, jobs: Jobs) -> np.ndarray:
+    """Every region's slice of the compressed stream as stored, per conv group (regions x
+    G): its values, by its non-zeros, and the bitmaps spread evenly over the slices."""
     elem, stream = element_bytes(layer.dtype), jobs.stream_bytes
-    regions = len(jobs.region_nonzeros)
+    slices = jobs.region_nonzeros.size
     bitmaps = stream - jobs.input_nonzeros * elem
-    return share(stream, jobs.region_nonzeros * elem * regions + bitmaps)
+    return share(stream, jobs.region_nonzeros.ravel() * elem * slices + bitmaps).reshape(
+        jobs.region_nonzeros.shape)
 
 
 def _outer_blocks(item_bytes, per_item, first, last):
-    """(id, DRAM bytes) of each row's block of the outer loop's operand (``per_item`` jobs
-    each): the items the row starts, or the one it continues (fetched again if it did not
-    stay)."""
+    """(id, DRAM bytes, the same) of each row's block of the outer loop's operand
+    (``per_item`` jobs each): the items the row starts, or the one it continues (fetched
+    again if it did not stay)."""
     cum = np.concatenate([[0], np.cumsum(item_bytes)])
     lo, hi = -(-first // per_item), last // per_item
     starts = lo <= hi
-    return hi, np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], item_bytes[hi])
+    nbytes = np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], item_bytes[hi])
+    return hi, nbytes, nbytes
 
 
 def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
@@ -389,17 +407,18 @@ def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
 
 
 def _inner_blocks(item_bytes, count, first, last, units):
-    """(id, DRAM bytes) of each row's block of the inner loop's operand (``count`` items per
-    outer item): all of them if a row runs them all, else the window of the row's items,
-    cycled once per outer item."""
-    whole = int(item_bytes.sum())
+    """(id, DRAM bytes, size) of each row's block of the inner loop's operand (``count``
+    items, cycled once per outer item): one block, the whole operand (``size``), of which
+    a row reads all if it runs every item, else the window of its items: held whole when
+    it fits its buffer, else streamed a window a row."""
     rows = len(first)
+    whole = np.full(rows, int(item_bytes.sum()), np.int64)
     if count <= units:
-        return np.zeros(rows, np.int64), np.full(rows, whole, np.int64)
+        return np.zeros(rows, np.int64), whole, whole
     start = first % count
     n = last - first + 1
     cum = np.concatenate([[0], np.cumsum(np.tile(item_bytes, 2))])
-    return start, cum[start + n] - cum[start]
+    return np.zeros(rows, np.int64), cum[start + n] - cum[start], whole
 
 
 def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,

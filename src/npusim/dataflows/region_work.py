@@ -46,7 +46,8 @@ class Geometry:
 @dataclass
 class Work:
     """Jobs, transfers and skip counts of one layer; ``region_nonzeros``: non-zero input
-    pixels of every region over its channels and stride phases (N * T,), in job order;
+    pixels of every region in every conv group's channels, over the stride phases (N * T
+    x G), regions in job order;
     ``transfers`` as the device runs (with its work stealing), ``plain_transfers`` those
     without stealing (None when it is off)."""
 
@@ -569,7 +570,8 @@ def _moved_blocks(job, kernel, pixels, order):  # pragma: no cover
 class RegionCounts:
     """What ``region_work`` counts before the kernels are dealt to processing units (so the
     same for every count of them): the weight cycles N x G x Kg x T x parts, the dense,
-    weight-only, product and useful-product counts, and the regions' non-zero pixels."""
+    weight-only, product and useful-product counts, and the regions' non-zero pixels per
+    conv group."""
 
     cycles: np.ndarray
     dense: int
@@ -600,11 +602,19 @@ def region_counts(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray,
                         input_nonzeros=int(np.count_nonzero(x_mask)),
                         weight_nonzeros=int(per_tap.sum()),
                         sram_ifmap_words=int(sum(c.sum() for c in counts)),
-                        region_nonzeros=sum(c.sum(axis=1) for c in counts).reshape(-1),
+                        region_nonzeros=group_nonzeros(layer, counts),
                         phases=len(layout.phases),
                         pixels=np.array([h * w for h, w in shapes], np.int64),
                         pofm_peak=max(shapes, key=lambda s: s[0] * s[1]),
                         kernel_parts=len(layout.parts))
+
+
+def group_nonzeros(layer: ConvLayer, counts: list) -> np.ndarray:
+    """Non-zero pixels of every region (image, region row, region column) in each conv
+    group's channels, summed over the phases' counts (``grid_counts``): N * T x G."""
+    n, _, th, tw = counts[0].shape
+    per_group = sum(c.reshape(n, layer.groups, layer.Cg, th, tw).sum(axis=2) for c in counts)
+    return per_group.transpose(0, 2, 3, 1).reshape(-1, layer.groups)
 
 
 def count_key(geo: Geometry) -> tuple:

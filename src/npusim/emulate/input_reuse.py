@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..ir import ConvLayer
 from ..quant import check_int32
-from .input_reuse_memory import ORDERS, Ran, Stored, dram_bytes, memory_steps, region_blocks
+from .input_reuse_memory import ORDERS, Ran, Stored, dram_bytes, memory_steps, slice_blocks
 
 ACC_BYTES = 4  # one accumulator register: int32 or float32
 
@@ -209,7 +209,7 @@ class Counters:
     sram_ifmap_bytes: int = 0
     sram_ofmap_bytes: int = 0
     ran: dict = field(default_factory=dict)  # job sequence -> the job as it ran (``Ran``)
-    region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region
+    region_nonzeros: np.ndarray | None = None  # non-zero pixels read per region x conv group
 
 
 @dataclass
@@ -266,8 +266,8 @@ class Machine:
         self.counters = Counters(np.zeros(params.operation_units, np.int64),
                                  np.zeros((params.operation_units, params.processing_units),
                                           np.int64),
-                                 region_nonzeros=np.zeros(layer.N * math.prod(self.grid),
-                                                          np.int64))
+                                 region_nonzeros=np.zeros((layer.N * math.prod(self.grid),
+                                                           layer.groups), np.int64))
 
     # -- the dispatcher: regions from the compressed stream, weight cycles per PU --------------
 
@@ -336,7 +336,7 @@ class Machine:
         for g in range(L.groups):
             regions = {ph: self.read_region(n, ph, g, ti, tj) for ph in self.phases}
             here = (n * self.grid[0] + ti) * self.grid[1] + tj
-            c.region_nonzeros[here] += sum(np.count_nonzero(r) for r in regions.values())
+            c.region_nonzeros[here, g] += sum(np.count_nonzero(r) for r in regions.values())
             read = sum(block_bytes(ch, self.elem) for r in regions.values() for ch in r)
             for k0 in range(0, L.Kg, P):
                 c.sram_ifmap_bytes += read
@@ -578,7 +578,8 @@ class Machine:
 
     def ran(self, job: Job, end: int, pixels: int) -> Ran:
         """The log entry of ``job``, ended at cycle ``end`` with partial OFMs of ``pixels``."""
-        return Ran(region=job.region, kernel_set=job.kernel_set, kernels=len(job.kernels),
+        return Ran(ifmap=job.region * self.layer.groups + job.kernels[0] // self.layer.Kg,
+                   kernel_set=job.kernel_set, kernels=len(job.kernels),
                    band=job.region // self.grid[1], end=end, weight_cycles=job.weight_cycles,
                    pofm_pixels=pixels)
 
@@ -596,10 +597,12 @@ class Machine:
         stream = map_stream_bytes(x, self.region, self.elem)
         values = int(np.count_nonzero(x)) * self.elem
         band = self.band_rows() * self.layer.Q
-        return Stored(region_blocks(stream, values, self.counters.region_nonzeros, self.elem),
+        return Stored(slice_blocks(stream, values, self.counters.region_nonzeros.ravel(),
+                                   self.elem),
                       [int(b) for b in self.kernel_set_bytes()],
                       [int(pixels) for _ in range(self.layer.N) for pixels in band],
-                      self.layer.K, self.second_buffers(), ofm_bytes, sram_bytes)
+                      self.layer.K, self.second_buffers(), ofm_bytes, sram_bytes,
+                      groups=self.layer.groups)
 
     def kernel_set_bytes(self) -> np.ndarray:
         """DRAM bytes of every kernel set in a region's job order (conv group, then sets of

@@ -4,7 +4,7 @@ Seed 000, Figs. 10-13: each operation unit's dispatcher reads its region from me
 compressed IFM stream, claim 7) and its processing units' kernels; the output units (on
 a chain, the operation units) accumulate the partial OFMs in their second buffers and
 the output handler writes the OFM back to memory. The machine logs every job it hands
-off (``Ran``: the region its dispatcher read, its kernel set, the cycle it ended, its
+off (``Ran``: the slice of the IFM its dispatcher read, its kernel set, the cycle it ended, its
 weight cycles, the pixels of the partial OFMs it handed to the output side) and counts
 what memory holds (``Stored``); ``memory_steps`` turns the two into the layer's
 ``memory.Steps`` by the rules below, which ``stats.price`` prices. ``dram_bytes`` is what
@@ -15,14 +15,23 @@ A **step** is a row of ``U`` consecutive jobs of the run (the jobs the ``U`` ope
 units work on side by side); it lasts from the last job end of the rows before to its
 own last job end (the last also carries the transfers' tail). Per step:
 
-- the operand the loop order **holds** over consecutive jobs (the region, region-major;
+- the input's item is a *slice*: a region's channels of the job's conv group, its part
+  of the compressed stream (by the non-zeros the dispatcher read, and an even part of
+  the bitmaps);
+- the operand the loop order **holds** over consecutive jobs (the slice, region-major;
   the kernel set, kernel-major): its block is the item the row's last job uses (it
   stays for the next row); the row fetches the items it begins, or, beginning none, the
   one it continues again (the memory model decides whether it stayed);
-- the operand it **cycles** (a new item every job): when there are no more items than
-  units, every row reads them all: one block of the whole operand; else a row reads a
-  window of items, one per job, named by its first (a shorter last window from the same
-  item is part of the window before);
+- the operand it **cycles** (a new item every job: the kernel sets of a region,
+  region-major; the slices of a conv group's regions, kernel-major): when a cycle has
+  no more items than units, rows read whole cycles, held like the other operand (one
+  block of all the kernel sets; one of a conv group's slices); else a row reads a
+  window of items, one per job. With one cycle (every kernel set, region-major; every
+  region's one slice, kernel-major on an ungrouped layer) the windows are parts of one
+  block, the whole cycle (``Steps.*_size``), held whole when it fits the buffer and else
+  streamed a window a row; a grouped layer's slices, kernel-major, a window per row,
+  named by its first slice (a shorter last window from the same item is part of the
+  window before);
 - the **output**: the band of the row's last job (its image and region row), whose
   accumulators the second buffers hold while the row adds into it: 4 B for every OFM
   pixel the band's partial OFMs reach and every kernel run over it (region-major: all of
@@ -49,7 +58,7 @@ ORDERS = ("region-major", "kernel-major")
 class Ran:
     """One job as the machine ran it (or, planning, would run it)."""
 
-    region: int  # the region its dispatcher read: (image, region row, region column)
+    ifmap: int  # the slice its dispatcher read: region (image, row, column) * G + conv group
     kernel_set: int  # its kernel set, in a region's job order (conv group, set)
     kernels: int  # kernels in that set
     band: int  # the region row (image, region row) its partial OFMs add into
@@ -62,21 +71,22 @@ class Ran:
 class Stored:
     """What memory and the second buffers hold for a layer, as the emulator counted it."""
 
-    region_bytes: list[int]  # DRAM bytes of each region's block of the compressed IFM
+    slice_bytes: list[int]  # DRAM bytes of each slice of the compressed IFM (``Ran.ifmap``)
     set_bytes: list[int]  # DRAM bytes of each kernel set, compressed
     band_pixels: list[int]  # OFM pixels (one kernel) each region row's partial OFMs reach
     kernels: int  # kernels of the layer
     second_buffers: int  # bytes of output accumulators on the device
     ofm_bytes: int = 0  # the compressed OFM written back (0 when planning: no output yet)
     sram_bytes: int = 0  # bytes at the SRAM ports, whole layer
+    groups: int = 1  # conv groups: the slices of a region
 
 
-def region_blocks(stream: int, values: int, region_nonzeros, elem: int) -> list[int]:
-    """Each region's block of the compressed IFM stream as stored (``stream`` bytes, of
+def slice_blocks(stream: int, values: int, slice_nonzeros, elem: int) -> list[int]:
+    """Each slice's block of the compressed IFM stream as stored (``stream`` bytes, of
     which ``values`` are non-zero values): the stream cut in proportion to the non-zero
-    values the dispatcher read of the region plus an even part of the bitmaps."""
-    bitmaps, regions = stream - values, len(region_nonzeros)
-    return apportion(stream, [regions * elem * int(nz) + bitmaps for nz in region_nonzeros])
+    values the dispatcher read of the slice plus an even part of the bitmaps."""
+    bitmaps, slices = stream - values, len(slice_nonzeros)
+    return apportion(stream, [slices * elem * int(nz) + bitmaps for nz in slice_nonzeros])
 
 
 def held_blocks(rows: list[list[Ran]], item, nbytes: list[int]) -> list[tuple[int, int]]:
@@ -92,14 +102,20 @@ def held_blocks(rows: list[list[Ran]], item, nbytes: list[int]) -> list[tuple[in
     return out
 
 
-def cycled_blocks(rows: list[list[Ran]], item, nbytes: list[int],
-                  units: int) -> list[tuple[int, int]]:
-    """(block, DRAM bytes) per row of the operand the loop order cycles: the whole operand
-    when a row cycles through all of it, else the window of the row's jobs' items, named
-    by its first."""
-    if len(nbytes) <= units:
-        return [(0, sum(nbytes))] * len(rows)
-    return [(item(row[0]), sum(nbytes[item(job)] for job in row)) for row in rows]
+def cycled_blocks(rows: list[list[Ran]], item, nbytes: list[int], units: int,
+                  cycles: int = 1) -> list[tuple[int, int, int]]:
+    """(block, DRAM bytes, the block's whole bytes) per row of the operand the loop order
+    cycles, whose items fall into ``cycles`` cycles (item ``i`` in cycle ``i mod
+    cycles``): whole cycles, held, when a row runs through a cycle's every item; else the
+    window of the row's jobs' items: of one block, the whole operand, when there is one
+    cycle; named by its first item when there is a cycle per conv group."""
+    if len(nbytes) // cycles <= units:
+        whole = [sum(nbytes[c::cycles]) for c in range(cycles)]
+        return [(b, n, n) for b, n in held_blocks(rows, lambda job: item(job) % cycles, whole)]
+    windows = [sum(nbytes[item(job)] for job in row) for row in rows]
+    if cycles == 1:
+        return [(0, n, sum(nbytes)) for n in windows]
+    return [(item(row[0]), n, n) for row, n in zip(rows, windows, strict=True)]
 
 
 def band_blocks(rows: list[list[Ran]], stored: Stored, order: str):
@@ -144,17 +160,20 @@ def memory_steps(log: list[Ran], stored: Stored, order: str, units: int, cycles:
     """The layer's steps: the jobs of ``log`` (in run order) in rows of ``units``; ``cycles``
     the layer's stall-free cycles, ``bus_bound`` whether its interconnect sets them."""
     rows = [log[i:i + units] for i in range(0, len(log), units)]
-    region, kernel_set = (lambda job: job.region), (lambda job: job.kernel_set)
+    ifmap, kernel_set = (lambda job: job.ifmap), (lambda job: job.kernel_set)
     if order == "region-major":
-        regions = held_blocks(rows, region, stored.region_bytes)
+        slices = [(b, n, n) for b, n in held_blocks(rows, ifmap, stored.slice_bytes)]
         sets = cycled_blocks(rows, kernel_set, stored.set_bytes, units)
     else:
-        regions = cycled_blocks(rows, region, stored.region_bytes, units)
-        sets = held_blocks(rows, kernel_set, stored.set_bytes)
+        slices = cycled_blocks(rows, ifmap, stored.slice_bytes, units, stored.groups)
+        sets = [(b, n, n) for b, n in held_blocks(rows, kernel_set, stored.set_bytes)]
     band, held, spill = zip(*band_blocks(rows, stored, order), strict=True)
-    return Steps(compute=row_cycles(rows, cycles), ifmap=[b for b, _ in regions],
-                 ifmap_bytes=[n for _, n in regions], filter=[b for b, _ in sets],
-                 filter_bytes=[n for _, n in sets], ofmap=list(band),
+    (ifmap_ids, ifmap_bytes, ifmap_size), (set_ids, set_bytes, set_size) = (
+        zip(*slices, strict=True), zip(*sets, strict=True))
+    return Steps(compute=row_cycles(rows, cycles), ifmap=list(ifmap_ids),
+                 ifmap_bytes=list(ifmap_bytes), ifmap_size=list(ifmap_size),
+                 filter=list(set_ids), filter_bytes=list(set_bytes),
+                 filter_size=list(set_size), ofmap=list(band),
                  ofmap_bytes=written_bytes(rows, list(band), stored.ofm_bytes),
                  psum_bytes=list(spill), psum_size=list(held),
                  ofmap_capacity=stored.second_buffers,
