@@ -203,3 +203,19 @@ def test_plots_folder_that_is_a_file_is_refused(tmp_path):
     with contextlib.redirect_stderr(err):
         assert cli.main(["run", "Resnet18.csv", "-q", "--plots", str(tmp_path / "f")]) == 2
     assert "--plots" in err.getvalue() and "is no folder" in err.getvalue()
+
+
+def test_plots_folder_that_cannot_be_made_is_refused_before_the_run(tmp_path, monkeypatch):
+    """A missing folder under a file: refused before the network is built or run (the
+    simulation, patched to fail, is never reached), naming the file in its way."""
+    import importlib
+
+    simulate = importlib.import_module("npusim.simulate")  # the module, not the function
+    (tmp_path / "f").write_text("")
+    monkeypatch.setattr(simulate, "simulate_shapes", lambda *a, **k: pytest.fail("ran"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli.main(["run", "Resnet18.csv", "-q", "--plots",
+                         str(tmp_path / "f" / "figs")]) == 2
+    assert f"cannot make the folder: {tmp_path / 'f'} is a file" in err.getvalue()
+    assert not (tmp_path / "f").is_dir()

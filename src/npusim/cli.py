@@ -455,12 +455,10 @@ def _check_flags(args) -> None:
     for flag, path in (("--json", args.json), ("--csv", args.csv), ("--html", args.html)):
         if path is not None:
             outfile.check_target(path, flag, flag[2:])
-    if args.plots is not None and args.plots.exists() and not args.plots.is_dir():
-        raise UsageError(f"--plots {args.plots}: is no folder; give a folder for the figures")
-    if args.plots is not None and args.plots.is_dir():
-        from .report.plots import check_targets
+    if args.plots is not None:
+        from .report.plots import check_folder
 
-        check_targets(args.plots)
+        check_folder(args.plots)
     if Path(args.model).suffix == ".csv":
         _check_topology_flags(args)
 

@@ -20,6 +20,7 @@ Each figure has a data function (pure, of the stats; what the tests check) and a
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -313,6 +314,24 @@ def write_plots(figs: list[Figure], folder: str | Path, what: str = "--plots") -
             outfile.write_bytes(path, render(fig, fmt), what, "figure")
             paths.append(path)
     return paths
+
+
+def check_folder(folder: Path, what: str = "--plots") -> None:
+    """Refuse, before any run, a folder the figures could not go into: a path that is not
+    a folder, a folder whose figures' files ``check_targets`` refuses, or a missing one whose
+    nearest existing parent is not a writable folder (``write_plots`` makes it)."""
+    folder = Path(folder)
+    if folder.exists():
+        if not folder.is_dir():
+            raise OutputError(f"{what} {folder}: is no folder; give a folder for the figures")
+        check_targets(folder, what)
+        return
+    parent = next(p for p in folder.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise OutputError(f"{what} {folder}: cannot make the folder: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {folder}: cannot make the folder: {parent} is not "
+                          "writable")
 
 
 def check_targets(folder: Path, what: str = "--plots", names=NAMES) -> None:
