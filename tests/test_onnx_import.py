@@ -249,6 +249,61 @@ def test_selu_and_tile(tmp_path, make, inits, kinds):
     assert op_kinds(check(path, photo((1, 3, 12, 11)) * 4)) == ["Conv", *kinds]
 
 
+@pytest.mark.parametrize("index, axis, kinds", [
+    (np.array(2, np.int64), 2, ["Slice", "Reshape"]),          # x[:, :, 2]: the axis dropped
+    (np.array(-1, np.int64), 1, ["Slice", "Reshape"]),         # x[:, -1]
+    (np.array([1, 3, 5], np.int64), 3, ["Slice"]),             # every other column from 1
+    (np.array([4], np.int64), 3, ["Slice"]),                   # one column, the axis kept
+])
+def test_gather_by_constant_indices_is_indexing(tmp_path, index, axis, kinds):
+    """Gather as exporters write ``x[:, i]`` and ``select`` (a scalar index: the axis
+    dropped) and a run of indices in equal steps (a strided slice): ``rules.index``;
+    equal to onnxruntime."""
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c"),
+                            node("Gather", ["c", "i"], "y", axis=axis)],
+                 {"w": weights(4, 3, 3, 3), "i": index})
+    assert op_kinds(check(path, photo((1, 3, 12, 11)))) == ["Conv", *kinds]
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_exported_integer_indexing_imports(tmp_path, dynamo):
+    """PyTorch's ``x[:, 0]``, ``x[:, :, -1]`` and ``select`` as both exporters write them
+    (Gather by a scalar, or Slice and Squeeze): equal to onnxruntime."""
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            tokens = y.flatten(2).transpose(1, 2)
+            return tokens[:, 0] + y[:, :, -1].mean(2) * y.select(3, 1).amax(2)
+
+    x = photo((1, 3, 7, 6))
+    path = tmp_path / "head.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Head().eval(), (torch.from_numpy(x),), str(path), dynamo=dynamo)
+    kinds = op_kinds(check(path, x))
+    assert "Fallback" not in kinds and kinds.count("Slice") >= 3
+
+
+@pytest.mark.parametrize("index, axis, message", [
+    (np.array(0, np.int64), 0, r"reshapes \(1, 4, 10, 9\) to \(4, 10, 9\): the IR keeps"),
+    (np.array([2, 0], np.int64), 1, r"indices \[2, 0\] on axis 1: the IR gathers a run"),
+    (np.array([0, 1, 3], np.int64), 1, r"indices \[0, 1, 3\] on axis 1"),
+    (np.array([[0, 1]], np.int64), 1, r"indices of shape \(1, 2\)"),
+    (np.array(4, np.int64), 1, r"indices 4 on axis 1 of \(1, 4, 10, 9\): out of range"),
+])
+def test_gather_the_ir_cannot_index_is_refused(tmp_path, index, axis, message):
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c"),
+                            node("Gather", ["c", "i"], "y", axis=axis)],
+                 {"w": weights(4, 3, 3, 3), "i": index})
+    with pytest.raises(ModelError, match=message):
+        from_onnx(path)
+
+
 def test_matmul_of_two_computed_tensors_and_by_a_constant_over_tokens(tmp_path):
     """Attention as exporters write it: a MatMul by a constant over N x T x C tokens (a
     linear layer: a 1x1 conv between reshapes and transposes, its bias Add after it), and

@@ -188,7 +188,7 @@ class Unsupported(nn.Module):
         self.act = nn.Softsign()
 
     def forward(self, x):
-        return torch.sin(self.act(self.conv(x)))[:, 0]
+        return torch.sin(self.act(self.conv(x)))[:, [0, 2]]
 
 
 def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
@@ -198,7 +198,8 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
     assert text.startswith("Unsupported: cannot import: unsupported ops: nn.Softsign x1 ('act'), "
                            "torch.sin x1 ('sin'); unsupported parameters: "
                            "operator.getitem x1 (node 'getitem': indexing (1, 4, 6, 6) with "
-                           "(slice(None, None, None), 0): the IR slices with start:stop:step")
+                           "(slice(None, None, None), [0, 2]): the IR indexes with "
+                           "start:stop:step slices")
     assert "Supported: " in text and "nn.Conv2d" in text and "F.interpolate" in text
 
 
@@ -212,9 +213,8 @@ def refusal_cases():
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
                                            "the batch axis first"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
-        (Lambda(lambda x: x[:, None]), x4, r"operator.getitem x1 \(node 'getitem': indexing "
-                                           r"\(1, 3, 9, 9\) with \(slice\(None, None, None\), "
-                                           r"None\)"),
+        (Lambda(lambda x: x[:, :, 10:]), x4, r"operator.getitem x1 \(node 'getitem': takes "
+                                             r"nothing of axis 2 of \(1, 3, 9, 9\)"),
         (Lambda(lambda x: F.relu(F.pad(x, (1, 1, 1, 1)))), x4, r"comes from F.pad"),
         (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="circular")), x4, r"mode='circular'"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,
@@ -538,12 +538,42 @@ def test_repeat_narrow_view_as_softmax2d_selu_and_rrelu_import(fn, kinds):
     assert op_kinds(graph) == ["Conv", *kinds]
 
 
+class TokenHead(nn.Module):
+    """A conv's map as tokens (N x HW x C) read by integer indexing: the first token (a
+    class token's place), the last one through a new axis, a row and a column of the map by
+    index and ``select``, and a new axis between slices."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        tokens = y.flatten(2).transpose(1, 2)
+        head = self.fc(tokens[:, 0]) + self.fc(tokens[:, -1, None][:, 0])
+        rows = y[:, :, 2] + torch.select(y, 2, -1)  # N x C x W
+        column = y.select(3, 1)  # N x C x H
+        return (head.sum(1, keepdim=True) + rows[:, :, None, 1:3].flatten(1).mean(1, True)
+                * column.mean(2)[:, :4])
+
+
+def test_integer_indexing_and_select_import():
+    """Integers drop their axis, None adds one (``rules.index``: a Slice, then a Reshape
+    to PyTorch's shape); equal to PyTorch."""
+    graph = check(TokenHead(), photo((2, 3, 6, 7)))
+    assert op_kinds(graph).count("Slice") == 7
+
+
 @pytest.mark.parametrize("fn, why", [
+    (lambda x: x[0], r"reshapes \(1, 3, 6, 5\) to \(3, 6, 5\): the IR keeps the batch axis"),
+    (lambda x: x[:, [0, 2]], r"no tensors, lists or booleans"),
     (lambda x: x.repeat(2, 1, 1, 1), r"repeats the batch axis 2 times"),
     (lambda x: x.repeat(1, 1, 1, 1, 2), r"repeats \(1, 1, 1, 1, 2\) of a tensor of shape"),
     (lambda x: F.rrelu(x, training=True), r"training=True draws a random slope"),
 ])
-def test_a_repeat_of_the_batch_or_into_new_axes_and_a_training_rrelu_are_refused(fn, why):
+def test_a_batch_index_a_list_index_a_repeat_of_the_batch_and_a_training_rrelu_are_refused(
+        fn, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Lambda(fn), photo((1, 3, 6, 5)))
 

@@ -249,21 +249,37 @@ def _slice(c: OnnxNode):
         starts, ends, axes, steps = (c.const(i) for i in range(1, 5))
     axes = range(len(starts)) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
-    cuts = []
+    parts = [slice(None)] * len(x)
     for a, b, e, s in zip(axes, starts, ends, steps, strict=True):
-        a, s = int(a) % len(x), int(s)
-        if s < 1:
-            raise _Refusal(f"step {s} on axis {a}: the IR slices with step >= 1")
-        part = slice(*slice(int(b), int(e), s).indices(x[a]))
-        if part.indices(x[a]) != (0, x[a], 1):
-            cuts.append(ops.Slice(a, part.start, part.stop, part.step))
-    if not cuts:
+        parts[int(a) % len(x)] = slice(int(b), int(e), int(s))
+    return _indexed(c, rules.index(x, parts, c.out_shape))
+
+
+def _gather(c: OnnxNode):
+    """Gather by constant indices (PyTorch's ``x[:, i]`` and ``select``: a scalar, the axis
+    dropped; or a run of indices in equal steps, its slice): ``rules.index``."""
+    x, axis = c.in_shape(0), c.attr("axis", 0) % len(c.in_shape(0))
+    taken = np.asarray(c.const(1), np.int64)
+    if taken.ndim > 1 or taken.size == 0:
+        raise _Refusal(f"indices of shape {taken.shape}: the IR gathers one index, or a run "
+                       "of them, along an axis")
+    if np.any((taken < -x[axis]) | (taken >= x[axis])):
+        raise _Refusal(f"indices {taken.tolist()} on axis {axis} of {x}: out of range")
+    run = taken.reshape(-1) % x[axis]
+    step = int(run[1] - run[0]) if run.size > 1 else 1
+    if step < 1 or not np.array_equal(run, run[0] + step * np.arange(run.size)):
+        raise _Refusal(f"indices {taken.tolist()} on axis {axis}: the IR gathers a run of "
+                       "indices in equal steps >= 1")
+    parts = [slice(None)] * len(x)
+    parts[axis] = slice(int(run[0]), int(run[-1]) + 1, step)
+    return _indexed(c, rules.index(x, parts, c.out_shape))
+
+
+def _indexed(c: OnnxNode, steps: list):
+    """A node built as ``steps`` on its first input (a pass-through when there are none)."""
+    if not steps:
         return c.proto.input[0]
-    if c.proto.input[0] in c.model.pending:
-        raise _Refusal("slices a Pad output: the IR takes padding only into a conv or pool")
-    x = c.proto.input[0]
-    return c.build.chain([f"{c.name}_part{k}" for k in range(len(cuts) - 1)], cuts,
-                         c.model.ir_of.get(x, x))
+    return c.build.steps(c.name, steps, _steps_input(c))
 
 
 def _instance_norm(c: OnnxNode) -> ops.Op:
@@ -470,7 +486,7 @@ CONVERTERS = {
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1),
     "LogSoftmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
-    "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
+    "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1), "Gather": (_gather, 1),
     "QuantizeLinear": (_quantize, 1), "DequantizeLinear": (_dequantize, 1),
 }
 

@@ -257,8 +257,10 @@ def pad(c, input, pad, mode="constant", value=None):
 
 
 def getitem(c, input, index):
-    """A part of chunk / split; ``x[...]`` of start:stop:step slices (and one ``...``): a
-    Slice per axis it cuts (chained), a pass-through if it keeps the whole tensor."""
+    """A part of chunk / split; ``x[...]`` of start:stop:step slices (step >= 1), integers
+    (their axis dropped), None (a new axis) and one ``...``: ``rules.index``, a Slice per
+    axis it cuts (chained) and a Reshape when the rank changes; a pass-through if it keeps
+    the whole tensor."""
     if isinstance(input, Parts):
         if not isinstance(index, int):
             raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
@@ -268,13 +270,14 @@ def getitem(c, input, index):
                            "values only")
         return input.slices[index], (input.source.name,)
     x = computed(input)
-    cuts = [(axis, p) for axis, p in enumerate(index_slices(index, x.shape))
-            if p.indices(x.shape[axis]) != (0, x.shape[axis], 1)]
-    if not cuts:
-        return x
-    return c.build.chain([f"{c.name}_axis{axis}" for axis, _ in cuts[:-1]],
-                         [ops.Slice(axis, p.start or 0, p.stop, p.step or 1) for axis, p in cuts],
-                         x.name)
+    steps = rules.index(x.shape, index_slices(index, x.shape), c.out_shape)
+    return c.build.steps(c.name, steps, x.name) if steps else x
+
+
+def select(c, input, dim, index):
+    """``x.select(dim, i)`` / ``torch.select``: ``x[..., i, ...]`` on axis ``dim``."""
+    x = computed(input)
+    return getitem(c, x, (slice(None),) * (int(dim) % len(x.shape)) + (int(index),))
 
 
 def narrow(c, input, dim, start, length):
@@ -325,17 +328,24 @@ def channel_shuffle(c, input, groups):
 
 
 def index_slices(index, shape) -> list[slice]:
-    """An index of slices and at most one ``...`` as one slice per axis of ``shape``."""
+    """An index of slices, integers, None and at most one ``...`` as one slice per axis of
+    ``shape`` (an integer ``i`` as ``i:i+1``; None adds an axis, which the result's shape
+    holds)."""
     parts = list(index) if isinstance(index, tuple) else [index]
-    if parts.count(Ellipsis) > 1 or not all(p is Ellipsis or isinstance(p, slice)
-                                            and (p.step or 1) >= 1 for p in parts):
-        raise _Refusal(f"indexing {shape} with {index}: the IR slices with start:stop:step "
-                       "(step >= 1) per axis and one '...' (no integers, None, tensors)")
+    if parts.count(Ellipsis) > 1 or not all(
+            p is Ellipsis or p is None or isinstance(p, slice)
+            or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
+        raise _Refusal(f"indexing {shape} with {index}: the IR indexes with start:stop:step "
+                       "slices, integers, None and one '...' (no tensors, lists or booleans)")
+    parts = [p for p in parts if p is not None]
     if Ellipsis in parts:
         i = parts.index(Ellipsis)
         parts[i:i + 1] = [slice(None)] * (len(shape) - len(parts) + 1)
     if len(parts) > len(shape):
         raise _Refusal(f"indexing {shape} with {index}: more indices than axes")
+    for axis, p in enumerate(parts):
+        if isinstance(p, int):
+            parts[axis] = slice(p % shape[axis], p % shape[axis] + 1)
     return parts + [slice(None)] * (len(shape) - len(parts))
 
 

@@ -1,5 +1,5 @@
-"""Rules that move data without arithmetic: reshape, transpose, concat, split, and channels
-moved into blocks of pixels and back (depth to space, space to depth)."""
+"""Rules that move data without arithmetic: reshape, transpose, concat, split, indexing, and
+channels moved into blocks of pixels and back (depth to space, space to depth)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,27 @@ def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
                       f"to {x_shape[axis]}")
     starts = np.cumsum([0, *sizes])
     return [ops.Slice(axis, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+
+def index(x_shape, parts, out_shape) -> list[ops.Op]:
+    """``x[parts]`` (one slice a axis, step >= 1), then ``out_shape`` (the source's: an
+    integer index drops its axis, a new axis adds one): a Slice per axis it cuts and a
+    Reshape when the rank changes (``reshape``: the batch axis stays first), none when the
+    tensor is kept as it is (torch's indexing and ``select``, ONNX Slice and Gather)."""
+    cuts, shape = [], list(x_shape)
+    for axis, (part, size) in enumerate(zip(parts, x_shape, strict=True)):
+        start, stop, step = part.indices(size)
+        if step < 1:
+            raise Refusal(f"step {step} on axis {axis}: the IR slices with step >= 1")
+        if (start, stop, step) == (0, size, 1):
+            continue
+        shape[axis] = len(range(start, stop, step))
+        if shape[axis] == 0:
+            raise Refusal(f"takes nothing of axis {axis} of {tuple(x_shape)}")
+        cuts.append(ops.Slice(axis, start, stop, step))
+    if tuple(shape) != tuple(out_shape):
+        cuts.append(reshape(tuple(shape), out_shape))
+    return cuts
 
 
 def broadcast_to(x_shape, out_shape) -> ops.Broadcast | None:
