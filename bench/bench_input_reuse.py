@@ -14,7 +14,7 @@ conv layer and in total:
   machine that skipped exactly the zero weights, at the same multiplier count and full
   utilisation, would reach); ``of ideal`` = speed-up / ideal;
 - all of it stall-free (DRAM bandwidth unlimited), then the same machines at the presets'
-  own DRAM bandwidth (both 10 B/cycle, the same 64 KiB buffers): systolic, ir, the share
+  own DRAM bandwidth (both 17.064 B/cycle, the same 64 KiB buffers): systolic, ir, the share
   of ir's cycles stalled, and the speed-up.
 
 Then the simulator's own time on ResNet-50 (float32, 0.3 density, input-reuse, modes
