@@ -283,7 +283,7 @@ def kernel_set_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray, pus: int) ->
     return grid.reshape(-1, pus).sum(axis=1)
 
 
-def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: tuple | None = None) -> Steps:
+def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: dict | None = None) -> Steps:
     """The layer as the memory model sees it: one step per row of ``U`` jobs in global order
     (the jobs the operation units run side by side), lasting from the last end of the
     rows before to its own last end (the last step also carries the transfers' tail).
@@ -296,10 +296,11 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: tuple | None = None) 
       ifmap buffer);
     - filter: the kernel sets the row runs; if a region has no more sets than units every
       row runs all of them (one block, streamed again when it exceeds the filter buffer),
-      else each row a window of ``U`` sets: cycled once per region, so weights that do
-      not fit are fetched again for every region; kernel-major, the slices are cycled
-      likewise: every slice of the conv groups a row starts when a group has no more
-      regions than units, else a window of ``U`` slices;
+      else each row a window of ``U`` sets, a part of one block, all the weights (held
+      whole when they fit): cycled once per region, so weights that do not fit are
+      fetched again for every region; kernel-major, the slices are cycled likewise: every
+      slice of the conv groups a row starts when a group has no more regions than units,
+      else a window of ``U`` slices (on a grouped layer a block of its own);
     - ofmap: the output accumulators of the row's band (``bands``), held in the second
       buffers (``second_buffer_bytes``); the band's share of the compressed OFM is
       written once after its last row; if the band's accumulators do not fit, each row
