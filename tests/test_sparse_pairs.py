@@ -369,6 +369,38 @@ def test_weights_read_once_and_features_once_per_wave(dealing, waves):
     assert s.dram_ofmap_bytes == 12 * 36 * 4
 
 
+@pytest.mark.parametrize("dealing", grouping.DEALINGS)
+def test_a_depthwise_wave_reads_only_its_own_channels(dealing):
+    """8 depthwise 3x3 kernels on 2 groups of 2 processors, in order: 4 weight groups of 2
+    kernels (weight-groups: one slice, 2 waves of 4 channels; pixel-slices: 2 slices, 4
+    waves of one weight group, 2 channels). The features (288 values x 4 B + a 288-bit
+    bitmap = 1188 B) do not fit 512 usable bytes, but each wave reads only its own
+    channels, so the input crosses DRAM once (before, every wave read all 8: 2,376 and
+    4,752 B); the emulator prices the same."""
+    layer = ConvLayer(1, 8, 6, 6, 8, 3, 3, padding=1, groups=8)
+    x, w = np.ones(layer.input_shape, np.float32), np.ones(layer.weight_shape, np.float32)
+    arch = arch_with(2, 2, "in-order", dealing).with_memory(ifmap_sram_kb=1, filter_sram_kb=1)
+    s = DF.estimate(layer, x != 0, w != 0, arch)
+    assert s.dram_ifmap_bytes == 288 * 4 + 36
+    assert DF.emulate(layer, x, w, None, arch)[1] == s
+
+
+def test_a_fast_model_whose_waves_read_every_channel_is_caught_by_the_emulator(monkeypatch):
+    """The case above with the fast model's waves patched to read every conv group (one
+    set, as before the waves read their own): it reads the input twice, and disagrees
+    with the emulator, which reads per wave the groups of the kernels it loaded."""
+    from npusim.dataflows import sparse_layout
+
+    layer = ConvLayer(1, 8, 6, 6, 8, 3, 3, padding=1, groups=8)
+    x, w = np.ones(layer.input_shape, np.float32), np.ones(layer.weight_shape, np.float32)
+    arch = arch_with(2, 2, "in-order", "weight-groups").with_memory(ifmap_sram_kb=1)
+    monkeypatch.setattr(sparse_layout, "wave_sets", lambda layer, pl, groups: (
+        np.ones((1, layer.groups), bool), np.zeros(-(-pl.units // groups), np.int64)))
+    s = DF.estimate(layer, x != 0, w != 0, arch)
+    assert s.dram_ifmap_bytes == 2 * (288 * 4 + 36)
+    assert DF.emulate(layer, x, w, None, arch)[1] != s
+
+
 @given(conv_layers(max_hw=9, max_c=4, max_k=9, max_rs=3), st.integers(0, 2**16), params)
 def test_lockstep_steps_last_as_long_as_their_busiest_processor(layer, seed, p):
     """The units' cycles per chunk of Q pixels and their processors' pairs, written plainly

@@ -261,14 +261,15 @@ def _slice_windows(slice_bytes: np.ndarray, sets: int, first: np.ndarray):
     return ids[first], window, window
 
 
-def share(total: int, weights: np.ndarray) -> np.ndarray:
-    """``total`` cut into integers in proportion to ``weights`` (equal parts if they are all
-    zero), summing to ``total`` exactly."""
+def share(total, weights: np.ndarray) -> np.ndarray:
+    """``total`` (an integer, or an array of them: a row each) cut into integers in
+    proportion to ``weights`` (equal parts if they are all zero), each row summing to its
+    total exactly."""
     cum = np.cumsum(np.asarray(weights, np.int64))
     if cum[-1] == 0:
         cum = np.arange(1, cum.size + 1, dtype=np.int64)
-    out = total * cum // cum[-1]
-    out[1:] -= out[:-1]  # the steps of the running sums (numpy reads overlaps as copied)
+    out = np.multiply.outer(np.asarray(total, np.int64), cum) // cum[-1]
+    out[..., 1:] -= out[..., :-1]  # running sums to steps (numpy reads overlaps as copied)
     return out
 
 

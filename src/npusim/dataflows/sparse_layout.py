@@ -44,8 +44,10 @@ class Layout:
     ``part`` its chunk (the ifmap block), ``filter`` its wave at the wave's first step
     (else -1) and ``filter_bytes`` that wave's weight groups, ``ofmap`` its index (the
     output block) and ``ofmap_bytes`` the outputs it writes, ``load_bytes`` its kernel
-    loads into the processors' stores; and
-    ``chunk_pixels`` (chunks,) each chunk's pixels over all slices.
+    loads into the processors' stores, ``wave_set`` which of the waves' sets of conv groups
+    its wave's kernels belong to (numbered as the waves first meet them; 0 on an ungrouped
+    layer), whose groups ``set_groups`` holds (sets x G, bool); and ``chunk_pixels``
+    (chunks,) each chunk's pixels over all slices.
     """
 
     plan: grouping.Plan
@@ -61,6 +63,8 @@ class Layout:
     ofmap: np.ndarray
     ofmap_bytes: np.ndarray
     load_bytes: np.ndarray
+    wave_set: np.ndarray
+    set_groups: np.ndarray
     chunk_pixels: np.ndarray
 
 
@@ -99,6 +103,7 @@ def _layout(layer: ConvLayer, nnz: np.ndarray, p: Params) -> Layout:
     loads[:, 0] += fit[wg]
     held = held_kernels(pl.groups)
     elem = element_bytes(layer.dtype)
+    sets, set_of_wave = wave_sets(layer, pl, p.processor_groups)
     return Layout(
         plan=pl, kernel_nonzeros=frozen(nnz), occupied=frozen(held[wg]),
         field_bits=_field_bits(layer, pl), loads=kernel_loads(layer, p, pl, nnz),
@@ -108,7 +113,26 @@ def _layout(layer: ConvLayer, nnz: np.ndarray, p: Params) -> Layout:
         ofmap=frozen(np.arange(len(part))),
         ofmap_bytes=frozen(_by_wave(chunk * held[wg][:, None] * elem, p.processor_groups)[keep]),
         load_bytes=frozen(_by_wave(loads, p.processor_groups)[keep]),
+        wave_set=frozen(set_of_wave[wave]), set_groups=frozen(sets),
         chunk_pixels=frozen(chunk[:pl.slices].sum(axis=0)))
+
+
+def wave_sets(layer: ConvLayer, pl: grouping.Plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct sets of conv groups the waves' kernels belong to, sets x G, bool, in
+    the order the waves first meet them; each wave's set): the channels a wave reads."""
+    waves = -(-pl.units // groups)
+    if layer.groups == 1:
+        return np.ones((1, 1), bool), np.zeros(waves, np.int64)
+    kernels = pl.groups[np.arange(pl.units) // pl.slices]  # units x size
+    wave = np.repeat(np.arange(pl.units) // groups, kernels.shape[1])
+    used = kernels.ravel() != grouping.EMPTY
+    member = np.zeros((waves, layer.groups), bool)
+    member[wave[used], kernels.ravel()[used] // layer.Kg] = True
+    sets, first, inverse = np.unique(member, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return sets[order], rank[inverse.ravel()]
 
 
 def kernel_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray) -> np.ndarray:

@@ -68,7 +68,8 @@ class Schedule:
     (``processor_cycles``, G x size: cycles it multiplied); ``step_capacity`` is
     processor-cycles inside lockstep steps, ``mapped_capacity`` those of
     processors holding a kernel; ``skipped`` = (weight-only zero, feature-only
-    zero, both zero) multiplies; ``feature_nonzeros`` the input's non-zero values. For the
+    zero, both zero) multiplies; ``group_nonzeros`` the input's non-zero values in each
+    conv group's channels (G,), ``feature_nonzeros`` their sum. For the
     memory model: ``chunk_cycles`` (units x chunks) the cycles of each unit's lockstep steps
     over each chunk of ``Q`` pixels of its slice; ``layout`` what the weights fix (the plan,
     the kernel loads, the steps but their cycles: ``sparse_layout``).
@@ -80,9 +81,13 @@ class Schedule:
     processor_cycles: np.ndarray
     step_capacity: int
     mapped_capacity: int
-    feature_nonzeros: int
+    group_nonzeros: np.ndarray
     chunk_cycles: np.ndarray
     layout: Layout
+
+    @property
+    def feature_nonzeros(self) -> int:
+        return int(self.group_nonzeros.sum())
 
     @property
     def cycles(self) -> int:
@@ -157,7 +162,8 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
         processor_cycles=_per_group(p.processor_groups, unit_busy),
         step_capacity=int(unit_cycles.sum()) * p.processors_per_group,
         mapped_capacity=int(unit_cycles @ lay.occupied),
-        feature_nonzeros=int(np.count_nonzero(x_mask)), chunk_cycles=chunk_cycles, layout=lay)
+        group_nonzeros=np.count_nonzero(x_mask.reshape(layer.N, layer.groups, -1), axis=(0, 2)),
+        chunk_cycles=chunk_cycles, layout=lay)
 
 
 def _extra(layer: ConvLayer, p: Params, s: Schedule) -> dict:
@@ -210,8 +216,10 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     from the last end of the steps before to its own last end.
 
     - ifmap: the compressed features (values + bitmap) that chunk of pixels of every
-      slice reads, in proportion to its pixels: cycled once per wave, so an input that
-      does not fit the ifmap SRAM is read again by every wave;
+      slice reads, in proportion to its pixels, of the conv groups the wave's kernels
+      belong to (every channel on an ungrouped layer; each group's part of the stored
+      features by its non-zeros, the bitmap evenly): cycled once per wave, so an input
+      that does not fit the ifmap SRAM is read again by every wave that reads it;
     - filter: the wave's weight groups (bit vectors + non-zero weights), read from DRAM
       when the wave starts;
     - ofmap: the step's outputs (pixels x the units' kernels), dense, written once;
@@ -222,10 +230,13 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     lay = s.layout
     compute = _step_cycles(s.chunk_cycles, lay.keep, p.processor_groups,
                            np.empty(len(lay.part), np.int64))
-    stored = (s.feature_nonzeros * element_bytes(layer.dtype)
-              + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0]))
-    return Steps(compute=compute, ifmap=lay.part,
-                 ifmap_bytes=share(stored, lay.chunk_pixels)[lay.part],
+    elem = element_bytes(layer.dtype)
+    values = s.feature_nonzeros * elem
+    stored = values + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0])
+    groups = share(stored, s.group_nonzeros * elem * layer.groups + (stored - values))
+    read = lay.set_groups.astype(np.int64) @ share(groups, lay.chunk_pixels)  # sets x chunks
+    return Steps(compute=compute, ifmap=lay.wave_set * lay.chunks + lay.part,
+                 ifmap_bytes=read[lay.wave_set, lay.part],
                  filter=lay.filter, filter_bytes=lay.filter_bytes,
                  ofmap=lay.ofmap, ofmap_bytes=lay.ofmap_bytes,
                  sram_bytes=lay.load_bytes + share(sram_total - int(lay.load_bytes.sum()),

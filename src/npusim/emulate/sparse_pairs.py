@@ -263,25 +263,42 @@ def _outputs(m: Machine) -> np.ndarray:
     return out
 
 
-def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
-    """The layer as its waves ran: wave i is every processor group's i-th unit; a step is
-    one output row (Q pixels from the unit's first) of each unit of the wave, ending when
-    the last of them has done it; it names the feature chunk it reads, the weight groups
-    its wave loads (at the wave's first step), its outputs and its SRAM bytes (the kernel
-    loads where they happened, the other traffic in proportion to cycles)."""
-    Q = m.layer.Q
-    feature_bytes = m.port["features_stored"]
+def _chunk_features(m: Machine) -> list[list[int]]:
+    """DRAM bytes of every conv group's features in every chunk (one output row of each
+    slice): the stored features cut by the groups' non-zero values (the bitmap evenly),
+    each group's bytes by the chunks' pixels."""
+    Q, G = m.layer.Q, m.layer.groups
     chunk_pixels: dict[int, int] = {}
     for sl in range(m.slices):
         for c, lo in enumerate(range(m.bounds[sl], m.bounds[sl + 1], Q)):
             chunk_pixels[c] = chunk_pixels.get(c, 0) + min(Q, m.bounds[sl + 1] - lo)
-    ifmap_chunk = apportion(feature_bytes, [chunk_pixels[c] for c in sorted(chunk_pixels)])
-    rows = []  # (compute, chunk, wave or -1, weight bytes, output bytes, kernel-load bytes)
+    stored, values = m.port["features_stored"], m.port["feature_nonzeros"] * m.elem
+    per_group = apportion(stored, [nz * m.elem * G + stored - values
+                                   for nz in m.port["group_nonzeros"]])
+    return [apportion(b, [chunk_pixels[c] for c in sorted(chunk_pixels)]) for b in per_group]
+
+
+def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
+    """The layer as its waves ran: wave i is every processor group's i-th unit; a step is
+    one output row (Q pixels from the unit's first) of each unit of the wave, ending when
+    the last of them has done it; it names the feature chunk it reads (of the conv groups
+    its wave's kernels belong to: a block per chunk and set of groups, the sets numbered as
+    the waves meet them), the weight groups its wave loads (at the wave's first step), its
+    outputs and its SRAM bytes (the kernel loads where they happened, the other traffic in
+    proportion to cycles)."""
+    Q = m.layer.Q
+    features = _chunk_features(m)
+    chunks = len(features[0])
+    sets: dict[frozenset, int] = {}
+    rows = []  # per step: compute, ifmap block and bytes, wave or -1, weight, output and
+    #            kernel-load bytes
     edge, waves = 0, max(len(g.log) for g in groups)
     for wave in range(waves):
         units = [g.log[wave] for g in groups if wave < len(g.log)]
         weight_bytes = sum(m.stored[k] for wg in sorted({u["wg"] for u in units})
                            for k in m.groups[wg])
+        read = frozenset(k // m.layer.Kg for u in units for k in m.groups[u["wg"]])
+        block = sets.setdefault(read, len(sets)) * chunks
         for c in range(max(-(-len(u["ends"]) // Q) for u in units)):
             taking = [u for u in units if c * Q < len(u["ends"])]
             end = max(u["ends"][min(len(u["ends"]), (c + 1) * Q) - 1] for u in taking)
@@ -290,13 +307,13 @@ def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
                 span = range(c * Q, min(len(u["ends"]), (c + 1) * Q))
                 outputs += len(span) * len(m.groups[u["wg"]]) * m.elem
                 loads += sum(u["loads"][i] for i in span)
-            rows.append((max(end, edge) - edge, c, wave if c == 0 else -1,
-                         weight_bytes if c == 0 else 0, outputs, loads))
+            rows.append((max(end, edge) - edge, block + c, sum(features[g][c] for g in read),
+                         wave if c == 0 else -1, weight_bytes if c == 0 else 0, outputs, loads))
             edge = max(end, edge)
-    compute, chunk, wave_id, wbytes, obytes, loads = (
+    compute, ifmap, ifmap_bytes, wave_id, wbytes, obytes, loads = (
         list(col) for col in zip(*rows, strict=True))
     rest = apportion(sram_total - sum(loads), compute)
-    return Steps(compute=compute, ifmap=chunk, ifmap_bytes=[ifmap_chunk[c] for c in chunk],
+    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes,
                  filter=wave_id, filter_bytes=wbytes, ofmap=list(range(len(rows))),
                  ofmap_bytes=obytes, sram_bytes=[a + b for a, b in zip(loads, rest, strict=True)])
 
@@ -348,6 +365,8 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
                 g.tick()
     nonzero = int(np.count_nonzero(x))
     m.port["feature_nonzeros"] = nonzero
+    m.port["group_nonzeros"] = [int(np.count_nonzero(x[:, g * layer.Cg:(g + 1) * layer.Cg]))
+                                for g in range(layer.groups)]
     m.port["features_stored"] = nonzero * m.elem + -(-x.size // 8)
     c = _counts(m, groups)
     sram = c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes
