@@ -162,8 +162,16 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
         processor_cycles=_per_group(p.processor_groups, unit_busy),
         step_capacity=int(unit_cycles.sum()) * p.processors_per_group,
         mapped_capacity=int(unit_cycles @ lay.occupied),
-        group_nonzeros=np.count_nonzero(x_mask.reshape(layer.N, layer.groups, -1), axis=(0, 2)),
-        chunk_cycles=chunk_cycles, layout=lay)
+        group_nonzeros=group_nonzeros(layer, x_mask), chunk_cycles=chunk_cycles, layout=lay)
+
+
+def group_nonzeros(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
+    """Non-zero input values in each conv group's channels (G,): bits counted in packed
+    bytes, which is quicker than numpy's count along an axis."""
+    if layer.groups == 1:
+        return np.array([np.count_nonzero(x_mask)], np.int64)
+    packed = np.packbits(x_mask.reshape(layer.N, layer.groups, -1), axis=2)
+    return np.bitwise_count(packed).sum(axis=(0, 2), dtype=np.int64)
 
 
 def _extra(layer: ConvLayer, p: Params, s: Schedule) -> dict:
@@ -230,17 +238,26 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     lay = s.layout
     compute = _step_cycles(s.chunk_cycles, lay.keep, p.processor_groups,
                            np.empty(len(lay.part), np.int64))
-    elem = element_bytes(layer.dtype)
-    values = s.feature_nonzeros * elem
-    stored = values + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0])
-    groups = share(stored, s.group_nonzeros * elem * layer.groups + (stored - values))
-    read = lay.set_groups.astype(np.int64) @ share(groups, lay.chunk_pixels)  # sets x chunks
+    read = _chunk_features(layer, s)
     return Steps(compute=compute, ifmap=lay.wave_set * lay.chunks + lay.part,
                  ifmap_bytes=read[lay.wave_set, lay.part],
                  filter=lay.filter, filter_bytes=lay.filter_bytes,
                  ofmap=lay.ofmap, ofmap_bytes=lay.ofmap_bytes,
                  sram_bytes=lay.load_bytes + share(sram_total - int(lay.load_bytes.sum()),
                                                    compute))
+
+
+def _chunk_features(layer: ConvLayer, s: Schedule) -> np.ndarray:
+    """DRAM bytes of the stored features each set of conv groups reads in each chunk (sets
+    x chunks): the stored features cut by the groups' non-zero values (the bitmap evenly),
+    each group's bytes by the chunks' pixels (one set of one group when ungrouped)."""
+    elem, lay = element_bytes(layer.dtype), s.layout
+    values = s.feature_nonzeros * elem
+    stored = values + bitmap.bitmap_bytes(bitmap.storage_bits(layer)[0])
+    if layer.groups == 1:
+        return share(stored, lay.chunk_pixels)[None]
+    groups = share(stored, s.group_nonzeros * elem * layer.groups + (stored - values))
+    return lay.set_groups.astype(np.int64) @ share(groups, lay.chunk_pixels)
 
 
 @njit(cache=True, nogil=True)
