@@ -394,8 +394,8 @@ def test_a_fast_model_whose_waves_read_every_channel_is_caught_by_the_emulator(m
     layer = ConvLayer(1, 8, 6, 6, 8, 3, 3, padding=1, groups=8)
     x, w = np.ones(layer.input_shape, np.float32), np.ones(layer.weight_shape, np.float32)
     arch = arch_with(2, 2, "in-order", "weight-groups").with_memory(ifmap_sram_kb=1)
-    monkeypatch.setattr(sparse_layout, "wave_sets", lambda layer, pl, groups: (
-        np.ones((1, layer.groups), bool), np.zeros(-(-pl.units // groups), np.int64)))
+    monkeypatch.setattr(sparse_layout, "wave_sets", lambda layer, pl, processor_groups: (
+        np.ones((1, layer.groups), bool), np.zeros(-(-pl.units // processor_groups), np.int64)))
     s = DF.estimate(layer, x != 0, w != 0, arch)
     assert s.dram_ifmap_bytes == 2 * (288 * 4 + 36)
     assert DF.emulate(layer, x, w, None, arch)[1] != s

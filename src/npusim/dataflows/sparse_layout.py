@@ -117,14 +117,15 @@ def _layout(layer: ConvLayer, nnz: np.ndarray, p: Params) -> Layout:
         chunk_pixels=frozen(chunk[:pl.slices].sum(axis=0)))
 
 
-def wave_sets(layer: ConvLayer, pl: grouping.Plan, groups: int) -> tuple[np.ndarray, np.ndarray]:
+def wave_sets(layer: ConvLayer, pl: grouping.Plan,
+              processor_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct sets of conv groups the waves' kernels belong to, sets x G, bool, in
     the order the waves first meet them; each wave's set): the channels a wave reads."""
-    waves = -(-pl.units // groups)
+    waves = -(-pl.units // processor_groups)
     if layer.groups == 1:
         return np.ones((1, 1), bool), np.zeros(waves, np.int64)
     kernels = pl.groups[np.arange(pl.units) // pl.slices]  # units x size
-    wave = np.repeat(np.arange(pl.units) // groups, kernels.shape[1])
+    wave = np.repeat(np.arange(pl.units) // processor_groups, kernels.shape[1])
     used = kernels.ravel() != grouping.EMPTY
     member = np.zeros((waves, layer.groups), bool)
     member[wave[used], kernels.ravel()[used] // layer.Kg] = True
