@@ -654,12 +654,18 @@ def test_jobs_run_in_another_order_take_their_transfers_along(jobs, seed):
 @given(st.integers(0, 10**12), st.lists(st.integers(0, 50), min_size=1, max_size=40))
 def test_a_total_shared_by_weights_keeps_every_unit_and_follows_the_running_sums(total, weights):
     """``share`` against plain integers: part i is floor(total x (running weight to i) / all)
-    less the same to i - 1, equal weights when they are all zero."""
-    from npusim.dataflows.input_reuse import share
+    less the same to i - 1, equal weights when they are all zero; an array of totals is
+    shared row by row alike."""
+    from npusim.dataflows.base import share
 
-    w = weights if sum(weights) else [1] * len(weights)
-    running = [sum(w[:i + 1]) for i in range(len(w))]
-    floors = [0] + [total * r // running[-1] for r in running]
+    def parts(t):
+        w = weights if sum(weights) else [1] * len(weights)
+        running = [sum(w[:i + 1]) for i in range(len(w))]
+        floors = [0] + [t * r // running[-1] for r in running]
+        return [b - a for a, b in zip(floors[:-1], floors[1:], strict=True)]
+
     got = share(total, np.array(weights))
-    assert got.tolist() == [b - a for a, b in zip(floors[:-1], floors[1:], strict=True)]
+    assert got.tolist() == parts(total)
     assert got.dtype == np.int64 and int(got.sum()) == total
+    totals = [total, total // 3, 0]
+    assert share(np.array(totals), np.array(weights)).tolist() == [parts(t) for t in totals]

@@ -190,3 +190,15 @@ def percent(part: float, whole: float) -> str:
 def element_bytes(dtype: str) -> int:
     """Bytes per stored element: 1 for int8, 4 for float32."""
     return 1 if dtype == "int8" else 4
+
+
+def share(total, weights: np.ndarray) -> np.ndarray:
+    """``total`` (an integer, or an array of them: a row each) cut into integers in
+    proportion to ``weights`` (equal parts if they are all zero), each row summing to its
+    total exactly."""
+    cum = np.cumsum(np.asarray(weights, np.int64))
+    if cum[-1] == 0:
+        cum = np.arange(1, cum.size + 1, dtype=np.int64)
+    out = np.multiply.outer(np.asarray(total, np.int64), cum) // cum[-1]
+    out[..., 1:] -= out[..., :-1]  # running sums to steps (numpy reads overlaps as copied)
+    return out

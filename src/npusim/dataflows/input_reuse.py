@@ -44,7 +44,7 @@ from ..memory import Steps, traffic, usable_bytes
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import compressed_ifm
-from .base import Machine, Memo, element_bytes, percent, register
+from .base import Machine, Memo, element_bytes, percent, register, share
 from .operation_units import Schedule, job_times, queue, schedule
 from .phases import plan
 from .region_work import Work, count_key, region_counts, region_work, reorder
@@ -259,18 +259,6 @@ def _slice_windows(slice_bytes: np.ndarray, sets: int, first: np.ndarray):
     ids = np.repeat(ids, sets, axis=0).ravel()  # every job's slice, in run order
     window = np.add.reduceat(slice_bytes.ravel()[ids], first)
     return ids[first], window, window
-
-
-def share(total, weights: np.ndarray) -> np.ndarray:
-    """``total`` (an integer, or an array of them: a row each) cut into integers in
-    proportion to ``weights`` (equal parts if they are all zero), each row summing to its
-    total exactly."""
-    cum = np.cumsum(np.asarray(weights, np.int64))
-    if cum[-1] == 0:
-        cum = np.arange(1, cum.size + 1, dtype=np.int64)
-    out = np.multiply.outer(np.asarray(total, np.int64), cum) // cum[-1]
-    out[..., 1:] -= out[..., :-1]  # running sums to steps (numpy reads overlaps as copied)
-    return out
 
 
 def kernel_set_bytes(layer: ConvLayer, kernel_nonzeros: np.ndarray, pus: int) -> np.ndarray:

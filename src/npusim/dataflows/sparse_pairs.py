@@ -53,8 +53,7 @@ from ..parallel import in_parallel
 from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import bitmap
-from .base import Machine, element_bytes, register
-from .input_reuse import share
+from .base import Machine, element_bytes, register, share
 from .sparse_layout import Layout, layout, wave_grid
 
 NAME = "sparse-pairs"

@@ -56,7 +56,7 @@ def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
 
 
 def index(x_shape, parts, out_shape) -> list[ops.Op]:
-    """``x[parts]`` (one slice a axis, step >= 1), then ``out_shape`` (the source's: an
+    """``x[parts]`` (one slice an axis, step >= 1), then ``out_shape`` (the source's: an
     integer index drops its axis, a new axis adds one): a Slice per axis it cuts and a
     Reshape when the rank changes (``reshape``: the batch axis stays first), none when the
     tensor is kept as it is (torch's indexing and ``select``, ONNX Slice and Gather)."""
