@@ -40,6 +40,7 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
+from . import torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import kind_and_converter, supported_ops  # noqa: E402
 
@@ -106,7 +107,7 @@ def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> str | N
 
 def _trace(module, name: str):
     try:
-        gm = torch.fx.symbolic_trace(module)
+        gm = torch_qat.trace(module)
     except Exception as e:  # fx raises many types on untraceable Python
         raise ModelError(f"{name}: torch.fx cannot trace it ({type(e).__name__}: {e}); npusim "
                          "imports what symbolic_trace can follow (no control flow on tensor "
@@ -298,8 +299,9 @@ def from_torch(module, example_input, *, name: str | None = None,
 
     Weights are copied (float32), batch norm is folded into the conv before it, and
     the module is run in eval mode (afterwards every submodule's ``training`` flag is
-    as it was). The graph's input shape is ``example_input``'s (N x C x H x W). A
-    forward returning a tuple, list or dict of tensors gives a graph with several
+    as it was); a quantisation-aware-training model with its observers off (its scales
+    stay as they are: ``torch_qat``). The graph's input shape is ``example_input``'s
+    (N x C x H x W). A forward returning a tuple, list or dict of tensors gives a graph with several
     outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or the dict's
     keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
     list of supported ones; with ``fallback``, each such call is instead computed by
@@ -312,15 +314,21 @@ def from_torch(module, example_input, *, name: str | None = None,
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
-        gm = _trace(module, name)
-        info = _record(gm, x, name)
-        build = _convert(gm, info, fallback)
-        if build.refused:
-            raise build.refusal(name, supported_ops())
-        return build.graph(tuple(x.shape), _output(gm, info, name), name, "PyTorch gives")
+        with torch_qat.observers_off(module):  # a QAT model keeps its scales
+            return _imported(module, x, name, fallback)
     finally:
         for m, training in modes:  # each submodule as it was: eval() set them all
             m.training = training
+
+
+def _imported(module, x, name: str, fallback: bool) -> Graph:
+    """``from_torch``'s graph of ``module`` (in eval mode) traced on ``x``."""
+    gm = _trace(module, name)
+    info = _record(gm, x, name)
+    build = _convert(gm, info, fallback)
+    if build.refused:
+        raise build.refusal(name, supported_ops())
+    return build.graph(tuple(x.shape), _output(gm, info, name), name, "PyTorch gives")
 
 
 # ---- file.py:factory --------------------------------------------------------------------

@@ -115,16 +115,20 @@ def conv2d(c, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=
                       pair(dilation, "dilation", c.name), groups, pending)
 
 
-def conv_module(c, m, x):
+def conv_module(c, m, x, weight=None, bias=None):
+    """``nn.Conv2d`` (any padding mode); ``weight`` and ``bias``: what the module convolves
+    with when not its own parameters (a QAT conv's fake-quantised, batch-norm-folded ones)."""
+    weight = m.weight if weight is None else weight
+    bias = m.bias if bias is None else bias
     if m.padding_mode == "zeros":
-        return conv2d(c, x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
+        return conv2d(c, x, weight, bias, m.stride, m.padding, m.dilation, m.groups)
     if m.padding_mode not in ("reflect", "replicate") or isinstance(m.padding, str):
         raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: the modes "
                        "are 'zeros', 'reflect' and 'replicate' with integer padding")
     (ph, pw), x = pair(m.padding, "padding", c.name), computed(x, 4)
     edge_pad = rules.pad((ph, ph, pw, pw), m.padding_mode, 0.0, rules.NO_PAD)
     padded = c.build.add(f"{c.name}pad", edge_pad, (x.name,))
-    return conv2d(c, x, m.weight, m.bias, m.stride, 0, m.dilation, m.groups), (padded,)
+    return conv2d(c, x, weight, bias, m.stride, 0, m.dilation, m.groups), (padded,)
 
 
 def conv_transpose2d(c, input, weight, bias=None, stride=1, padding=0, output_padding=0,

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
+from . import torch_qat
 from .torch_ops import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
@@ -142,6 +143,7 @@ _MODULES = {
     # at inference (the module is put in eval mode) dropout passes its input through
     **{cls: lambda c, m, x: computed(x)
        for cls in (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)},
+    **torch_qat.MODULES,  # quantisation-aware training: fake-quantize modules, QAT convs
 }
 
 
@@ -287,8 +289,9 @@ def kind_and_converter(gm, n):
     """How a node is named in messages, and its converter (None if unsupported)."""
     if n.op == "call_module":
         module = gm.get_submodule(n.target)
-        conv = _MODULES.get(type(module))
-        return _module_name(type(module)), (conv and (lambda c, *a, **k: conv(c, module, *a, **k)))
+        of_class = _MODULES.get(type(module))
+        conv = of_class and (lambda c, *a, **k: of_class(c, module, *a, **k))
+        return _module_name(type(module)), torch_qat.with_output_quantizer(conv, module)
     if n.op == "call_method":
         return f"Tensor.{n.target}", _METHODS.get(n.target)
     return _function_name(n.target), _FUNCTIONS.get(n.target)
