@@ -162,7 +162,7 @@ def with_output_quantizer(convert, module):
     """``convert`` (a module's converter) followed by the fake-quantize module an eager QAT
     hook applies to the module's output (``convert`` itself when there is none)."""
     quantizer = output_quantizer(module)
-    if quantizer is None:
+    if quantizer is None or convert is None:  # no hook, or a module the IR has no rule for
         return convert
     if not isinstance(quantizer, FakeQuantizeBase):
         def refuse(c, *args, **kwargs):
