@@ -301,9 +301,9 @@ def from_torch(module, example_input, *, name: str | None = None,
     the module is run in eval mode (afterwards every submodule's ``training`` flag is
     as it was); a quantisation-aware-training model with its observers off (its scales
     stay as they are: ``torch_qat``). The graph's input shape is ``example_input``'s
-    (N x C x H x W). A forward returning a tuple, list or dict of tensors gives a graph with several
-    outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or the dict's
-    keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
+    (N x C x H x W). A forward returning a tuple, list or dict of tensors gives a graph
+    with several outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or
+    the dict's keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
     list of supported ones; with ``fallback``, each such call is instead computed by
     torch itself (an ``ops.Fallback`` node, costed as vector work).
     """

@@ -118,16 +118,22 @@ def then(c, x: Ref, result, *after: ops.Op):
 
 def _fresh(c) -> str:
     """The first of ``<node>.1``, ``<node>.2``... that names no IR node yet (a node's
-    helper nodes: fx names never hold a dot)."""
-    taken = {node.name for node in c.build.nodes}
+    helper nodes: fx names never hold a dot). The helpers made while converting the node
+    are the last nodes, each named from it: only those are looked at."""
+    taken = set()
+    for node in reversed(c.build.nodes):
+        if not node.name.startswith(c.name):
+            break
+        taken.add(node.name)
     return next(f"{c.name}.{i}" for i in range(1, len(taken) + 2)
                 if f"{c.name}.{i}" not in taken)
 
 
 def fake_quantize(c, m, x):
-    """A fake-quantize module of an activation."""
+    """A fake-quantize module of an activation (computed from the network input)."""
+    computed(x)
     op = fake_quant_op(m)
-    return computed(x) if op is None else op
+    return x if op is None else op
 
 
 def qat_conv(c, m, x):
