@@ -84,6 +84,9 @@ def test_pair_counts_equal_popcounts_of_anded_vectors(layer, seed):
               name="depthwise-stride-3-x2"),
     ConvLayer(1, 3, 300, 40, 3, 3, 3, 1, 1, groups=3, name="depthwise-tall"),
     ConvLayer(1, 512, 1, 1, 100, 1, 1, name="fully-connected"),
+    ConvLayer(2, 200, 23, 29, 40, 1, 1, (2, 1), (1, 0, 2, 1), name="pointwise-strided-padded"),
+    ConvLayer(2, 96, 23, 29, 24, 1, 1, groups=4, name="pointwise-grouped-many-blocks"),
+    ConvLayer(1, 16, 112, 112, 96, 1, 1, name="pointwise-one-word"),
     ConvLayer(1, 3, 224, 224, 64, 3, 3, 1, 1, name="rgb"),
 ])
 def test_pair_counts_are_the_float64_convolution_of_the_masks(layer):

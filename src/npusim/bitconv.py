@@ -192,10 +192,63 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
     ones = np.empty(rows, np.int64)
     if layer.Cg == 1:  # depthwise: one bit a word; summing the set taps beats packing
         return _one_channel_pairs(layer, x_mask, w_words, out)
+    if layer.R == layer.S == 1:  # pointwise: a field is one pixel's words
+        return _pointwise_pairs(layer, x_mask, w_words, out)
     args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
             *layer.stride, *layer.dilation, out, ones)
     in_parallel(_pair_rows, args, rows)
     return out, ones.reshape(layer.N, layer.groups, layer.P).sum(axis=(0, 2))
+
+
+# output pixels a pointwise block counts at once (``_pointwise_rows``): 4 KiB of words
+POINTWISE_BLOCK = 512
+
+
+def _pointwise_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
+                     out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pair_counts`` for 1 x 1 kernels: a pixel's receptive field is the words of the one
+    input pixel it reads, so the words of every output pixel's input (padded, strided) are
+    laid out word-major, G x D x (N*P*Q), and each kernel word is ANDed with a run of
+    pixels at a time (``_pointwise_rows``)."""
+    sh, sw = layer.stride
+    words = pack_input(layer, x_mask)[:, :, :layer.P * sh:sh, :layer.Q * sw:sw]
+    depth = words.shape[4]
+    planes = np.ascontiguousarray(words.transpose(1, 4, 0, 2, 3)).reshape(
+        layer.groups, depth, -1)
+    blocks = -(-planes.shape[2] // POINTWISE_BLOCK)
+    ones = np.zeros(layer.groups * blocks, np.int64)
+    in_parallel(_pointwise_rows, (planes, w_words, out, ones), layer.groups * blocks)
+    return out, ones.reshape(layer.groups, blocks).sum(axis=1)
+
+
+@njit(cache=True, nogil=True)
+def _pointwise_rows(planes, wb, out, ones, first, stop):  # pragma: no cover
+    """For the tasks ``first <= g * blocks + b < stop`` (conv group g, block b of
+    ``POINTWISE_BLOCK`` pixels): out[g Kg + k, x] = sum over words d of
+    popcount(planes[g, d, x] AND wb[g, k, d]) for the block's pixels x, and ones[task] =
+    the set bits of the block's words. Each kernel's sums are built in its output row, a
+    word at a time across the block's pixels (the loop over pixels vectorises)."""
+    G, D, X = planes.shape
+    Kg = wb.shape[1]
+    blocks = -(-X // POINTWISE_BLOCK)
+    for task in range(first, stop):
+        g, b = task // blocks, task % blocks
+        lo, hi = b * POINTWISE_BLOCK, min(X, (b + 1) * POINTWISE_BLOCK)
+        for k in range(Kg):
+            dest, kernel = out[g * Kg + k, lo:hi], wb[g, k]
+            source, word = planes[g, 0, lo:hi], kernel[0]
+            for x in range(hi - lo):
+                dest[x] = _popcount(source[x] & word)
+            for d in range(1, D):
+                source, word = planes[g, d, lo:hi], kernel[d]
+                for x in range(hi - lo):
+                    dest[x] += _popcount(source[x] & word)
+        seen = 0
+        for d in range(D):
+            source = planes[g, d, lo:hi]
+            for x in range(hi - lo):
+                seen += _popcount(source[x])
+        ones[task] = seen
 
 
 def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
