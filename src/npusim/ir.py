@@ -11,6 +11,7 @@ topology CSV) defines none.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -82,14 +83,14 @@ class ConvLayer:
                 f"{self.W + self.padding[2] + self.padding[3]}; output would be {self.P}x{self.Q}"
             )
 
-    @property
+    @functools.cached_property  # read many times a layer; the fields never change
     def P(self) -> int:
         """Output height in pixels."""
         top, bottom, _, _ = self.padding
         return (self.H + top + bottom - used_pixels(1, self.R, 1, self.dilation[0])) \
             // self.stride[0] + 1
 
-    @property
+    @functools.cached_property
     def Q(self) -> int:
         """Output width in pixels."""
         _, _, left, right = self.padding

@@ -53,6 +53,8 @@ _EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
 _ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
            "filter_size", "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
 _IDS = ("ifmap", "filter", "ofmap")
+# every array but compute: (name, the field an unset block size falls back to, is it ids)
+_FIELDS = tuple((name, name.replace("_size", "_bytes"), name in _IDS) for name in _ARRAYS[1:])
 
 
 def _int64(value) -> np.ndarray:
@@ -116,24 +118,27 @@ class Steps:
         n = len(compute)
         if n == 0:
             raise LayerError("Steps: a layer needs at least one step")
-        counted = []  # the arrays of cycles and bytes, checked for negatives at once
-        for name in _ARRAYS:
-            value = compute if name == "compute" else getattr(self, name)
+        setattr_, shape = object.__setattr__, (n,)
+        setattr_(self, "compute", compute)
+        counted = [compute]  # the arrays of cycles and bytes, checked for negatives at once
+        for name, fallback, is_id in _FIELDS:
+            value = getattr(self, name)
             if value is None:  # a block size not given: the bytes fetched
-                value = getattr(self, name.replace("_size", "_bytes"))
-            if isinstance(value, int):  # the common scalar: no array to inspect
-                if value < 0 and name not in _IDS:
+                value = getattr(self, fallback)
+            if type(value) is int:  # the common scalar: no array to inspect
+                if value < 0 and not is_id:
                     raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
-                object.__setattr__(self, name, np.full(n, value, np.int64))
+                setattr_(self, name, np.full(n, value, np.int64))
                 continue
             arr = _int64(value)
-            if arr.ndim == 0:
+            if arr.shape != shape:
+                if arr.ndim:
+                    raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like "
+                                     "compute")
                 arr = np.full(n, int(arr), np.int64)
-            elif arr.shape != (n,):
-                raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like compute")
-            if name not in _IDS:
+            if not is_id:
                 counted.append(arr)
-            object.__setattr__(self, name, arr)
+            setattr_(self, name, arr)
         if np.concatenate(counted).min() < 0:
             name = next(k for k in _ARRAYS if k not in _IDS and getattr(self, k).min() < 0)
             raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
