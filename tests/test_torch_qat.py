@@ -164,3 +164,50 @@ def test_post_training_observers_are_refused_by_name():
     with pytest.raises(ModelError, match=r"post-training calibration") as e:
         from_torch(model, photo(SHAPE))
     assert "quant" in str(e.value) and "conv" in str(e.value)
+
+
+def half_steps(scale: float, zero: float, lo: int, hi: int) -> np.ndarray:
+    """The grid's points from ``lo`` to ``hi`` and every float32 within one ulp of half a
+    step above each: where a divide by the scale and a multiply by its reciprocal can round
+    apart."""
+    s = np.float32(scale)
+    points = ((np.arange(lo, hi + 1) - zero) * s).astype(np.float32)
+    centre = ((np.arange(lo, hi + 1) - zero + 0.5) * s).astype(np.float32)
+    return np.concatenate([points, np.nextafter(centre, np.float32(-np.inf)), centre,
+                           np.nextafter(centre, np.float32(np.inf))])
+
+
+@pytest.mark.parametrize(("kind", "per_channel"), [
+    ("FakeQuantize", False), ("FakeQuantize", True),
+    ("FusedMovingAvgObsFakeQuantize", False)])  # whose per-channel form takes axis 0 only
+def test_fake_quant_rounds_as_pytorch_at_half_steps(kind, per_channel):
+    """The imported op, and the PyTorch reference ``--check`` runs of it, equal the torch
+    module bit for bit where a divide by the scale would round the other way."""
+    from npusim.frontends.torch_qat import fake_quant_op
+    from npusim.ir import GraphBuilder
+    from npusim.torch_ref import to_torch
+
+    observer = tq.MovingAveragePerChannelMinMaxObserver if per_channel \
+        else tq.MovingAverageMinMaxObserver
+    per = {"ch_axis": 1, "qscheme": torch.per_channel_affine} if per_channel \
+        else {"qscheme": torch.per_tensor_affine}
+    module = getattr(tq, kind)(observer=observer, quant_min=0, quant_max=255,
+                               dtype=torch.quint8, **per)
+    module(calibration() * 3.7 - 1.1)  # the observer sets the scales and zero points
+    module.apply(tq.disable_observer)
+    op = fake_quant_op(module)
+    last = op.scale.size - 1  # per tensor: one scale for the three channels
+    channels = [half_steps(op.scale[min(c, last)], op.zero_point[min(c, last)], 0, 255)
+                for c in range(3)]
+    x = np.stack(channels)[None, :, :, None].astype(np.float32)  # 1 x 3 x values x 1
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    scale, zero = op.along(op.scale, 4), op.along(op.zero_point, 4)
+    divided = (np.clip(np.rint(x / scale) + zero, 0, 255) - zero) * scale
+    assert (divided != want).any()  # the values tell the two roundings apart
+    np.testing.assert_array_equal(op(x), want)
+    g = GraphBuilder("fq", x.shape)
+    g.append(op, g.input)
+    with torch.no_grad():
+        reference = to_torch(g.build())(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(reference, want)

@@ -727,15 +727,18 @@ class FakeQuant(Op):
     """A tensor rounded to an integer grid and back: a quantised model's activation (ONNX
     ``QuantizeLinear`` then ``DequantizeLinear``). ``q = clip(round(x / scale) +
     zero_point, lo, hi)`` (round half to even), ``out = (q - zero_point) * scale``, in
-    float32 as onnxruntime computes them. ``scale`` (> 0) and ``zero_point`` (an integer
-    in [lo, hi]) are one value, or one per index of ``axis``. Cost 4 per element: the
-    divide, the round, the add and clip, the subtract and multiply back."""
+    float32 as onnxruntime computes them; with ``by_reciprocal``, ``round(x * (1 /
+    scale))``, the float32 reciprocal, as PyTorch's fake-quantize kernels compute it (a value
+    near half a step can round the other way). ``scale`` (> 0) and ``zero_point`` (an
+    integer in [lo, hi]) are one value, or one per index of ``axis``. Cost 4 per element:
+    the divide, the round, the add and clip, the subtract and multiply back."""
 
     scale: np.ndarray
     zero_point: np.ndarray
     lo: int = -128
     hi: int = 127
     axis: int = 1
+    by_reciprocal: bool = False
     ops_per_element = 4
 
     def __post_init__(self):
@@ -772,7 +775,8 @@ class FakeQuant(Op):
     def __call__(self, x):
         scale = self.along(self.scale, x.ndim)
         zero = self.along(self.zero_point, x.ndim)
-        q = np.clip(np.rint(x / scale) + zero, self.lo, self.hi)
+        steps = x * (np.float32(1) / scale) if self.by_reciprocal else x / scale
+        q = np.clip(np.rint(steps) + zero, self.lo, self.hi)
         return ((q - zero) * scale).astype(np.float32, copy=False)
 
 

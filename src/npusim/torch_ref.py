@@ -208,12 +208,17 @@ def _reduce(op: ops.Reduce):
 
 
 def _fake_quant(op: ops.FakeQuant, ndim: int):
-    """Round to the grid and back in float32 torch ops (a divide, round half to even) on
-    an ``ndim``-axis tensor: ``torch.fake_quantize_per_tensor_affine`` multiplies by
-    1 / scale instead, which rounds differently."""
+    """Round to the grid and back in float32 torch ops (round half to even) on an
+    ``ndim``-axis tensor: a divide by the scale (ONNX's rule), or with ``by_reciprocal`` a
+    multiply by its float32 reciprocal (``torch.fake_quantize_per_tensor_affine``'s)."""
     scale = _tensor(op.along(op.scale, ndim))
     zero = _tensor(op.along(op.zero_point, ndim))
-    return lambda x: (torch.clamp(torch.round(x / scale) + zero, op.lo, op.hi) - zero) * scale
+    inverse = 1 / scale
+
+    def fn(x):
+        steps = x * inverse if op.by_reciprocal else x / scale
+        return (torch.clamp(torch.round(steps) + zero, op.lo, op.hi) - zero) * scale
+    return fn
 
 
 def _local_response_norm(op: ops.LocalResponseNorm):

@@ -90,7 +90,8 @@ def observers_off(module):
 
 def fake_quant_op(m: FakeQuantizeBase) -> ops.FakeQuant | None:
     """The IR op of fake-quantize module ``m`` (None when its fake quantisation is off):
-    scale and zero point per tensor, or per index of its ``ch_axis``."""
+    scale and zero point per tensor, or per index of its ``ch_axis``; rounded by the
+    reciprocal of the scale, as PyTorch's kernels round."""
     if not int(m.fake_quant_enabled[0]):
         return None
     if m.qscheme not in (torch.per_tensor_affine, torch.per_tensor_symmetric, *_PER_CHANNEL):
@@ -98,7 +99,7 @@ def fake_quant_op(m: FakeQuantizeBase) -> ops.FakeQuant | None:
                        "per tensor or per channel")
     return ops.FakeQuant(m.scale.detach().cpu().numpy(), m.zero_point.detach().cpu().numpy(),
                          int(m.quant_min), int(m.quant_max),
-                         int(m.ch_axis) if m.qscheme in _PER_CHANNEL else 1)
+                         int(m.ch_axis) if m.qscheme in _PER_CHANNEL else 1, by_reciprocal=True)
 
 
 def fake_quantized(quantizer, weight: torch.Tensor) -> torch.Tensor:
