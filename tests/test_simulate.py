@@ -198,12 +198,46 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
     after = threads()
     assert {path: after[path] for path in before} == before
     counted_here = sim._Costs.__init__
-    monkeypatch.setattr(sim._Costs, "__init__",
-                        lambda self, background, depth=2: counted_here(self, False, depth))
+    monkeypatch.setattr(sim._Costs, "__init__", lambda self, background, depth=2,
+                        batch_bytes=0: counted_here(self, False, depth, batch_bytes))
     inline = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
     for m in beside:
         assert beside[m].layers == inline[m].layers
         assert np.array_equal(beside[m].output, inline[m].output)
+
+
+@pytest.mark.parametrize("mode", ["estimate", "run"])
+def test_costs_wait_for_the_walk_or_for_the_mask_budget(mode, monkeypatch):
+    """Without a worker, the layers' costs are counted after the last node, in order; a mask
+    budget smaller than one layer's mask counts each conv right after it runs; the stats
+    are the same either way."""
+    from npusim.dataflows import get
+
+    sim = importlib.import_module("npusim.simulate")
+    monkeypatch.setattr(sim, "threads", lambda: 1)  # no worker thread, whatever the machine
+    df = get("sparse-pairs")
+    counted = df.estimate
+    events = []
+    monkeypatch.setattr(df, "estimate", lambda layer, *a: events.append(("count", layer.name))
+                        or counted(layer, *a))
+    rng = np.random.default_rng(4)
+    graph, _ = small_net(rng)
+    x = rng.standard_normal(graph.input_shape).astype(np.float32)
+
+    def run():
+        events.clear()
+        return npusim.simulate(graph, x, "sparse-pairs-32x32", mode=mode,
+                               progress=lambda i, n, name: events.append(("node", name)))
+
+    batched = run()
+    convs = [n.name for n in graph.conv_nodes]
+    assert events == [("node", n.name) for n in graph.nodes] + [("count", c) for c in convs]
+    monkeypatch.setattr(sim, "BATCH_BYTES", 1)
+    at_once = run()
+    assert [events.index(("count", c)) - events.index(("node", c)) for c in convs] == \
+        [1] * len(convs)
+    assert batched.layers == at_once.layers
+    assert np.array_equal(batched.output, at_once.output)
 
 
 def test_costs_are_counted_inline_when_one_thread_is_allowed(monkeypatch):
