@@ -41,13 +41,14 @@ class Layout:
     ``field_bits`` the receptive-field vector bits broadcast; ``loads`` what the kernel
     stores take in (``kernel_loads``, bytes and counts). Per step, for the memory model
     (waves x ``chunks`` positions, of which ``keep`` those some unit has pixels for):
-    ``part`` its chunk (the ifmap block), ``filter`` its wave at the wave's first step
-    (else -1) and ``filter_bytes`` that wave's weight groups, ``ofmap`` its index (the
-    output block) and ``ofmap_bytes`` the outputs it writes, ``load_bytes`` its kernel
-    loads into the processors' stores, ``wave_set`` which of the waves' sets of conv groups
-    its wave's kernels belong to (numbered as the waves first meet them; 0 on an ungrouped
-    layer), whose groups ``set_groups`` holds (sets x G, bool); and ``chunk_pixels``
-    (chunks,) each chunk's pixels over all slices.
+    ``part`` its chunk, ``filter`` its wave at the wave's first step (else -1) and
+    ``filter_bytes`` that wave's weight groups, ``ofmap`` its index (the output block) and
+    ``ofmap_bytes`` the outputs it writes, ``load_bytes`` its kernel loads into the
+    processors' stores, ``ifmap`` the block of stored features it reads: its chunk of the
+    set of conv groups its wave's kernels belong to, ``set * chunks + part`` (sets numbered
+    as the waves first meet them; one set on an ungrouped layer), whose groups
+    ``set_groups`` holds (sets x G, bool); and ``chunk_pixels`` (chunks,) each chunk's
+    pixels over all slices; ``load_total`` all steps' kernel load bytes.
     """
 
     plan: grouping.Plan
@@ -63,9 +64,10 @@ class Layout:
     ofmap: np.ndarray
     ofmap_bytes: np.ndarray
     load_bytes: np.ndarray
-    wave_set: np.ndarray
     set_groups: np.ndarray
+    ifmap: np.ndarray
     chunk_pixels: np.ndarray
+    load_total: int
 
 
 def layout(layer: ConvLayer, kernel_nonzeros: np.ndarray, p: Params) -> Layout:
@@ -104,6 +106,7 @@ def _layout(layer: ConvLayer, nnz: np.ndarray, p: Params) -> Layout:
     held = held_kernels(pl.groups)
     elem = element_bytes(layer.dtype)
     sets, set_of_wave = wave_sets(layer, pl, p.processor_groups)
+    load_bytes = _by_wave(loads, p.processor_groups)[keep]
     return Layout(
         plan=pl, kernel_nonzeros=frozen(nnz), occupied=frozen(held[wg]),
         field_bits=_field_bits(layer, pl), loads=kernel_loads(layer, p, pl, nnz),
@@ -112,9 +115,9 @@ def _layout(layer: ConvLayer, nnz: np.ndarray, p: Params) -> Layout:
         filter_bytes=frozen(_wave_weight_bytes(layer, pl, nnz, wg, p.processor_groups)[wave]),
         ofmap=frozen(np.arange(len(part))),
         ofmap_bytes=frozen(_by_wave(chunk * held[wg][:, None] * elem, p.processor_groups)[keep]),
-        load_bytes=frozen(_by_wave(loads, p.processor_groups)[keep]),
-        wave_set=frozen(set_of_wave[wave]), set_groups=frozen(sets),
-        chunk_pixels=frozen(chunk[:pl.slices].sum(axis=0)))
+        load_bytes=frozen(load_bytes), set_groups=frozen(sets),
+        ifmap=frozen(set_of_wave[wave] * chunks + part),
+        chunk_pixels=frozen(chunk[:pl.slices].sum(axis=0)), load_total=int(load_bytes.sum()))
 
 
 def wave_sets(layer: ConvLayer, pl: grouping.Plan,

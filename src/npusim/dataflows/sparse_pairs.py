@@ -54,7 +54,7 @@ from ..reference import pad_input
 from ..stats import Counts, LayerStats, price
 from . import bitmap
 from .base import Machine, element_bytes, register, share
-from .sparse_layout import Layout, layout, wave_grid
+from .sparse_layout import Layout, layout
 
 NAME = "sparse-pairs"
 
@@ -140,10 +140,28 @@ def _lockstep(per, kernels, bounds, Q, scan, chunks, busy, first, stop):  # prag
                 chunks[g, s, c] = step[lo:min(lo + Q, bounds[s + 1])].sum()
 
 
-def _per_group(groups: int, values: np.ndarray) -> np.ndarray:
-    """Sum of per-unit ``values`` (units x columns) over the units each of the ``groups``
-    processor groups runs (unit ``u`` on group ``u mod groups``)."""
-    return wave_grid(values, groups).sum(axis=0)
+@njit(cache=True, nogil=True)
+def _totals(chunk_cycles, busy, occupied, groups):  # pragma: no cover
+    """From each unit's cycles per chunk (units x chunks) and each of its processors' busy
+    cycles (units x size), unit ``u`` on processor group ``u mod groups`` and holding
+    ``occupied[u]`` kernels: (each processor group's cycles, G; each of its processors'
+    busy cycles, G x size; all units' cycles; those times their units' kernels; all
+    pairs)."""
+    units, size = busy.shape
+    group_cycles = np.zeros(groups, np.int64)
+    processor_cycles = np.zeros((groups, size), np.int64)
+    cycles = mapped = pairs = 0
+    for u in range(units):
+        g, unit = u % groups, 0
+        for c in range(chunk_cycles.shape[1]):
+            unit += chunk_cycles[u, c]
+        group_cycles[g] += unit
+        cycles += unit
+        mapped += unit * occupied[u]
+        for j in range(size):
+            processor_cycles[g, j] += busy[u, j]
+            pairs += busy[u, j]
+    return group_cycles, processor_cycles, cycles, mapped, pairs
 
 
 def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
@@ -153,14 +171,12 @@ def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params
     lay = layout(layer, nnz, p)
     per, field_ones = bitconv.pair_counts(layer, x_mask, w_words)
     chunk_cycles, unit_busy = _units(layer, per, lay, scan_cycles(layer, p))
-    unit_cycles = chunk_cycles.sum(axis=1)
-    pairs = int(unit_busy.sum())
+    group_cycles, processor_cycles, cycles, mapped, pairs = _totals(
+        chunk_cycles, unit_busy, lay.occupied, p.processor_groups)
     return Schedule(
         pairs=pairs, skipped=bitmap.skipped(layer, field_ones, nnz, pairs),
-        group_cycles=_per_group(p.processor_groups, unit_cycles),
-        processor_cycles=_per_group(p.processor_groups, unit_busy),
-        step_capacity=int(unit_cycles.sum()) * p.processors_per_group,
-        mapped_capacity=int(unit_cycles @ lay.occupied),
+        group_cycles=group_cycles, processor_cycles=processor_cycles,
+        step_capacity=cycles * p.processors_per_group, mapped_capacity=mapped,
         group_nonzeros=group_nonzeros(layer, x_mask), chunk_cycles=chunk_cycles, layout=lay)
 
 
@@ -238,12 +254,10 @@ def steps(layer: ConvLayer, p: Params, s: Schedule, sram_total: int) -> Steps:
     compute = _step_cycles(s.chunk_cycles, lay.keep, p.processor_groups,
                            np.empty(len(lay.part), np.int64))
     read = _chunk_features(layer, s)
-    return Steps(compute=compute, ifmap=lay.wave_set * lay.chunks + lay.part,
-                 ifmap_bytes=read[lay.wave_set, lay.part],
+    return Steps(compute=compute, ifmap=lay.ifmap, ifmap_bytes=read.ravel()[lay.ifmap],
                  filter=lay.filter, filter_bytes=lay.filter_bytes,
                  ofmap=lay.ofmap, ofmap_bytes=lay.ofmap_bytes,
-                 sram_bytes=lay.load_bytes + share(sram_total - int(lay.load_bytes.sum()),
-                                                   compute))
+                 sram_bytes=lay.load_bytes + share(sram_total - lay.load_total, compute))
 
 
 def _chunk_features(layer: ConvLayer, s: Schedule) -> np.ndarray:
