@@ -20,11 +20,10 @@ import numpy as np
 
 from . import simd
 from .derived import derived, frozen
-from .engine import phase_shape, split_phases, store_wide
+from .engine import padded_plane, phase_shape, split_phases, store_wide
 from .ir import ConvLayer
 from .jit import intrinsic, njit
 from .parallel import in_parallel
-from .reference import pad_input
 
 WORD_BITS = 64
 
@@ -262,8 +261,8 @@ def _one_channel_pairs(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray
     mask = np.ascontiguousarray(x_mask, np.bool_).view(np.uint8)
     # a pixel's count is at most R*S: in bytes when it fits one, 64 to a vector register
     count = np.zeros(1, np.uint8 if layer.R * layer.S <= 255 else np.int32)
-    in_parallel(_tap_maps, (np.ascontiguousarray(pad_input(mask, layer)), first_tap, taps,
-                            layer.S, layer.Kg, *layer.stride, *layer.dilation, count,
+    in_parallel(_tap_maps, (mask, padded_plane(layer), first_tap, taps, layer.S, layer.Kg,
+                            *layer.stride, *layer.dilation, count,
                             out[:layer.K].reshape(layer.K, layer.N, layer.P, layer.Q)),
                 layer.K * layer.N)
     top, bottom, left, right = layer.padding
@@ -289,19 +288,21 @@ BLOCK_COUNTS = 8192
 
 
 @njit(cache=True, nogil=True)
-def _tap_maps(padded, first_tap, taps, S, kg, sh, sw, dh, dw, count, out, first,
+def _tap_maps(mask, pad, first_tap, taps, S, kg, sh, sw, dh, dw, count, out, first,
               stop):  # pragma: no cover
     """out[k, n, p, q] = sum over kernel k's set taps t = r*S + s (``taps[first_tap[k]:
-    first_tap[k + 1]]``) of padded[n, k // kg, p*sh + r*dh, q*sw + s*dw] (the padded 0/1
-    mask), for the maps ``first <= k N + n < stop``. As the dense engine's depthwise maps:
+    first_tap[k + 1]]``) of padded[n, k // kg, p*sh + r*dh, q*sw + s*dw], ``padded`` the 0/1
+    ``mask`` in its padding (``pad``: ``engine.padded_plane``), for the maps
+    ``first <= k N + n < stop``. As the dense engine's depthwise maps:
     the plane cut into its stride phases (``engine.split_phases``), so that a tap reads a
     phase at a fixed offset and a block of wide output rows is one run, each set tap one
     pass of adds over it, in ``count``'s dtype (bytes where R*S < 256); the columns past
     Q are counted and dropped."""
     N, P, Q = out.shape[1:]
-    C = padded.shape[1]
-    width, size = phase_shape(padded.shape[2], padded.shape[3], sh, sw)
-    phases = np.zeros(sh * sw * size, padded.dtype)
+    C = mask.shape[1]
+    top, left, Hp, Wp = pad[0], pad[1], pad[2], pad[3]
+    width, size = phase_shape(Hp, Wp, sh, sw)
+    phases = np.zeros(sh * sw * size, mask.dtype)
     block = max(1, BLOCK_COUNTS // width)  # output rows a block counts
     sums = np.empty(block * width, count.dtype)
     channel = -1
@@ -309,7 +310,7 @@ def _tap_maps(padded, first_tap, taps, S, kg, sh, sw, dh, dw, count, out, first,
         k, n = task // N, task % N
         if n * C + k // kg != channel:  # a new input channel: its phases
             channel = n * C + k // kg
-            split_phases(padded[n, k // kg], sh, sw, width, size, phases)
+            split_phases(mask[n, k // kg], top, left, Hp, Wp, sh, sw, width, size, phases)
         for p0 in range(0, P, block):
             lines = min(block, P - p0)
             run = (lines - 1) * width + Q

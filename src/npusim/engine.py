@@ -86,14 +86,21 @@ def depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc,
     R*S windows of input channel k // Kg scaled by kernel k's taps, added tap by tap in the
     order ``taps`` ((r, s) pairs; default row-major), each product rounded, then added (no
     fused multiply-add). N x K x P x Q of ``acc``; each output map a task of the row pool."""
-    xp = np.ascontiguousarray(pad_input(x.astype(acc, copy=False), layer))
+    xs = np.ascontiguousarray(x.astype(acc, copy=False))
     order = np.array(taps if taps is not None else
                      [(r, s) for r in range(layer.R) for s in range(layer.S)], np.int64)
     out = np.empty(layer.output_shape, acc)
     wk = np.ascontiguousarray(w.astype(acc, copy=False).reshape(layer.K, layer.R, layer.S))
-    in_parallel(_depthwise_maps, (xp, wk, order, layer.Kg, *layer.stride, *layer.dilation, out),
-                layer.N * layer.K)
+    in_parallel(_depthwise_maps, (xs, padded_plane(layer), wk, order, layer.Kg, *layer.stride,
+                                  *layer.dilation, out), layer.N * layer.K)
     return out
+
+
+def padded_plane(layer: ConvLayer) -> np.ndarray:
+    """(top, left, padded height, padded width) of ``layer``'s input planes, int64: where
+    ``split_phases`` places a plane in its padding."""
+    top, bottom, left, right = layer.padding
+    return np.array([top, left, layer.H + top + bottom, layer.W + left + right], np.int64)
 
 
 # elements of a block of wide output rows (``_depthwise_maps``): 8 KiB of float32 sums
@@ -101,11 +108,12 @@ BLOCK_SUMS = 2048
 
 
 @njit(cache=True, nogil=True)
-def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+def _depthwise_maps(x, pad, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
     """out[n, k] = the sum over ``taps`` in their order of wk[k, r, s] x the window of tap
-    (r, s) of input channel k // kg, for the maps ``first <= n K + k < stop``.
+    (r, s) of input channel k // kg (padded as ``pad`` says: ``padded_plane``), for the maps
+    ``first <= n K + k < stop``.
 
-    The padded input plane is copied into its ``sh x sw`` stride phases (phase (a, b): the
+    The padded input plane is written into its ``sh x sw`` stride phases (phase (a, b): the
     pixels at rows a + i sh, columns b + j sw; at stride 1 one, the plane), so that a tap
     reads one phase at a fixed offset and a row of outputs is a run of it. Outputs are
     summed in *wide* rows, as wide as a phase: a block of them is one contiguous run, summed
@@ -115,10 +123,11 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
     lanes past a block's run, are computed and dropped: a kept output reads only its
     window's pixels, and the others' reads stay inside the phases and their margin."""
     K, P, Q = out.shape[1:]
-    C = xp.shape[1]
-    width, size = phase_shape(xp.shape[2], xp.shape[3], sh, sw)
+    C = x.shape[1]
+    top, left, Hp, Wp = pad[0], pad[1], pad[2], pad[3]
+    width, size = phase_shape(Hp, Wp, sh, sw)
     lanes = simd.lanes(out)
-    phases = np.zeros(sh * sw * size + 4 * lanes, xp.dtype)  # flat, a margin past the last
+    phases = np.zeros(sh * sw * size + 4 * lanes, x.dtype)  # flat, a margin past the last
     block = max(1, BLOCK_SUMS // width)  # output rows a block sums
     sums = np.empty(block * width + 4 * lanes, out.dtype)
     n_taps = taps.shape[0]
@@ -131,7 +140,7 @@ def _depthwise_maps(xp, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # prag
         n, k = task // K, task % K
         if n * C + k // kg != channel:  # a new input channel: its phases
             channel = n * C + k // kg
-            split_phases(xp[n, k // kg], sh, sw, width, size, phases)
+            split_phases(x[n, k // kg], top, left, Hp, Wp, sh, sw, width, size, phases)
         for i in range(n_taps):
             weight[i] = wk[k, taps[i, 0], taps[i, 1]]
         for p0 in range(0, P, block):
@@ -171,25 +180,31 @@ def store_wide(sums, width, plane, p0, lines):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def split_phases(plane, sh, sw, width, size, phases):  # pragma: no cover
-    """phases[(a sw + b) size + i width + j] = plane[a + i sh, b + j sw] for every pixel of
-    the padded ``plane`` (flat phases of ``size`` elements each; positions past the plane's
-    edge keep what they held)."""
-    Hp, Wp = plane.shape
-    for y in range(Hp):
-        a, i = y % sh, y // sh
-        line = plane[y]
-        for b in range(sw):
-            dest = phases[(a * sw + b) * size + i * width:]
+def split_phases(plane, top, left, Hp, Wp, sh, sw, width, size, phases):  # pragma: no cover
+    """phases[(a sw + b) size + i width + j] = pixel (a + i sh, b + j sw) of the Hp x Wp
+    plane that ``plane`` (H x W) padded with zeros (``top`` rows above it, ``left`` columns
+    before it) would be (flat phases of ``size`` elements each). Only the plane's own pixels
+    are written: the padding's positions keep the zeros ``phases`` was made with (the same
+    positions for every plane of a layer), so a layer's input is never padded first."""
+    H, W = plane.shape
+    for b in range(sw):  # phase column b: its pixels j of a row, those inside the plane
+        n = -(-(Wp - b) // sw)
+        lo = min(n, max(0, -(-(left - b) // sw)))  # the first inside the plane's columns
+        hi = max(lo, min(n, -(-(left + W - b) // sw)))  # the first past them
+        first = lo * sw + b - left  # the plane's column of pixel lo
+        for h in range(H):
+            y = h + top
+            at = ((y % sh) * sw + b) * size + (y // sh) * width + lo
+            inside, source = phases[at:at + hi - lo], plane[h, first:]
             if sw == 1:  # constant strides: the copies vectorise
-                for j in range(Wp):
-                    dest[j] = line[j]
+                for j in range(hi - lo):
+                    inside[j] = source[j]
             elif sw == 2:
-                for j in range((Wp - b + 1) // 2):
-                    dest[j] = line[b + 2 * j]
+                for j in range(hi - lo):
+                    inside[j] = source[2 * j]
             else:
-                for j in range(-(-(Wp - b) // sw)):
-                    dest[j] = line[b + j * sw]
+                for j in range(hi - lo):
+                    inside[j] = source[j * sw]
 
 
 @njit(cache=True, nogil=True, inline="always")
