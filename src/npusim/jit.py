@@ -15,13 +15,16 @@ itself compiles each on its first call with argument types, as before), and repl
 them in the globals of the modules that define or import them, so a compiled kernel
 that calls another finds a numba dispatcher there, as numba needs. The kernels, their
 options, their on-disk cache and their results are numba's own; only the moment of
-``import numba`` moves.
+``import numba`` moves, and the caches are dropped when the package's sources change
+(``drop_stale_caches``: numba checks only a kernel's own file).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
+from pathlib import Path
 
 _PENDING: list[LazyKernel] = []  # created, not yet handed to numba
 _LOCK = threading.Lock()  # in_parallel may make the first call from several threads at once
@@ -61,10 +64,54 @@ def _numba_object(lazy: LazyKernel):
     return numba.extending.intrinsic(lazy.py_func)
 
 
+STAMP = "numba-sources.sha256"  # beside the package's own numba caches
+
+
+def drop_stale_caches(package: Path) -> bool:
+    """Remove the numba caches in ``package``'s ``__pycache__`` folders unless they were made
+    from its sources as they are now (their digest, stamped beside them); True if removed.
+
+    numba keys a cached kernel on its own file's time stamp alone, and the machine code it
+    keeps holds the kernels it calls: after an update that changes a called kernel in
+    another file (``engine.split_phases``, called from ``bitconv``), the caller would load
+    the old callee from its cache. The sources of every module that holds kernels are
+    hashed instead (a few ms, once a process, when the first kernel is used); a change in
+    any drops every cache (the next run recompiles, about 6 s). A package where nothing can
+    be written (numba then caches elsewhere, by its own rule) is left as it is."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        source = path.read_bytes()
+        if b"@njit" in source or b"@intrinsic" in source:  # the files that hold kernels
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + source)
+    stamp = package / "__pycache__" / STAMP
+    try:
+        made_from = stamp.read_text()
+    except OSError:  # none yet: caches of unknown sources
+        made_from = None
+    if made_from == digest.hexdigest():
+        return False
+    try:
+        for cache in [*package.rglob("__pycache__/*.nbi"), *package.rglob("__pycache__/*.nbc")]:
+            cache.unlink(missing_ok=True)
+        stamp.parent.mkdir(exist_ok=True)
+        stamp.write_text(digest.hexdigest())
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def _caches_checked() -> None:
+    """``drop_stale_caches`` of npusim itself, once a process."""
+    drop_stale_caches(Path(__file__).resolve().parent)
+
+
 def _resolve_pending() -> None:
     """Hand every pending kernel to numba, then put the dispatchers in place of the lazy
-    kernels in the globals of every module that holds one."""
+    kernels in the globals of every module that holds one (the package's caches checked
+    first: ``drop_stale_caches``)."""
     with _LOCK:
+        _caches_checked()
         pending = list(_PENDING)
         for lazy in pending:
             if lazy._compiled is None:
