@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 # Emulator steps (about 1 us each on a 2-core x86 machine, docs/cli.md) one layer may take in
 # mode emulate: about 40 s here. simulate(emulate_limit=...) or --emulate-limit raise it.
 EMULATE_LIMIT = 40_000_000
+# Bytes of masks the layers' costs may hold while they wait to be counted together
+# (``_Costs``): a small network's whole walk, a big batch's in parts.
+BATCH_BYTES = 32 * 2**20
 
 
 @dataclass
@@ -367,10 +370,6 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     return SimResult(values[model.output_name], stats, cfg.arch, mode, dtype, cfg.name,
                      time.perf_counter() - start, values if keep_outputs else {},
                      {label: values[out] for label, out in model.outputs.items()}, placements)
-
-# Bytes of masks the layers' costs may hold while they wait to be counted together
-# (``_Costs``): a small network's whole walk, a big batch's in parts.
-BATCH_BYTES = 32 * 2**20
 
 
 class _Costs:
