@@ -199,7 +199,8 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
     assert {path: after[path] for path in before} == before
     counted_here = sim._Costs.__init__
     monkeypatch.setattr(sim._Costs, "__init__", lambda self, background, depth=2,
-                        batch_bytes=0: counted_here(self, False, depth, batch_bytes))
+                        batch_bytes=0, counting=None: counted_here(self, False, depth,
+                                                                   batch_bytes, counting))
     inline = {m: npusim.simulate(graph, x, arch, mode=m) for m in ("run", "estimate")}
     for m in beside:
         assert beside[m].layers == inline[m].layers
@@ -208,9 +209,9 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
 
 @pytest.mark.parametrize("mode", ["estimate", "run"])
 def test_costs_wait_for_the_walk_or_for_the_mask_budget(mode, monkeypatch):
-    """Without a worker, the layers' costs are counted after the last node, in order; a mask
-    budget smaller than one layer's mask counts each conv right after it runs; the stats
-    are the same either way."""
+    """Without a worker, the layers' costs are counted after the last node, in order (the
+    progress callback naming each); a mask budget smaller than one layer's mask counts each
+    conv right after it runs; the stats are the same either way."""
     from npusim.dataflows import get
 
     sim = importlib.import_module("npusim.simulate")
@@ -231,11 +232,12 @@ def test_costs_wait_for_the_walk_or_for_the_mask_budget(mode, monkeypatch):
 
     batched = run()
     convs = [n.name for n in graph.conv_nodes]
-    assert events == [("node", n.name) for n in graph.nodes] + [("count", c) for c in convs]
+    assert events == [("node", n.name) for n in graph.nodes] + [
+        e for c in convs for e in (("node", f"{c} (costs)"), ("count", c))]
     monkeypatch.setattr(sim, "BATCH_BYTES", 1)
     at_once = run()
     assert [events.index(("count", c)) - events.index(("node", c)) for c in convs] == \
-        [1] * len(convs)
+        [2] * len(convs)  # the progress line naming the conv counted, then its count
     assert batched.layers == at_once.layers
     assert np.array_equal(batched.output, at_once.output)
 

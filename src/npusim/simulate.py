@@ -364,12 +364,29 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
         check_emulate_size([model.layers[n.name].with_dtype(dtype) for n in model.conv_nodes],
                            cfg)
     start = time.perf_counter()
-    with _Costs(background=cfg.background, batch_bytes=BATCH_BYTES) as costs:
-        values, stats, placements = _run_nodes(model, x, cfg, costs, keep_outputs, progress)
+    walk = _Walk(progress) if progress else None
+    with _Costs(background=cfg.background, batch_bytes=BATCH_BYTES,
+                counting=walk.counted if walk else None) as costs:
+        values, stats, placements = _run_nodes(model, x, cfg, costs, keep_outputs, walk)
         stats = [costs.result(st) for st in stats]
     return SimResult(values[model.output_name], stats, cfg.arch, mode, dtype, cfg.name,
                      time.perf_counter() - start, values if keep_outputs else {},
                      {label: values[out] for label, out in model.outputs.items()}, placements)
+
+
+class _Walk:
+    """A walk's ``progress(i, n, name)``, also told of each conv whose costs ``_Costs``
+    counts later (``counted``): shown at the node the walk has reached, named for the conv."""
+
+    def __init__(self, progress: Callable[[int, int, str], None]):
+        self.progress, self.at = progress, (0, 1)
+
+    def __call__(self, i: int, n: int, name: str) -> None:
+        self.at = (i, n)
+        self.progress(i, n, name)
+
+    def counted(self, layer: ConvLayer) -> None:
+        self.progress(*self.at, f"{layer.name} (costs)")
 
 
 class _Costs:
@@ -382,6 +399,8 @@ class _Costs:
     masks waiting hold more than ``batch_bytes``: one layer after another the counting code
     and its data stay in the caches that the outputs' computation between two layers would
     take (ppocr-cls's sparse-pairs estimate about 11 % quicker, MobileNetV2's 8 %).
+    ``counting(layer)``, if given, is told of each layer counted so (``args[0]`` of its
+    ``submit``).
 
     The worker exists only when npusim may keep two threads busy (``parallel.threads``:
     the CPU affinity, and a user's ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``); on one
@@ -390,7 +409,8 @@ class _Costs:
     (on 2 cores, ResNet-50's estimate ran 1.5x slower with both). docs/input-reuse.md has
     the measured gain (``bench/bench_costs_thread.py``)."""
 
-    def __init__(self, background: bool, depth: int = 2, batch_bytes: int = 0):
+    def __init__(self, background: bool, depth: int = 2, batch_bytes: int = 0,
+                 counting: Callable[[ConvLayer], None] | None = None):
         self.pool = _worker() if background and threads() >= 2 else None
         self.pending: list = []  # Futures
         self.depth = depth
@@ -398,6 +418,7 @@ class _Costs:
         self.batch_bytes = batch_bytes
         self.waiting: list[_Waiting] = []  # counts not yet run, in order
         self.held = 0  # bytes of the masks they hold
+        self.counting = counting
 
     def __enter__(self) -> _Costs:
         if self.pool:
@@ -439,6 +460,8 @@ class _Costs:
     def run_waiting(self) -> None:
         """Count every waiting layer, in order."""
         for job in self.waiting:
+            if self.counting:
+                self.counting(job.args[0])
             job.stats = job.fn(*job.args)
             job.args = ()
         self.waiting.clear()
