@@ -187,12 +187,12 @@ def pair_counts(layer: ConvLayer, x_mask: np.ndarray, w_words: np.ndarray,
     """
     if out is None:
         out = np.empty((layer.K, layer.N * layer.P * layer.Q), np.int32)
-    rows = layer.N * layer.groups * layer.P
-    ones = np.empty(rows, np.int64)
     if layer.Cg == 1:  # depthwise: one bit a word; summing the set taps beats packing
         return _one_channel_pairs(layer, x_mask, w_words, out)
     if layer.R == layer.S == 1:  # pointwise: a field is one pixel's words
         return _pointwise_pairs(layer, x_mask, w_words, out)
+    rows = layer.N * layer.groups * layer.P
+    ones = np.empty(rows, np.int64)
     args = (pack_input(layer, x_mask), w_words, layer.R, layer.S, layer.P, layer.Q,
             *layer.stride, *layer.dilation, out, ones)
     in_parallel(_pair_rows, args, rows)

@@ -123,7 +123,7 @@ def _fresh(c) -> str:
     are the last nodes, each named from it: only those are looked at."""
     taken = set()
     for node in reversed(c.build.nodes):
-        if not node.name.startswith(c.name):
+        if not node.name.startswith(f"{c.name}."):
             break
         taken.add(node.name)
     return next(f"{c.name}.{i}" for i in range(1, len(taken) + 2)
