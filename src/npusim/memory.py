@@ -195,10 +195,12 @@ class Timing:
 
 
 def _first_last(v: np.ndarray):
-    """For the used positions' ids ``v``: inverse index into the unique ids, each unique
-    id's first and last position, where a step's id differs from the previous step's
-    (bool per step), and each block's most bytes held at once as a function of the
-    blocks' sizes (``peak(sizes_at_first)``)."""
+    """For the used positions' ids ``v``: each unique id's first and last position, where a
+    step's id differs from the previous step's (bool per step), a function of the blocks'
+    sizes at their first use giving each block's most bytes held at once
+    (``peak(sizes_at_first)``), and every position's index into the unique ids, or None
+    when the blocks come in runs in order (then it is ``np.cumsum(change) - 1``, counted
+    only where needed)."""
     change = np.empty(len(v), bool)
     change[0] = True
     np.not_equal(v[1:], v[:-1], out=change[1:])
@@ -208,11 +210,11 @@ def _first_last(v: np.ndarray):
         last[:-1] = first[1:] - 1
         last[-1] = len(v) - 1
         # one run per block: lifetimes never overlap, the peak is the largest block
-        return np.cumsum(change) - 1, first, last, change, lambda sizes: int(sizes.max())
-    uniq, first, inverse = np.unique(v, return_index=True, return_inverse=True)
+        return first, last, change, lambda sizes: int(sizes.max()), None
+    uniq, first, where = np.unique(v, return_index=True, return_inverse=True)
     last = np.empty(len(uniq), np.int64)
-    last[inverse] = np.arange(len(v))  # later positions overwrite earlier ones
-    return inverse, first, last, change, lambda sizes: _max_live(first, last, sizes, len(v))
+    last[where] = np.arange(len(v))  # later positions overwrite earlier ones
+    return first, last, change, lambda sizes: _max_live(first, last, sizes, len(v)), where
 
 
 def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -> int:
@@ -230,47 +232,50 @@ def _used_positions(ids: np.ndarray):
 
 
 def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
-                   capacity: float) -> np.ndarray:
-    """DRAM bytes of one input operand fetched before each step (see the module doc):
-    ``nbytes`` what a step fetches of a block not resident, ``size`` the whole block."""
-    out = np.zeros(len(ids), np.int64)
+                   capacity: float, out: np.ndarray) -> None:
+    """Into ``out`` (zeros), the DRAM bytes of one input operand fetched before each step
+    (see the module doc): ``nbytes`` what a step fetches of a block not resident, ``size``
+    the whole block."""
     pos = _used_positions(ids)
     if pos is None:
-        v, b, whole, where = ids, nbytes, size, slice(None)
+        v, b, whole, at = ids, nbytes, size, out
     elif len(pos) == 0:
-        return out
+        return
     else:
-        v, b, whole, where = ids[pos], nbytes[pos], size[pos], pos
-    _, first, last, change, peak = _first_last(v)
-    at = out[where]  # a copy when ``where`` selects positions: written back below
-    if peak(whole[first]) <= capacity:
-        at[first] = whole[first]
+        v, b, whole = ids[pos], nbytes[pos], size[pos]
+        at = np.zeros(len(pos), np.int64)
+    first, _, change, peak, _ = _first_last(v)
+    at_first = whole[first]
+    if peak(at_first) <= capacity:
+        at[first] = at_first
     else:
         change |= whole > capacity  # a block larger than its buffer streams every use
         at[change] = b[change]
-    out[where] = at
-    return out
+    if pos is not None:
+        out[pos] = at
 
 
-def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float, psum_size=None):
-    """(partial-sum bytes read back before each step, bytes written after each step);
-    ``psum_size``: the whole blocks' partial sums (None: a step's ``psum_bytes`` are its
-    block's, 0 meaning ``out_bytes``)."""
-    reads, writes = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float, psum_size,
+                   reads: np.ndarray, writes: np.ndarray) -> None:
+    """Into ``reads`` and ``writes`` (zeros), the partial-sum bytes read back before each
+    step and the bytes written after it; ``psum_size``: the whole blocks' partial sums
+    (None: a step's ``psum_bytes`` are its block's, 0 meaning ``out_bytes``)."""
     pos = _used_positions(ids)
     if pos is not None and len(pos) == 0:
-        return reads, writes
+        return
     where = slice(None) if pos is None else pos
     v, out_b, psum_b = ids[where], out_bytes[where], psum_bytes[where]
     if psum_size is None:
         psum = held = np.where(psum_b > 0, psum_b, out_b)
     else:
         psum, held = psum_b, psum_size[where]
-    inverse, first, last, change, peak = _first_last(v)
-    w, r = np.zeros(len(v), np.int64), np.zeros(len(v), np.int64)
+    first, last, change, peak, inverse = _first_last(v)
+    w = writes if pos is None else np.zeros(len(v), np.int64)
     w[last] = out_b[last]
     occupancy = np.maximum(held, out_b)[first]
     if peak(occupancy) > capacity:
+        if inverse is None:  # blocks in runs: the runs so far
+            inverse = np.cumsum(change) - 1
         k = np.arange(len(v))
         huge = occupancy[inverse] > capacity  # cannot stay even between consecutive steps
         leave = np.zeros(len(v), bool)
@@ -278,9 +283,9 @@ def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float, psum_size=None):
         leave = (leave | huge) & (k != last[inverse])
         enter = (change | huge) & (k != first[inverse])
         w[leave] += psum[leave]
-        r[enter] += psum[enter]
-    writes[where], reads[where] = w, r
-    return reads, writes
+        reads[where] = np.where(enter, psum, 0)
+    if pos is not None:
+        writes[pos] = w
 
 
 def usable_bytes(kib: int, memory) -> float:
@@ -293,15 +298,22 @@ def usable_bytes(kib: int, memory) -> float:
 def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
     """Per step, the DRAM bytes the residency rules move: ``ifmap`` and ``filter`` fetched
     before the step, ``psum_in`` read back before it, ``ofmap_out`` written after it."""
-    fi = _input_fetches(steps.ifmap, steps.ifmap_bytes, steps.ifmap_size,
-                        usable_bytes(memory.ifmap_sram_kb, memory))
-    ff = _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
-                        usable_bytes(memory.filter_sram_kb, memory))
+    return dict(zip(("ifmap", "filter", "psum_in", "ofmap_out"), _moved(steps, memory),
+                    strict=True))
+
+
+def _moved(steps: Steps, memory) -> np.ndarray:
+    """``traffic`` as one array, 4 x steps (bytes): ifmap, filter, psum_in, ofmap_out."""
+    moved = np.zeros((4, len(steps)), np.int64)
+    _input_fetches(steps.ifmap, steps.ifmap_bytes, steps.ifmap_size,
+                   usable_bytes(memory.ifmap_sram_kb, memory), moved[0])
+    _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
+                   usable_bytes(memory.filter_sram_kb, memory), moved[1])
     capacity = (usable_bytes(memory.ofmap_sram_kb, memory) if steps.ofmap_capacity is None
                 else steps.ofmap_capacity)
-    pr, wo = _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes, capacity,
-                            steps.psum_size)
-    return {"ifmap": fi, "filter": ff, "psum_in": pr, "ofmap_out": wo}
+    _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes, capacity,
+                   steps.psum_size, moved[2], moved[3])
+    return moved
 
 
 def _transfer(parts: np.ndarray, memory) -> tuple[np.ndarray, np.ndarray]:
@@ -368,16 +380,17 @@ def _time_steps(steps: Steps, memory) -> Timing:
 
 def _array_steps(steps: Steps, memory) -> Timing:
     """The Timing of steps that touch DRAM, by the array rule (any number of steps)."""
-    t = traffic(steps, memory)
+    moved = _moved(steps, memory)
     compute = steps.compute.astype(np.float64)
-    dram = (int(t["ifmap"].sum()), int(t["filter"].sum()),
-            int(t["psum_in"].sum() + t["ofmap_out"].sum()))
+    ifmap, filt, psum_in, ofmap_out = moved.sum(axis=1).tolist()
+    dram = (ifmap, filt, psum_in + ofmap_out)
     sram = (None if unlimited(memory.sram_bytes_per_cycle)  # None: the ports never wait
             else steps.sram_bytes / memory.sram_bytes_per_cycle)
     if unlimited(memory.dram_bytes_per_cycle):
         stalls = [0.0, 0.0, 0.0, _port_stall(sram, compute)]
     else:
-        stalls = (_overlapped if memory.double_buffered else _serial)(t, compute, sram, memory)
+        stalls = (_overlapped if memory.double_buffered else _serial)(moved, compute, sram,
+                                                                          memory)
     return _timing(steps, int(steps.compute.sum()), stalls, dram,
                    0.0 if sram is None else float(sram.sum()), memory)
 
@@ -477,23 +490,21 @@ def on_chip_timing(cycles: int, sram_bytes: int, memory, bound: str = "compute")
     return Timing(cycles, 0, 0, 0, stall, bound, 0, 0, 0)
 
 
-def _overlapped(t, compute, sram, memory) -> list[float]:
-    """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered (``sram``: cycles
-    each step's SRAM traffic takes, None when unlimited): step i overlaps
-    the fetch for step i+1 and the write-back of step i-1; the first fetch and the last
-    write-back are exposed."""
-    fetch = np.stack([t["ifmap"], t["filter"], t["psum_in"]])
-    parts = np.zeros(fetch.shape)
-    parts[:, :-1] = fetch[:, 1:]
-    parts[2, 1:] += t["ofmap_out"][:-1]
+def _overlapped(moved, compute, sram, memory) -> list[float]:
+    """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered (``moved``: the
+    steps' ``_moved`` bytes; ``sram``: cycles each step's SRAM traffic takes, None when
+    unlimited): step i overlaps the fetch for step i+1 and the write-back of step i-1; the
+    first fetch and the last write-back are exposed."""
+    parts = np.zeros((3, moved.shape[1]))
+    parts[:, :-1] = moved[:3, 1:]
+    parts[2, 1:] += moved[3, :-1]
     mem, shares = _transfer(parts, memory)
     busy = compute if sram is None else np.maximum(compute, sram)
     waits = mem > busy
     dram_stall = np.where(waits, mem - compute, 0.0)
-    pro, pro_shares = _transfer(fetch[:, :1], memory)
-    epi, _ = _transfer(t["ofmap_out"][None, -1:], memory)
-    out = [float(x) for x in (shares * dram_stall).sum(axis=1) + (pro_shares * pro).sum(axis=1)]
-    out[2] += float(epi.sum())
+    first = _one_transfer(moved[:3, 0].tolist(), memory)
+    out = [float(x) + y for x, y in zip((shares * dram_stall).sum(axis=1), first, strict=True)]
+    out[2] += sum(_one_transfer([int(moved[3, -1])], memory))
     return out + [0.0 if sram is None else float(np.where(waits, 0.0, busy - compute).sum())]
 
 
@@ -502,10 +513,10 @@ def _port_stall(sram, compute) -> float:
     return 0.0 if sram is None else float(np.maximum(sram - compute, 0).sum())
 
 
-def _serial(t, compute, sram, memory) -> list[float]:
+def _serial(moved, compute, sram, memory) -> list[float]:
     """Stall cycles, single buffered: fetch, then compute, then write-back, each step."""
-    fetch, shares = _transfer(np.stack([t["ifmap"], t["filter"], t["psum_in"]]), memory)
-    write, _ = _transfer(t["ofmap_out"][None], memory)
+    fetch, shares = _transfer(moved[:3], memory)
+    write, _ = _transfer(moved[3:], memory)
     out = [float(x) for x in (shares * fetch).sum(axis=1)]
     out[2] += float(write.sum())
     return out + [_port_stall(sram, compute)]
