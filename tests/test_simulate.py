@@ -178,9 +178,11 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
     monkeypatch.setattr(sim, "threads", lambda: 2)  # two threads allowed, whatever the machine
     where = []
     df = get(npusim.load_arch(arch).dataflow)
-    counted = df.estimate
-    monkeypatch.setattr(df, "estimate", lambda *a: where.append(
-        threading.current_thread().name) or counted(*a))
+    def noting(counted):
+        return lambda *a: where.append(threading.current_thread().name) or counted(*a)
+
+    for part in ("estimate", "count"):  # a worker runs estimate; the batched costs, count
+        monkeypatch.setattr(df, part, noting(getattr(df, part)))
     rng = np.random.default_rng(2)
     graph, _ = small_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
@@ -210,17 +212,20 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
 @pytest.mark.parametrize("mode", ["estimate", "run"])
 def test_costs_wait_for_the_walk_or_for_the_mask_budget(mode, monkeypatch):
     """Without a worker, the layers' costs are counted after the last node, in order (the
-    progress callback naming each); a mask budget smaller than one layer's mask counts each
-    conv right after it runs; the stats are the same either way."""
+    progress callback naming each), and then priced in order; a mask budget smaller than one
+    layer's mask counts and prices each conv right after it runs; the stats are the same
+    either way, and those of ``estimate`` called on each conv."""
     from npusim.dataflows import get
 
     sim = importlib.import_module("npusim.simulate")
     monkeypatch.setattr(sim, "threads", lambda: 1)  # no worker thread, whatever the machine
     df = get("sparse-pairs")
-    counted = df.estimate
+    counted, priced = df.count, df.priced
     events = []
-    monkeypatch.setattr(df, "estimate", lambda layer, *a: events.append(("count", layer.name))
+    monkeypatch.setattr(df, "count", lambda layer, *a: events.append(("count", layer.name))
                         or counted(layer, *a))
+    monkeypatch.setattr(df, "priced", lambda layer, *a: events.append(("price", layer.name))
+                        or priced(layer, *a))
     rng = np.random.default_rng(4)
     graph, _ = small_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
@@ -233,13 +238,17 @@ def test_costs_wait_for_the_walk_or_for_the_mask_budget(mode, monkeypatch):
     batched = run()
     convs = [n.name for n in graph.conv_nodes]
     assert events == [("node", n.name) for n in graph.nodes] + [
-        e for c in convs for e in (("node", f"{c} (costs)"), ("count", c))]
+        e for c in convs for e in (("node", f"{c} (costs)"), ("count", c))] + [
+        ("price", c) for c in convs]
     monkeypatch.setattr(sim, "BATCH_BYTES", 1)
     at_once = run()
-    assert [events.index(("count", c)) - events.index(("node", c)) for c in convs] == \
-        [2] * len(convs)  # the progress line naming the conv counted, then its count
+    assert [events.index(("price", c)) - events.index(("node", c)) for c in convs] == \
+        [3] * len(convs)  # the progress line naming the conv counted, its count, its price
     assert batched.layers == at_once.layers
     assert np.array_equal(batched.output, at_once.output)
+    monkeypatch.setattr(sim._Costs, "run_waiting", lambda self: [  # estimate, layer by layer
+        setattr(job, "stats", job.df.estimate(*job.args)) for job in self.waiting])
+    assert run().layers == batched.layers
 
 
 def test_costs_are_counted_inline_when_one_thread_is_allowed(monkeypatch):

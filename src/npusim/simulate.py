@@ -175,7 +175,7 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
         check_supports(df, layer, cfg.arch)
         if not df.reads_masks and REGISTRY.get(df.name) is df:  # not a wrapper (dse.reuse)
             return df, lambda: shape_costs(df, layer, cfg.arch), None
-        return df, lambda: costs.submit(df.estimate, layer, *masks(df), cfg.arch), None
+        return df, lambda: costs.submit(df, layer, *masks(df), cfg.arch), None
     from .hybrid import place  # several machines: the hybrid's compiler chooses
 
     placed = place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
@@ -435,21 +435,23 @@ class _Costs:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.limits.restore_original_limits()
 
-    def submit(self, fn, *args):
+    def submit(self, df: Dataflow, layer: ConvLayer, x_mask, w_mask, arch: Arch):
+        """``df.estimate`` of the layer: the stats, or a handle to them (``result``)."""
+        args = (layer, x_mask, w_mask, arch)
         if self.pool is None:
-            return self._wait(fn, args) if self.batch_bytes else fn(*args)
+            return self._wait(df, args) if self.batch_bytes else df.estimate(*args)
         self.pending = [f for f in self.pending if not f.done()]
         if len(self.pending) >= self.depth:
             self.pending[0].result()
-        future = self.pool.submit(fn, *args)
+        future = self.pool.submit(df.estimate, *args)
         self.pending.append(future)
         return future
 
-    def _wait(self, fn, args: tuple) -> _Waiting:
-        """``fn(*args)`` to be counted with the others (``run_waiting``); the masks it keeps
-        alive are the writeable arrays (a network's weights' masks are read-only and kept
-        anyway)."""
-        job = _Waiting(fn, args)
+    def _wait(self, df: Dataflow, args: tuple) -> _Waiting:
+        """``df.estimate(*args)`` to be counted with the others (``run_waiting``); the masks
+        it keeps alive are the writeable arrays (a network's weights' masks are read-only
+        and kept anyway)."""
+        job = _Waiting(df, args)
         self.waiting.append(job)
         self.held += sum(a.nbytes for a in args
                          if isinstance(a, np.ndarray) and a.flags.writeable)
@@ -458,12 +460,17 @@ class _Costs:
         return job
 
     def run_waiting(self) -> None:
-        """Count every waiting layer, in order."""
+        """Count every waiting layer, in order (``Dataflow.count``), then price each
+        (``Dataflow.priced``)."""
         for job in self.waiting:
             if self.counting:
                 self.counting(job.args[0])
-            job.stats = job.fn(*job.args)
-            job.args = ()
+            layer, arch = job.args[0], job.args[-1]
+            job.counted = job.df.count(*job.args)
+            job.args = (layer, arch)  # the masks are done with
+        for job in self.waiting:
+            job.stats = job.df.priced(*job.args, job.counted)
+            job.args, job.counted = (), None
         self.waiting.clear()
         self.held = 0
 
@@ -483,10 +490,12 @@ class _Costs:
 
 @dataclass(eq=False)
 class _Waiting:
-    """A layer's costs waiting to be counted (``_Costs``): ``fn(*args)``, then ``stats``."""
+    """A layer's costs waiting to be counted (``_Costs``): ``df.estimate(*args)`` as
+    ``df.count(*args)`` (``counted``), then ``stats``."""
 
-    fn: Callable
+    df: Dataflow
     args: tuple
+    counted: object = None
     stats: LayerStats | None = None
 
 

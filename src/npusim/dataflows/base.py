@@ -58,6 +58,11 @@ class Dataflow(Protocol):
 
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple: ...
 
+    def count(self, layer: ConvLayer, x_mask: np.ndarray | None, w_mask: np.ndarray | None,
+              arch): ...
+
+    def priced(self, layer: ConvLayer, arch, counted) -> LayerStats: ...
+
     def estimate_memo(self, layer: ConvLayer, x_mask: np.ndarray | None,
                       w_mask: np.ndarray | None, arch, memo: Memo) -> LayerStats: ...
 
@@ -108,6 +113,20 @@ class Machine:
                       w_mask: np.ndarray | None, arch, memo: Memo) -> LayerStats:
         """``estimate``; a machine that can reuse its counts across archs overrides it."""
         return self.estimate(layer, x_mask, w_mask, arch)
+
+    def count(self, layer: ConvLayer, x_mask: np.ndarray | None, w_mask: np.ndarray | None,
+              arch):
+        """``estimate`` in two parts, ``priced(layer, arch, count(...))``: what the masks
+        give (a machine's compiled counting over them), then the stats of that (its
+        per-layer Python: counts, steps, the memory model). ``simulate`` counts the layers
+        waiting for their costs one after another, then prices them one after another, so
+        the kernels' data and the Python's code each stay in the caches (``_Costs``). By
+        default the whole estimate is the count."""
+        return self.estimate(layer, x_mask, w_mask, arch)
+
+    def priced(self, layer: ConvLayer, arch, counted) -> LayerStats:
+        """The stats of what ``count`` gave (by default ``count`` gave the stats)."""
+        return counted
 
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple:
         """(x != 0, w != 0) for ``estimate``; (None, None) if the costs ignore the values.

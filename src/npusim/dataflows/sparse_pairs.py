@@ -420,7 +420,13 @@ class SparsePairs(Machine):
         return pair_products(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
-        return layer_stats(layer, arch, schedule(layer, x_mask, w_mask, arch.params(Params)))
+        return self.priced(layer, arch, self.count(layer, x_mask, w_mask, arch))
+
+    def count(self, layer, x_mask, w_mask, arch) -> Schedule:
+        return schedule(layer, x_mask, w_mask, arch.params(Params))
+
+    def priced(self, layer, arch, counted: Schedule) -> LayerStats:
+        return layer_stats(layer, arch, counted)
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate
