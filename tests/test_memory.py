@@ -171,7 +171,7 @@ def test_one_on_chip_step_equals_the_array_rule(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_one_step_in_scalars_equals_the_array_rule(seed):
-    """``_one_step`` (a single step in Python scalars) against ``_array_steps`` on the same
+    """``_one_step`` (a single step in Python scalars) against the array rule on the same
     step, on random blocks, sizes and memories: small and large buffers (blocks that fit
     or stream), latency, shared or per-operand channels, single or double buffering,
     limited or unlimited DRAM and SRAM ports, both compute bounds."""
@@ -192,7 +192,49 @@ def test_one_step_in_scalars_equals_the_array_rule(seed):
                       ofmap=int(ids[2]), ofmap_bytes=int(nbytes[3]),
                       psum_bytes=int(nbytes[4]), sram_bytes=int(nbytes[5]),
                       compute_bound=str(rng.choice(["compute", "bus"])))
-        assert memory_model._one_step(steps, memory) == memory_model._array_steps(steps, memory)
+        array_rule = memory_model._array_layers(memory_model._Joined([steps]), memory)[0]
+        assert memory_model._one_step(steps, memory) == array_rule
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_layers_timed_together_as_each_alone(seed):
+    """``time_layers`` over many layers at once (their steps end to end, block ids kept
+    apart per layer) gives each layer the Timing ``time_layer`` gives it alone: random
+    layers of one to twelve steps, with unused, repeated, unsorted and oversized blocks,
+    whole-block partial sums and buffers of their own on some layers, on-chip layers and
+    single steps among them, on memories that fit or thrash, shared or per-operand,
+    single or double buffered, with latency and limited SRAM ports."""
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        memory = mem(kib=tuple(int(k) for k in rng.choice([1, 8, 64], 3)),
+                     bw=[0.7, 3.0, 17.064, "unlimited"][rng.integers(4)],
+                     dram_latency_cycles=int(rng.choice([0, 40])),
+                     sram_bytes_per_cycle=[13.7, "unlimited"][rng.integers(2)],
+                     double_buffered=bool(rng.integers(2)),
+                     dram_channels=str(rng.choice(["shared", "per-operand"])))
+        layers = [_random_layer(rng) for _ in range(int(rng.integers(1, 9)))]
+        alone = [time_layer(s, memory) for s in layers]
+        assert memory_model.time_layers(layers, memory) == alone
+
+
+def _random_layer(rng) -> Steps:
+    """A layer of random steps for ``test_layers_timed_together_as_each_alone``."""
+    n = int(rng.integers(1, 13))
+    ids = {}
+    for op in ("ifmap", "filter", "ofmap"):
+        kind = rng.integers(4)  # none, runs in order, any order, every step its own
+        ids[op] = (-1 if kind == 0 else np.sort(rng.integers(-1, 4, n)) if kind == 1
+                   else rng.integers(-1, 4, n) if kind == 2 else np.arange(n))
+    whole = rng.random() < 0.3
+    return Steps(compute=rng.integers(0, 3000, n), ifmap=ids["ifmap"],
+                 ifmap_bytes=rng.integers(0, 20_000, n),
+                 ifmap_size=rng.integers(20_000, 40_000, n) if rng.random() < 0.4 else None,
+                 filter=ids["filter"], filter_bytes=rng.integers(0, 20_000, n),
+                 ofmap=ids["ofmap"], ofmap_bytes=rng.integers(0, 9000, n),
+                 psum_bytes=rng.integers(0, 40_000, n) * (rng.random() < 0.7),
+                 psum_size=int(rng.integers(30_000, 60_000)) if whole else None,
+                 ofmap_capacity=int(rng.integers(0, 50_000)) if rng.random() < 0.3 else None,
+                 sram_bytes=rng.integers(0, 5000, n))
 
 
 def _random_steps(rng, n=40):

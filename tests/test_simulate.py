@@ -212,20 +212,21 @@ def test_costs_counted_beside_the_outputs_equal_costs_counted_inline(arch, monke
 @pytest.mark.parametrize("mode", ["estimate", "run"])
 def test_costs_wait_for_the_walk_or_for_the_mask_budget(mode, monkeypatch):
     """Without a worker, the layers' costs are counted after the last node, in order (the
-    progress callback naming each), and then priced in order; a mask budget smaller than one
-    layer's mask counts and prices each conv right after it runs; the stats are the same
-    either way, and those of ``estimate`` called on each conv."""
+    progress callback naming each), and then taken to their counts and steps in order and
+    priced together; a mask budget smaller than one layer's mask counts and prices each conv
+    right after it runs; the stats are the same either way, and those of ``estimate`` called
+    on each conv."""
     from npusim.dataflows import get
 
     sim = importlib.import_module("npusim.simulate")
     monkeypatch.setattr(sim, "threads", lambda: 1)  # no worker thread, whatever the machine
     df = get("sparse-pairs")
-    counted, priced = df.count, df.priced
+    counted, to_price = df.count, df.to_price
     events = []
     monkeypatch.setattr(df, "count", lambda layer, *a: events.append(("count", layer.name))
                         or counted(layer, *a))
-    monkeypatch.setattr(df, "priced", lambda layer, *a: events.append(("price", layer.name))
-                        or priced(layer, *a))
+    monkeypatch.setattr(df, "to_price", lambda layer, *a: events.append(("price", layer.name))
+                        or to_price(layer, *a))
     rng = np.random.default_rng(4)
     graph, _ = small_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
@@ -293,7 +294,8 @@ def test_an_error_while_counting_costs_reaches_the_caller(monkeypatch):
     def broken(layer, x_mask, w_mask, arch):
         raise NpusimError(f"{layer.name}: counting failed")
 
-    monkeypatch.setattr(get("input-reuse"), "estimate", broken)
+    for part in ("estimate", "count"):  # the costs counted at once, or waiting for the walk
+        monkeypatch.setattr(get("input-reuse"), part, broken)
     rng = np.random.default_rng(3)
     graph, _ = small_net(rng)
     x = rng.standard_normal(graph.input_shape).astype(np.float32)

@@ -32,7 +32,8 @@ turns that into time on an ``arch.Memory``:
   kernels, coefficients and mappings: ``reconfig_cycles`` per unit, exposed (0 by
   default: SCALE-Sim counts none, and neither do the results npusim's docs quote).
 
-All per-step work is numpy over the step arrays (no Python loop per step).
+All per-step work is numpy over the step arrays (no Python loop per step); ``time_layers``
+times many layers in one pass over their steps end to end (each layer still on its own).
 Units: cycles, bytes, bytes/cycle.
 """
 
@@ -194,13 +195,13 @@ class Timing:
         return self.dram_ifmap_bytes + self.dram_filter_bytes + self.dram_ofmap_bytes
 
 
-def _first_last(v: np.ndarray):
-    """For the used positions' ids ``v``: each unique id's first and last position, where a
-    step's id differs from the previous step's (bool per step), a function of the blocks'
-    sizes at their first use giving each block's most bytes held at once
-    (``peak(sizes_at_first)``), and every position's index into the unique ids, or None
-    when the blocks come in runs in order (then it is ``np.cumsum(change) - 1``, counted
-    only where needed)."""
+def _first_last(v: np.ndarray, layer: np.ndarray, layers: int):
+    """For the used positions' ids ``v`` (``layer``: each one's layer, of ``layers``): each
+    unique id's first and last position, where a step's id differs from the previous step's
+    (bool per step), a function of the blocks' sizes at their first use giving each layer's
+    most bytes held at once (``peak(sizes_at_first)``, (layers,)), and every position's
+    index into the unique ids, or None when the blocks come in runs in order (then it is
+    ``np.cumsum(change) - 1``, counted only where needed)."""
     change = np.empty(len(v), bool)
     change[0] = True
     np.not_equal(v[1:], v[:-1], out=change[1:])
@@ -210,18 +211,34 @@ def _first_last(v: np.ndarray):
         last[:-1] = first[1:] - 1
         last[-1] = len(v) - 1
         # one run per block: lifetimes never overlap, the peak is the largest block
-        return first, last, change, lambda sizes: int(sizes.max()), None
+        return (first, last, change,
+                lambda sizes: _layer_max(sizes, layer[first] if layers > 1 else None, layers),
+                None)
     uniq, first, where = np.unique(v, return_index=True, return_inverse=True)
     last = np.empty(len(uniq), np.int64)
     last[where] = np.arange(len(v))  # later positions overwrite earlier ones
-    return first, last, change, lambda sizes: _max_live(first, last, sizes, len(v)), where
+    return (first, last, change,
+            lambda sizes: _max_live(first, last, sizes, layer, layers), where)
 
 
-def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, n: int) -> int:
-    """Most bytes held at once when each block stays from its first to its last use."""
+def _layer_max(values: np.ndarray, layer: np.ndarray, layers: int) -> np.ndarray:
+    """The largest of ``values`` in each of ``layers`` (``layer``: each value's, unused for
+    one layer; 0 for a layer with none)."""
+    if layers == 1:
+        return np.array([values.max()])
+    out = np.zeros(layers, values.dtype)
+    np.maximum.at(out, layer, values)
+    return out
+
+
+def _max_live(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, layer: np.ndarray,
+              layers: int) -> np.ndarray:
+    """Most bytes held at once in each layer when each block stays from its first to its
+    last use (``layer``: each position's; a block never spans layers)."""
+    n = len(layer)
     w = nbytes.astype(np.float64)
     diff = np.bincount(first, w, n + 1) - np.bincount(last + 1, w, n + 1)
-    return int(round(np.cumsum(diff).max()))
+    return np.round(_layer_max(np.cumsum(diff)[:n], layer, layers)).astype(np.int64)
 
 
 def _used_positions(ids: np.ndarray):
@@ -232,56 +249,68 @@ def _used_positions(ids: np.ndarray):
 
 
 def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
-                   capacity: float, out: np.ndarray) -> None:
+                   capacity: float, j: _Joined, out: np.ndarray) -> None:
     """Into ``out`` (zeros), the DRAM bytes of one input operand fetched before each step
     (see the module doc): ``nbytes`` what a step fetches of a block not resident, ``size``
-    the whole block."""
+    the whole block; each layer of ``j`` on its own."""
     pos = _used_positions(ids)
     if pos is None:
-        v, b, whole, at = ids, nbytes, size, out
+        v, b, whole, layer, at = ids, nbytes, size, j.layer, out
     elif len(pos) == 0:
         return
     else:
-        v, b, whole = ids[pos], nbytes[pos], size[pos]
+        v, b, whole, layer = ids[pos], nbytes[pos], size[pos], j.layer[pos]
         at = np.zeros(len(pos), np.int64)
-    first, _, change, peak, _ = _first_last(v)
+    first, _, change, peak, _ = _first_last(v, layer, j.layers)
     at_first = whole[first]
-    if peak(at_first) <= capacity:
+    fits = peak(at_first) <= capacity  # per layer: every block held from first to last use
+    if fits.all():
         at[first] = at_first
     else:
-        change |= whole > capacity  # a block larger than its buffer streams every use
-        at[change] = b[change]
+        held = fits[layer[first]]
+        at[first[held]] = at_first[held]
+        # else a block is fetched again after another's, and one larger than its buffer
+        # streams every use
+        again = ~fits[layer] & (change | (whole > capacity))
+        at[again] = b[again]
     if pos is not None:
         out[pos] = at
 
 
-def _ofmap_traffic(ids, out_bytes, psum_bytes, capacity: float, psum_size,
-                   reads: np.ndarray, writes: np.ndarray) -> None:
+def _ofmap_traffic(j: _Joined, capacity: np.ndarray, reads: np.ndarray,
+                   writes: np.ndarray) -> None:
     """Into ``reads`` and ``writes`` (zeros), the partial-sum bytes read back before each
-    step and the bytes written after it; ``psum_size``: the whole blocks' partial sums
-    (None: a step's ``psum_bytes`` are its block's, 0 meaning ``out_bytes``)."""
+    step and the bytes written after it, each layer of ``j`` on its own (``capacity``: per
+    layer, the bytes that hold its partial sums); a layer's ``psum_size``, when given, is
+    its whole blocks' partial sums (else a step's ``psum_bytes`` are its block's, 0 meaning
+    ``ofmap_bytes``)."""
+    ids = j.ofmap
     pos = _used_positions(ids)
     if pos is not None and len(pos) == 0:
         return
     where = slice(None) if pos is None else pos
-    v, out_b, psum_b = ids[where], out_bytes[where], psum_bytes[where]
-    if psum_size is None:
-        psum = held = np.where(psum_b > 0, psum_b, out_b)
+    v, out_b, psum_b, layer = ids[where], j.ofmap_bytes[where], j.psum_bytes[where], j.layer[where]
+    blocks_psum = np.where(psum_b > 0, psum_b, out_b)  # psum_size not given
+    if j.psum_size is None:
+        psum = held = blocks_psum
     else:
-        psum, held = psum_b, psum_size[where]
-    first, last, change, peak, inverse = _first_last(v)
+        given, size = j.psum_given[where], j.psum_size[where]
+        psum, held = np.where(given, psum_b, blocks_psum), np.where(given, size, blocks_psum)
+    first, last, change, peak, inverse = _first_last(v, layer, j.layers)
     w = writes if pos is None else np.zeros(len(v), np.int64)
     w[last] = out_b[last]
     occupancy = np.maximum(held, out_b)[first]
-    if peak(occupancy) > capacity:
+    spills = peak(occupancy) > capacity  # per layer
+    if spills.any():
         if inverse is None:  # blocks in runs: the runs so far
             inverse = np.cumsum(change) - 1
         k = np.arange(len(v))
-        huge = occupancy[inverse] > capacity  # cannot stay even between consecutive steps
+        # cannot stay even between consecutive steps
+        huge = occupancy[inverse] > capacity[layer]
         leave = np.zeros(len(v), bool)
         leave[:-1] = change[1:]
-        leave = (leave | huge) & (k != last[inverse])
-        enter = (change | huge) & (k != first[inverse])
+        leave = (leave | huge) & (k != last[inverse]) & spills[layer]
+        enter = (change | huge) & (k != first[inverse]) & spills[layer]
         w[leave] += psum[leave]
         reads[where] = np.where(enter, psum, 0)
     if pos is not None:
@@ -294,25 +323,65 @@ def usable_bytes(kib: int, memory) -> float:
     return kib * 1024 / (2 if memory.double_buffered else 1)
 
 
-
 def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
     """Per step, the DRAM bytes the residency rules move: ``ifmap`` and ``filter`` fetched
     before the step, ``psum_in`` read back before it, ``ofmap_out`` written after it."""
-    return dict(zip(("ifmap", "filter", "psum_in", "ofmap_out"), _moved(steps, memory),
-                    strict=True))
+    return dict(zip(("ifmap", "filter", "psum_in", "ofmap_out"),
+                    _moved(_Joined([steps]), memory), strict=True))
 
 
-def _moved(steps: Steps, memory) -> np.ndarray:
-    """``traffic`` as one array, 4 x steps (bytes): ifmap, filter, psum_in, ofmap_out."""
-    moved = np.zeros((4, len(steps)), np.int64)
-    _input_fetches(steps.ifmap, steps.ifmap_bytes, steps.ifmap_size,
-                   usable_bytes(memory.ifmap_sram_kb, memory), moved[0])
-    _input_fetches(steps.filter, steps.filter_bytes, steps.filter_size,
-                   usable_bytes(memory.filter_sram_kb, memory), moved[1])
-    capacity = (usable_bytes(memory.ofmap_sram_kb, memory) if steps.ofmap_capacity is None
-                else steps.ofmap_capacity)
-    _ofmap_traffic(steps.ofmap, steps.ofmap_bytes, steps.psum_bytes, capacity,
-                   steps.psum_size, moved[2], moved[3])
+ID_SPAN = 2**40  # block ids of one layer stay below this: each layer's are offset by it
+
+
+class _Joined:
+    """The steps of several layers end to end, for one pass of numpy over all of them
+    (``_array_layers``): each ``Steps`` array concatenated (``compute``, ``ifmap``, ...),
+    the block ids of layer l offset by ``l * ID_SPAN`` so that no block spans two layers;
+    ``layer`` (n,) each step's layer, ``starts`` and ``ends`` (layers,) each layer's first
+    and last step; ``psum_size`` the blocks' partial sums where a layer gave them (None if
+    none did; ``psum_given`` (n,) which steps' layer did)."""
+
+    def __init__(self, steps: list[Steps]):
+        self.steps, self.layers = steps, len(steps)
+        if self.layers == 1:
+            (s,) = steps
+            for name in _ARRAYS:
+                setattr(self, name, getattr(s, name))
+            self.layer = np.zeros(len(s), np.int64)
+            self.starts, self.ends = np.zeros(1, np.int64), np.array([len(s) - 1])
+        else:
+            sizes = np.fromiter(map(len, steps), np.int64, self.layers)
+            self.ends = np.cumsum(sizes) - 1
+            self.starts = self.ends - sizes + 1
+            self.layer = np.repeat(np.arange(self.layers), sizes)
+            for name in _ARRAYS:
+                setattr(self, name, np.concatenate([getattr(s, name) for s in steps]))
+            offset = self.layer * ID_SPAN
+            for name in _IDS:
+                ids = getattr(self, name)
+                if ids.max() >= ID_SPAN:
+                    raise LayerError(f"Steps.{name}: block ids must be below {ID_SPAN}")
+                setattr(self, name, np.where(ids >= 0, ids + offset, -1))
+        given = [s.psum_size is not None for s in steps]
+        self.psum_size = self.psum_given = None
+        if any(given):
+            self.psum_size = np.concatenate([np.zeros(len(s), np.int64) if s.psum_size is None
+                                             else s.psum_size for s in steps])
+            self.psum_given = np.repeat(given, [len(s) for s in steps])
+
+
+def _moved(j: _Joined, memory) -> np.ndarray:
+    """``traffic`` of the joined layers as one array, 4 x steps (bytes): ifmap, filter,
+    psum_in, ofmap_out."""
+    moved = np.zeros((4, len(j.compute)), np.int64)
+    _input_fetches(j.ifmap, j.ifmap_bytes, j.ifmap_size,
+                   usable_bytes(memory.ifmap_sram_kb, memory), j, moved[0])
+    _input_fetches(j.filter, j.filter_bytes, j.filter_size,
+                   usable_bytes(memory.filter_sram_kb, memory), j, moved[1])
+    sram = usable_bytes(memory.ofmap_sram_kb, memory)
+    capacity = np.array([sram if s.ofmap_capacity is None else s.ofmap_capacity
+                         for s in j.steps], np.float64)
+    _ofmap_traffic(j, capacity, moved[2], moved[3])
     return moved
 
 
@@ -354,12 +423,33 @@ def time_layer(steps: Steps, memory, units: int = 0) -> Timing:
     """The layer's Timing on ``memory`` (an ``arch.Memory``); see the module doc.
     ``units``: how many units load a configuration when the layer starts
     (``reconfig_cycles``)."""
-    if memory.model != "npusim" and not unlimited(memory.dram_bytes_per_cycle) and (
-            steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
-        raise ConfigError(f'[memory] model = "{memory.model}" replays SCALE-Sim\'s address trace '
-                          'of the systolic array; this machine describes its layers as steps: '
-                          'use model = "npusim"')
-    return with_reconfig(_time_steps(steps, memory), units, memory)
+    return with_reconfig(time_layers([steps], memory)[0], units, memory)
+
+
+def time_layers(steps: list[Steps], memory) -> list[Timing]:
+    """Each layer's Timing on ``memory`` without the reconfiguration (``with_reconfig``):
+    what ``time_layer`` gives each, the layers of several steps that touch DRAM timed
+    together (one pass of numpy over all their steps, ``_array_layers``: some 60 numpy
+    calls on a few steps each cost more than the rule's arithmetic)."""
+    out: list[Timing | None] = [None] * len(steps)
+    arrays = []
+    for i, s in enumerate(steps):
+        touches = s.ifmap.max() >= 0 or s.filter.max() >= 0 or s.ofmap.max() >= 0
+        if touches and memory.model != "npusim" and not unlimited(memory.dram_bytes_per_cycle):
+            raise ConfigError(f'[memory] model = "{memory.model}" replays SCALE-Sim\'s address '
+                              'trace of the systolic array; this machine describes its layers '
+                              'as steps: use model = "npusim"')
+        if len(s) == 1:
+            out[i] = _one_step(s, memory)
+        elif not touches:
+            out[i] = _on_chip(s, memory)
+        else:
+            arrays.append(i)
+    if arrays:
+        for i, t in zip(arrays, _array_layers(_Joined([steps[i] for i in arrays]), memory),
+                        strict=True):
+            out[i] = t
+    return out
 
 
 def with_reconfig(timing: Timing, units: int, memory) -> Timing:
@@ -369,30 +459,25 @@ def with_reconfig(timing: Timing, units: int, memory) -> Timing:
     return timing
 
 
-def _time_steps(steps: Steps, memory) -> Timing:
-    """The layer's Timing on ``memory`` without the reconfiguration."""
-    if len(steps) == 1:
-        return _one_step(steps, memory)
-    if not (steps.ifmap.max() >= 0 or steps.filter.max() >= 0 or steps.ofmap.max() >= 0):
-        return _on_chip(steps, memory)
-    return _array_steps(steps, memory)
-
-
-def _array_steps(steps: Steps, memory) -> Timing:
-    """The Timing of steps that touch DRAM, by the array rule (any number of steps)."""
-    moved = _moved(steps, memory)
-    compute = steps.compute.astype(np.float64)
-    ifmap, filt, psum_in, ofmap_out = moved.sum(axis=1).tolist()
-    dram = (ifmap, filt, psum_in + ofmap_out)
+def _array_layers(j: _Joined, memory) -> list[Timing]:
+    """The Timing of each joined layer of steps that touch DRAM, by the array rule (any
+    number of steps; every sum over a layer's steps in step order)."""
+    moved = _moved(j, memory)
+    compute = j.compute.astype(np.float64)
+    dram = np.add.reduceat(moved, j.starts, axis=1).tolist()
     sram = (None if unlimited(memory.sram_bytes_per_cycle)  # None: the ports never wait
-            else steps.sram_bytes / memory.sram_bytes_per_cycle)
+            else j.sram_bytes / memory.sram_bytes_per_cycle)
     if unlimited(memory.dram_bytes_per_cycle):
-        stalls = [0.0, 0.0, 0.0, _port_stall(sram, compute)]
+        stalls = np.zeros((4, j.layers))
+        stalls[3] = _port_stall(sram, compute, j.starts)
     else:
         stalls = (_overlapped if memory.double_buffered else _serial)(moved, compute, sram,
-                                                                          memory)
-    return _timing(steps, int(steps.compute.sum()), stalls, dram,
-                   0.0 if sram is None else float(sram.sum()), memory)
+                                                                          memory, j)
+    cycles = np.add.reduceat(j.compute, j.starts).tolist()
+    port = [0.0] * j.layers if sram is None else np.add.reduceat(sram, j.starts).tolist()
+    return [_timing(s, cycles[i], stalls[:, i].tolist(),
+                    (dram[0][i], dram[1][i], dram[2][i] + dram[3][i]), port[i], memory)
+            for i, s in enumerate(j.steps)]
 
 
 def _timing(steps: Steps, compute: int, stalls: list[float], dram: tuple[int, int, int],
@@ -490,36 +575,54 @@ def on_chip_timing(cycles: int, sram_bytes: int, memory, bound: str = "compute")
     return Timing(cycles, 0, 0, 0, stall, bound, 0, 0, 0)
 
 
-def _overlapped(moved, compute, sram, memory) -> list[float]:
-    """Stall cycles (DRAM ifmap, filter, ofmap; SRAM), double buffered (``moved``: the
-    steps' ``_moved`` bytes; ``sram``: cycles each step's SRAM traffic takes, None when
-    unlimited): step i overlaps the fetch for step i+1 and the write-back of step i-1; the
-    first fetch and the last write-back are exposed."""
+def _overlapped(moved, compute, sram, memory, j: _Joined) -> np.ndarray:
+    """Stall cycles of each joined layer (4 x layers: DRAM ifmap, filter, ofmap; SRAM),
+    double buffered (``moved``: the steps' ``_moved`` bytes; ``sram``: cycles each step's
+    SRAM traffic takes, None when unlimited): step i overlaps the fetch for step i+1 and
+    the write-back of step i-1 of its layer; a layer's first fetch and last write-back are
+    exposed."""
+    layers = j.layers
     parts = np.zeros((3, moved.shape[1]))
     parts[:, :-1] = moved[:3, 1:]
-    parts[2, 1:] += moved[3, :-1]
+    before = moved[3, :-1]
+    if layers > 1:  # a layer's last step overlaps no fetch of the next layer, nor its first
+        parts[:, j.ends[:-1]] = 0.0  # the write-back of the layer before
+        before = before.copy()
+        before[j.starts[1:] - 1] = 0
+    parts[2, 1:] += before
     mem, shares = _transfer(parts, memory)
     busy = compute if sram is None else np.maximum(compute, sram)
     waits = mem > busy
-    dram_stall = np.where(waits, mem - compute, 0.0)
-    first = _one_transfer(moved[:3, 0].tolist(), memory)
-    out = [float(x) + y for x, y in zip((shares * dram_stall).sum(axis=1), first, strict=True)]
-    out[2] += sum(_one_transfer([int(moved[3, -1])], memory))
-    return out + [0.0 if sram is None else float(np.where(waits, 0.0, busy - compute).sum())]
+    out = np.empty((4, layers))
+    out[:3] = np.add.reduceat(shares * np.where(waits, mem - compute, 0.0), j.starts, axis=1)
+    exposed = np.zeros((3, 2 * layers))  # each layer's first fetch, then its last write-back
+    exposed[:, :layers] = moved[:3, j.starts]
+    exposed[2, layers:] = moved[3, j.ends]
+    time, share = _transfer(exposed, memory)
+    caused = share * time
+    out[:3] += caused[:, :layers]
+    out[2] += caused[2, layers:]
+    out[3] = 0.0 if sram is None else np.add.reduceat(np.where(waits, 0.0, busy - compute),
+                                                       j.starts)
+    return out
 
 
-def _port_stall(sram, compute) -> float:
-    """Cycles the steps wait on the SRAM ports when nothing overlaps them (0 if unlimited)."""
-    return 0.0 if sram is None else float(np.maximum(sram - compute, 0).sum())
+def _port_stall(sram, compute, starts) -> np.ndarray | float:
+    """Cycles each layer's steps wait on the SRAM ports when nothing overlaps them (``starts``:
+    each layer's first step; 0 if unlimited)."""
+    return 0.0 if sram is None else np.add.reduceat(np.maximum(sram - compute, 0), starts)
 
 
-def _serial(moved, compute, sram, memory) -> list[float]:
-    """Stall cycles, single buffered: fetch, then compute, then write-back, each step."""
+def _serial(moved, compute, sram, memory, j: _Joined) -> np.ndarray:
+    """Stall cycles of each joined layer, single buffered: fetch, then compute, then
+    write-back, each step."""
     fetch, shares = _transfer(moved[:3], memory)
     write, _ = _transfer(moved[3:], memory)
-    out = [float(x) for x in (shares * fetch).sum(axis=1)]
-    out[2] += float(write.sum())
-    return out + [_port_stall(sram, compute)]
+    out = np.empty((4, j.layers))
+    out[:3] = np.add.reduceat(shares * fetch, j.starts, axis=1)
+    out[2] += np.add.reduceat(write, j.starts)
+    out[3] = _port_stall(sram, compute, j.starts)
+    return out
 
 
 def used_input_pixels(layer) -> int:

@@ -43,7 +43,7 @@ from .geometry import padding4, pair, same_padding
 from .ir import ConvLayer, Graph
 from .memory import on_chip_timing
 from .parallel import threads
-from .stats import TRANSFER, Counts, LayerStats, Op, price, total
+from .stats import TRANSFER, Counts, LayerStats, Op, price, price_all, total
 
 if TYPE_CHECKING:
     from .hybrid import Placement
@@ -460,8 +460,9 @@ class _Costs:
         return job
 
     def run_waiting(self) -> None:
-        """Count every waiting layer, in order (``Dataflow.count``), then price each
-        (``Dataflow.priced``)."""
+        """Count every waiting layer, in order (``Dataflow.count``), then take each to its
+        counts and steps (``Dataflow.to_price``), then price them together
+        (``stats.price_all``, per arch)."""
         for job in self.waiting:
             if self.counting:
                 self.counting(job.args[0])
@@ -469,8 +470,13 @@ class _Costs:
             job.counted = job.df.count(*job.args)
             job.args = (layer, arch)  # the masks are done with
         for job in self.waiting:
-            job.stats = job.df.priced(*job.args, job.counted)
-            job.args, job.counted = (), None
+            job.counted = job.df.to_price(*job.args, job.counted)
+        for arch in {id(job.args[1]): job.args[1] for job in self.waiting}.values():
+            jobs = [job for job in self.waiting if job.args[1] is arch]
+            priced = price_all([job.args[0] for job in jobs], [job.counted for job in jobs],
+                               arch)
+            for job, st in zip(jobs, priced, strict=True):
+                job.stats, job.args, job.counted = st, (), None
         self.waiting.clear()
         self.held = 0
 
@@ -491,7 +497,8 @@ class _Costs:
 @dataclass(eq=False)
 class _Waiting:
     """A layer's costs waiting to be counted (``_Costs``): ``df.estimate(*args)`` as
-    ``df.count(*args)`` (``counted``), then ``stats``."""
+    ``df.count(*args)``, then ``df.to_price`` of that (each kept in ``counted``), then
+    ``stats``."""
 
     df: Dataflow
     args: tuple

@@ -10,10 +10,11 @@ gives the right network ratio. Energy comes from one function, ``energy_pj``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
-from .memory import Steps, Timing, time_layer, with_reconfig
+from .memory import Steps, Timing, time_layer, time_layers, with_reconfig
 
 TENSORS = ("ifmap", "filter", "ofmap")
 TRANSFER = "transfer"  # the ``dataflow`` of a hybrid's move of a layer's input (``hybrid``)
@@ -252,6 +253,27 @@ def price(layer, counts: Counts, steps: Steps | None, arch,
         stall_dram_ofmap_cycles=t.stall_dram_ofmap_cycles,
         stall_sram_cycles=t.stall_sram_cycles, bound=t.bound,
         stall_reconfig_cycles=t.stall_reconfig_cycles, extra=dict(counts.extra))
+
+
+class Counted(NamedTuple):
+    """What a machine counted for a layer and the layer as the memory model sees it: what
+    ``price`` turns into the layer's stats."""
+
+    counts: Counts
+    steps: Steps
+
+
+def price_all(layers: Sequence, counted: Sequence[Counted | LayerStats],
+              arch) -> list[LayerStats]:
+    """``price`` of each layer's ``Counted`` (a ``LayerStats`` passes as it is), the steps
+    of all timed together on ``arch.memory`` (``memory.time_layers``: one pass over the
+    layers' steps, not one per layer): the stats ``price`` gives each."""
+    todo = [i for i, c in enumerate(counted) if isinstance(c, Counted)]
+    timings = time_layers([counted[i].steps for i in todo], arch.memory)
+    out = list(counted)
+    for i, t in zip(todo, timings, strict=True):
+        out[i] = price(layers[i], counted[i].counts, None, arch, timing=t)
+    return out
 
 
 def reconfig_units(layer, counts: Counts, arch) -> int:

@@ -39,7 +39,7 @@ from ..derived import weight_mask
 from ..errors import ConfigError, NpusimError
 from ..ir import ConvLayer
 from ..lazy import LazyRegistry
-from ..stats import LayerStats
+from ..stats import Counted, LayerStats
 
 
 class Dataflow(Protocol):
@@ -61,7 +61,7 @@ class Dataflow(Protocol):
     def count(self, layer: ConvLayer, x_mask: np.ndarray | None, w_mask: np.ndarray | None,
               arch): ...
 
-    def priced(self, layer: ConvLayer, arch, counted) -> LayerStats: ...
+    def to_price(self, layer: ConvLayer, arch, counted) -> LayerStats | Counted: ...
 
     def estimate_memo(self, layer: ConvLayer, x_mask: np.ndarray | None,
                       w_mask: np.ndarray | None, arch, memo: Memo) -> LayerStats: ...
@@ -116,16 +116,18 @@ class Machine:
 
     def count(self, layer: ConvLayer, x_mask: np.ndarray | None, w_mask: np.ndarray | None,
               arch):
-        """``estimate`` in two parts, ``priced(layer, arch, count(...))``: what the masks
-        give (a machine's compiled counting over them), then the stats of that (its
-        per-layer Python: counts, steps, the memory model). ``simulate`` counts the layers
-        waiting for their costs one after another, then prices them one after another, so
-        the kernels' data and the Python's code each stay in the caches (``_Costs``). By
+        """``estimate`` in parts: what the masks give (a machine's compiled counting over
+        them), then ``to_price`` of that (its per-layer Python: the counts and the steps),
+        then ``stats.price``. ``simulate`` counts the layers waiting for their costs one
+        after another, then takes each to its counts and steps, then prices them all at once
+        (``stats.price_all``: the memory model over all their steps in one pass), so the
+        kernels' data and the Python's code each stay in the caches (``_Costs``). By
         default the whole estimate is the count."""
         return self.estimate(layer, x_mask, w_mask, arch)
 
-    def priced(self, layer: ConvLayer, arch, counted) -> LayerStats:
-        """The stats of what ``count`` gave (by default ``count`` gave the stats)."""
+    def to_price(self, layer: ConvLayer, arch, counted) -> LayerStats | Counted:
+        """The counts and steps (``stats.Counted``) of what ``count`` gave, or the stats when
+        ``count`` gave them (the default)."""
         return counted
 
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple:

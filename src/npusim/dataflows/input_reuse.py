@@ -42,7 +42,7 @@ from ..derived import derived, frozen
 from ..ir import ConvLayer
 from ..memory import Steps, traffic, usable_bytes
 from ..reference import pad_input
-from ..stats import Counts, LayerStats, price
+from ..stats import Counted, Counts, LayerStats, price
 from . import compressed_ifm
 from .base import Machine, Memo, element_bytes, percent, register, share
 from .operation_units import Schedule, job_times, queue, schedule
@@ -526,12 +526,18 @@ def counts(layer: ConvLayer, p: Params, work: Work, extra: dict, name: str) -> C
 def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
                 name: str, memo: Memo | None = None) -> LayerStats:
     """Every cost of the layer from the non-zero masks of its input and weights, in the
-    loop order that moves fewer DRAM bytes (``loop_order``). ``memo`` (``Memo``, for these
-    masks) keeps what holds on other archs: the regions' counts per region geometry
-    (``count_key``) and their work per ``Geometry``, the loop
-    order per machine and buffer sizes, the jobs reordered per ``Geometry`` and order, the
-    counts and steps per machine and order; only
-    the pricing on the memory (``price``) is done again for every arch."""
+    loop order that moves fewer DRAM bytes (``loop_order``): its ``counted`` priced."""
+    return price(layer, *counted(layer, x_mask, w_mask, arch, name, memo), arch)
+
+
+def counted(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch, name: str,
+            memo: Memo | None = None) -> Counted:
+    """The layer's counts and steps (``layer_stats`` before pricing). ``memo`` (``Memo``,
+    for these masks) keeps what holds on other archs: the regions' counts per region
+    geometry (``count_key``) and their work per ``Geometry``, the loop order per machine and
+    buffer sizes, the jobs reordered per ``Geometry`` and order, the counts and steps per
+    machine and order; only the pricing on the memory (``price``) is done again for every
+    arch."""
     p = arch.params(Params)
     memo = Memo() if memo is None else memo
     geo = p.geometry
@@ -561,9 +567,8 @@ def layer_stats(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, arch,
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     ordered = memo.get(("ordered", geo, order), lambda: reorder(
         work, run_order(work.regions, per_region, order)))
-    c, layer_steps = memo.get(("steps", p, order), lambda: _counted(
-        layer, x_mask, w_mask, p, ordered, blocks, order, ofm, name, memo))
-    return price(layer, c, layer_steps, arch)
+    return Counted(*memo.get(("steps", p, order), lambda: _counted(
+        layer, x_mask, w_mask, p, ordered, blocks, order, ofm, name, memo)))
 
 
 def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jobs, order: str,
@@ -636,6 +641,13 @@ class InputReuse(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                            self.name)
+
+    def count(self, layer, x_mask, w_mask, arch) -> Counted:
+        return counted(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
+                       self.name)
+
+    def to_price(self, layer, arch, c: Counted) -> Counted:
+        return c
 
     def estimate_memo(self, layer, x_mask, w_mask, arch, memo):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,

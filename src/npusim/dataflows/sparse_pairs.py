@@ -51,7 +51,7 @@ from ..jit import njit
 from ..memory import Steps
 from ..parallel import in_parallel
 from ..reference import pad_input
-from ..stats import Counts, LayerStats, price
+from ..stats import Counted, Counts, LayerStats, price
 from . import bitmap
 from .base import Machine, element_bytes, register, share
 from .sparse_layout import Layout, layout
@@ -302,10 +302,15 @@ def _step_cycles(chunk_cycles, keep, groups, out):  # pragma: no cover
 def layer_stats(layer: ConvLayer, arch, s: Schedule) -> LayerStats:
     """LayerStats of the fast model's schedule: its counts priced through the memory
     model."""
+    return price(layer, *counted(layer, arch, s), arch)
+
+
+def counted(layer: ConvLayer, arch, s: Schedule) -> Counted:
+    """The counts and steps of the fast model's schedule (``layer_stats`` before pricing)."""
     p = arch.params(Params)
     c = counts(layer, p, s)
     sram = c.sram_ifmap_bytes + c.sram_filter_bytes + c.sram_ofmap_bytes
-    return price(layer, c, steps(layer, p, s, sram), arch)
+    return Counted(c, steps(layer, p, s, sram))
 
 
 def imbalance(stats: LayerStats, level: str = "group") -> float:
@@ -420,13 +425,13 @@ class SparsePairs(Machine):
         return pair_products(layer, x, w, bias)
 
     def estimate(self, layer, x_mask, w_mask, arch):
-        return self.priced(layer, arch, self.count(layer, x_mask, w_mask, arch))
+        return layer_stats(layer, arch, self.count(layer, x_mask, w_mask, arch))
 
     def count(self, layer, x_mask, w_mask, arch) -> Schedule:
         return schedule(layer, x_mask, w_mask, arch.params(Params))
 
-    def priced(self, layer, arch, counted: Schedule) -> LayerStats:
-        return layer_stats(layer, arch, counted)
+    def to_price(self, layer, arch, s: Schedule) -> Counted:
+        return counted(layer, arch, s)
 
     def emulate(self, layer, x, w, bias, arch):
         from ..emulate.sparse_pairs import emulate

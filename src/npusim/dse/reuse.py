@@ -50,9 +50,9 @@ class _Recorder:
         self.kept.append((layer, x_mask, w_mask, memo))
         return self.df.estimate_memo(layer, x_mask, w_mask, arch, memo)
 
-    count = estimate  # the two parts of ``estimate`` (``Dataflow.count``): all in the first
+    count = estimate  # the parts of ``estimate`` (``Dataflow.count``): all in the first
 
-    def priced(self, layer, arch, counted):
+    def to_price(self, layer, arch, counted):
         return counted
 
 
