@@ -126,8 +126,8 @@ class Machine:
         return self.estimate(layer, x_mask, w_mask, arch)
 
     def to_price(self, layer: ConvLayer, arch, counted) -> LayerStats | Counted:
-        """The counts and steps (``stats.Counted``) of what ``count`` gave, or the stats when
-        ``count`` gave them (the default)."""
+        """The counts and steps (``stats.Counted``) of what ``count`` gave, or the stats; by
+        default what ``count`` gave, as it is (the stats, or a ``Counted`` already)."""
         return counted
 
     def masks(self, x: np.ndarray, w: np.ndarray) -> tuple:

@@ -646,9 +646,6 @@ class InputReuse(Machine):
         return counted(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                        self.name)
 
-    def to_price(self, layer, arch, c: Counted) -> Counted:
-        return c
-
     def estimate_memo(self, layer, x_mask, w_mask, arch, memo):
         return layer_stats(layer, np.asarray(x_mask, bool), np.asarray(w_mask, bool), arch,
                            self.name, memo)
