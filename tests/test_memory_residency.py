@@ -2,11 +2,13 @@
 doc written out plainly, one step at a time, on random layers: which bytes each step
 fetches, spills, reads back and writes, for ids in runs or interleaved, blocks that fit or
 thrash or stream, whole-block partial sums (``psum_size``) and a machine's own output
-buffers (``ofmap_capacity``)."""
+buffers (``ofmap_capacity``); and the same rules applied to many layers at once (their
+steps joined end to end, as ``memory.time_layers`` times them), each layer on its own."""
 
 import numpy as np
 import pytest
 
+from npusim import memory as memory_model
 from npusim.arch import Memory
 from npusim.memory import Steps, traffic
 
@@ -111,19 +113,39 @@ def test_traffic_follows_the_residency_rules_step_by_step(seed):
     rng = np.random.default_rng(seed)
     for _ in range(250):
         steps, memory = random_layer(rng)
-        got = traffic(steps, memory)
-        share = 2 if memory.double_buffered else 1
-        for operand, kib in (("ifmap", memory.ifmap_sram_kb),
-                             ("filter", memory.filter_sram_kb)):
-            want = input_fetches(getattr(steps, operand).tolist(),
-                                 getattr(steps, f"{operand}_bytes").tolist(),
-                                 getattr(steps, f"{operand}_size").tolist(),
-                                 kib * 1024 / share)
-            assert got[operand].tolist() == want, operand
-        capacity = (memory.ofmap_sram_kb * 1024 / share if steps.ofmap_capacity is None
-                    else steps.ofmap_capacity)
-        reads, writes = output_traffic(
-            steps.ofmap.tolist(), steps.ofmap_bytes.tolist(), steps.psum_bytes.tolist(),
-            capacity, None if steps.psum_size is None else steps.psum_size.tolist())
-        assert got["psum_in"].tolist() == reads
-        assert got["ofmap_out"].tolist() == writes
+        assert_rules(traffic(steps, memory), steps, memory)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_layers_joined_follow_the_rules_each_on_its_own(seed):
+    """Two to six random layers joined end to end on one memory (block ids offset per
+    layer): each layer's slice of the joined traffic is what the rules give it alone."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(60):
+        layers = [random_layer(rng)[0] for _ in range(int(rng.integers(2, 7)))]
+        memory = random_layer(rng)[1]
+        moved = memory_model._moved(memory_model._Joined(layers), memory)
+        at = np.cumsum([0] + [len(s) for s in layers])
+        for i, steps in enumerate(layers):
+            part = dict(zip(("ifmap", "filter", "psum_in", "ofmap_out"),
+                            moved[:, at[i]:at[i + 1]], strict=True))
+            assert_rules(part, steps, memory)
+
+
+def assert_rules(got: dict, steps: Steps, memory: Memory) -> None:
+    """``got`` (``traffic``'s four arrays for ``steps``) equals the rules written out."""
+    share = 2 if memory.double_buffered else 1
+    for operand, kib in (("ifmap", memory.ifmap_sram_kb),
+                         ("filter", memory.filter_sram_kb)):
+        want = input_fetches(getattr(steps, operand).tolist(),
+                             getattr(steps, f"{operand}_bytes").tolist(),
+                             getattr(steps, f"{operand}_size").tolist(),
+                             kib * 1024 / share)
+        assert got[operand].tolist() == want, operand
+    capacity = (memory.ofmap_sram_kb * 1024 / share if steps.ofmap_capacity is None
+                else steps.ofmap_capacity)
+    reads, writes = output_traffic(
+        steps.ofmap.tolist(), steps.ofmap_bytes.tolist(), steps.psum_bytes.tolist(),
+        capacity, None if steps.psum_size is None else steps.psum_size.tolist())
+    assert got["psum_in"].tolist() == reads
+    assert got["ofmap_out"].tolist() == writes
