@@ -70,8 +70,8 @@ class Steps:
     """A layer as the machine's loop order runs it: n steps (passes/tiles/folds), in order.
 
     compute:        (n,) cycles step i keeps the datapath busy (stall-free)
-    ifmap, filter:  (n,) id of the block of that operand step i reads (-1: none);
-                    equal ids = the same data (reused if still resident)
+    ifmap, filter:  (n,) id of the block of that operand step i reads (-1: none; ids
+                    below ``ID_SPAN``); equal ids = the same data (reused if still resident)
     ifmap_bytes, filter_bytes: (n,) DRAM bytes step i fetches for that block when it
                     is not resident, as stored off-chip (the compressed size for a
                     machine that streams compressed data)
