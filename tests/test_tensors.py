@@ -164,6 +164,29 @@ def test_finite_values_whose_sum_overflows_are_not_refused():
         check_finite(np.array([1e308, 1e308, -1e308, np.nan]), "x", "here")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_check_finite_on_activation_sized_arrays(dtype):
+    """One non-finite value anywhere in arrays the size of a network's activations (read
+    by BLAS in blocks, on every core) is found, in C and Fortran order; finite arrays whose
+    squares overflow the dtype are taken. The reference: ``np.isfinite`` of every value."""
+    from npusim.tensors import check_finite
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((1, 96, 112, 112)).astype(dtype)
+    big = np.full_like(a, np.finfo(dtype).max)
+    check_finite(a, "x", "here")
+    check_finite(big, "x", "here")
+    for bad in (np.nan, np.inf, -np.inf):
+        for at in (0, a.size - 1, *rng.integers(1, a.size - 1, 3)):
+            for base in (a, big):
+                hit = base.copy()
+                hit.flat[at] = bad
+                for view in (hit, hit.T):
+                    assert np.count_nonzero(~np.isfinite(view)) == 1
+                    with pytest.raises(InputError, match=r"here: x has 1 non-finite"):
+                        check_finite(view, "x", "here")
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_check_finite_finds_a_non_finite_value_anywhere(dtype, bad):
