@@ -81,18 +81,23 @@ def _banded(x: np.ndarray, wm: np.ndarray, layer: ConvLayer, rows: int) -> np.nd
 
 
 def depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc,
-              taps: list[tuple[int, int]] | None = None) -> np.ndarray:
+              taps: list[tuple[int, int]] | None = None,
+              bias: np.ndarray | None = None) -> np.ndarray:
     """Conv groups of one input channel (Cg = 1, any Kg): output channel k is the sum of the
     R*S windows of input channel k // Kg scaled by kernel k's taps, added tap by tap in the
     order ``taps`` ((r, s) pairs; default row-major), each product rounded, then added (no
-    fused multiply-add). N x K x P x Q of ``acc``; each output map a task of the row pool."""
+    fused multiply-add), then ``bias[k]`` if given (as ``finish`` adds it: the same sum, one
+    pass over the maps fewer). N x K x P x Q of ``acc``; each output map a task of the row
+    pool."""
     xs = np.ascontiguousarray(x.astype(acc, copy=False))
     order = np.array(taps if taps is not None else
                      [(r, s) for r in range(layer.R) for s in range(layer.S)], np.int64)
     out = np.empty(layer.output_shape, acc)
     wk = np.ascontiguousarray(w.astype(acc, copy=False).reshape(layer.K, layer.R, layer.S))
+    shift = np.zeros(layer.K, acc) if bias is None else np.asarray(bias).astype(acc)
     in_parallel(_depthwise_maps, (xs, padded_plane(layer), wk, order, layer.Kg, *layer.stride,
-                                  *layer.dilation, out), layer.N * layer.K)
+                                  *layer.dilation, shift, bias is not None, out),
+                layer.N * layer.K)
     return out
 
 
@@ -108,10 +113,11 @@ BLOCK_SUMS = 2048
 
 
 @njit(cache=True, nogil=True)
-def _depthwise_maps(x, pad, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # pragma: no cover
+def _depthwise_maps(x, pad, wk, taps, kg, sh, sw, dh, dw, bias, biased, out, first,
+                    stop):  # pragma: no cover
     """out[n, k] = the sum over ``taps`` in their order of wk[k, r, s] x the window of tap
-    (r, s) of input channel k // kg (padded as ``pad`` says: ``padded_plane``), for the maps
-    ``first <= n K + k < stop``.
+    (r, s) of input channel k // kg (padded as ``pad`` says: ``padded_plane``), then plus
+    bias[k] where ``biased``, for the maps ``first <= n K + k < stop``.
 
     The padded input plane is written into its ``sh x sw`` stride phases (phase (a, b): the
     pixels at rows a + i sh, columns b + j sw; at stride 1 one, the plane), so that a tap
@@ -158,6 +164,10 @@ def _depthwise_maps(x, pad, wk, taps, kg, sh, sw, dh, dw, out, first, stop):  # 
                 simd.store(a1, sums, j + lanes)
                 simd.store(a2, sums, j + 2 * lanes)
                 simd.store(a3, sums, j + 3 * lanes)
+            if biased:  # after the taps' sum, as ``finish`` adds it
+                shift = bias[k]
+                for j in range((lines - 1) * width + Q):
+                    sums[j] += shift
             store_wide(sums, width, out[n, k], p0, lines)
 
 
@@ -224,15 +234,14 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLay
     integer = np.issubdtype(x.dtype, np.integer)
     acc = np.float64 if integer else np.float32
     if layer.Cg == 1:
-        out = depthwise(x, w, layer, acc)
+        return finish(depthwise(x, w, layer, acc, bias=bias), None, layer, integer)
+    x = x.astype(acc, copy=False)
+    wm = w.astype(acc, copy=False).reshape(layer.groups, layer.Kg, -1)
+    rows = band_rows(layer, x.itemsize)
+    if rows < layer.P:
+        out = _banded(x, wm, layer, rows)
     else:
-        x = x.astype(acc, copy=False)
-        wm = w.astype(acc, copy=False).reshape(layer.groups, layer.Kg, -1)
-        rows = band_rows(layer, x.itemsize)
-        if rows < layer.P:
-            out = _banded(x, wm, layer, rows)
-        else:
-            out = np.matmul(wm, im2col(x, layer)).reshape(layer.output_shape)
+        out = np.matmul(wm, im2col(x, layer)).reshape(layer.output_shape)
     return finish(out, bias, layer, integer)
 
 

@@ -337,8 +337,8 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
     acc = np.float64 if integer else np.float32  # float64 GEMM is exact for int8 sums
     taps = shift_grid.serpentine(layer.R, layer.S)
     if layer.Cg == 1:  # depthwise: one product per output, not G tiny GEMMs
-        out = engine.depthwise(x, w, layer, acc, taps)
-        return engine.finish(out, bias, layer, integer)
+        out = engine.depthwise(x, w, layer, acc, taps, bias)
+        return engine.finish(out, None, layer, integer)
     xp = pad_input(x.astype(acc, copy=False), layer)
     G, Cg, Kg, pq = layer.groups, layer.Cg, layer.Kg, layer.P * layer.Q
     wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)

@@ -75,7 +75,8 @@ def tap_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray
         # in place, tap by tap, as the dense engine's depthwise maps do (a product per group
         # of one channel's taps would be G tiny matrix products)
         taps = [(int(r), int(s)) for r, s in np.argwhere(live)]
-        return engine.finish(engine.depthwise(x, w, layer, acc, taps), bias, layer, integer)
+        return engine.finish(engine.depthwise(x, w, layer, acc, taps, bias), None, layer,
+                             integer)
     xp = pad_input(x.astype(acc, copy=False), layer)
     out = None
     layout = plan(layer)

@@ -336,7 +336,8 @@ def pair_products(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nd
         # (row-major tap) order, so the depthwise tap sum adds the same products in the same
         # order; a zero input's skipped product is a +-0, which leaves the sum (never -0) as
         # it is.
-        return engine.finish(engine.depthwise(x, w, layer, acc), bias, layer, integer)
+        return engine.finish(engine.depthwise(x, w, layer, acc, bias=bias), None, layer,
+                             integer)
     G, R, S = layer.groups, layer.R, layer.S
     xp = np.ascontiguousarray(pad_input(x.astype(acc, copy=False), layer))
     # per conv group, blocks of two registers of kernels, each bit's (tap, channel) weights
