@@ -7,7 +7,9 @@ NPU's vector unit. Each op has
 - ``__call__(*arrays)``: float32 numpy arithmetic (NCHW);
 - ``vector_ops(in_shapes, out_shape)``: element operations the vector unit performs,
   which ``simulate`` turns into cycles (one op per lane per cycle); docs/ops.md states
-  each op's rule.
+  each op's rule;
+- for a few elementwise ops, ``in_place(x)``: ``__call__``'s values written over ``x``
+  (float32), which ``simulate`` uses on a conv's output that nothing else reads.
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ class Relu(Op):
     def __call__(self, x):
         return np.maximum(x, 0, dtype=x.dtype)
 
+    def in_place(self, x):
+        return np.maximum(x, 0, out=x)
+
 
 @dataclass(frozen=True)
 class Relu6(Op):
@@ -116,6 +121,9 @@ class Relu6(Op):
 
     def __call__(self, x):
         return np.clip(x, 0, 6).astype(x.dtype, copy=False)
+
+    def in_place(self, x):
+        return np.clip(x, 0, 6, out=x)
 
 
 @dataclass(frozen=True)
