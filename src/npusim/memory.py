@@ -49,7 +49,9 @@ import numpy as np
 from .arch.spec import unlimited
 from .errors import ConfigError, LayerError
 
-_EPS = 1e-9  # float noise allowed before a fractional stall counts as a cycle
+# float noise allowed before a fractional stall counts as a cycle: 1e-9 cycles, or one part
+# in 1e12 of the stall (a sum of many steps' stalls is off by more than 1e-9 past 1e6 cycles)
+_EPS, _REL_EPS = 1e-9, 1e-12
 
 _ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
            "filter_size", "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
@@ -404,12 +406,18 @@ def _transfer(parts: np.ndarray, memory) -> tuple[np.ndarray, np.ndarray]:
 def _integers(stalls: list[float]) -> list[int]:
     """Whole stall cycles per cause: their total rounded up (a cycle begun is a cycle
     spent), shared by largest remainder so the causes add up to it."""
-    total = max(0, math.ceil(sum(stalls) - _EPS))
-    out = [math.floor(x + _EPS) for x in stalls]
+    whole = sum(stalls)
+    total = max(0, math.ceil(whole - _noise(whole)))
+    out = [math.floor(x + _noise(x)) for x in stalls]
     order = sorted(range(len(stalls)), key=lambda k: out[k] - stalls[k])
     for k in order[:max(0, total - sum(out))]:
         out[k] += 1
     return out
+
+
+def _noise(cycles: float) -> float:
+    """The float noise ``_integers`` allows on ``cycles`` (see ``_EPS``)."""
+    return max(_EPS, _REL_EPS * abs(cycles))
 
 
 def reconfig_cycles(units: int, memory) -> int:
