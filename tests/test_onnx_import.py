@@ -234,6 +234,44 @@ def test_activations_and_channel_ops(tmp_path, opset, make, kind):
     assert op_kinds(check(path, x)) == [kind]
 
 
+def _spelled_hardswish(div_first: bool, three: float = 3.0, read_add: bool = False):
+    """A conv, then ``c * relu6(c + three) / 6`` written out as Add, Clip, Mul and Div (the
+    Div before the Mul when ``div_first``), then a conv; ``read_add``: the second conv
+    also reads the Add's value (an extra Add of the two)."""
+    nodes = [node("Conv", ["x", "w1"], "c", pads=[1, 1, 1, 1]),
+             node("Add", ["c", "three"], "a"),
+             node("Clip", ["a", "lo", "hi"], "r")]
+    if div_first:
+        nodes += [node("Div", ["r", "six"], "d"), node("Mul", ["c", "d"], "h")]
+    else:
+        nodes += [node("Mul", ["r", "c"], "m"), node("Div", ["m", "six"], "h")]
+    tail = "h"
+    if read_add:
+        nodes.append(node("Add", ["h", "a"], "ha"))
+        tail = "ha"
+    nodes.append(node("Conv", [tail, "w2"]))
+    inits = {"w1": weights(4, 3, 3, 3), "w2": weights(5, 4, 1, 1),
+             "three": np.array(three, np.float32), "lo": np.array(0, np.float32),
+             "hi": np.array(6, np.float32), "six": np.array(6, np.float32)}
+    return nodes, inits
+
+
+@pytest.mark.parametrize("div_first", [False, True])
+def test_a_written_out_hardswish_becomes_one_node(tmp_path, div_first):
+    """``x * relu6(x + 3) / 6`` in either order is one HardSwish (counted as one op on the
+    vector unit, as a network that names it); with 4 for 3, or an intermediate value read
+    outside the pattern, the ops stay as they are. Outputs judged by onnxruntime."""
+    x = photo((1, 3, 12, 11)) * 4  # values past 3 and below -3
+    graph = check(write(tmp_path, *_spelled_hardswish(div_first)), x)
+    assert op_kinds(graph) == ["Conv", "HardSwish", "Conv"]
+    assert graph.nodes[1].inputs == (graph.nodes[0].name,)
+    kept = op_kinds(check(write(tmp_path, *_spelled_hardswish(div_first, 4.0), name="f"), x))
+    assert "HardSwish" not in kept and len(kept) == 6
+    read = op_kinds(check(write(tmp_path, *_spelled_hardswish(div_first, read_add=True),
+                                name="r"), x))
+    assert "HardSwish" not in read and len(read) == 7
+
+
 @pytest.mark.parametrize("make, inits, kinds", [
     (lambda x: node("Selu", [x]), {}, ["Elu", "BatchNorm"]),
     (lambda x: node("Selu", [x], alpha=1.2, gamma=0.8), {}, ["Elu", "BatchNorm"]),

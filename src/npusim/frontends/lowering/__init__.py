@@ -8,7 +8,7 @@ concept: ``elementwise`` (clamps, constants as per-channel affines, broadcasting
 ``padding`` (a constant pad absorbed by the conv or pool reading it; conv and pooling),
 ``shape`` (reshape, transpose, concat, split), ``norms`` (batch, layer, group norm, softmax,
 reductions), ``resize`` (Upsample and the exact-sampling check), ``fuse`` (patterns joined
-after lowering: ONNX's spelled-out GELU, transposes that cancel).
+after lowering: ONNX's spelled-out GELU and hard swish, transposes that cancel).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .elementwise import (
     selu,
     with_constant,
 )
-from .fuse import cancel_transposes, fuse_gelu
+from .fuse import cancel_transposes, fuse_gelu, fuse_hardswish
 from .norms import batch_norm, group_norm, layer_norm, reduce, softmax
 from .padding import (
     NO_PAD,
@@ -224,8 +224,8 @@ class Lowering:
             nodes = nodes + [Node("output", ops.Identity(), ("input",))]
             outputs = {("output" if k == "input" else k): ("output" if v == "input" else v)
                        for k, v in outputs.items()}
-        nodes = cancel_transposes(fuse_gelu(nodes, set(outputs.values())),
-                                  set(outputs.values()))
+        kept = set(outputs.values())
+        nodes = cancel_transposes(fuse_hardswish(fuse_gelu(nodes, kept), kept), kept)
         try:
             graph = Graph(nodes, input_shape, name or where, outputs=outputs)
         except LayerError as e:

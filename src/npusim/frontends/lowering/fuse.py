@@ -1,5 +1,6 @@
-"""Patterns fused after lowering: ONNX's spelled-out exact GELU as one Gelu node; pairs
-of Transposes that undo each other dropped."""
+"""Patterns fused after lowering: ONNX's spelled-out exact GELU as one Gelu node, a
+spelled-out hard swish as one HardSwish node; pairs of Transposes that undo each other
+dropped."""
 
 from __future__ import annotations
 
@@ -34,17 +35,29 @@ def _readers(nodes: list) -> dict[str, list]:
     return readers
 
 
+def _only_reader(nodes: list, outputs: set):
+    """``only_reader(name)``: the one node reading node ``name``, None if none, several, or
+    ``name`` is an output (its value is kept: it cannot be fused away)."""
+    readers = _readers(nodes)
+
+    def only_reader(name):
+        r = readers.get(name, [])
+        return r[0] if len(r) == 1 and name not in outputs else None
+    return only_reader
+
+
+def _times(m, a: str, b: str) -> bool:
+    """Whether node ``m`` multiplies the values of nodes ``a`` and ``b`` (either order)."""
+    return (m is not None and isinstance(m.op, ops.Elementwise) and m.op.kind == "mul"
+            and m.op.const is None and sorted(m.inputs) == sorted((a, b)))
+
+
 def fuse_gelu(nodes: list, outputs: set) -> list:
     """Each exact GELU that ONNX spells as ``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x ->
     Mul 0.5`` (torch's export before opset 20; the 0.5 may also scale x first) as one Gelu
     node named after the last node of the pattern, reading x. Intermediate nodes must be
     read only inside the pattern."""
-    by, readers = {n.name: n for n in nodes}, _readers(nodes)
-
-    def only_reader(name):
-        r = readers.get(name, [])
-        return r[0] if len(r) == 1 and name not in outputs else None
-
+    by, only_reader = {n.name: n for n in nodes}, _only_reader(nodes, outputs)
     drop, replace = set(), {}
     for e in nodes:
         d = by.get(e.inputs[0]) if isinstance(e.op, ops.Erf) else None
@@ -66,6 +79,33 @@ def fuse_gelu(nodes: list, outputs: set) -> list:
             continue
         drop.update(p.name for p in parts)
         replace[last.name] = Node(last.name, ops.Gelu(), (x,))
+    return [replace.get(n.name, n) for n in nodes if n.name not in drop]
+
+
+def fuse_hardswish(nodes: list, outputs: set) -> list:
+    """Each hard swish spelled ``x * relu6(x + 3) / 6`` (``Add 3 -> Clip [0, 6] -> Mul x ->
+    Div 6``, or the Div before the Mul: Paddle's export, and torch's of one written out)
+    as one HardSwish node named after the last node of the pattern, reading x: the ops
+    of ``HardSwish`` on the vector unit (5 an element, not the four ops' 7), as a network
+    that names its hard swish is counted. Intermediate nodes must be read only inside the
+    pattern."""
+    by, only_reader = {n.name: n for n in nodes}, _only_reader(nodes, outputs)
+    drop, replace = set(), {}
+    for r in nodes:
+        a = by.get(r.inputs[0]) if isinstance(r.op, ops.Relu6) else None
+        if a is None or not _is_affine(a.op, 1, 3) or only_reader(a.name) is not r:
+            continue
+        x, n = a.inputs[0], only_reader(r.name)
+        if _times(n, x, r.name) and _is_affine(getattr(only_reader(n.name), "op", None),
+                                               1 / 6, 0):
+            parts, last = (a, r, n), only_reader(n.name)
+        elif (n is not None and _is_affine(n.op, 1 / 6, 0)
+              and _times(only_reader(n.name), x, n.name)):
+            parts, last = (a, r, n), only_reader(n.name)
+        else:
+            continue
+        drop.update(p.name for p in parts)
+        replace[last.name] = Node(last.name, ops.HardSwish(), (x,))
     return [replace.get(n.name, n) for n in nodes if n.name not in drop]
 
 
