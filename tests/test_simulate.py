@@ -320,16 +320,17 @@ def test_tensors_are_dropped_exactly_when_no_later_node_reads_them(name):
 
 
 def _shared_outputs_net(rng):
-    """Convs whose outputs an activation reads: alone (conv2, conv4), and with a node
-    after it (conv1: the last add; conv3: the add right after its ReLU)."""
+    """Convs whose outputs an activation reads: alone (conv2, conv4, conv5), and with a
+    node after it (conv1: the last add; conv3: the add right after its ReLU)."""
     g = GraphBuilder("shared", (2, 4, 9, 9))
-    ws = [rng.standard_normal((4, 4, 3, 3)) * 0.4 for _ in range(4)]
-    bs = [rng.standard_normal(4) for _ in range(4)]
+    ws = [rng.standard_normal((4, 4, 3, 3)) * 0.4 for _ in range(5)]
+    bs = [rng.standard_normal(4) for _ in range(5)]
     c1 = g.conv(g.input, ws[0], bs[0], padding=1)
     c2 = g.conv(g.relu6(c1, name="act1"), ws[1], bs[1], padding=1)
     c3 = g.conv(g.relu(c2, name="act2"), ws[2], bs[2], padding=1)
     c4 = g.conv(g.add(g.relu(c3, name="act3"), c3), ws[3], bs[3], padding=1)
-    return g.build(g.add(g.relu6(c4, name="act4"), c1)), ws, bs
+    c5 = g.conv(g.add(g.relu6(c4, name="act4"), c1), ws[4], bs[4], padding=1)
+    return g.build(g.hardswish(c5, name="act5")), ws, bs
 
 
 def _shared_outputs_torch(x, ws, bs):
@@ -338,27 +339,28 @@ def _shared_outputs_torch(x, ws, bs):
     c2 = F.conv2d(F.relu6(c1), w[1], b[1], padding=1)
     c3 = F.conv2d(F.relu(c2), w[2], b[2], padding=1)
     c4 = F.conv2d(F.relu(c3) + c3, w[3], b[3], padding=1)
-    return {"conv1": c1, "conv2": c2, "conv3": c3, "conv4": c4,
-            "output": F.relu6(c4) + c1}
+    c5 = F.conv2d(F.relu6(c4) + c1, w[4], b[4], padding=1)
+    return {"conv1": c1, "conv2": c2, "conv3": c3, "conv4": c4, "conv5": c5,
+            "output": F.hardswish(c5)}
 
 
 @pytest.mark.parametrize("arch", ["systolic-32x32-ws", "sparse-pairs-32x32"])
 def test_an_activation_writes_over_a_conv_output_only_when_nothing_after_reads_it(arch):
-    """ReLU and ReLU6 write over a conv's output that no later node reads (conv2, conv4:
-    ``simulate._overwrites``) and leave alone one that a later node reads (conv1, conv3):
-    the output against torch in float64, and, with ``keep_outputs``, every conv's output
-    as the conv made it, negatives included."""
+    """ReLU, ReLU6 and hard swish write over a conv's output that no later node reads
+    (conv2, conv4, conv5: ``simulate._overwrites``) and leave alone one that a later node
+    reads (conv1, conv3): the output against torch in float64, and, with ``keep_outputs``,
+    every conv's output as the conv made it, negatives included."""
     from npusim.simulate import _dead_after, _overwrites
 
     rng = np.random.default_rng(5)
     graph, ws, bs = _shared_outputs_net(rng)
     names = [node.name for node in graph.nodes]
-    assert {names[i] for i in _overwrites(graph, _dead_after(graph))} == {"act2", "act4"}
+    assert {names[i] for i in _overwrites(graph, _dead_after(graph))} == {"act2", "act4", "act5"}
     x = rng.standard_normal(graph.input_shape).astype(np.float32)
     ref = _shared_outputs_torch(torch.tensor(x, dtype=torch.float64), ws, bs)
     assert rel_err(npusim.simulate(graph, x, arch).output, ref["output"].numpy()) < 1e-5
     kept = npusim.simulate(graph, x, arch, keep_outputs=True).outputs
-    for name in ("conv1", "conv2", "conv3", "conv4"):
+    for name in ("conv1", "conv2", "conv3", "conv4", "conv5"):
         assert (kept[name] < 0).any(), name
         assert rel_err(kept[name], ref[name].numpy()) < 1e-5, name
     assert rel_err(kept[graph.output_name], ref["output"].numpy()) < 1e-5

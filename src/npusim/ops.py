@@ -572,6 +572,13 @@ class HardSwish(Op):
     def __call__(self, x):
         return (x * np.clip(x + np.float32(3), 0, 6) / np.float32(6)).astype(x.dtype, copy=False)
 
+    def in_place(self, x):
+        gate = np.add(x, np.float32(3))
+        np.clip(gate, 0, 6, out=gate)
+        x *= gate
+        x /= np.float32(6)
+        return x
+
 
 @dataclass(frozen=True)
 class Silu(Op):
