@@ -68,7 +68,7 @@ def _all_finite(a: np.ndarray) -> bool:
     inf when one value is (NaN x NaN, inf x inf and any sum with them are), so a finite one
     says every value is; an infinite one may also be finite squares that overflow, and
     only then (or for other arrays) are the extremes read (``_extremes_finite``). One BLAS
-    pass takes 0.4-0.6 of the two reductions' time on a network's activations. False for a
+    pass takes 0.4-0.7 of the two reductions' time on a network's activations. False for a
     complex array (not checked here)."""
     if a.dtype.kind != "f":
         return False
