@@ -41,21 +41,6 @@ def _popcount(typingctx, word):
     return sig, codegen
 
 
-@intrinsic
-def lowest_bit(typingctx, word):
-    """Index of the lowest set bit of a non-zero uint64 (count trailing zeros), as int64:
-    the priority encoder."""
-    from llvmlite import ir as llvm_ir
-    from numba import types
-
-    sig = types.int64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        return builder.cttz(args[0], llvm_ir.Constant(llvm_ir.IntType(1), 1))
-
-    return sig, codegen
-
-
 def pack_input(layer: ConvLayer, x_mask: np.ndarray) -> np.ndarray:
     """The padded input mask as words: N x G x Hp x Wp x ceil(Cg / 64) uint64."""
     top, bottom, left, right = layer.padding
