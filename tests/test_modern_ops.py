@@ -108,6 +108,26 @@ def test_activation_equals_torch_float64_and_costs_its_rule(op, reference, per_e
     assert op.vector_ops([x.shape], x.shape) == x.size * per_element
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_hardswish_is_torchs_bit_for_bit_in_place_or_not(dtype, layout):
+    """PyTorch's kernel computes ``x * min(max(x + 3, 0), 6) / 6`` in the tensor's type, each
+    step rounded once: npusim's values are its own, on a new array and written over the
+    input (a transposed one takes numpy's passes), through the infinities and the clip's
+    edges."""
+    x = (np.random.default_rng(3).standard_normal((2, 24, 9, 13)) * 5).astype(dtype)
+    x[0, 0, 0, :7] = [np.inf, -np.inf, -3.0, 3.0, -0.0, 1e-30, -2.9999998]
+    if layout == "transposed":
+        x = x.transpose(0, 2, 1, 3)
+    want = F.hardswish(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+    op, over = ops.HardSwish(), x.copy(order="K")
+    with np.errstate(invalid="ignore"):  # -inf x 0 is NaN, as in PyTorch
+        fresh = op(x)
+        assert op.in_place(over) is over
+    assert fresh.dtype == dtype and np.array_equal(fresh, want, equal_nan=True)
+    assert np.array_equal(over, want, equal_nan=True)
+
+
 BROADCASTS = [((2, 4, 5, 6), (2, 4, 1, 1)), ((2, 4, 5, 6), (6,)), ((2, 1, 5, 1), (1, 4, 1, 6)),
               ((2, 4, 5, 6), ())]
 

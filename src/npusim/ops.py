@@ -22,6 +22,7 @@ import numpy as np
 from .derived import frozen
 from .errors import LayerError
 from .geometry import Padding, Pair, padding4, pair, used_pixels
+from .jit import njit
 
 Shape = tuple[int, ...]
 
@@ -565,19 +566,45 @@ class HardSigmoid(Op):
 
 @dataclass(frozen=True)
 class HardSwish(Op):
-    """``x * relu6(x + 3) / 6``: hard sigmoid (4) and a multiply."""
+    """``x * relu6(x + 3) / 6``: hard sigmoid (4) and a multiply. A contiguous float array
+    takes one compiled pass (``_hard_swish``) where numpy takes four, each value rounded
+    as numpy's passes round it."""
 
     ops_per_element = 5
 
     def __call__(self, x):
+        if _one_pass(x):
+            return self.in_place(x.copy())
         return (x * np.clip(x + np.float32(3), 0, 6) / np.float32(6)).astype(x.dtype, copy=False)
 
     def in_place(self, x):
+        if _one_pass(x):
+            _hard_swish(x.ravel())
+            return x
         gate = np.add(x, np.float32(3))
         np.clip(gate, 0, 6, out=gate)
         x *= gate
         x /= np.float32(6)
         return x
+
+
+def _one_pass(x: np.ndarray) -> bool:
+    """Whether ``x`` is an array the compiled elementwise kernels take: float32 or float64,
+    C-contiguous (its ``ravel`` a view)."""
+    return (type(x) is np.ndarray and x.dtype in (np.float32, np.float64)
+            and x.flags.c_contiguous)
+
+
+@njit(cache=True, nogil=True)
+def _hard_swish(x):  # pragma: no cover
+    """``x[i] = x[i] * min(max(x[i] + 3, 0), 6) / 6`` over a flat array, in its float type:
+    the add, the clip, the multiply and the divide each rounded once, as numpy's passes
+    round them (float32 constants: a float32 array stays float32). In place, one array:
+    with a second one that might be it, the compiler keeps the loop scalar (4-5x slower)."""
+    three, zero, six = np.float32(3), np.float32(0), np.float32(6)
+    for i in range(x.size):
+        v = x[i]
+        x[i] = v * min(max(v + three, zero), six) / six
 
 
 @dataclass(frozen=True)
