@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -352,11 +353,13 @@ def bands(layer: ConvLayer, p: Params, jobs: Jobs, last: np.ndarray):
             ACC_BYTES * kernels[kset] * rows * layer.Q)
 
 
+@lru_cache(maxsize=1024)  # the layer's shape and the datapath alone: once for every call
 def band_rows(layer: ConvLayer, p: Params) -> tuple[np.ndarray, int]:
     """(OFM rows the partial OFMs of each region row touch, regions per row): region row
     ``i`` holds phase rows ``origin + i*n`` to ``origin + (i+1)*n``; a tap at row offset
     ``u`` puts them on outputs ``u`` rows up, so the band reaches from ``origin + i*n -
-    max u`` to ``origin + (i+1)*n - min u`` (over every part), inside the OFM."""
+    max u`` to ``origin + (i+1)*n - min u`` (over every part), inside the OFM. The rows
+    are read-only (kept for later calls)."""
     layout = p.plan(layer)
     rh, r0 = p.region_rows, layout.origin[0]
     grid = [-(-e // r) for e, r in zip(layout.extent, p.region, strict=True)]
@@ -365,7 +368,7 @@ def band_rows(layer: ConvLayer, p: Params) -> tuple[np.ndarray, int]:
     i = np.arange(grid[0], dtype=np.int64)
     lo = np.clip(r0 + i * rh - umax, 0, layer.P)
     hi = np.clip(r0 + (i + 1) * rh - umin, 0, layer.P)
-    return hi - lo, grid[1]
+    return frozen(hi - lo), grid[1]
 
 
 def _slice_bytes(layer, jobs: Jobs) -> np.ndarray:
@@ -595,6 +598,7 @@ def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jo
                                              lambda: order_blocks(layer, p, blocks, order)))
 
 
+@lru_cache(maxsize=1024)  # the layer's shape and the datapath alone: once for every call
 def buffer_need(layer: ConvLayer, p: Params) -> int:
     """Bytes of first buffer a job needs: one partial OFM per PU and kernel part."""
     pixels = sum(np.prod(part.pofm_shape(p.region)) for part in p.plan(layer).parts)
