@@ -170,11 +170,13 @@ class Jobs:
 ORDERS = ("region-major", "kernel-major")
 
 
+@lru_cache(maxsize=1024)  # a layer's counts ask for it several times, every call
 def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
     """Region-major indices (region, then conv group and kernel set) of the jobs in the
-    order ``order`` runs them: ``kernel-major`` takes each kernel set over every region."""
+    order ``order`` runs them: ``kernel-major`` takes each kernel set over every region
+    (read-only: kept for later calls)."""
     idx = np.arange(regions * per_region, dtype=np.int64).reshape(regions, per_region)
-    return (idx if order == "region-major" else idx.T).ravel()
+    return frozen((idx if order == "region-major" else idx.T).ravel())
 
 
 def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory, memo: Memo | None = None) -> str:
@@ -227,10 +229,15 @@ def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> dict:
 
 def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
     """The steps' count, and the first and last job (global order) of each."""
-    units, n_jobs = p.operation_units, len(jobs.end)
+    return _row_bounds(p.operation_units, len(jobs.end))
+
+
+@lru_cache(maxsize=1024)
+def _row_bounds(units: int, n_jobs: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """``_rows`` of ``n_jobs`` jobs on ``units`` operation units (read-only arrays)."""
     rows = -(-n_jobs // units)
     first = np.arange(rows, dtype=np.int64) * units
-    return rows, first, np.minimum(first + units, n_jobs) - 1
+    return rows, frozen(first), frozen(np.minimum(first + units, n_jobs) - 1)
 
 
 def _blocks(layer: ConvLayer, p: Params, jobs: Jobs, slice_bytes: np.ndarray, first, last):

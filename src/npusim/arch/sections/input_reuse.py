@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, declare_section, spec
@@ -46,7 +47,7 @@ class InputReuse:
         return (self.operation_units * self.processing_units * self.region_rows
                 * self.region_cols * self.region_channels)
 
-    @property
+    @functools.cached_property  # asked for at every layer; the fields never change
     def geometry(self):
         """The datapath's ``region_work.Geometry`` (imported here: the machine's own code)."""
         from ...dataflows.region_work import Geometry
