@@ -46,7 +46,7 @@ from ..reference import pad_input
 from ..stats import Counted, Counts, LayerStats, price
 from . import compressed_ifm
 from .base import Machine, Memo, element_bytes, percent, register, share
-from .operation_units import Schedule, job_times, queue, schedule
+from .operation_units import Schedule, job_times, queue, reduce_last, schedule
 from .phases import plan
 from .region_work import Work, count_key, region_counts, region_work, reorder
 
@@ -596,7 +596,7 @@ def _counted(layer: ConvLayer, x_mask, w_mask, p: Params, work: Work, blocks: Jo
     extra["kernel_major_layers"] = int(order == "kernel-major")
     c = counts(layer, p, work, extra, name)
     jobs = dataclasses.replace(
-        blocks, end=sch.job_end, busy=work.slot_cycles.sum(axis=1), cycles=sch.cycles,
+        blocks, end=sch.job_end, busy=reduce_last(work.slot_cycles, np.add), cycles=sch.cycles,
         bus_bound=sch.transfer_end > int(sch.unit_busy.max(initial=0))
         or sch.first_buffer_stalls > 0,
         ofm_bytes=compressed_ifm.stream_bytes(layer.output_shape, ofm, p.region, elem),
