@@ -170,7 +170,7 @@ class Jobs:
 ORDERS = ("region-major", "kernel-major")
 
 
-@lru_cache(maxsize=1024)  # a layer's counts ask for it several times, every call
+@lru_cache(maxsize=256)  # a layer's counts ask for it several times, every call (8 B a job)
 def run_order(regions: int, per_region: int, order: str) -> np.ndarray:
     """Region-major indices (region, then conv group and kernel set) of the jobs in the
     order ``order`` runs them: ``kernel-major`` takes each kernel set over every region
@@ -232,7 +232,7 @@ def _rows(p: Params, jobs: Jobs) -> tuple[int, np.ndarray, np.ndarray]:
     return _row_bounds(p.operation_units, len(jobs.end))
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)
 def _row_bounds(units: int, n_jobs: int) -> tuple[int, np.ndarray, np.ndarray]:
     """``_rows`` of ``n_jobs`` jobs on ``units`` operation units (read-only arrays)."""
     rows = -(-n_jobs // units)
