@@ -589,8 +589,8 @@ class HardSwish(Op):
 
 
 def _one_pass(x: np.ndarray) -> bool:
-    """Whether ``x`` is an array the compiled elementwise kernels take: float32 or float64,
-    C-contiguous (its ``ravel`` a view)."""
+    """Whether ``x`` is an array ``_hard_swish`` takes: float32 or float64, C-contiguous (its
+    ``ravel`` a view, written in place)."""
     return (type(x) is np.ndarray and x.dtype in (np.float32, np.float64)
             and x.flags.c_contiguous)
 
