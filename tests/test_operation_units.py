@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npusim.dataflows import operation_units as ou
@@ -132,6 +132,7 @@ def placed_jobs(draw):
     return jobs, units, draw(st.sampled_from(["full", "bus", "chain"])), unit
 
 
+@settings(max_examples=1000)
 @given(placed_jobs(), st.none() | st.integers(1, 24))
 def test_schedule_equals_cycle_by_cycle_play(placed, capacity):
     """Any first-buffer capacity (some units stalling or none; None: unbounded), any
@@ -151,6 +152,7 @@ def test_schedule_equals_cycle_by_cycle_play(placed, capacity):
                                       for u in range(units)]
 
 
+@settings(max_examples=1000)
 @given(placed_jobs())
 def test_unbounded_first_buffers_give_running_sums_and_fifo_servers(placed):
     """With no bound on the first buffers no unit stalls: every job hands off at its end

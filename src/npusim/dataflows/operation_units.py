@@ -270,6 +270,14 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
         j = own[nxt[u]]  # the unit's next job: it hands off when its pixels fit
         nxt[u] += 1
         t = h + times[j]
+        # a job of no moving transfers, its unit's buffer not overfull (a job may fill an
+        # empty one past its capacity), hands off at its end and queues nothing
+        while need[j] == 0 and held[u] <= capacity and nxt[u] < start[u + 1]:
+            ends[j] = t
+            j = own[nxt[u]]
+            nxt[u] += 1
+            t += times[j]
+        end = t
         if held[u] + need[j] > capacity:  # ``held``: at least the pixels held at t
             held[u] = _release(u, t, servers, run_next, run_end, run_last, run_pixels, head,
                                tail, duration, pixels, held[u])
@@ -280,7 +288,7 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
                     t = min(t, run_end[head[g]])
             held[u] = _release(u, t, servers, run_next, run_end, run_last, run_pixels, head,
                                tail, duration, pixels, held[u])
-        stalls += t - h - times[j]
+        stalls += t - end
         due[u] = (t << bits) | j
     return ends, stalls, last, wait
 
