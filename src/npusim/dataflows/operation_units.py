@@ -198,23 +198,11 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
     known then too: the job's end, or, while the buffer holds pixels and has no room for
     the job's, the next end of a held transfer. Each unit keeps its held transfers per
     server, in the order they end (one server's end in the order they queued), as runs (a
-    job's consecutive transfers to one server: its next transfer, the run's end, that
-    transfer's end), and its next hand-off as a key ``(cycle << bits) | job``: the least
-    key over the units is the next hand-off."""
+    job's consecutive transfers to one server: the next to end and its end, the run's last
+    end and the pixels it still holds), and its next hand-off as a key
+    ``(cycle << bits) | job``: the least key over the units is the next hand-off."""
     jobs = times.size
-    lo, hi = np.zeros(jobs, np.int64), np.zeros(jobs, np.int64)
-    need = np.zeros(jobs, np.int64)
-    room = np.zeros(units * servers + 1, np.int64)  # runs a unit queues on a server
-    for k in range(job.size):
-        j = job[k]
-        if k == 0 or j != job[k - 1]:
-            lo[j] = k
-        if k == 0 or j != job[k - 1] or server[k] != server[k - 1]:
-            room[source[j] * servers + server[k] + 1] += 1
-        hi[j] = k + 1
-        need[j] += pixels[k]
-    for g in range(units * servers):
-        room[g + 1] += room[g]
+    lo, hi, need, room = _runs(job, server, pixels, source, jobs, units, servers)
     most = np.zeros(units, np.int64)  # a unit's pixels, all held at once
     for j in range(jobs):
         most[source[j]] += need[j]
@@ -291,6 +279,27 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
         stalls += t - end
         due[u] = (t << bits) | j
     return ends, stalls, last, wait
+
+
+@njit(cache=True, nogil=True)
+def _runs(job, server, pixels, source, jobs, units, servers):  # pragma: no cover
+    """(first transfer, one past the last, pixels) of every job (transfers in job order;
+    a job with none: 0, 0, 0) and where each unit's runs on each server start in one array
+    (g = unit * servers + server: ``room[g]`` to ``room[g + 1]``)."""
+    lo, hi = np.zeros(jobs, np.int64), np.zeros(jobs, np.int64)
+    need = np.zeros(jobs, np.int64)
+    room = np.zeros(units * servers + 1, np.int64)
+    for k in range(job.size):
+        j = job[k]
+        if k == 0 or j != job[k - 1]:
+            lo[j] = k
+        if k == 0 or j != job[k - 1] or server[k] != server[k - 1]:
+            room[source[j] * servers + server[k] + 1] += 1
+        hi[j] = k + 1
+        need[j] += pixels[k]
+    for g in range(units * servers):
+        room[g + 1] += room[g]
+    return lo, hi, need, room
 
 
 @njit(cache=True, nogil=True, inline="always")
