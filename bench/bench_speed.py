@@ -8,7 +8,8 @@ kin = 1, ``torch.set_num_threads(1)``); all cores is the inherited affinity and 
 own defaults. In a child, for each network and preset, ``--rounds`` rounds each time PyTorch,
 then ``simulate(mode="estimate")``, then ``simulate(mode="run")``, one after the other, after
 one warm-up of each (numba compiles there); a cell is the median over rounds of the round's
-npusim / PyTorch ratio (a pair measured seconds apart sees the same load). Each one-core cell
+npusim / PyTorch ratio (a pair measured seconds apart sees the same load); below each table
+the same cells follow as median times (ms), npusim's and PyTorch's. Each one-core cell
 over its target is profiled once more (``hot_spots``): its hot functions and its floor, the
 share of the call in compiled work times its ratio.
 
@@ -76,7 +77,8 @@ def cell(graph, x, module, xt, arch: str, rounds: int) -> dict:
              for mode in ("estimate", "run")}
     hot = {mode: hot_spots(calls[mode]) for mode in ratio
            if os.environ.get("OMP_NUM_THREADS") == "1" and ratio[mode] > TARGETS[mode]}
-    return {**ratio, "torch_s": statistics.median(times["torch"]), "hot_spots": hot}
+    own = {f"{name}_s": statistics.median(t) for name, t in times.items()}
+    return {**ratio, **own, "hot_spots": hot}
 
 
 POOL_WAIT = "<method 'acquire' of '_thread.lock' objects>"
@@ -248,6 +250,7 @@ def table(cores: str, rows: list[dict], args) -> None:
             r = by.get((net, preset)) or by.get((net, None)) or {"error": "not run"}
             cells.append("n/a" if "error" in r else f"{r['estimate']:.2f} / {r['run']:.2f}")
         print(f"| {label} | " + " | ".join(cells) + " |")
+    times_table(rows, args)
     for r in rows:
         for mode, hot in r.get("hot_spots", {}).items():
             floor = hot["compiled_share"] * r[mode]
@@ -258,6 +261,20 @@ def table(cores: str, rows: list[dict], args) -> None:
             print(f"{r['network']} {r.get('preset', '')}: {r['error']}")
         if "peak_rss_mib" in r:
             print(f"peak RSS of the whole table's process: {r['peak_rss_mib']:.0f} MiB")
+
+
+def times_table(rows: list[dict], args) -> None:
+    """The same cells as npusim's own median times and PyTorch's (milliseconds): a ratio
+    moves with either side, and a cell's history reads from these."""
+    by = {(r["network"], r.get("preset")): r for r in rows if "estimate_s" in r}
+    print("\nthe same cells' median times, ms: estimate / run (PyTorch's, the same rounds)")
+    print("| preset | " + " | ".join(args.networks) + " |")
+    print("| --- |" + " --- |" * len(args.networks))
+    for preset in args.presets:
+        cells = [f"{1e3 * r['estimate_s']:.1f} / {1e3 * r['run_s']:.1f} "
+                 f"({1e3 * r['torch_s']:.1f})" if (r := by.get((net, preset))) else "n/a"
+                 for net in args.networks]
+        print(f"| {preset} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
