@@ -1,4 +1,4 @@
-"""The unit/bus schedule's array forms against plain step-by-step loops."""
+"""The units' schedule (one compiled pass over the hand-offs) against plain plays and loops."""
 
 import numpy as np
 import pytest
