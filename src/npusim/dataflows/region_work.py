@@ -304,8 +304,9 @@ def transfers(sets: np.ndarray, pixels: np.ndarray, layer: ConvLayer, pus: int,
     it took cycles of (order: job, victim slot, computing slot, part; see ``_steal``)."""
     flat = np.ascontiguousarray(sets).reshape(-1, pus, sets.shape[-1])
     args = (sets.shape[2], sets.shape[2] // layer.groups, layer.Kg)
-    if stealing:  # the kernel is the victim slot's
+    if stealing:  # the kernel is the victim slot's; the job copied, not the records' buffer
         job, slot, _, part, _ = _steal(flat)
+        job = job.copy()
     else:
         job, slot, part = _nonzero_slots(flat)
     return Transfers(job, _kernel_of(job, slot, pus, *args), pixels[part])
@@ -319,7 +320,8 @@ RUN_LEVELS = 6
 @njit(cache=True, nogil=True)
 def _steal(cycles):  # pragma: no cover
     """(job, victim slot v, running slot t, part p, weight cycles) of every non-zero count
-    of v's part-p cycles that t ran in a job, in order of (job, v, t, p), under the
+    of v's part-p cycles that t ran in a job, in order of (job, v, t, p) (rows of one
+    buffer with spare room: copy what is kept, not a trimmed copy of all five), under the
     device's work stealing: each cycle every PU with cycles left runs the next of its own
     (front of its queue, parts in order); then each PU that had none at the cycle's start,
     in slot order, takes the last cycle of the PU with most left (the first of equals).
@@ -439,8 +441,7 @@ def _steal(cycles):  # pragma: no cover
                         k += 1
         _own(done, bounds, back)
         found, n = _found(done, j, found, n)
-    kept = found[:, :n].copy()  # not the spare room
-    return kept[0], kept[1], kept[2], kept[3], kept[4]
+    return found[0, :n], found[1, :n], found[2, :n], found[3, :n], found[4, :n]
 
 
 @njit(cache=True, nogil=True, inline="always")
