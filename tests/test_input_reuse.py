@@ -669,3 +669,25 @@ def test_a_total_shared_by_weights_keeps_every_unit_and_follows_the_running_sums
     assert got.dtype == np.int64 and int(got.sum()) == total
     totals = [total, total // 3, 0]
     assert share(np.array(totals), np.array(weights)).tolist() == [parts(t) for t in totals]
+
+
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 150),
+       st.integers(1, 5), st.integers(1, 40), st.sampled_from([1, 2, 3]), st.integers(0, 2**31))
+def test_active_cycles_equal_flags_anded_channel_by_channel(n, g, kg, cg, taps, regions, depth,
+                                                            seed):
+    """``region_work.active_cycles`` on either side of ``FEW_COLUMNS`` (AND-ed words for
+    few regions x taps, a float32 product for many: up to 200 here) against the flags
+    AND-ed and counted one by one: a cycle for every kernel, tap, region and group of
+    ``depth`` channels in which some channel has a non-zero weight and a non-zero pixel
+    (channels not a multiple of 64 or of the depth among them)."""
+    rng = np.random.default_rng(seed)
+    wp = rng.random((g, kg, cg, taps)) < rng.uniform(0.05, 0.9)
+    active = rng.random((n, g, cg, regions)) < rng.uniform(0.05, 0.9)
+    both = wp[None, :, :, :, :, None] & active[:, :, None, :, None, :]  # N G Kg Cg taps T
+    groups = -(-cg // depth)
+    padded = np.zeros((n, g, kg, groups * depth, taps, regions), bool)
+    padded[:, :, :, :cg] = both
+    expected = padded.reshape(n, g, kg, groups, depth, taps, regions).any(axis=4).sum(
+        axis=(3, 4), dtype=np.int64)
+    got = region_work.active_cycles(active, region_work.TapWeights(wp), depth)
+    np.testing.assert_array_equal(got, expected)

@@ -29,7 +29,7 @@ WORD_BITS = 64
 
 
 @intrinsic
-def _popcount(typingctx, word):
+def popcount(typingctx, word):
     """Set bits of a uint64 (the CPU's popcount instruction), as int64."""
     from numba import types
 
@@ -140,7 +140,7 @@ def _pair_rows(xb, wb, R, S, P, Q, sh, sw, dh, dw, out, ones, first, stop):  # p
                         for d in range(D):
                             word = xb[n, g, p * sh + r * dh, (q0 + t) * sw + s * dw, d]
                             fields[i, t] = word
-                            seen += _popcount(word)
+                            seen += popcount(word)
                             i += 1
             pixel = (n * P + p) * Q + q0
             for k in range(Kg):
@@ -222,16 +222,16 @@ def _pointwise_rows(planes, wb, out, ones, first, stop):  # pragma: no cover
             dest, kernel = out[g * Kg + k, lo:hi], wb[g, k]
             source, word = planes[g, 0, lo:hi], kernel[0]
             for x in range(hi - lo):
-                dest[x] = _popcount(source[x] & word)
+                dest[x] = popcount(source[x] & word)
             for d in range(1, D):
                 source, word = planes[g, d, lo:hi], kernel[d]
                 for x in range(hi - lo):
-                    dest[x] += _popcount(source[x] & word)
+                    dest[x] += popcount(source[x] & word)
         seen = 0
         for d in range(D):
             source = planes[g, d, lo:hi]
             for x in range(hi - lo):
-                seen += _popcount(source[x])
+                seen += popcount(source[x])
         ones[task] = seen
 
 

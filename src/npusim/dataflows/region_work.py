@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bitconv import popcount
 from ..derived import derived, frozen
 from ..ir import ConvLayer
 from ..jit import njit
@@ -152,13 +153,14 @@ class TapWeights:
     """One part's weight flags ``wp`` (G x Kg x Cg x taps, read-only) and, made on first use
     and kept, the two forms ``active_cycles`` counts with: ``live``, the non-zero taps per
     kernel and channel (G x Kg x Cg float32, exact), for matrix products over many regions;
-    ``bits``, each kernel's and tap's flags packed eight channels a byte (G x Kg x taps x
-    ceil(Cg / 8) uint8), for a few regions against many weights (a fully connected layer:
-    one region, a 25088 x 4096 mask, whose ``live`` would be 411 MB read for 4096 sums)."""
+    ``words``, each kernel's and tap's flags packed 64 channels a word (G x Kg x taps x
+    ceil(Cg / 64) uint64, ``channel_words``), for a few regions against many weights (a
+    fully connected layer: one region, a 25088 x 4096 mask, whose ``live`` would be 411 MB
+    read for 4096 sums)."""
 
     def __init__(self, wp: np.ndarray):
         self.wp = wp
-        self._live = self._bits = None
+        self._live = self._words = None
 
     @property
     def live(self) -> np.ndarray:
@@ -167,10 +169,20 @@ class TapWeights:
         return self._live
 
     @property
-    def bits(self) -> np.ndarray:
-        if self._bits is None:
-            self._bits = frozen(np.packbits(self.wp.transpose(0, 1, 3, 2), axis=-1))
-        return self._bits
+    def words(self) -> np.ndarray:
+        if self._words is None:
+            self._words = frozen(channel_words(self.wp.transpose(0, 1, 3, 2)))
+        return self._words
+
+
+def channel_words(flags: np.ndarray) -> np.ndarray:
+    """``flags`` (... x C bool) packed 64 channels a word, ... x ceil(C / 64) uint64 (the
+    last word's spare bits 0). Only AND and popcount read them: which bit holds which
+    channel is the same on every operand and not otherwise defined."""
+    packed = np.packbits(flags, axis=-1)
+    words = np.zeros((*packed.shape[:-1], -(-packed.shape[-1] // 8) * 8), np.uint8)
+    words[..., :packed.shape[-1]] = packed
+    return words.view(np.uint64)
 
 
 def grid_counts(xp_mask: np.ndarray, ph: Phase, layout: Plan,
@@ -215,7 +227,7 @@ def active_cycles(active: np.ndarray, weights: TapWeights, depth: int) -> np.nda
     """
     wp = weights.wp
     if depth == 1 and active.shape[0] * active.shape[3] * wp.shape[3] <= FEW_COLUMNS:
-        return _popcount_cycles(active, weights.bits)
+        return _popcount_cycles(active, weights.words)
     a = active.astype(np.float32)
     if depth == 1:  # sums of small integers below 2**24: exact in float32
         return np.matmul(weights.live, a).astype(np.int64)
@@ -228,23 +240,39 @@ def active_cycles(active: np.ndarray, weights: TapWeights, depth: int) -> np.nda
     return np.asarray(out, np.int64)
 
 
-# regions x taps up to which ``active_cycles`` counts AND-ed bits (three passes over one bit
-# per weight flag and region) rather than a float32 matrix product (one pass over four
-# bytes per kernel and channel, whatever the regions)
-FEW_COLUMNS = 8
+# regions x taps up to which ``active_cycles`` counts AND-ed words (a bit per weight flag,
+# read once per region) rather than a float32 matrix product (four bytes per kernel and
+# channel, read once whatever the regions, then 2 flops a channel and region): past it the
+# product is the quicker (ResNet-50's layers at 224 x 224: 64 about even, 8 several
+# times slower on its 7 x 7 maps)
+FEW_COLUMNS = 64
 
 
-def _popcount_cycles(active: np.ndarray, bits: np.ndarray) -> np.ndarray:
+def _popcount_cycles(active: np.ndarray, words: np.ndarray) -> np.ndarray:
     """``active_cycles`` for depth 1 as set bits of (weight flags AND active channels),
-    summed over the channel bytes and taps, one region at a time: ``bits`` is
-    ``TapWeights.bits`` (G x Kg x taps x B), ``active`` N x G x Cg x T."""
+    summed over the channel words and taps: ``words`` is ``TapWeights.words`` (G x Kg x
+    taps x D), ``active`` N x G x Cg x T."""
     n, g, _, t = active.shape
-    packed = np.packbits(active.transpose(0, 1, 3, 2), axis=-1)  # N x G x T x B
-    out = np.empty((n, g, bits.shape[1], t), np.int64)
-    for i in range(n):
-        for j in range(t):
-            both = np.bitwise_and(bits, packed[i, :, j][:, None, None, :])
-            out[i, :, :, j] = np.bitwise_count(both).sum(axis=(2, 3), dtype=np.int64)
+    regions = channel_words(active.transpose(0, 1, 3, 2))  # N x G x T x D
+    return _and_counts(words, regions, np.empty((n, g, words.shape[1], t), np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _and_counts(words, regions, out):  # pragma: no cover
+    """out[n, g, k, j] = the sum over taps and words d of popcount(words[g, k, tap, d] AND
+    regions[n, g, j, d]); ``out`` returned."""
+    N, G, T, D = regions.shape
+    Kg, taps = words.shape[1], words.shape[2]
+    for n in range(N):
+        for g in range(G):
+            for k in range(Kg):
+                for j in range(T):
+                    region, total = regions[n, g, j], 0
+                    for tap in range(taps):
+                        kernel = words[g, k, tap]
+                        for d in range(D):
+                            total += popcount(kernel[d] & region[d])
+                    out[n, g, k, j] = total
     return out
 
 
