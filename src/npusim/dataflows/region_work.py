@@ -241,10 +241,10 @@ def active_cycles(active: np.ndarray, weights: TapWeights, depth: int) -> np.nda
 
 
 # regions x taps up to which ``active_cycles`` counts AND-ed words (a bit per weight flag,
-# read once per region) rather than a float32 matrix product (four bytes per kernel and
-# channel, read once whatever the regions, then 2 flops a channel and region): past it the
-# product is the quicker (ResNet-50's layers at 224 x 224: 64 about even, 8 several
-# times slower on its 7 x 7 maps)
+# read once per region and tap) rather than a float32 matrix product (four bytes per kernel
+# and channel, read once whatever the regions, then 2 flops a channel and region); on random
+# flags, one core: 2048 kernels x 512 channels over 16 regions 0.09 against 0.41 ms, 256 x
+# 64 over 196 regions 0.11 against 0.07 ms
 FEW_COLUMNS = 64
 
 
