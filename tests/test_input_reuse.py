@@ -676,7 +676,7 @@ def test_a_total_shared_by_weights_keeps_every_unit_and_follows_the_running_sums
 def test_active_cycles_equal_flags_anded_channel_by_channel(n, g, kg, cg, taps, regions, depth,
                                                             seed):
     """``region_work.active_cycles`` on either side of ``FEW_COLUMNS`` (AND-ed words for
-    few regions x taps, a float32 product for many: up to 200 here) against the flags
+    few regions x taps, a float32 product for many: up to 400 here) against the flags
     AND-ed and counted one by one: a cycle for every kernel, tap, region and group of
     ``depth`` channels in which some channel has a non-zero weight and a non-zero pixel
     (channels not a multiple of 64 or of the depth among them)."""
