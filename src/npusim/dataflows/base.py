@@ -217,6 +217,8 @@ def share(total, weights: np.ndarray) -> np.ndarray:
     """``total`` (an integer, or an array of them: a row each) cut into integers in
     proportion to ``weights`` (equal parts if they are all zero), each row summing to its
     total exactly."""
+    if np.size(weights) == 1:  # one part: the whole total (a layer of one step, mostly)
+        return np.array(total, np.int64)[..., None]
     cum = np.cumsum(np.asarray(weights, np.int64))
     if cum[-1] == 0:
         cum = np.arange(1, cum.size + 1, dtype=np.int64)
