@@ -378,7 +378,7 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
         name_or_path = DEFAULT_PRESET
     text = str(name_or_path)
     path = Path(text)
-    if text in presets():
+    if _is_preset(text):
         if sections is None:
             return _preset(text, path_mtime(PRESET_DIR / f"{text}.toml"), tuple(SECTIONS))
         path = PRESET_DIR / f"{text}.toml"
@@ -393,6 +393,12 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not a TOML text file (UTF-8: {e.reason})") from None
     return arch_from_toml_text(content, str(path), sections)
+
+
+def _is_preset(text: str) -> bool:
+    """Whether ``text`` names a built-in preset (``text in presets()``, by one look at its
+    file rather than a listing of them all: a run of a preset pays it on every call)."""
+    return Path(text).name == text and (PRESET_DIR / f"{text}.toml").is_file()
 
 
 def path_mtime(path: Path) -> int:
