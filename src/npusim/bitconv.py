@@ -14,6 +14,7 @@ padding positions are zero words.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -310,13 +311,14 @@ def _tap_maps(mask, pad, first_tap, taps, S, kg, sh, sw, dh, dw, count, out, fir
             store_wide(sums, width, out[k, n], p0, lines)
 
 
+@functools.lru_cache(maxsize=256)  # the layer's shape alone: once for every call
 def _cover(outputs: int, taps: int, stride: int, dilation: int, pad: int,
            size: int) -> np.ndarray:
     """How many (output, tap) pairs read each of the ``size`` input positions of one axis
-    (``pad`` positions of padding before the first), as int64."""
+    (``pad`` positions of padding before the first), as int64 (read-only)."""
     read = np.arange(outputs)[:, None] * stride + np.arange(taps)[None, :] * dilation - pad
     read = read[(read >= 0) & (read < size)]
-    return np.bincount(read, minlength=size).astype(np.int64)
+    return frozen(np.bincount(read, minlength=size).astype(np.int64))
 
 
 @njit(cache=True, nogil=True)
