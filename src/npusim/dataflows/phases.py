@@ -33,10 +33,11 @@ tiled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
+from ..derived import frozen
 from ..ir import ConvLayer
 
 
@@ -50,7 +51,7 @@ class Part:
     u: np.ndarray
     v: np.ndarray
 
-    @property
+    @cached_property  # a plan is kept for later calls (``plan``), its parts with it
     def span(self) -> tuple[int, int]:
         """Extent of the offsets minus one (rows, cols): the partial OFM's halo."""
         return int(self.u.max() - self.u.min()), int(self.v.max() - self.v.min())
@@ -66,8 +67,15 @@ class Part:
         return _window_count(self.u, region[0]) * _window_count(self.v, region[1])
 
     def of_phase(self, i: int) -> np.ndarray:
-        """Indices of this part's taps that belong to phase ``i``."""
-        return np.flatnonzero(self.phase == i)
+        """Indices of this part's taps that belong to phase ``i`` (read-only)."""
+        taps = self._phase_taps
+        return taps[i] if i < len(taps) else np.zeros(0, np.int64)
+
+    @cached_property
+    def _phase_taps(self) -> tuple[np.ndarray, ...]:
+        """``of_phase`` of every phase up to the part's last."""
+        phases = int(self.phase.max(initial=-1)) + 1
+        return tuple(frozen(np.flatnonzero(self.phase == i)) for i in range(phases))
 
 
 @dataclass(frozen=True)
