@@ -40,6 +40,8 @@ import numpy as np
 from ..derived import frozen
 from ..ir import ConvLayer
 
+NO_TAPS = frozen(np.zeros(0, np.int64))  # a part's taps in a phase it has none of
+
 
 @dataclass(frozen=True)
 class Part:
@@ -69,7 +71,7 @@ class Part:
     def of_phase(self, i: int) -> np.ndarray:
         """Indices of this part's taps that belong to phase ``i`` (read-only)."""
         taps = self._phase_taps
-        return taps[i] if i < len(taps) else np.zeros(0, np.int64)
+        return taps[i] if i < len(taps) else NO_TAPS
 
     @cached_property
     def _phase_taps(self) -> tuple[np.ndarray, ...]:
