@@ -395,9 +395,9 @@ WINDOWS = (ConvLayer(1, 2, 8, 8, 20, 3, 3, padding=1, dtype="int8"),
     ("second_buffer_bytes", lambda f: lambda p: f(p) // 2, BANDS, 2, "dram_ofmap_bytes"),
     ("_slice_bytes", _first_region_holds_the_stream, BANDS, 1, "stall_dram_ifmap_cycles"),
     ("_outer_blocks", _doubled(1, 2), WEIGHTS, 32, "dram_bytes"),
-    ("_inner_blocks", _doubled(1, 2), DEPTHWISE, 2, "kernel_major_layers"),
+    ("_inner_blocks", _doubled(1, 2), DEPTHWISE, 2, "dram_filter_bytes"),
     ("_slice_windows", _doubled(1, 2), DEPTHWISE, 1, "dram_ifmap_bytes"),
-    ("_inner_blocks", _own_blocks, WINDOWS, 32, "kernel_major_layers"),
+    ("_inner_blocks", _own_blocks, WINDOWS, 32, "dram_filter_bytes"),
     ("loop_order", _other_order, WEIGHTS, 32, "kernel_major_layers"),
 ])
 def test_a_fault_in_the_fast_models_memory_steps_is_caught_by_the_emulator(

@@ -454,9 +454,10 @@ def _moved_in_order(layer, p, jobs, memory, order) -> int:
 def test_no_order_moves_fewer_bytes_than_the_least_so_region_major_at_it_wins(
         layer, seed, density, units, pus, ifmap_kb, filter_kb, ofmap_kb, second_kb, mapping):
     """Each order's steps, priced in full, move at least ``least_moved`` DRAM bytes (the
-    input stream and every kernel set, once), whatever fits the buffers; so ``loop_order``,
-    which does not price kernel-major when region-major moves that little, picks the order
-    a full comparison picks (region-major on a tie)."""
+    input stream and every kernel set, once), whatever fits the buffers, and region-major
+    moves just that when ``held_whole`` says its blocks all stay; so ``loop_order``, which
+    prices neither order then, and not kernel-major when region-major moves that little,
+    picks the order a full comparison picks (region-major on a tie)."""
     x, w, b = tensors(layer, seed, density=density)
     arch = arch_with(operation_units=units, processing_units=pus, mapping=mapping,
                      second_buffer_kb=second_kb).with_memory(
@@ -474,7 +475,45 @@ def test_no_order_moves_fewer_bytes_than_the_least_so_region_major_at_it_wins(
     moved = {order: _moved_in_order(layer, p, jobs, memory, order)
              for order in input_reuse.ORDERS}
     assert min(moved.values()) >= input_reuse.least_moved(jobs)
+    if input_reuse.held_whole(p, input_reuse.order_blocks(layer, p, jobs, "region-major"),
+                              memory):
+        assert moved["region-major"] == input_reuse.least_moved(jobs)
     assert chosen == min(input_reuse.ORDERS, key=moved.get)
+
+
+@pytest.mark.parametrize("ifmap_kb, filter_kb, second_kb, held", [
+    (64, 64, 32, True), (1, 64, 32, False), (64, 1, 32, False), (64, 64, 1, False)])
+def test_region_major_is_taken_unpriced_only_when_its_blocks_all_stay(
+        ifmap_kb, filter_kb, second_kb, held):
+    """A 3x3 conv of 16 to 32 channels on 16x16 pixels, half dense, on 16 units: each of
+    its four rows of jobs starts a quarter of the stream (1,260-1,279 B), its kernel sets
+    take 2,867 B and its bands' accumulators 5,120-6,144 B; they fit the usable halves of
+    64 KiB double-buffered ifmap and filter SRAMs and four 32 KiB second buffers, and not
+    1 KiB ones. ``held_whole`` says so, and when it does, the memory model prices
+    region-major's steps at ``least_moved`` and ``loop_order`` prices nothing (no
+    ``traffic`` call)."""
+    layer = ConvLayer(1, 32, 16, 16, 16, 3, 3, padding=(1, 1, 1, 1), dtype="int8")
+    x, w, _ = tensors(layer, 3, density=0.5)
+    arch = arch_with(second_buffer_kb=second_kb).with_memory(
+        ifmap_sram_kb=ifmap_kb, filter_sram_kb=filter_kb, ofmap_sram_kb=64)
+    asked, priced = [], []
+    real_order, real_traffic = input_reuse.loop_order, input_reuse.traffic
+
+    def spy(layer, p, jobs, memory, memo=None):
+        asked.append((p, jobs, memory))
+        return real_order(layer, p, jobs, memory, memo)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(input_reuse, "loop_order", spy)
+        patch.setattr(input_reuse, "traffic", lambda *a: priced.append(1) or real_traffic(*a))
+        input_reuse.layer_stats(layer, x != 0, w != 0, arch, "input-reuse")
+    (p, jobs, memory), = asked
+    blocks = input_reuse.order_blocks(layer, p, jobs, "region-major")
+    assert input_reuse.held_whole(p, blocks, memory) == held
+    assert bool(priced) != held
+    if held:
+        assert _moved_in_order(layer, p, jobs, memory, "region-major") == \
+            input_reuse.least_moved(jobs)
 
 
 @pytest.mark.parametrize("emulate", [False, True])

@@ -185,10 +185,14 @@ def loop_order(layer: ConvLayer, p: Params, jobs: Jobs, memory, memo: Memo | Non
     the output's bytes: ``jobs.ofm_bytes`` is 0 here). ``memo`` keeps each order's blocks
     (``order_blocks``) for ``steps``.
 
-    No order moves less than ``least_moved``; region-major is priced first, and when it
-    moves that little (a layer whose blocks stay in their buffers) kernel-major is not
-    priced: it can only tie."""
+    No order moves less than ``least_moved``, and region-major wins a tie: when its blocks
+    all stay in their buffers (``held_whole``) nothing is priced; else region-major is
+    priced first, and when it moves that little kernel-major is not priced: it can only
+    tie."""
     memo = Memo() if memo is None else memo
+    first = memo.get(("blocks", p, ORDERS[0]), lambda: order_blocks(layer, p, jobs, ORDERS[0]))
+    if held_whole(p, first, memory):
+        return ORDERS[0]
     zero = np.zeros(_rows(p, jobs)[0], np.int64)
     least = least_moved(jobs)
     moved = {}
@@ -210,6 +214,18 @@ def least_moved(jobs: Jobs) -> int:
     whole at its first use (or a step's part of it at every use), and partial sums spilled
     only add."""
     return jobs.stream_bytes + int(jobs.kernel_set_bytes.sum())
+
+
+def held_whole(p: Params, blocks: dict, memory) -> bool:
+    """Whether region-major's steps (``blocks``: their ``order_blocks``) move no more than
+    ``least_moved`` bytes: every row's input block (the stream's slices it starts, kept
+    while the next rows continue them, so one is held at a time) fits the ifmap buffer,
+    the weights (one block, every kernel set) the filter buffer, and the widest band's
+    accumulators the second buffers. The memory model then fetches each block once, at
+    its first use, and spills no partial sum."""
+    return (int(blocks["ifmap_size"].max()) <= usable_bytes(memory.ifmap_sram_kb, memory)
+            and int(blocks["filter_size"].max()) <= usable_bytes(memory.filter_sram_kb, memory)
+            and int(blocks["psum_size"].max()) <= second_buffer_bytes(p))
 
 
 def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> dict:
