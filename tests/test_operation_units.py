@@ -182,3 +182,23 @@ def test_a_layer_too_long_for_the_hand_off_keys_is_refused():
                  output_units=1, width=1)
     with pytest.raises(ValueError, match="fewer than 2\\*\\*60 cycles"):
         ou.schedule(slots, q, units=1, stealing=False)
+
+
+@given(st.lists(st.lists(st.integers(0, 50), min_size=3, max_size=3), min_size=1, max_size=12),
+       st.booleans(), st.integers(1, 3))
+def test_a_job_lasts_its_busiest_pu_or_with_stealing_their_mean_rounded_up(rows, stealing,
+                                                                            units):
+    """Jobs of three PUs' weight cycles, no transfers, round robin: each lasts its busiest
+    PU's cycles (with work stealing, their sum over three, rounded up), so each unit's jobs
+    end at the running sums of their times; every unit's busy cycles are its jobs' times
+    and the PUs' busy cycles all the weight cycles."""
+    slots = np.array(rows, np.int64)
+    none = ou.Transfers(*(np.zeros(0, np.int64),) * 3)
+    q = ou.queue(none, units=units, interconnect="bus", output_units=1, width=1)
+    got = ou.schedule(slots, q, units=units, stealing=stealing)
+    clock, ends = [0] * units, []
+    for j, row in enumerate(rows):
+        clock[j % units] += -(-sum(row) // 3) if stealing else max(row)
+        ends.append(clock[j % units])
+    assert got.job_end.tolist() == ends and got.cycles == max(clock)
+    assert got.unit_busy.tolist() == clock and got.pu_busy == sum(map(sum, rows))

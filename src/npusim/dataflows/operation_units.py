@@ -166,27 +166,52 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
     """Time the jobs (J x P weight cycles, in global order, on ``unit``: default round
     robin) and their queued transfers; ``capacity``: accumulator pixels of each unit's
     first buffer (None: unbounded, no unit ever stalls)."""
-    times = job_times(slot_cycles, stealing).astype(np.int64, copy=False)
-    source = (np.arange(len(times), dtype=np.int64) % units if unit is None
-              else np.asarray(unit, np.int64))
+    times, source, unit_busy, pu_busy = _jobs(
+        np.asarray(slot_cycles, np.int64), stealing,
+        NO_UNIT if unit is None else np.asarray(unit, np.int64), units)
     bits = max(len(times), 1).bit_length()
-    if int(times.sum()) + int(q.duration.sum()) >= 1 << (KEY_BITS - bits):
+    if int(unit_busy.sum()) + q.transfer_cycles >= 1 << (KEY_BITS - bits):
         raise ValueError(f"a layer of {len(times):,} jobs must take fewer than "
                          f"2**{KEY_BITS - bits} cycles to be timed")
-    ends, stalls, last, wait = _handoffs(
+    ends, stalls, last, wait, latest = _handoffs(
         times, source, units, q.job, q.server, q.duration, q.pixels, q.servers,
         (1 << KEY_BITS) if capacity is None else capacity, bits)
-    return Schedule(cycles=max(int(ends.max(initial=0)), int(last)),
-                    unit_busy=np.bincount(source, times, minlength=units).astype(np.int64),
-                    pu_busy=int(slot_cycles.sum()), transfers=q.transfers,
+    return Schedule(cycles=max(int(latest), int(last)), unit_busy=unit_busy,
+                    pu_busy=int(pu_busy), transfers=q.transfers,
                     transfer_cycles=q.transfer_cycles, contention=int(wait), hops=q.hops,
                     job_end=ends, transfer_end=int(last), first_buffer_stalls=int(stalls))
+
+
+NO_UNIT = np.zeros(0, np.int64)  # ``_jobs``' unit of every job when jobs go round robin
+NO_UNIT.flags.writeable = False
+
+
+@njit(cache=True, nogil=True)
+def _jobs(slot_cycles, stealing, unit, units):  # pragma: no cover
+    """(cycles of every job, ``job_times``; its operation unit; each unit's busy cycles;
+    all the weight cycles) of jobs of J x P weight cycles on ``unit`` (empty: job mod
+    ``units``), in one pass."""
+    jobs, pus = slot_cycles.shape
+    times, source = np.empty(jobs, np.int64), np.empty(jobs, np.int64)
+    busy = np.zeros(units, np.int64)
+    total = 0
+    for j in range(jobs):
+        whole = most = 0
+        for p in range(pus):
+            whole += slot_cycles[j, p]
+            most = max(most, slot_cycles[j, p])
+        times[j] = (whole + pus - 1) // pus if stealing else most
+        source[j] = j % units if unit.size == 0 else unit[j]
+        busy[source[j]] += times[j]
+        total += whole
+    return times, source, busy, total
 
 
 @njit(cache=True, nogil=True)
 def _handoffs(times, source, units, job, server, duration, pixels, servers, capacity,
               bits):  # pragma: no cover
-    """(hand-off of every job, stalled cycles, last transfer end, summed waits) of jobs
+    """(hand-off of every job, stalled cycles, last transfer end, summed waits, last
+    hand-off) of jobs
     (``times`` cycles each, on unit ``source[j]``, each unit's in global order) whose
     moving transfers (``job``, ``server``, ``duration``, ``pixels``, in sequence order)
     wait in first buffers of ``capacity`` pixels, in one pass over the hand-offs in time
@@ -223,7 +248,7 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
             due[u] = (times[j] << bits) | j
     ends = np.zeros(jobs, np.int64)
     mask = (np.int64(1) << bits) - 1
-    stalls = wait = last = 0
+    stalls = wait = last = latest = 0
     while True:
         key = never
         for u in range(units):
@@ -232,7 +257,7 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
             break
         h, j = key >> bits, key & mask
         u = source[j]
-        ends[j] = h
+        ends[j] = latest = h  # hand-offs come in time order
         held[u] += need[j]
         k = lo[j]
         while k < hi[j]:  # the job's transfers join their servers' queues, a run a server
@@ -278,7 +303,7 @@ def _handoffs(times, source, units, job, server, duration, pixels, servers, capa
                                tail, duration, pixels, held[u])
         stalls += t - end
         due[u] = (t << bits) | j
-    return ends, stalls, last, wait
+    return ends, stalls, last, wait, latest
 
 
 @njit(cache=True, nogil=True)
