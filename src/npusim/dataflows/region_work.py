@@ -293,13 +293,11 @@ def weight_only_cycles(wp: np.ndarray, depth: int) -> int:
 
 def kernel_sets(per_kernel: np.ndarray, pus: int) -> np.ndarray:
     """N x G x Kg x T x ... -> N x T x (G * sets) x P x ... (zero-padded kernel slots)."""
-    n, g, kg = per_kernel.shape[:3]
+    n, g, kg, t, *rest = per_kernel.shape
     sets = math.ceil(kg / pus)
-    x = np.zeros((n, g, sets * pus, *per_kernel.shape[3:]), per_kernel.dtype)
-    x[:, :, :kg] = per_kernel
-    x = x.reshape(n, g, sets, pus, *per_kernel.shape[3:])
-    x = np.moveaxis(x, 4, 1)
-    return x.reshape(n, x.shape[1], g * sets, pus, *per_kernel.shape[4:])
+    out = np.zeros((n, t, g, sets * pus, *rest), per_kernel.dtype)  # laid out as returned
+    out[:, :, :, :kg] = np.moveaxis(per_kernel, 3, 1)
+    return out.reshape(n, t, g * sets, pus, *rest)
 
 
 def part_cycles(layer, counts: list, w_mask, per_tap, layout: Plan, geo: Geometry):
