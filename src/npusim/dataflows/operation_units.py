@@ -108,6 +108,7 @@ def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
 
 
 LINKS = ("bus", "full", "chain")
+NO_UNIT = np.zeros(0, np.int64)  # every job's operation unit when jobs go round robin
 
 
 def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
@@ -115,7 +116,7 @@ def queue(t: Transfers, *, units: int, interconnect: str, output_units: int,
     """Route the transfers over the interconnect (see the module notes) and keep the moving
     ones (those of at least one cycle), in sequence order. ``unit``: the operation unit of
     every job (default: job mod units), read on a chain only."""
-    unit = np.zeros(0, np.int64) if unit is None else np.asarray(unit, np.int64)
+    unit = NO_UNIT if unit is None else np.asarray(unit, np.int64)
     job, server, duration, pixels, totals = _route(
         t.job.astype(np.int64, copy=False), unit, t.kernel.astype(np.int64, copy=False),
         t.pixels.astype(np.int64, copy=False), LINKS.index(interconnect), units,
@@ -182,10 +183,6 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
                     job_end=ends, transfer_end=int(last), first_buffer_stalls=int(stalls))
 
 
-NO_UNIT = np.zeros(0, np.int64)  # ``_jobs``' unit of every job when jobs go round robin
-NO_UNIT.flags.writeable = False
-
-
 @njit(cache=True, nogil=True)
 def _jobs(slot_cycles, stealing, unit, units):  # pragma: no cover
     """(cycles of every job, ``job_times``; its operation unit; each unit's busy cycles;
@@ -211,11 +208,10 @@ def _jobs(slot_cycles, stealing, unit, units):  # pragma: no cover
 def _handoffs(times, source, units, job, server, duration, pixels, servers, capacity,
               bits):  # pragma: no cover
     """(hand-off of every job, stalled cycles, last transfer end, summed waits, last
-    hand-off) of jobs
-    (``times`` cycles each, on unit ``source[j]``, each unit's in global order) whose
-    moving transfers (``job``, ``server``, ``duration``, ``pixels``, in sequence order)
-    wait in first buffers of ``capacity`` pixels, in one pass over the hand-offs in time
-    order (ties: job order).
+    hand-off) of jobs (``times`` cycles each, on unit ``source[j]``, each unit's in global
+    order) whose moving transfers (``job``, ``server``, ``duration``, ``pixels``, in
+    sequence order) wait in first buffers of ``capacity`` pixels, in one pass over the
+    hand-offs in time order (ties: job order).
 
     A FIFO server's later arrivals never delay its earlier ones, so a transfer's start and
     end are known when its job hands off: ``max(hand-off, its server's last end)``. A unit's
