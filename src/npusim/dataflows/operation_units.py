@@ -100,11 +100,9 @@ def reduce_last(a: np.ndarray, op: np.ufunc, dtype=None) -> np.ndarray:
 
 
 def job_times(slot_cycles: np.ndarray, stealing: bool) -> np.ndarray:
-    """Cycles of each job (J,) from its processing units' weight cycles (J x P, >= 0)."""
-    if stealing:
-        p = slot_cycles.shape[1]
-        return -(-reduce_last(slot_cycles, np.add) // p)
-    return reduce_last(slot_cycles, np.maximum)
+    """Cycles of each job (J,) from its processing units' weight cycles (J x P, >= 0): its
+    busiest PU's, or with work stealing their sum over P rounded up (``_jobs``)."""
+    return _jobs(np.asarray(slot_cycles, np.int64), stealing, NO_UNIT, 1)[0]
 
 
 LINKS = ("bus", "full", "chain")
@@ -185,9 +183,10 @@ def schedule(slot_cycles: np.ndarray, q: Queue, *, units: int, stealing: bool,
 
 @njit(cache=True, nogil=True)
 def _jobs(slot_cycles, stealing, unit, units):  # pragma: no cover
-    """(cycles of every job, ``job_times``; its operation unit; each unit's busy cycles;
-    all the weight cycles) of jobs of J x P weight cycles on ``unit`` (empty: job mod
-    ``units``), in one pass."""
+    """(cycles of every job: its busiest PU's, or with work stealing (``stealing``) their
+    sum over P rounded up; its operation unit; each unit's busy cycles; all the weight
+    cycles) of jobs of J x P weight cycles on ``unit`` (empty: job mod ``units``), in one
+    pass."""
     jobs, pus = slot_cycles.shape
     times, source = np.empty(jobs, np.int64), np.empty(jobs, np.int64)
     busy = np.zeros(units, np.int64)
