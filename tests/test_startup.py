@@ -80,13 +80,14 @@ def test_a_shape_only_run_loads_the_machine_it_runs_alone():
     """A topology run on the systolic array defines no op, imports no other machine or its
     arch section, not the hybrid's compiler (``dataflows.machines`` resolves one machine),
     not SCALE-Sim's memory model (the default preset times the folds with npusim's), no
-    thread pool or file writer, and not rich's emoji table (the report's console reads no
-    emoji codes: ``report.table.console``)."""
+    thread pool or file writer, not rich's emoji table (the report's console reads no
+    emoji codes: ``report.table.console``), and not hashlib (OpenSSL's: the numba cache
+    check, ``jit.drop_stale_caches``, imports it)."""
     others = [f"npusim.{package}.{machine}" for package in ("dataflows", "arch.sections")
               for machine in ("input_reuse", "sparse_pairs", "dilated_grid", "group_tile")]
     others += ["npusim.hybrid", "npusim.arch.sections.hybrid", "npusim.memory_scalesim"]
     unused = ("npusim.ops", *others, "npusim.report.export", "concurrent.futures",
-              "threadpoolctl", "tempfile", "rich._emoji_codes")
+              "threadpoolctl", "tempfile", "rich._emoji_codes", "hashlib")
     loaded = _heavy_loaded([["run", "Resnet18.csv"]], unused)
     assert loaded["run Resnet18.csv"] == [0, []]
 

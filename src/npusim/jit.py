@@ -22,7 +22,6 @@ options, their on-disk cache and their results are numba's own; only the moment 
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
 from pathlib import Path
 
@@ -77,7 +76,10 @@ def drop_stale_caches(package: Path) -> bool:
     the old callee from its cache. The sources of every module that holds kernels are
     hashed instead (a few ms, once a process, when the first kernel is used); a change in
     any drops every cache (the next run recompiles, about 6 s). A package where nothing can
-    be written (numba then caches elsewhere, by its own rule) is left as it is."""
+    be written (numba then caches elsewhere, by its own rule) is left as it is. hashlib
+    (with OpenSSL, 6-8 ms) is imported here, beside numba, not by a shape-only run."""
+    import hashlib
+
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         source = path.read_bytes()
