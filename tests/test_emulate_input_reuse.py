@@ -538,3 +538,34 @@ def test_emulator_equals_fast_model_on_long_work_stealing_tails(dtype):
                                                                     "input-reuse")
     assert fast.extra["stealing_saved_cycles"] > 0 and fast.extra["peak_kernel_parts"] > 1
     assert emu == fast
+
+
+@pytest.mark.parametrize(("dtype", "link"), [("int8", "chain"), ("float32", "full")])
+def test_emulator_equals_fast_model_when_regions_repeat_their_jobs(dtype, link):
+    """A 1x1 layer on a dense input: every region is active in every channel, so a kernel
+    set's job has the same weight cycles in each of the 16 regions, and the fast model
+    copies the counts of its first (``region_work._steal``, ``_seen``) where the emulator
+    plays every job's cycles: every field equal. The kernels of a set are uneven (dense,
+    half, a tenth), so the idle PUs steal; a stolen cycle's partial OFM goes to its
+    kernel's owner (a chain's unit, an output unit), so a copied count's kernel counts."""
+    layer = ConvLayer(1, 24, 16, 16, 12, 1, 1, dtype=dtype)
+    rng = np.random.default_rng(11)
+    keep = rng.random(layer.weight_shape) < np.array([1, 0.5, 0.1, 0.1] * 3)[:, None, None,
+                                                                             None]
+    w = rng.standard_normal(layer.weight_shape) * keep
+    x = rng.standard_normal(layer.input_shape) + 5.0  # no zero
+    if dtype == "int8":
+        x, w = np.rint(x * 10).astype(np.int8), np.rint(w * 40).astype(np.int8)
+    else:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+    assert (x != 0).all()
+    p = dataclasses.replace(load_arch("input-reuse-1024").params(Params), operation_units=2,
+                            first_buffer_kb=64, interconnect=link)
+    arch = arch_with(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+    # a set's job: each kernel's non-zero weights (one channel a cycle), in every region
+    sets = (w != 0).reshape(3, 4, -1).sum(axis=-1)
+    assert len({tuple(s) for s in sets}) == 3 and (sets.max(axis=1) > sets.min(axis=1)).all()
+    emu, fast = emulate(layer, x, w, None, p, arch)[1], layer_stats(layer, x != 0, w != 0, arch,
+                                                                    "input-reuse")
+    assert fast.extra["stealing_saved_cycles"] > 0
+    assert emu == fast
