@@ -22,7 +22,8 @@ def rand(*shape, seed=0):
 
 
 def t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
+    """``a`` as a tensor of its own (npusim's read-only arrays copied: torch warns of them)."""
+    return torch.from_numpy(np.require(a, requirements=["C", "W"]))
 
 
 def close(ours, theirs, tol=1e-6):
