@@ -144,15 +144,17 @@ def _priced_pair(layer, p, seed, density, **memory):
 
 @given(conv_layers(max_hw=7, max_c=4, max_k=4, max_rs=3), params, st.integers(0, 2**31),
        st.sampled_from([1.0, 0.3]), st.sampled_from([0.25, 4.0, "unlimited"]),
-       st.sampled_from([1, 64]), st.sampled_from(["int8", "float32"]))
+       st.sampled_from([1, 64]), st.sampled_from(["int8", "float32"]),
+       st.sampled_from(["unlimited", 3.0]))
 def test_emulator_priced_through_the_memory_model_equals_the_fast_model(
-        layer, p, seed, density, bandwidth, kib, dtype):
+        layer, p, seed, density, bandwidth, kib, dtype, ports):
     """The emulator's own job ends, regions and kernels, priced by the same function: same
     cycles, stalls by cause and DRAM bytes (and every other field), with 1- and 4-byte
-    values."""
+    values; with SRAM ports of 3 B/cycle, each step's share of the SRAM bytes (by its
+    jobs' weight cycles) sets its port stalls."""
     emu, fast = _priced_pair(layer.with_dtype(dtype), p, seed, density,
                              dram_bytes_per_cycle=bandwidth, filter_sram_kb=kib,
-                             ifmap_sram_kb=kib)
+                             ifmap_sram_kb=kib, sram_bytes_per_cycle=ports)
     assert (emu.cycles, emu.compute_cycles, emu.stall_cycles, emu.dram_bytes) == (
         fast.cycles, fast.compute_cycles, fast.stall_cycles, fast.dram_bytes)
     assert emu == fast

@@ -41,6 +41,7 @@ from .. import engine
 from ..arch.sections.input_reuse import InputReuse as Params  # the arch file section
 from ..derived import derived, frozen
 from ..ir import ConvLayer
+from ..jit import njit
 from ..memory import Steps, traffic, usable_bytes
 from ..reference import pad_input
 from ..stats import Counted, Counts, LayerStats, price
@@ -237,7 +238,7 @@ def order_blocks(layer: ConvLayer, p: Params, jobs: Jobs, order: str) -> dict:
     jobs = dataclasses.replace(jobs, order=order)
     rows, first, last = _rows(p, jobs)
     ifmap, filt = _blocks(layer, p, jobs, _slice_bytes(layer, jobs), first, last)
-    band, psum, held = _output_blocks(layer, p, jobs, rows, last)
+    band, psum, held = _output_blocks(layer, p, jobs, first, last)
     return dict(ifmap=ifmap[0], ifmap_bytes=ifmap[1], ifmap_size=ifmap[2], filter=filt[0],
                 filter_bytes=filt[1], filter_size=filt[2], ofmap=band, psum_bytes=psum,
                 psum_size=held)
@@ -320,32 +321,55 @@ def steps(layer: ConvLayer, p: Params, jobs: Jobs, blocks: dict | None = None) -
       written once after its last row; if the band's accumulators do not fit, each row
       spills and reads back its own partial OFMs' pixels (4-byte accumulators).
     """
-    units, n_jobs = p.operation_units, len(jobs.end)
     rows, first, last = _rows(p, jobs)
-    ends = np.zeros(rows * units, np.int64)
-    ends[:n_jobs] = jobs.end
-    edge = np.maximum.accumulate(ends.reshape(rows, units).max(axis=1))
-    compute = np.diff(edge, prepend=0)
-    compute[-1] += jobs.cycles - edge[-1]
-    busy = np.zeros(rows * units, np.int64)
-    busy[:n_jobs] = jobs.busy
+    compute, busy = _row_times(np.asarray(jobs.end, np.int64),
+                               np.asarray(jobs.busy, np.int64), first, last, jobs.cycles)
     blocks = order_blocks(layer, p, jobs, jobs.order) if blocks is None else blocks
     band = blocks["ofmap"]
     out = np.bincount(band, _ofmap_bytes(p, jobs, rows))[band].astype(np.int64)
     return Steps(compute=compute, ofmap_bytes=out, ofmap_capacity=second_buffer_bytes(p),
-                 sram_bytes=share(jobs.sram_total, busy.reshape(rows, units).sum(axis=1)),
+                 sram_bytes=share(jobs.sram_total, busy),
                  compute_bound="bus" if jobs.bus_bound else "compute", **blocks)
 
 
-def _output_blocks(layer: ConvLayer, p: Params, jobs: Jobs, rows: int, last: np.ndarray):
+@njit(cache=True, nogil=True)
+def _row_times(end, busy, first, last, cycles):  # pragma: no cover
+    """(each row's compute cycles: from the latest end of the rows before it to its own
+    latest end, the last row's to the layer's ``cycles``; each row's weight cycles) of the
+    rows of jobs ``first`` to ``last`` (``end``, ``busy``: every job's, global order)."""
+    compute, row_busy = np.empty(first.size, np.int64), np.zeros(first.size, np.int64)
+    edge = 0
+    for r in range(first.size):
+        top = edge
+        for j in range(first[r], last[r] + 1):
+            top = max(top, end[j])
+            row_busy[r] += busy[j]
+        compute[r], edge = top - edge, top
+    compute[-1] += cycles - edge
+    return compute, row_busy
+
+
+def _output_blocks(layer: ConvLayer, p: Params, jobs: Jobs, first: np.ndarray,
+                   last: np.ndarray):
     """(ofmap ids, partial-sum bytes a row spills, the block's whole partial sums) of the
-    steps whose last jobs are ``last`` (see ``steps``)."""
+    steps whose jobs are ``first`` to ``last`` (see ``steps``)."""
     regions = len(jobs.region_nonzeros)
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     band, held = bands(layer, p, jobs, last)
-    pixels = np.zeros(rows * p.operation_units, np.int64)
-    pixels[:len(jobs.end)] = jobs.pofm_pixels[run_order(regions, per_region, jobs.order)]
-    return band, ACC_BYTES * pixels.reshape(rows, p.operation_units).sum(axis=1), held
+    pixels = _row_sums(jobs.pofm_pixels, run_order(regions, per_region, jobs.order), first,
+                       last)
+    return band, ACC_BYTES * pixels, held
+
+
+@njit(cache=True, nogil=True)
+def _row_sums(values, order, first, last):  # pragma: no cover
+    """For each row, the sum of ``values[order[j]]`` over its jobs j, ``first`` to
+    ``last``."""
+    out = np.zeros(first.size, np.int64)
+    for r in range(first.size):
+        for j in range(first[r], last[r] + 1):
+            out[r] += values[order[j]]
+    return out
 
 
 def second_buffer_bytes(p: Params) -> int:
@@ -364,16 +388,38 @@ def bands(layer: ConvLayer, p: Params, jobs: Jobs, last: np.ndarray):
     stays while it is accumulated; one that does not fit spills row by row."""
     per_region = layer.groups * math.ceil(layer.Kg / p.processing_units)
     regions = len(jobs.region_nonzeros)
-    job = run_order(regions, per_region, jobs.order)[last]
-    band = job // per_region // jobs.grid_cols
-    rows = jobs.band_rows[band % len(jobs.band_rows)]
-    if jobs.order == "region-major":
-        return band, ACC_BYTES * layer.K * rows * layer.Q
-    k0 = np.arange(0, layer.Kg, p.processing_units)
-    kernels = np.tile(np.minimum(p.processing_units, layer.Kg - k0), layer.groups)
-    kset = job % per_region
-    return (kset * (regions // jobs.grid_cols) + band,
-            ACC_BYTES * kernels[kset] * rows * layer.Q)
+    if jobs.order == "region-major":  # every kernel, a region row's band
+        kernels = np.full(1, layer.K, np.int64)
+        sets = 0
+    else:  # the kernels of the set, the set's bands one after another
+        k0 = np.arange(0, layer.Kg, p.processing_units)
+        kernels = np.tile(np.minimum(p.processing_units, layer.Kg - k0), layer.groups)
+        sets = regions // jobs.grid_cols
+    return _bands(run_order(regions, per_region, jobs.order), last, per_region,
+                  jobs.grid_cols, jobs.band_rows, kernels, sets, ACC_BYTES * layer.Q)
+
+
+@njit(cache=True, nogil=True)
+def _bands(order, last, per_region, grid_cols, band_rows, kernels, sets,
+           row_bytes):  # pragma: no cover
+    """``bands`` row by row: the region row of the row's last job (``order[last]``, in
+    region-major numbering) is its band; with ``sets`` bands a kernel set (kernel-major;
+    0: region-major), the band of the job's kernel set; its bytes, ``row_bytes`` for each
+    of the set's ``kernels`` and each OFM row the band touches. A region row's jobs are
+    ``span`` consecutive numbers: the row is divided out only when a job leaves the last
+    one's (rows of jobs run band after band)."""
+    band, nbytes = np.empty(last.size, np.int64), np.empty(last.size, np.int64)
+    span = per_region * grid_cols
+    row, lo, touched = 0, 0, band_rows[0]
+    for r in range(last.size):
+        job = order[last[r]]
+        if job < lo or job >= lo + span:
+            row = job // span
+            lo, touched = row * span, band_rows[row % band_rows.size]
+        kset = job % per_region if sets else 0
+        band[r] = kset * sets + row
+        nbytes[r] = row_bytes * kernels[kset] * touched
+    return band, nbytes
 
 
 @lru_cache(maxsize=1024)  # the layer's shape and the datapath alone: once for every call
@@ -408,11 +454,24 @@ def _outer_blocks(item_bytes, per_item, first, last):
     """(id, DRAM bytes, the same) of each row's block of the outer loop's operand
     (``per_item`` jobs each): the items the row starts, or the one it continues (fetched
     again if it did not stay)."""
-    cum = np.concatenate([[0], np.cumsum(item_bytes)])
-    lo, hi = -(-first // per_item), last // per_item
-    starts = lo <= hi
-    nbytes = np.where(starts, cum[hi + 1] - cum[np.minimum(lo, hi + 1)], item_bytes[hi])
-    return hi, nbytes, nbytes
+    ids, nbytes = _outer(np.asarray(item_bytes, np.int64), per_item, first, last)
+    return ids, nbytes, nbytes
+
+
+@njit(cache=True, nogil=True)
+def _outer(item_bytes, per_item, first, last):  # pragma: no cover
+    """``_outer_blocks``' ids and bytes in one pass over the rows (their jobs ``first`` to
+    ``last``): the row's last item, and the bytes of the items from the first it starts
+    (``ceil(first / per_item)``) to that one, or that one's if it starts none."""
+    cum = np.zeros(item_bytes.size + 1, np.int64)
+    for i in range(item_bytes.size):
+        cum[i + 1] = cum[i] + item_bytes[i]
+    ids, nbytes = np.empty(first.size, np.int64), np.empty(first.size, np.int64)
+    for r in range(first.size):
+        lo, hi = -(-first[r] // per_item), last[r] // per_item
+        ids[r] = hi
+        nbytes[r] = cum[hi + 1] - cum[lo] if lo <= hi else item_bytes[hi]
+    return ids, nbytes
 
 
 def _ofmap_bytes(p: Params, jobs: Jobs, rows: int) -> np.ndarray:
@@ -428,14 +487,24 @@ def _inner_blocks(item_bytes, count, first, last, units):
     items, cycled once per outer item): one block, the whole operand (``size``), of which
     a row reads all if it runs every item, else the window of its items: held whole when
     it fits its buffer, else streamed a window a row."""
-    rows = len(first)
-    whole = np.full(rows, int(item_bytes.sum()), np.int64)
+    return _inner(np.asarray(item_bytes, np.int64), count, first, last, units)
+
+
+@njit(cache=True, nogil=True)
+def _inner(item_bytes, count, first, last, units):  # pragma: no cover
+    """``_inner_blocks`` in one pass over the rows (their jobs ``first`` to ``last``): a
+    row's window is its items from job ``first mod count`` on, round the cycle."""
+    whole = np.full(first.size, item_bytes.sum(), np.int64)
     if count <= units:
-        return np.zeros(rows, np.int64), whole, whole
-    start = first % count
-    n = last - first + 1
-    cum = np.concatenate([[0], np.cumsum(np.tile(item_bytes, 2))])
-    return np.zeros(rows, np.int64), cum[start + n] - cum[start], whole
+        return np.zeros(first.size, np.int64), whole, whole
+    cum = np.zeros(2 * count + 1, np.int64)  # over the items twice: a window may wrap
+    for i in range(2 * count):
+        cum[i + 1] = cum[i] + item_bytes[i % count]
+    nbytes = np.empty(first.size, np.int64)
+    for r in range(first.size):
+        start = first[r] % count
+        nbytes[r] = cum[start + last[r] - first[r] + 1] - cum[start]
+    return np.zeros(first.size, np.int64), nbytes, whole
 
 
 def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
