@@ -77,7 +77,7 @@ def drop_stale_caches(package: Path) -> bool:
     hashed instead (a few ms, once a process, when the first kernel is used); a change in
     any drops every cache (the next run recompiles, about 6 s). A package where nothing can
     be written (numba then caches elsewhere, by its own rule) is left as it is. hashlib
-    (with OpenSSL, 6-8 ms) is imported here, beside numba, not by a shape-only run."""
+    (with OpenSSL, 6-10 ms) is imported here, beside numba, not by a shape-only run."""
     import hashlib
 
     digest = hashlib.sha256()
