@@ -4,6 +4,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 
 from dse_helpers import NPUSIM, env, npusim, write_spec
@@ -11,6 +12,7 @@ from dse_helpers import NPUSIM, env, npusim, write_spec
 from npusim.dse import Store, load_spec
 from npusim.dse.search import grid
 from npusim.dse.spec import point_key
+from npusim.parallel import cores
 
 # 961 points of about 5 ms each: seconds of work left when a test stops the sweep after its
 # first points are stored, even when the machine is loaded and the test polls late (a grid
@@ -120,3 +122,45 @@ def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
     r = npusim("sweep", spec_file, "--store", db, "--workers", "1")
     assert r.returncode == 0, r.stderr
     assert len(Store.read(db).rows()) == load_spec(spec_file).grid_size
+
+
+# A pool runner whose worker is killed after ten points, three times in one process, with the
+# interpreter switching threads every microsecond: the driver then wakes on the first failed
+# point while the pool's own thread is still failing the others (one cancelled under it there
+# killed that thread, left the other worker running, and hung the process's exit)
+DEAD_WORKER_RACE = """
+import multiprocessing, os, signal, sys, threading
+from npusim.dse import load_spec
+from npusim.dse.runner import PoolRunner, _task
+from npusim.dse.search import grid
+from npusim.dse.spec import SweepError
+
+thread_errors = []
+threading.excepthook = lambda hook: thread_errors.append(hook.exc_type.__name__)
+sys.setswitchinterval(1e-6)
+spec = load_spec(sys.argv[1])
+tasks = [_task(spec, p) for p in grid(spec)]
+for _ in range(3):
+    runner = PoolRunner(2)
+    try:
+        for n, _ in enumerate(runner.map(tasks), 1):
+            if n == 10:
+                os.kill(multiprocessing.active_children()[0].pid, signal.SIGKILL)
+    except SweepError as e:
+        print(str(e).split(";")[0])
+    finally:
+        runner.close()
+    print("workers left:", len(multiprocessing.active_children()), "thread errors:", thread_errors)
+sys.stdout.flush()
+os._exit(0)  # a worker left would hang a normal exit: the lines above say so instead
+"""
+
+
+def test_a_dead_worker_ends_the_pool_whatever_the_driver_does_meanwhile(tmp_path):
+    spec_file = write_spec(tmp_path, MANY)
+    r = subprocess.run([sys.executable, "-c", DEAD_WORKER_RACE, str(spec_file)], env=env(),
+                       capture_output=True, text=True, timeout=120)
+    died = "a worker process died while running a point (killed, or out of memory: " \
+        f"{cores()} cores' workers share this machine's memory)"
+    assert r.stdout.splitlines() == [died, "workers left: 0 thread errors: []"] * 3, r.stderr
+    assert r.returncode == 0, r.stderr

@@ -157,20 +157,21 @@ class PoolRunner:
         yield from self._run_on_pool(tasks, rest)
 
     def _run_on_pool(self, tasks: list[Task], indices: list[int]):
+        """The points at ``indices`` on the pool, each (index, result) as it finishes. A point
+        still queued when the caller stops is cancelled by ``close`` (in the pool's own
+        thread: one cancelled here could race the pool failing its points when a worker
+        dies, and the pool's thread would stop before it ended the other workers)."""
         futures = {self.submit(run_task, tasks[i]): i for i in indices}
-        try:
-            for f in as_completed(futures):
-                try:
-                    result = f.result()
-                except BrokenProcessPool:
-                    raise SweepError(f"a worker process died while running a point (killed, "
-                                     f"or out of memory: {cores()} cores' workers share this "
-                                     "machine's memory); the points finished are stored: rerun "
-                                     "to resume, with --workers 1 if memory is short") from None
-                yield futures[f], result
-        finally:
-            for f in futures:
-                f.cancel()
+        for f in as_completed(futures):
+            try:
+                result = f.result()
+            except BrokenProcessPool:
+                self._stop_pool()  # the pool fails every point and ends its workers first
+                raise SweepError(f"a worker process died while running a point (killed, "
+                                 f"or out of memory: {cores()} cores' workers share this "
+                                 "machine's memory); the points finished are stored: rerun "
+                                 "to resume, with --workers 1 if memory is short") from None
+            yield futures[f], result
 
     def submit(self, fn, *args):
         """``fn(*args)`` on a worker (the pool is forked from the driver as it is now, if
