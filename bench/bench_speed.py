@@ -7,7 +7,9 @@ numba and torch start with it: one core is the process pinned to the last CPU of
 kin = 1, ``torch.set_num_threads(1)``); all cores is the inherited affinity and the libraries'
 own defaults. In a child, for each network and preset, ``--rounds`` rounds each time PyTorch,
 then ``simulate(mode="estimate")``, then ``simulate(mode="run")``, one after the other, after
-one warm-up of each (numba compiles there); a cell is the median over rounds of the round's
+one warm-up of each (numba compiles there); on all cores each timed call starts
+``SETTLE_S`` after the one before, once the threads of the library timed before have stopped
+spinning; a cell is the median over rounds of the round's
 npusim / PyTorch ratio (a pair measured seconds apart sees the same load); below each table
 the same cells follow as median times (ms), npusim's and PyTorch's. Each one-core cell
 over its target is profiled once more (``hot_spots``): its hot functions and its floor, the
@@ -46,15 +48,25 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
                     "NUMBA_NUM_THREADS")
 
 
-def seconds(fn) -> float:
-    """Wall time of one call of ``fn`` (seconds)."""
+# seconds each timed call waits first where the libraries run several threads: an idle
+# OpenBLAS thread spins about 0.1 s before it sleeps, and a call timed while the threads of
+# the call before still spin shares the cores with them (PyTorch's ResNet-18 on two cores:
+# 94 ms right after an npusim estimate, 76 ms after 0.05 s, 24-27 ms after 0.1-0.3 s)
+SETTLE_S = 0.25
+
+
+def seconds(fn, settle: float = 0.0) -> float:
+    """Wall time of one call of ``fn`` (seconds), made ``settle`` seconds after the caller's
+    last work."""
+    time.sleep(settle)
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def cell(graph, x, module, xt, arch: str, rounds: int) -> dict:
-    """Median npusim / torch ratios of one network on one preset, estimate and run."""
+def cell(graph, x, module, xt, arch: str, rounds: int, settle: float = 0.0) -> dict:
+    """Median npusim / torch ratios of one network on one preset, estimate and run; each
+    timed call ``settle`` seconds after the one before (``SETTLE_S``)."""
     import torch
 
     import npusim
@@ -71,7 +83,7 @@ def cell(graph, x, module, xt, arch: str, rounds: int) -> dict:
     times = {name: [] for name in calls}
     for _ in range(rounds):
         for name, fn in calls.items():
-            times[name].append(seconds(fn))
+            times[name].append(seconds(fn, settle))
     ratio = {mode: statistics.median(t / ref for t, ref in
                                      zip(times[mode], times["torch"], strict=True))
              for mode in ("estimate", "run")}
@@ -162,7 +174,8 @@ def child(args) -> None:
             density = PRESETS[preset]
             g = graph if density is None else prune(graph, density)
             try:
-                out = cell(g, x, module, xt, preset, args.rounds)
+                out = cell(g, x, module, xt, preset, args.rounds,
+                           settle=0.0 if args.cores == "one" else SETTLE_S)
             except NpusimError as e:
                 out = {"error": str(e)}
             print(json.dumps({"network": name, "preset": preset, **out}), flush=True)
