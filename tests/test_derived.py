@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from npusim import bitconv, derived, ops, quant
+from npusim import bitconv, derived, ops, quant, tensors
 from npusim.dataflows import region_work
 from npusim.dse.runner import prepared
 from npusim.simulate import simulate
@@ -116,6 +116,22 @@ def test_an_unpickled_network_keeps_its_weights_read_only(pnet, monkeypatch):
     once = len(calls)
     simulate(net, x, "input-reuse-1024", mode="estimate")
     assert once >= len(net.conv_nodes) and len(calls) == once
+
+
+def test_a_conv_bias_stays_read_only_and_is_checked_once(pnet, monkeypatch):
+    """``ops.Conv`` makes its bias read-only as it does its weights (also when unpickled), so
+    the finite check of each weight and bias runs on the first simulate alone: a second
+    one checks only the convs' inputs."""
+    graph, x = pnet
+    net = pickle.loads(pickle.dumps(graph))
+    convs = net.conv_nodes
+    assert all(n.op.bias is not None and derived.is_frozen(n.op.bias) for n in convs)
+    assert derived.is_frozen(ops.Conv(np.ones((2, 1, 1, 1)), np.zeros(2)).bias)
+    calls = counting(monkeypatch, tensors, "check_finite")
+    simulate(net, x, "systolic-32x32-ws", mode="estimate")
+    first = len(calls)
+    simulate(net, x, "systolic-32x32-ws", mode="estimate")
+    assert first - (len(calls) - first) == 2 * len(convs)  # each weight and bias, once
 
 
 def test_a_kept_layout_is_the_weights_transposed():

@@ -5,8 +5,8 @@ non-zero mask, the int8 weights and scales, the packed mask words, the per-tap a
 non-zero counts) need not be recomputed by each ``simulate`` or each arch point of a sweep.
 ``derived(a, key, make)`` keeps ``make()``'s value with ``a`` for ``key``, but only when ``a``
 cannot change under it: ``a`` and every array it views are read-only (``frozen`` makes an
-array so: ``ops.Conv`` freezes its weights when it is built). For any other array it calls
-``make()`` every time: a cached value can never be stale because the data cannot be written
+array so: ``ops.Conv`` freezes its weights and bias when it is built). For any other array it
+calls ``make()`` every time: a cached value can never be stale because the data cannot be written
 through numpy (only by turning the write flag back on by hand, which the flag's owner
 should not do while the array is in a network). An entry lives as long as its array
 (``weakref.finalize``); the derived arrays are returned read-only, so they key their own

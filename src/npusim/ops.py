@@ -70,8 +70,11 @@ class Conv(Op):
     groups: int = 1
 
     def __post_init__(self):  # an int or (h, w) given: normalised once, here
-        # read-only (``derived.frozen``), so what machines derive from the weights is kept
+        # read-only (``derived.frozen``), so what machines derive from the weights and the
+        # bias (their masks, layouts, finite checks) is kept
         object.__setattr__(self, "weight", frozen(self.weight))
+        if self.bias is not None:
+            object.__setattr__(self, "bias", frozen(self.bias))
         object.__setattr__(self, "stride", pair(self.stride, "stride", "conv"))
         object.__setattr__(self, "padding", padding4(self.padding, "conv"))
         object.__setattr__(self, "dilation", pair(self.dilation, "dilation", "conv"))
@@ -80,7 +83,9 @@ class Conv(Op):
     def __setstate__(self, state: dict):
         # unpickled (a Dask worker, a spawned process): numpy unpickles arrays writeable, so
         # the weights are made read-only again, or every call would derive their data anew
-        self.__dict__.update(state, weight=frozen(state["weight"]))
+        bias = state.get("bias")
+        self.__dict__.update(state, weight=frozen(state["weight"]),
+                             bias=None if bias is None else frozen(bias))
 
     def layer(self, in_shapes: list[Shape], name: str):
         from .ir import ConvLayer

@@ -297,7 +297,7 @@ def check_model_finite(model: Graph) -> None:
     """Refuse, before any layer runs, a conv/linear weight or bias with a NaN or inf
     (``tensors.check_finite``; the network's input is checked as it is read, each conv's
     input again when it runs, for a non-finite value an earlier op produced; a read-only
-    weight passed once is not checked again)."""
+    weight or bias passed once is not checked again)."""
     for node in model.conv_nodes:
         for name in ("weight", "bias"):
             a = getattr(node.op, name)
