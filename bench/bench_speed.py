@@ -7,11 +7,11 @@ numba and torch start with it: one core is the process pinned to the last CPU of
 kin = 1, ``torch.set_num_threads(1)``); all cores is the inherited affinity and the libraries'
 own defaults. In a child, for each network and preset, ``--rounds`` rounds each time PyTorch,
 then ``simulate(mode="estimate")``, then ``simulate(mode="run")``, one after the other, after
-one warm-up of each (numba compiles there); on all cores each timed call starts
-``SETTLE_S`` after the one before, once the threads of the library timed before have stopped
-spinning; a cell is the median over rounds of the round's
-npusim / PyTorch ratio (a pair measured seconds apart sees the same load); below each table
-the same cells follow as median times (ms), npusim's and PyTorch's. Each one-core cell
+one warm-up of each (numba compiles there); on all cores each timed call starts ``SETTLE_S``
+after the one before, once the threads of the library timed before have stopped spinning; a
+cell is the median over rounds of the round's npusim / PyTorch ratio (a pair measured seconds
+apart sees the same load); below each table the same cells follow as median times (ms),
+npusim's and PyTorch's. Each one-core cell
 over its target is profiled once more (``hot_spots``): its hot functions and its floor, the
 share of the call in compiled work times its ratio.
 
