@@ -102,11 +102,13 @@ def hot_spots(fn, top: int = 5) -> dict:
     small calls: time spread over per-layer Python and numpy overheads), and the seconds of
     the call spent in compiled work (``compiled_s``): npusim's numba kernels
     (``compiled_kernels``) and the dense engine's functions (``engine.py``: its BLAS GEMMs
-    and im2col copies). Those seconds over PyTorch's time are the cell's floor: what it
-    would read if every line of Python and every numpy call around the compiled work took no
-    time. They are taken as seconds, not as a share of the profiled call: the profiler slows
-    each Python call (a call of many small ones by 1.1-1.8x) and not the compiled work, so
-    a share of the profiled call, times the cell's ratio, read low. The compiled kernels that
+    and im2col copies), and of them the dense engine's (``engine_s``). Those seconds over
+    PyTorch's time are the cell's floor: what it would read if every line of Python and
+    every numpy call around the compiled work took no time; the engine's over PyTorch's, the
+    part of it that computes the activations, a dense convolution PyTorch computes too.
+    They are taken as seconds, not as a share of the profiled call: the profiler slows each
+    Python call (a call of many small ones by 1.1-1.8x) and not the compiled work, so a
+    share of the profiled call, times the cell's ratio, read low. The compiled kernels that
     ``in_parallel`` runs on the row pool show in cProfile as the caller's wait on a lock:
     that wait is given to the functions that called ``in_parallel``, in proportion to their
     time in it, and counted as compiled."""
@@ -115,13 +117,15 @@ def hot_spots(fn, top: int = 5) -> dict:
     stats = pstats.Stats(profile).stats
     kernels = compiled_kernels()
     own: dict[str, float] = {}
-    compiled = 0.0
+    engine = machine = 0.0  # the dense engine's seconds; the machines' compiled kernels'
     for (file, line, name), (_, _, tt, _, _) in stats.items():
         if name != POOL_WAIT:
             key = f"{os.path.basename(file).removesuffix('.py')}.{name}" if file != "~" else name
             own[key] = own.get(key, 0.0) + tt
-            if (file, line, name) in kernels or file.endswith(ENGINE):
-                compiled += tt
+            if file.endswith(ENGINE):
+                engine += tt
+            elif (file, line, name) in kernels:
+                machine += tt
     wait = sum(v[2] for k, v in stats.items() if k[2] == POOL_WAIT)
     pools = [v[4] for k, v in stats.items() if k[2] == "in_parallel"]
     started = {f"{os.path.basename(k[0]).removesuffix('.py')}.{k[2]} (row kernels)": v[3]
@@ -132,7 +136,7 @@ def hot_spots(fn, top: int = 5) -> dict:
     spots = sorted(own.items(), key=lambda kv: -kv[1])[:top]
     calls = sum(v[1] for v in stats.values())
     return {"spots": ", ".join(f"{100 * t / total:.0f}% {name}" for name, t in spots)
-            + f"; {calls} calls", "compiled_s": compiled + wait}
+            + f"; {calls} calls", "compiled_s": engine + machine + wait, "engine_s": engine}
 
 
 ENGINE = os.path.join("npusim", "engine.py")
@@ -268,11 +272,11 @@ def table(cores: str, rows: list[dict], args) -> None:
     times_table(rows, args)
     for r in rows:
         for mode, hot in r.get("hot_spots", {}).items():
-            floor = hot["compiled_s"] / r["torch_s"]
+            floor, engine = hot["compiled_s"] / r["torch_s"], hot["engine_s"] / r["torch_s"]
             print(f"{r['network']} {r['preset']} {mode} {r[mode]:.2f}x, over target: "
                   f"{hot['spots']}; compiled kernels and the dense engine "
                   f"{1e3 * hot['compiled_s']:.1f} ms of a {1e3 * r[f'{mode}_s']:.1f} ms call: "
-                  f"a floor of {floor:.2f}x")
+                  f"a floor of {floor:.2f}x (the dense engine alone {engine:.2f}x)")
         if "error" in r:
             print(f"{r['network']} {r.get('preset', '')}: {r['error']}")
         if "peak_rss_mib" in r:
