@@ -45,11 +45,12 @@ def hybrid_arch(tmp_path, objective: str) -> Path:
 
 
 def alone(graph, node, x_in, arch, machine):
-    """The layer on one member by itself, through ``conv2d`` (its stats are its estimate)."""
-    layer, op = graph.layers[node.name], node.op
-    return npusim.conv2d(x_in.reshape(layer.input_shape), op.weight, op.bias,
-                         stride=layer.stride, padding=layer.padding, dilation=layer.dilation,
-                         groups=layer.groups, dataflow=machine, arch=arch)[1]
+    """The layer on one member by itself: the member's estimate on the layer's masks, counted
+    afresh (not the costs ``simulate`` keeps per layer geometry for a machine whose costs
+    follow the shapes, which the hybrid reads)."""
+    layer = graph.layers[node.name]
+    x_mask = x_in.reshape(layer.input_shape) != 0
+    return get(machine).estimate(layer, x_mask, node.op.weight != 0, arch)
 
 
 def hand_move(x_in, arch) -> tuple[int, float]:

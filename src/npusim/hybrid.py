@@ -32,12 +32,13 @@ from .dataflows.base import element_bytes
 from .errors import NpusimError
 from .ir import ConvLayer
 from .memory import Steps
-from .stats import TRANSFER, Counts, LayerStats, Op, price, total
+from .stats import TRANSFER, Counts, LayerStats, Op, price
 
-OBJECTIVES: dict[str, Callable[[LayerStats], float]] = {
-    "cycles": lambda s: float(s.cycles),
-    "energy": lambda s: s.energy_pj,
-    "energy-delay": lambda s: float(s.cycles) * s.energy_pj,
+# each objective of a layer's cycles and energy (pJ), its move's included
+OBJECTIVES: dict[str, Callable[[int, float], float]] = {
+    "cycles": lambda cycles, energy: float(cycles),
+    "energy": lambda cycles, energy: energy,
+    "energy-delay": lambda cycles, energy: float(cycles) * energy,
 }
 
 
@@ -92,7 +93,16 @@ def transfer(layer: ConvLayer, arch) -> LayerStats:
     """The move of ``layer``'s input between two machines' layouts, priced through the memory
     model: one step of no compute that reads the tensor from DRAM and writes it back, so its
     time is both transfers at the DRAM bandwidth (plus latency), its energy both at the DRAM
-    energy per byte. Named ``<layer>.move``, dataflow ``transfer``."""
+    energy per byte. Named ``<layer>.move``, dataflow ``transfer``; priced once per input
+    shape and dtype on ``arch`` (``kept_costs``)."""
+    from .simulate import kept_costs
+
+    key = ("move", layer.input_shape, layer.dtype)
+    return kept_costs(arch, key, lambda: _priced_move(layer, arch)).renamed(f"{layer.name}.move")
+
+
+def _priced_move(layer: ConvLayer, arch) -> LayerStats:
+    """``transfer`` priced afresh."""
     size = input_bytes(layer)
     op = Op(f"{layer.name}.move", f"{size:,} B", layer.dtype)
     counts = Counts(TRANSFER, macs=0, dense_macs=0, multipliers=0)
@@ -101,22 +111,31 @@ def transfer(layer: ConvLayer, arch) -> LayerStats:
     return price(op, counts, steps, arch)
 
 
-def place(layer: ConvLayer, members: tuple[Dataflow, ...], masks, source: str | None, arch,
+def place(layer: ConvLayer, members: tuple[Dataflow, ...],
+          cost: Callable[[Dataflow], LayerStats], source: str | None, arch,
           objective: str) -> Placement:
-    """Cost ``layer`` on every member that can run it (``df.estimate`` on ``masks(df)``), add
-    the move of its input if ``source`` (the machine holding it; None: DRAM) is another, and
-    take the lowest ``objective``; the first listed wins a tie."""
+    """Cost ``layer`` on every member that can run it (``cost(df)``: its stats of the layer
+    alone, ``df.estimate`` on the layer's masks or, for a machine whose costs follow the
+    shapes, those kept for the layer's geometry), add the move of its input if ``source``
+    (the machine holding it; None: DRAM) is another, and take the lowest ``objective``; the
+    first listed wins a tie."""
     score = OBJECTIVES[objective]
     options = []
+    moved = None  # the input's move, priced for the first member that needs it
     for df in members:
         why = df.supports(layer, arch)
         if why:
             options.append(Option(df.name, why_not=why))
             continue
-        stats = df.estimate(layer, *masks(df), arch)
-        move = transfer(layer, arch) if source not in (None, df.name) else None
-        both = stats if move is None else total([stats, move])
-        options.append(Option(df.name, stats, move, score(both)))
+        stats = cost(df)
+        cycles, energy = stats.cycles, stats.energy_pj
+        move = None
+        if source not in (None, df.name):
+            if moved is None:
+                moved = transfer(layer, arch)
+            move = moved
+            cycles, energy = cycles + move.cycles, energy + move.energy_pj  # as ``total``'s
+        options.append(Option(df.name, stats, move, score(cycles, energy)))
     able = [o for o in options if o.score is not None]
     if not able:
         reasons = "; ".join(f"{o.machine}: {o.why_not}" for o in options)

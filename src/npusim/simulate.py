@@ -173,13 +173,24 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
     if len(cfg.machines) == 1:
         df = cfg.machines[0]
         check_supports(df, layer, cfg.arch)
-        if not df.reads_masks and REGISTRY.get(df.name) is df:  # not a wrapper (dse.reuse)
+        if _shape_costed(df):
             return df, lambda: shape_costs(df, layer, cfg.arch), None
         return df, lambda: costs.submit(df, layer, *masks(df), cfg.arch), None
     from .hybrid import place  # several machines: the hybrid's compiler chooses
 
-    placed = place(layer, cfg.machines, masks, source, cfg.arch, cfg.objective)
+    def cost(df: Dataflow) -> LayerStats:  # a member's stats of the layer, needed at once
+        if _shape_costed(df):
+            return shape_costs(df, layer, cfg.arch)
+        return df.estimate(layer, *masks(df), cfg.arch)
+
+    placed = place(layer, cfg.machines, cost, source, cfg.arch, cfg.objective)
     return placed.machine, lambda: placed.stats, placed
+
+
+def _shape_costed(df: Dataflow) -> bool:
+    """Whether ``df``'s costs follow the shapes alone, so ``shape_costs`` keeps them per
+    geometry: a registered machine that reads no masks (not a wrapper of one: dse.reuse)."""
+    return not df.reads_masks and REGISTRY.get(df.name) is df
 
 
 SHAPE_COSTS_KEPT = 4096  # costs each arch keeps, by layer geometry (networks repeat theirs)
