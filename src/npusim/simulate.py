@@ -169,22 +169,38 @@ def check_supports(df: Dataflow, layer: ConvLayer, arch: Arch) -> None:
 def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _Costs):
     """The machine that runs ``layer``: (the machine, ``count`` giving its stats or their
     handle, the hybrid's ``Placement`` or None). ``masks(df)`` gives ``df.estimate``'s
-    masks; ``source`` names the machine whose buffers hold the layer's input (None: DRAM)."""
+    masks; ``source`` names the machine whose buffers hold the layer's input (None: DRAM).
+    A hybrid in mode estimate, whose costs may wait (``_Costs.batch_bytes``), chooses after
+    the walk: no machine yet, and an ``_Undecided`` for the rest (``_decide``)."""
     if len(cfg.machines) == 1:
         df = cfg.machines[0]
         check_supports(df, layer, cfg.arch)
         if _shape_costed(df):
             return df, lambda: shape_costs(df, layer, cfg.arch), None
         return df, lambda: costs.submit(df, layer, *masks(df), cfg.arch), None
+    if cfg.mode == "estimate" and costs.batch_bytes:  # outputs by the engine: choose later
+        undecided = _Undecided(layer, {
+            df.name: _member_costs(df, layer, masks, cfg.arch, costs.submit)
+            for df in cfg.machines if df.supports(layer, cfg.arch) is None})
+        return None, lambda: undecided, undecided
     from .hybrid import place  # several machines: the hybrid's compiler chooses
 
     def cost(df: Dataflow) -> LayerStats:  # a member's stats of the layer, needed at once
-        if _shape_costed(df):
-            return shape_costs(df, layer, cfg.arch)
-        return df.estimate(layer, *masks(df), cfg.arch)
+        return _member_costs(df, layer, masks, cfg.arch,
+                             lambda df, *args: df.estimate(*args))
 
     placed = place(layer, cfg.machines, cost, source, cfg.arch, cfg.objective)
     return placed.machine, lambda: placed.stats, placed
+
+
+def _member_costs(df: Dataflow, layer: ConvLayer, masks, arch: Arch, count):
+    """A hybrid member's stats of ``layer``, or a handle to them: those kept per geometry
+    for a machine whose costs follow the shapes (``shape_costs``), else
+    ``count(df, layer, x_mask, w_mask, arch)`` on ``masks(df)`` (the member's estimate at
+    once, or ``_Costs.submit``'s handle)."""
+    if _shape_costed(df):
+        return shape_costs(df, layer, arch)
+    return count(df, layer, *masks(df), arch)
 
 
 def _shape_costed(df: Dataflow) -> bool:
@@ -379,6 +395,8 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     with _Costs(background=cfg.background, batch_bytes=BATCH_BYTES,
                 counting=walk.counted if walk else None) as costs:
         values, stats, placements = _run_nodes(model, x, cfg, costs, keep_outputs, walk)
+        if any(isinstance(st, _Undecided) for st in stats):
+            stats, placements = _decide(model, stats, cfg, costs)
         stats = [costs.result(st) for st in stats]
     return SimResult(values[model.output_name], stats, cfg.arch, mode, dtype, cfg.name,
                      time.perf_counter() - start, values if keep_outputs else {},
@@ -528,8 +546,10 @@ def _worker():
 def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: bool = False,
                progress: Callable[[int, int, str], None] | None = None):
     """Every node in order: (values still live, one LayerStats or handle per node and per
-    transfer, the hybrid's ``Placement`` per conv). A vector op's output stays with the
-    machine that holds its first input (``holder``: node -> machine name, None for DRAM)."""
+    transfer, the hybrid's ``Placement`` per conv; a hybrid's conv not yet placed is its
+    ``_Undecided``, and its move and placement come from ``_decide``). A vector op's output
+    stays with the machine that holds its first input (``holder``: node -> machine name,
+    None for DRAM)."""
     from . import ops  # a network's (a run of bare shapes defines no op: see ``ir``)
 
     values = {model.input_name: x}
@@ -557,7 +577,7 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
                 out = node.op(*args)
             st = _vector_stats(node.name, node.op, [model.shapes[n] for n in node.inputs],
                                model.shapes[node.name], cfg.arch, cfg.dtype)
-            holder[node.name] = holder[node.inputs[0]] if node.inputs else None
+            holder[node.name] = _held(holder, node)
         values[node.name] = out
         stats.append(st)
         for name in dead_after.get(i, ()):
@@ -565,15 +585,57 @@ def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: boo
     return values, stats, placements
 
 
-def _record(stats: list, placements: list, placed, cfg: RunConfig) -> str:
+def _held(holder: dict[str, str | None], node) -> str | None:
+    """The machine that holds a vector op's output: the one holding its first input (None:
+    DRAM)."""
+    return holder[node.inputs[0]] if node.inputs else None
+
+
+def _record(stats: list, placements: list, placed, cfg: RunConfig) -> str | None:
     """Keep a hybrid's placement of a conv and, before the conv's own stats, the stats of
-    its input's move; the name of the machine that now holds the conv's output."""
+    its input's move; the name of the machine that now holds the conv's output (None for a
+    conv not yet placed: ``_decide`` follows the holders again once it is)."""
     if placed is None:
         return cfg.machines[0].name
+    if isinstance(placed, _Undecided):
+        return None
     placements.append(placed)
     if placed.transfer is not None:
         stats.append(placed.transfer)
     return placed.machine.name
+
+
+@dataclass(eq=False)
+class _Undecided:
+    """A hybrid's conv in mode estimate, walked before its member is chosen (its outputs are
+    the dense engine's whichever runs it): its layer and each member that can run it, by
+    name, with its stats or their handle (``_member_costs``), counted with the other layers'
+    after the walk, as on one machine (``_Costs``); ``_decide`` then chooses."""
+
+    layer: ConvLayer
+    members: dict[str, object]
+
+
+def _decide(model: Graph, stats: list, cfg: RunConfig, costs: _Costs) -> tuple[list, list]:
+    """A hybrid's choices in mode estimate, made after the walk (``_Undecided``), in network
+    order as the walk makes them in the other modes, the holders followed as it follows
+    them: the walk's stats (one per node) with each conv's replaced by the move of its
+    input, if any, and its chosen member's stats; and the placements."""
+    from .hybrid import place
+
+    holder: dict[str, str | None] = {model.input_name: None}
+    decided: list = []
+    placements: list = []
+    for node, st in zip(model.nodes, stats, strict=True):
+        if not isinstance(st, _Undecided):
+            holder[node.name] = _held(holder, node)
+            decided.append(st)
+            continue
+        placed = place(st.layer, cfg.machines, lambda df, st=st: costs.result(st.members[df.name]),
+                       holder[node.inputs[0]], cfg.arch, cfg.objective)
+        holder[node.name] = _record(decided, placements, placed, cfg)
+        decided.append(placed.stats)
+    return decided, placements
 
 
 def simulate_shapes(layers: list[ConvLayer], arch: Arch | str | None = None,
