@@ -15,8 +15,9 @@ npusim's and PyTorch's. Each one-core cell
 over its target is profiled once more (``hot_spots``): its hot functions and its floor, the
 seconds of the call in compiled work over PyTorch's.
 
-The sparse presets run on weights magnitude-pruned to 0.3 density (``npusim.frontends.prune``),
-the dense ones on the zoo's weights. Targets (issue 15): estimate <= 2x and run <= 4x on every
+The sparse presets and the hybrid (whose members include sparse-pairs) run on weights
+magnitude-pruned to 0.3 density (``npusim.frontends.prune``), the dense ones on the zoo's
+weights. Targets (issue 15): estimate <= 2x and run <= 4x on every
 cell, one core. The peak resident memory of each child is printed after its table, and then
 (issue 15, item 6: under 600 MiB) the peak of one ``simulate`` of ResNet-50 at batch 8
 (``--peak-batch``) per mode on the systolic and the sparse-pairs preset, each in a fresh
@@ -41,7 +42,7 @@ import sys
 import time
 
 PRESETS = {"systolic-32x32-ws": None, "dilated-grid-2x2-h3": None, "group-tile-64mac": None,
-           "input-reuse-1024": 0.3, "sparse-pairs-32x32": 0.3}
+           "input-reuse-1024": 0.3, "sparse-pairs-32x32": 0.3, "hybrid-3x1024": 0.3}
 NETWORKS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "ppocr-cls")
 TARGETS = {"estimate": 2.0, "run": 4.0}  # npusim / PyTorch on one core (issue 15)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
