@@ -45,6 +45,33 @@ def test_patches_a_band_of_rows_at_a_time_against_both_references(layer, rows, s
         assert out.dtype == np.int32 and (out == reference.conv2d(x, w, b, layer)).all()
 
 
+@pytest.mark.parametrize("banded", [False, True])
+def test_int8_sums_past_2_to_24_stay_exact(banded):
+    """Operands near the int8 extremes (126 and 127 x -128, 127): each of 2,304 products is
+    about 2**14, so the sums pass 2**24, where float32 no longer holds every whole number (a
+    single float32 GEMM of them rounds); the engine's runs of ``EXACT_TERMS`` terms, added in
+    float64, give the exact sums, at once and a band of rows at a time."""
+    layer = ConvLayer(1, 256, 6, 7, 5, 3, 3, 1, 1, bias=True, dtype="int8")
+    rng = np.random.default_rng(3)
+    x = rng.choice(np.array([126, 127], np.int8), layer.input_shape)
+    w = rng.choice(np.array([-128, 127], np.int8), layer.weight_shape)
+    w[0] = 127  # kernel 0: every product 126 or 127 x 127, its sums near 2**25
+    b = rng.integers(-2**20, 2**20, layer.K).astype(np.int32)
+    ref = reference.conv2d(x, w, b, layer)
+    assert np.abs(ref).max() > 2**24 and layer.Cg * layer.R * layer.S > engine.EXACT_TERMS
+    with pytest.MonkeyPatch.context() as mp:
+        if banded:
+            mp.setattr(engine, "BAND_FROM", 0)
+            mp.setattr(engine, "BAND_BYTES", 2 * layer.Cg * layer.R * layer.S * layer.Q * 4)
+            assert engine.band_rows(layer, 4) == 2
+        out = engine.conv2d(x, w, b, layer)
+    assert out.dtype == np.int32 and np.array_equal(out, ref)
+    cols = engine.im2col(x.astype(np.float32), layer)[0]
+    one_gemm = np.matmul(w.astype(np.float32).reshape(1, layer.K, -1), cols)
+    assert not np.array_equal(one_gemm.reshape(ref.shape).astype(np.int64) + b[:, None, None],
+                              ref)  # what the runs avoid
+
+
 def test_large_patches_of_few_kernels_go_in_bands_and_many_kernels_at_once():
     """VGG-16's conv1_2 (115 MB of float32 patches, 64 kernels) goes about 1 MB of patches a
     band; its conv5 (512 kernels), a 1x1 layer (no patches to copy) and a small layer go all

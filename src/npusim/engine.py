@@ -3,8 +3,9 @@ layer of large patches and few kernels a band of output rows at a time (``band_r
 
 Shared by every dataflow whose arithmetic is a dense product (``systolic``) and
 by ``simulate(mode='estimate')`` for activations. Float32 inputs accumulate in
-float32; int8 inputs accumulate exactly (float64 GEMM is exact below 2**53,
-far above any int32 sum) and come back as int32.
+float32; int8 inputs accumulate exactly and come back as int32: their GEMMs run in
+float32 too, whose sums of up to ``EXACT_TERMS`` int8 products are exact (``_gemm``),
+and depthwise sums in float64 (exact below 2**53, far above any int32 sum).
 """
 
 from __future__ import annotations
@@ -63,21 +64,53 @@ def band_rows(layer: ConvLayer, itemsize: int) -> int:
     return min(layer.P, max(1, BAND_BYTES // (layer.groups * row_bytes)))
 
 
-def _banded(x: np.ndarray, wm: np.ndarray, layer: ConvLayer, rows: int) -> np.ndarray:
+def _banded(x: np.ndarray, wm: np.ndarray, layer: ConvLayer, rows: int,
+            integer: bool) -> np.ndarray:
     """``conv2d``'s sums (N x K x P x Q) from the patches of ``rows`` output rows at a time
     (``band_rows``), each band's copied into one buffer; ``wm``: G x Kg x (Cg*R*S). Every
-    output's sum is the same dot product as from all the patches at once."""
+    output's sum is the same dot product as from all the patches at once (``_gemm``)."""
     G, Cg, R, S, P, Q = layer.groups, layer.Cg, layer.R, layer.S, layer.P, layer.Q
     view = patches(x, layer).reshape(x.shape[0], G, Cg, R, S, P, Q)
-    out = np.empty((x.shape[0], G, layer.Kg, P * Q), x.dtype)
+    out = np.empty((x.shape[0], G, layer.Kg, P * Q), _sums_dtype(wm.shape[-1], integer))
     band = np.empty((G, Cg, R, S, rows, Q), x.dtype)
     for n in range(x.shape[0]):
         for p0 in range(0, P, rows):
             p1 = min(P, p0 + rows)
             cols = band[:, :, :, :, :p1 - p0]
             cols[...] = view[n, :, :, :, :, p0:p1]
-            np.matmul(wm, cols.reshape(G, Cg * R * S, -1), out=out[n, :, :, p0 * Q:p1 * Q])
+            _gemm(wm, cols.reshape(G, Cg * R * S, -1), integer, out[n, :, :, p0 * Q:p1 * Q])
     return out.reshape(layer.output_shape)
+
+
+# An int8 product is at most 2**14 in magnitude (-128 x -128), so every partial sum of up to
+# 2**10 of them is a whole number below 2**24, which float32 holds exactly: a float32 GEMM of
+# that many terms is exact in any order of its additions, fused or not, and twice the speed
+# of a float64 one. Longer sums are cut into runs of EXACT_TERMS, each a float32 GEMM, added
+# in float64 (exact below 2**53)
+EXACT_TERMS = 1 << 10
+
+
+def _sums_dtype(terms: int, integer: bool):
+    """The dtype ``_gemm`` gives sums of ``terms`` products in: float32, or float64 for int8
+    operands past ``EXACT_TERMS``."""
+    return np.float64 if integer and terms > EXACT_TERMS else np.float32
+
+
+def _gemm(wm: np.ndarray, cols: np.ndarray, integer: bool,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """``wm @ cols`` (float32 operands; ``out``, if given, of ``_sums_dtype``): for int8
+    values (``integer``) exactly, in float32 GEMMs of ``EXACT_TERMS`` terms at most, added
+    in float64 when there are more."""
+    terms = wm.shape[-1]
+    if not integer or terms <= EXACT_TERMS:
+        return np.matmul(wm, cols, out=out)
+    sums = np.matmul(wm[..., :EXACT_TERMS], cols[..., :EXACT_TERMS, :]).astype(np.float64)
+    for t in range(EXACT_TERMS, terms, EXACT_TERMS):
+        sums += np.matmul(wm[..., t:t + EXACT_TERMS], cols[..., t:t + EXACT_TERMS, :])
+    if out is None:
+        return sums
+    out[...] = sums
+    return out
 
 
 def depthwise(x: np.ndarray, w: np.ndarray, layer: ConvLayer, acc,
@@ -232,16 +265,18 @@ def store_row(sums, out, n, k0, p):  # pragma: no cover
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLayer) -> np.ndarray:
     """Dense convolution of ``layer``: float32 out for float inputs, int32 for int8 inputs."""
     integer = np.issubdtype(x.dtype, np.integer)
-    acc = np.float64 if integer else np.float32
     if layer.Cg == 1:
+        acc = np.float64 if integer else np.float32
         return finish(depthwise(x, w, layer, acc, bias=bias), None, layer, integer)
-    x = x.astype(acc, copy=False)
-    wm = w.astype(acc, copy=False).reshape(layer.groups, layer.Kg, -1)
+    x = x.astype(np.float32, copy=False)  # int8 values too: exact (``_gemm``)
+    wm = w.astype(np.float32, copy=False).reshape(layer.groups, layer.Kg, -1)
     rows = band_rows(layer, x.itemsize)
     if rows < layer.P:
-        out = _banded(x, wm, layer, rows)
+        out = _banded(x, wm, layer, rows, integer)
     else:
-        out = np.matmul(wm, im2col(x, layer)).reshape(layer.output_shape)
+        out = _gemm(wm, im2col(x, layer), integer).reshape(layer.output_shape)
+    if integer:  # whole numbers, the bias added to them in float64 as every fast path does
+        out = out.astype(np.float64, copy=False)
     return finish(out, bias, layer, integer)
 
 
@@ -249,8 +284,9 @@ def finish(out: np.ndarray, bias: np.ndarray | None, layer: ConvLayer,
            integer: bool) -> np.ndarray:
     """Add the bias to accumulated sums; for int8 inputs (``integer``) return exact int32.
 
-    Every fast path accumulates int8 products in float64 (exact below 2**53) and
-    ends here, so the int32 range check and rounding are written once.
+    Every fast path sums int8 products exactly, as whole numbers in float64 (exact below
+    2**53; the engine's GEMMs in float32 runs first, ``_gemm``) or int64, and ends here,
+    so the int32 range check and rounding are written once.
     """
     if bias is not None:
         out += np.asarray(bias).astype(out.dtype).reshape(1, -1, 1, 1)
