@@ -1,8 +1,10 @@
 """The int8 scheme: ranges, scales and rounding, checked against float64 arithmetic."""
 
 import numpy as np
+import pytest
 
 from npusim import quant
+from npusim.errors import NpusimError
 
 
 def test_activation_quantisation_is_symmetric_and_bounded():
@@ -66,3 +68,48 @@ def test_a_network_with_a_dead_kernel_runs_in_int8_within_the_rounding_bound():
     node = graph.conv_nodes[0]
     want = reference.conv2d(x, w, bias, graph.layers[node.name])
     assert (np.abs(got - want) <= int8_bound(node, x, got) + 1e-6).all()
+
+
+def test_compiled_quantisation_is_the_numpy_formula_bit_for_bit():
+    """The compiled passes against the scheme's formulas written in numpy: activations
+    ``clip(rint(x / s))`` with the division in float32, accumulators ``clip(rint(acc * (s_x
+    s_w[k]) / s))`` in float64, on random tensors and on exact ties (half-way values, which
+    round to even)."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, 6, 9, 11)) * rng.uniform(0.01, 50)).astype(np.float32)
+    ties = np.array([127.0, 0.5, 1.5, 2.5, -2.5, -0.5, 126.5], np.float32)  # s == 1 exactly
+    for t in (x, -x, ties, np.zeros(5, np.float32)):
+        s = float(quant._scale(np.abs(t).max()))
+        expect = np.clip(np.rint(t / np.float32(s)), -127, 127).astype(np.int8)
+        q, got = quant.quantize_activations(t)
+        assert got == s and q.dtype == np.int8 and np.array_equal(q, expect)
+    assert quant.quantize_activations(ties)[0].tolist() == [127, 0, 2, 2, -2, 0, 126]
+
+    acc = rng.integers(-2**31, 2**31, (2, 5, 7, 3)).astype(np.int32)
+    x_scale, w_scales = 0.0173, rng.uniform(1e-4, 1e-2, 5)
+    tie_acc = np.array([254, 1, 3, 5, -5, -1, 253], np.int32).reshape(1, 7, 1, 1)
+    for a, sx, sw in ((acc, x_scale, w_scales), (tie_acc, 0.5, np.full(7, 2.0))):
+        real = a.astype(np.float64) * (sx * sw).reshape(1, -1, 1, 1)
+        s = float(quant._scale(np.abs(real).max()))
+        r = quant.requantize(a, sx, sw)
+        assert r.scale == s
+        assert np.array_equal(r.q, np.clip(np.rint(real / s), -127, 127).astype(np.int8))
+    assert quant.requantize(tie_acc, 0.5, np.full(7, 2.0)).q.ravel().tolist() == [
+        127, 0, 2, 2, -2, 0, 126]  # s = 2: 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, 126.5 -> 126
+
+
+def test_exact_int32_adds_the_bias_rounds_and_refuses_an_overflow():
+    rng = np.random.default_rng(6)
+    bias = rng.integers(-2**20, 2**20, 4).astype(np.int32)
+    for sums in (rng.integers(-2**30, 2**30, (2, 4, 3, 5)).astype(np.float64),
+                 rng.integers(-2**30, 2**30, (2, 4, 3, 5)).astype(np.int64)):
+        expect = np.rint(sums + bias.astype(sums.dtype).reshape(1, -1, 1, 1)).astype(np.int64)
+        got = quant.exact_int32(sums, bias, "conv")
+        assert got.dtype == np.int32 and np.array_equal(got, expect)
+        assert np.array_equal(quant.exact_int32(sums, None, "conv"), sums.astype(np.int64))
+    sums = np.zeros((1, 2, 2, 2))
+    sums[0, 1, 1, 0] = 2.0**31
+    sums[0, 0, 0, 1] = -5.0
+    with pytest.raises(NpusimError, match=r"conv7: int32 accumulator overflow "
+                                          r"\(range -5\.\.2147483648\)"):
+        quant.exact_int32(sums, None, "conv7")

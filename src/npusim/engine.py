@@ -17,7 +17,7 @@ from . import simd
 from .ir import ConvLayer
 from .jit import njit
 from .parallel import in_parallel
-from .quant import check_int32
+from .quant import exact_int32
 from .reference import pad_input
 
 
@@ -286,10 +286,10 @@ def finish(out: np.ndarray, bias: np.ndarray | None, layer: ConvLayer,
 
     Every fast path sums int8 products exactly, as whole numbers in float64 (exact below
     2**53; the engine's GEMMs in float32 runs first, ``_gemm``) or int64, and ends here,
-    so the int32 range check and rounding are written once.
+    so the int32 range check and rounding are written once (``quant.exact_int32``).
     """
+    if integer:
+        return exact_int32(out, bias, layer.name)
     if bias is not None:
         out += np.asarray(bias).astype(out.dtype).reshape(1, -1, 1, 1)
-    if integer:
-        return check_int32(np.rint(out).astype(np.int64), layer.name)
     return out

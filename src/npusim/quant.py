@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import NpusimError
+from .jit import njit
 
 QMAX = 127
 
@@ -26,9 +27,33 @@ def _scale(max_abs) -> np.ndarray:
 
 
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, float]:
-    """(int8 tensor, scale) with one scale for the whole tensor."""
-    s = float(_scale(np.abs(x).max() if x.size else 0.0))
-    return np.clip(np.rint(x / s), -QMAX, QMAX).astype(np.int8), s
+    """(int8 tensor, scale) with one scale for the whole tensor: ``clip(rint(x / s))``, the
+    division in x's float32 (a float32 tensor's in two compiled passes, ``_abs_peak`` and
+    ``_rounded``)."""
+    if x.dtype != np.float32 or not x.size:
+        s = float(_scale(np.abs(x).max() if x.size else 0.0))
+        return np.clip(np.rint(x / s), -QMAX, QMAX).astype(np.int8), s
+    flat = np.ascontiguousarray(x).reshape(-1)
+    s = float(_scale(_abs_peak(flat)))
+    return _rounded(flat, np.float32(s), np.empty(flat.size, np.int8)).reshape(x.shape), s
+
+
+@njit(cache=True, nogil=True)
+def _abs_peak(x):  # pragma: no cover
+    """max |x| of a flat array (``np.abs(x).max()``, no array of the absolute values)."""
+    top = abs(x[0])
+    for i in range(1, x.size):
+        top = max(top, abs(x[i]))
+    return top
+
+
+@njit(cache=True, nogil=True)
+def _rounded(x, s, out):  # pragma: no cover
+    """out = clip(rint(x / s), -QMAX, QMAX) as int8, element by element in x's dtype (``s``
+    of the same), as ``quantize_activations``' numpy expression computes it."""
+    for i in range(x.size):
+        out[i] = min(max(np.rint(x[i] / s), -QMAX), QMAX)
+    return out
 
 
 def quantize_weights(w: np.ndarray, scales: np.ndarray | None = None
@@ -67,8 +92,47 @@ def quantize_bias(bias: np.ndarray | None, x_scale: float, w_scales: np.ndarray)
 def check_int32(acc: np.ndarray, where: str) -> np.ndarray:
     """``acc`` as int32, raising if an accumulator would overflow 32 bits."""
     if acc.size and (acc.max() > np.iinfo(np.int32).max or acc.min() < np.iinfo(np.int32).min):
-        raise NpusimError(f"{where}: int32 accumulator overflow (range {acc.min()}..{acc.max()})")
+        _overflow(where, acc.min(), acc.max())
     return acc.astype(np.int32)
+
+
+def _overflow(where: str, low, high):
+    raise NpusimError(f"{where}: int32 accumulator overflow (range {low}..{high})")
+
+
+def exact_int32(sums: np.ndarray, bias: np.ndarray | None, where: str) -> np.ndarray:
+    """int8 convolution sums (N x K x ..., whole numbers in float64, or int64) plus ``bias``
+    (K,) in their dtype, rounded to the nearest whole number, as int32 (``check_int32``'s
+    error if one does not fit): one compiled pass (``_int32_sums``)."""
+    n, k = sums.shape[:2]
+    flat = np.ascontiguousarray(sums).reshape(n, k, -1)
+    shift = np.zeros(k, flat.dtype) if bias is None else np.asarray(bias).astype(flat.dtype)
+    out = np.empty(flat.shape, np.int32)
+    low, high = _int32_sums(flat, shift, out)
+    if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
+        _overflow(where, low, high)
+    return out.reshape(sums.shape)
+
+
+@njit(cache=True, nogil=True)
+def _int32_sums(sums, shift, out):  # pragma: no cover
+    """out[n, k, i] = rint(sums[n, k, i] + shift[k]) (the add in sums' dtype), stored as
+    int32 where it fits; (least, greatest) of the rounded values as int64, out unusable if
+    they pass int32's range."""
+    low, high = np.int64(0), np.int64(0)
+    first = True
+    for n in range(sums.shape[0]):
+        for k in range(sums.shape[1]):
+            row, dest, b = sums[n, k], out[n, k], shift[k]
+            for i in range(row.size):
+                v = np.int64(np.rint(row[i] + b))
+                if first or v < low:
+                    low = v
+                if first or v > high:
+                    high = v
+                first = False
+                dest[i] = v
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -83,7 +147,37 @@ class Requantized:
 
 
 def requantize(acc: np.ndarray, x_scale: float, w_scales: np.ndarray) -> Requantized:
-    """int32 accumulators (N, K, P, Q) to int8 with a per-tensor output scale."""
-    real = acc.astype(np.float64) * (x_scale * w_scales).reshape(1, -1, 1, 1)
-    s = float(_scale(np.abs(real).max() if real.size else 0.0))
-    return Requantized(np.clip(np.rint(real / s), -QMAX, QMAX).astype(np.int8), s)
+    """int32 accumulators (N, K, P, Q) to int8 with a per-tensor output scale: real =
+    acc * (x_scale * w_scales[k]) in float64, s = max |real| / QMAX, q = clip(rint(real /
+    s)), in two compiled passes over the accumulators (``_real_peak``, ``_requantized``),
+    no array of the real values."""
+    scales = np.asarray(x_scale * np.asarray(w_scales, np.float64), np.float64).reshape(-1)
+    flat = np.ascontiguousarray(acc).reshape(acc.shape[0], acc.shape[1], -1)
+    if not flat.size:
+        return Requantized(np.zeros(acc.shape, np.int8), 1.0)
+    s = float(_scale(_real_peak(flat, scales)))
+    q = _requantized(flat, scales, s, np.empty(flat.shape, np.int8))
+    return Requantized(q.reshape(acc.shape), s)
+
+
+@njit(cache=True, nogil=True)
+def _real_peak(acc, scales):  # pragma: no cover
+    """max over n, k, i of |acc[n, k, i] * scales[k]| in float64."""
+    top = 0.0
+    for n in range(acc.shape[0]):
+        for k in range(acc.shape[1]):
+            row, m = acc[n, k], scales[k]
+            for i in range(row.size):
+                top = max(top, abs(row[i] * m))
+    return top
+
+
+@njit(cache=True, nogil=True)
+def _requantized(acc, scales, s, out):  # pragma: no cover
+    """out[n, k, i] = clip(rint(acc[n, k, i] * scales[k] / s), -QMAX, QMAX) as int8."""
+    for n in range(acc.shape[0]):
+        for k in range(acc.shape[1]):
+            row, dest, m = acc[n, k], out[n, k], scales[k]
+            for i in range(row.size):
+                dest[i] = min(max(np.rint(row[i] * m / s), -QMAX), QMAX)
+    return out
