@@ -4,7 +4,7 @@ layer of large patches and few kernels a band of output rows at a time (``band_r
 Shared by every dataflow whose arithmetic is a dense product (``systolic``) and
 by ``simulate(mode='estimate')`` for activations. Float32 inputs accumulate in
 float32; int8 inputs accumulate exactly and come back as int32: their GEMMs run in
-float32 too, whose sums of up to ``EXACT_TERMS`` int8 products are exact (``_gemm``),
+float32 too, whose sums of up to ``EXACT_TERMS`` int8 products are exact (``gemm``),
 and depthwise sums in float64 (exact below 2**53, far above any int32 sum).
 """
 
@@ -68,7 +68,7 @@ def _banded(x: np.ndarray, wm: np.ndarray, layer: ConvLayer, rows: int,
             integer: bool) -> np.ndarray:
     """``conv2d``'s sums (N x K x P x Q) from the patches of ``rows`` output rows at a time
     (``band_rows``), each band's copied into one buffer; ``wm``: G x Kg x (Cg*R*S). Every
-    output's sum is the same dot product as from all the patches at once (``_gemm``)."""
+    output's sum is the same dot product as from all the patches at once (``gemm``)."""
     G, Cg, R, S, P, Q = layer.groups, layer.Cg, layer.R, layer.S, layer.P, layer.Q
     view = patches(x, layer).reshape(x.shape[0], G, Cg, R, S, P, Q)
     out = np.empty((x.shape[0], G, layer.Kg, P * Q), _sums_dtype(wm.shape[-1], integer))
@@ -78,7 +78,7 @@ def _banded(x: np.ndarray, wm: np.ndarray, layer: ConvLayer, rows: int,
             p1 = min(P, p0 + rows)
             cols = band[:, :, :, :, :p1 - p0]
             cols[...] = view[n, :, :, :, :, p0:p1]
-            _gemm(wm, cols.reshape(G, Cg * R * S, -1), integer, out[n, :, :, p0 * Q:p1 * Q])
+            gemm(wm, cols.reshape(G, Cg * R * S, -1), integer, out[n, :, :, p0 * Q:p1 * Q])
     return out.reshape(layer.output_shape)
 
 
@@ -91,12 +91,12 @@ EXACT_TERMS = 1 << 10
 
 
 def _sums_dtype(terms: int, integer: bool):
-    """The dtype ``_gemm`` gives sums of ``terms`` products in: float32, or float64 for int8
+    """The dtype ``gemm`` gives sums of ``terms`` products in: float32, or float64 for int8
     operands past ``EXACT_TERMS``."""
     return np.float64 if integer and terms > EXACT_TERMS else np.float32
 
 
-def _gemm(wm: np.ndarray, cols: np.ndarray, integer: bool,
+def gemm(wm: np.ndarray, cols: np.ndarray, integer: bool,
           out: np.ndarray | None = None) -> np.ndarray:
     """``wm @ cols`` (float32 operands; ``out``, if given, of ``_sums_dtype``): for int8
     values (``integer``) exactly, in float32 GEMMs of ``EXACT_TERMS`` terms at most, added
@@ -268,13 +268,13 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLay
     if layer.Cg == 1:
         acc = np.float64 if integer else np.float32
         return finish(depthwise(x, w, layer, acc, bias=bias), None, layer, integer)
-    x = x.astype(np.float32, copy=False)  # int8 values too: exact (``_gemm``)
+    x = x.astype(np.float32, copy=False)  # int8 values too: exact (``gemm``)
     wm = w.astype(np.float32, copy=False).reshape(layer.groups, layer.Kg, -1)
     rows = band_rows(layer, x.itemsize)
     if rows < layer.P:
         out = _banded(x, wm, layer, rows, integer)
     else:
-        out = _gemm(wm, im2col(x, layer), integer).reshape(layer.output_shape)
+        out = gemm(wm, im2col(x, layer), integer).reshape(layer.output_shape)
     if integer:  # whole numbers, the bias added to them in float64 as every fast path does
         out = out.astype(np.float64, copy=False)
     return finish(out, bias, layer, integer)
@@ -285,7 +285,7 @@ def finish(out: np.ndarray, bias: np.ndarray | None, layer: ConvLayer,
     """Add the bias to accumulated sums; for int8 inputs (``integer``) return exact int32.
 
     Every fast path sums int8 products exactly, as whole numbers in float64 (exact below
-    2**53; the engine's GEMMs in float32 runs first, ``_gemm``) or int64, and ends here,
+    2**53; the engine's GEMMs in float32 runs first, ``gemm``) or int64, and ends here,
     so the int32 range check and rounding are written once (``quant.exact_int32``).
     """
     if integer:

@@ -334,18 +334,18 @@ def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.nda
     """Outputs from the real taps only: one strided window per tap (serpentine order),
     times that tap's coefficients, summed. float32 in/out; int8 in, exact int32 out."""
     integer = np.issubdtype(x.dtype, np.integer)
-    acc = np.float64 if integer else np.float32  # float64 GEMM is exact for int8 sums
+    acc = np.float64 if integer else np.float32  # int8 sums: exact in float64
     taps = shift_grid.serpentine(layer.R, layer.S)
     if layer.Cg == 1:  # depthwise: one product per output, not G tiny GEMMs
         out = engine.depthwise(x, w, layer, acc, taps, bias)
         return engine.finish(out, None, layer, integer)
-    xp = pad_input(x.astype(acc, copy=False), layer)
+    xp = pad_input(x.astype(np.float32, copy=False), layer)  # int8 values too (``gemm``)
     G, Cg, Kg, pq = layer.groups, layer.Cg, layer.Kg, layer.P * layer.Q
-    wg = w.astype(acc, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
+    wg = w.astype(np.float32, copy=False).reshape(G, Kg, Cg, layer.R, layer.S)
     out = np.zeros((layer.N, G, Kg, pq), acc)
-    for r, s in taps:
+    for r, s in taps:  # a tap's products: one GEMM over the channels, exact for int8
         win = np.ascontiguousarray(tap_window(xp, layer, r, s)).reshape(layer.N, G, Cg, pq)
-        out += np.matmul(wg[:, :, :, r, s], win)
+        out += engine.gemm(wg[:, :, :, r, s], win, integer)
     return engine.finish(out.reshape(layer.output_shape), bias, layer, integer)
 
 
