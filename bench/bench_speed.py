@@ -24,7 +24,7 @@ cell, one core. The peak resident memory of each child is printed after its tabl
 child process of its own (``resource.getrusage`` ``ru_maxrss``: imports, network and run).
 
 Run: ``python bench/bench_speed.py [--rounds 3] [--cores one all] [--networks resnet18 ...]
-[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 7 minutes
+[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 4 minutes
 on two cores; ``--peak-only`` prints the peak memory alone, ``--peak-batch 0`` skips it).
 """
 

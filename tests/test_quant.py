@@ -102,8 +102,12 @@ def test_exact_int32_adds_the_bias_rounds_and_refuses_an_overflow():
     rng = np.random.default_rng(6)
     bias = rng.integers(-2**20, 2**20, 4).astype(np.int32)
     for sums in (rng.integers(-2**30, 2**30, (2, 4, 3, 5)).astype(np.float64),
-                 rng.integers(-2**30, 2**30, (2, 4, 3, 5)).astype(np.int64)):
-        expect = np.rint(sums + bias.astype(sums.dtype).reshape(1, -1, 1, 1)).astype(np.int64)
+                 rng.integers(-2**30, 2**30, (2, 4, 3, 5)).astype(np.int64),
+                 (2**24 - rng.integers(0, 16, (2, 4, 3, 5))).astype(np.float32)):
+        # float32 sums near 2**24: their bias added in float32 would round
+        wide = np.int64 if sums.dtype == np.int64 else np.float64
+        expect = np.rint(sums.astype(wide) + bias.astype(wide).reshape(1, -1, 1, 1)
+                         ).astype(np.int64)
         got = quant.exact_int32(sums, bias, "conv")
         assert got.dtype == np.int32 and np.array_equal(got, expect)
         assert np.array_equal(quant.exact_int32(sums, None, "conv"), sums.astype(np.int64))

@@ -97,7 +97,7 @@ def _sums_dtype(terms: int, integer: bool):
 
 
 def gemm(wm: np.ndarray, cols: np.ndarray, integer: bool,
-          out: np.ndarray | None = None) -> np.ndarray:
+         out: np.ndarray | None = None) -> np.ndarray:
     """``wm @ cols`` (float32 operands; ``out``, if given, of ``_sums_dtype``): for int8
     values (``integer``) exactly, in float32 GEMMs of ``EXACT_TERMS`` terms at most, added
     in float64 when there are more."""
@@ -275,8 +275,6 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, layer: ConvLay
         out = _banded(x, wm, layer, rows, integer)
     else:
         out = gemm(wm, im2col(x, layer), integer).reshape(layer.output_shape)
-    if integer:  # whole numbers, the bias added to them in float64 as every fast path does
-        out = out.astype(np.float64, copy=False)
     return finish(out, bias, layer, integer)
 
 
@@ -285,7 +283,7 @@ def finish(out: np.ndarray, bias: np.ndarray | None, layer: ConvLayer,
     """Add the bias to accumulated sums; for int8 inputs (``integer``) return exact int32.
 
     Every fast path sums int8 products exactly, as whole numbers in float64 (exact below
-    2**53; the engine's GEMMs in float32 runs first, ``gemm``) or int64, and ends here,
+    2**53), in float32 runs (``gemm``) or in int64, and ends here,
     so the int32 range check and rounding are written once (``quant.exact_int32``).
     """
     if integer:

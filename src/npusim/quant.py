@@ -92,12 +92,14 @@ def _overflow(where: str, low, high):
 
 
 def exact_int32(sums: np.ndarray, bias: np.ndarray | None, where: str) -> np.ndarray:
-    """int8 convolution sums (N x K x ..., whole numbers in float64, or int64) plus ``bias``
-    (K,) in their dtype, rounded to the nearest whole number, as int32 (``check_int32``'s
-    error if one does not fit): one compiled pass (``_int32_sums``)."""
+    """int8 convolution sums (N x K x ..., whole numbers: float32 or float64, or int64) plus
+    ``bias`` (K,), added in float64 (int64 for integer sums), rounded to the nearest whole
+    number, as int32 (``check_int32``'s error if one does not fit): one compiled pass
+    (``_int32_sums``)."""
     n, k = sums.shape[:2]
     flat = np.ascontiguousarray(sums).reshape(n, k, -1)
-    shift = np.zeros(k, flat.dtype) if bias is None else np.asarray(bias).astype(flat.dtype)
+    wide = np.int64 if np.issubdtype(flat.dtype, np.integer) else np.float64
+    shift = np.zeros(k, wide) if bias is None else np.asarray(bias).astype(wide)
     out = np.empty(flat.shape, np.int32)
     low, high = _int32_sums(flat, shift, out)
     if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
@@ -107,7 +109,7 @@ def exact_int32(sums: np.ndarray, bias: np.ndarray | None, where: str) -> np.nda
 
 @njit(cache=True, nogil=True)
 def _int32_sums(sums, shift, out):  # pragma: no cover
-    """out[n, k, i] = rint(sums[n, k, i] + shift[k]) (the add in sums' dtype), stored as
+    """out[n, k, i] = rint(sums[n, k, i] + shift[k]) (the add in shift's dtype), stored as
     int32 where it fits; (least, greatest) of the rounded values as int64, out unusable if
     they pass int32's range."""
     low, high = np.int64(0), np.int64(0)
