@@ -163,8 +163,9 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
     """
     M, Kr = layer.N * layer.P * layer.Q, layer.Cg * layer.R * layer.S
     R, C, G, NT = m.row_folds, m.col_folds, m.groups, m.stream_tiles
-    fold = np.arange(G * C * NT * R)
-    g, c, tt, r = fold // (C * NT * R), fold // (NT * R) % C, fold // R % NT, fold % R
+    # each fold's group, column fold, stream tile and row fold, as axes that broadcast: a
+    # quantity is computed over the axes it depends on, then laid out once per fold
+    g, c, tt, r = np.ogrid[:G, :C, :NT, :R]
     a_in = np.minimum(m.rows, m.a - r * m.rows)   # rows of the fold that hold work
     b_in = np.minimum(m.cols, m.b - c * m.cols)   # columns likewise
     t0 = tt * m.stream_tile
@@ -174,7 +175,7 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
     if m.stationary == "os":
         ifmap, ifmap_b = g * R + r, _share(ifmap_group, r * m.rows, r * m.rows + a_in, M)
         filt, filt_b = g * C + c, Kr * b_in * elem
-        ofmap, out_words = fold, a_in * b_in
+        ofmap, out_words = ((g * C + c) * NT + tt) * R + r, a_in * b_in
         words = (a_in * Kr, Kr * b_in, a_in * b_in)
     elif m.stationary == "ws":
         ifmap, ifmap_b, ifmap_size = _channel_blocks(layer, m, g, r, t0, t_in, elem)
@@ -188,11 +189,24 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
         filt, filt_b = (g * R + r) * NT + tt, a_in * t_in * elem
         ofmap, out_words = (g * C + c) * NT + tt, b_in * t_in
         words = (a_in * b_in, t_in * a_in, t_in * b_in)
-    compute = np.asarray(m.tile_cycles, np.int64)[tt]
+    shape = (G, C, NT, R)
+    compute = _per_fold(np.asarray(m.tile_cycles, np.int64)[tt], shape)
     compute[-1] -= 1
-    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_b, ifmap_size=ifmap_size,
-                 filter=filt, filter_bytes=filt_b, ofmap=ofmap, ofmap_bytes=out_words * elem,
-                 psum_bytes=out_words * 4, sram_bytes=sum(words) * elem)
+    return Steps(compute=compute, ifmap=_per_fold(ifmap, shape),
+                 ifmap_bytes=_per_fold(ifmap_b, shape),
+                 ifmap_size=None if ifmap_size is None else _per_fold(ifmap_size, shape),
+                 filter=_per_fold(filt, shape), filter_bytes=_per_fold(filt_b, shape),
+                 ofmap=_per_fold(ofmap, shape), ofmap_bytes=_per_fold(out_words * elem, shape),
+                 psum_bytes=_per_fold(out_words * 4, shape),
+                 sram_bytes=_per_fold(sum(words) * elem, shape))
+
+
+def _per_fold(value, shape: tuple[int, ...]) -> np.ndarray:
+    """``value``, computed over some of the fold axes (group, column fold, stream tile, row
+    fold), as one int64 per fold in loop order (a new array)."""
+    out = np.empty(shape, np.int64)
+    out[...] = value
+    return out.ravel()
 
 
 def _share(total, start, stop, whole: int):
