@@ -303,6 +303,18 @@ def test_the_loader_takes_the_sections_it_is_handed():
         arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = "b"\n', "t.toml", {"toy": Toy})
 
 
+def test_an_arch_file_is_parsed_once_until_it_is_edited(tmp_path):
+    path = write(tmp_path, FULL)
+    arch = load_arch(path)
+    assert load_arch(str(path)) is arch  # later calls share what is kept per arch
+    path.write_text(FULL.replace("rows = 16", "rows = 24"))  # the same size: noticed by its text
+    edited = load_arch(path)
+    assert edited.params("systolic").rows == 24 and arch.params("systolic").rows == 16
+    write(tmp_path, "[memory]\nifmap_sram_kbb = 64\n")
+    with pytest.raises(ConfigError, match="npu.toml"):
+        load_arch(path)
+
+
 def test_a_preset_is_parsed_once_and_equals_its_file():
     from npusim.arch.spec import PRESET_DIR, arch_from_toml_text
 

@@ -379,8 +379,6 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
     text = str(name_or_path)
     path = Path(text)
     if _is_preset(text):
-        if sections is None:
-            return _preset(text, path_mtime(PRESET_DIR / f"{text}.toml"), tuple(SECTIONS))
         path = PRESET_DIR / f"{text}.toml"
     elif not (path.suffix == ".toml" or path.exists()):
         raise ConfigError(f"arch {text!r}: not a preset ({', '.join(presets())}) nor a .toml file")
@@ -392,26 +390,24 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not a TOML text file (UTF-8: {e.reason})") from None
-    return arch_from_toml_text(content, str(path), sections)
+    if sections is not None:
+        return arch_from_toml_text(content, str(path), sections)
+    return _parsed(content, str(path), tuple(SECTIONS))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(content: str, where: str, sections: tuple[str, ...]) -> Arch:
+    """An arch file's text (a preset's or the user's, named ``where`` in errors) parsed
+    once per text and set of known sections: an ``Arch`` is frozen, so every call may
+    share it, and what is kept per arch (``simulate.kept_costs``) serves every later call
+    on the same file, until it is edited."""
+    return arch_from_toml_text(content, where)
 
 
 def _is_preset(text: str) -> bool:
     """Whether ``text`` names a built-in preset (``text in presets()``, by one look at its
     file rather than a listing of them all: a run of a preset pays it on every call)."""
     return Path(text).name == text and (PRESET_DIR / f"{text}.toml").is_file()
-
-
-def path_mtime(path: Path) -> int:
-    """``path``'s modification time (ns), so that a cached parse of it notices an edit."""
-    return path.stat().st_mtime_ns
-
-
-@functools.lru_cache(maxsize=64)
-def _preset(name: str, mtime: int, sections: tuple[str, ...]) -> Arch:
-    """A built-in preset parsed once per version of its file and set of known sections
-    (an ``Arch`` is frozen: every call may share it)."""
-    path = PRESET_DIR / f"{name}.toml"
-    return arch_from_toml_text(path.read_text(encoding="utf-8"), str(path))
 
 
 DEFAULT_PRESET = "systolic-32x32-ws"
