@@ -1,5 +1,5 @@
-"""Tool speed on every machine preset and network: ``simulate`` (estimate / run) over PyTorch
-eager inference of the same network, on one pinned core and on all cores.
+"""Tool speed on every arch preset (``npusim archs``) and network: ``simulate`` (estimate /
+run) over PyTorch eager inference of the same network, on one pinned core and on all cores.
 
 Each core setting runs in a child process of its own, so that the thread pools of numpy's BLAS,
 numba and torch start with it: one core is the process pinned to the last CPU of its affinity
@@ -15,16 +15,17 @@ npusim's and PyTorch's. Each one-core cell
 over its target is profiled once more (``hot_spots``): its hot functions and its floor, the
 seconds of the call in compiled work over PyTorch's.
 
-The sparse presets and the hybrid (whose members include sparse-pairs) run on weights
-magnitude-pruned to 0.3 density (``npusim.frontends.prune``), the dense ones on the zoo's
-weights. Targets (issue 15): estimate <= 2x and run <= 4x on every
-cell, one core. The peak resident memory of each child is printed after its table, and then
-(issue 15, item 6: under 600 MiB) the peak of one ``simulate`` of ResNet-50 at batch 8
-(``--peak-batch``) per mode on the systolic and the sparse-pairs preset, each in a fresh
-child process of its own (``resource.getrusage`` ``ru_maxrss``: imports, network and run).
+The presets of the machines that skip zeros (input-reuse, sparse-pairs, and the hybrid,
+whose members include sparse-pairs) run on weights magnitude-pruned to 0.3 density
+(``npusim.frontends.prune``), the dense ones on the zoo's weights. Targets (issue 15):
+estimate <= 2x and run <= 4x on every cell, one core. The peak resident memory of each
+child is printed after its table, and then (issue 15, item 6: under 600 MiB) the peak of one
+``simulate`` of ResNet-50 at batch 8 (``--peak-batch``) per mode on the systolic and the
+sparse-pairs preset, each in a fresh child process of its own (``resource.getrusage``
+``ru_maxrss``: imports, network and run).
 
 Run: ``python bench/bench_speed.py [--rounds 3] [--cores one all] [--networks resnet18 ...]
-[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 4 minutes
+[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 6 minutes
 on two cores; ``--peak-only`` prints the peak memory alone, ``--peak-batch 0`` skips it).
 """
 
@@ -41,8 +42,24 @@ import subprocess
 import sys
 import time
 
-PRESETS = {"systolic-32x32-ws": None, "dilated-grid-2x2-h3": None, "group-tile-64mac": None,
-           "input-reuse-1024": 0.3, "sparse-pairs-32x32": 0.3, "hybrid-3x1024": 0.3}
+MACHINES = ("systolic", "dilated-grid", "group-tile", "input-reuse", "sparse-pairs", "hybrid")
+SPARSE_DENSITY = 0.3  # weights magnitude-pruned so for the machines that skip zeros
+SPARSE_MACHINES = ("input-reuse", "sparse-pairs", "hybrid")
+
+
+def preset_densities() -> dict[str, float | None]:
+    """Every registered arch preset (``npusim archs``), machine by machine in ``MACHINES``'
+    order, with the weight density it is timed on (None: the zoo's weights)."""
+    from npusim.arch import load_arch, presets
+
+    machine = {name: load_arch(name).dataflow for name in presets()}
+    rank = {m: i for i, m in enumerate(MACHINES)}  # a machine not listed: last
+    ordered = sorted(machine, key=lambda name: (rank.get(machine[name], len(rank)), name))
+    return {name: SPARSE_DENSITY if machine[name] in SPARSE_MACHINES else None
+            for name in ordered}
+
+
+PRESETS = preset_densities()
 NETWORKS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "ppocr-cls")
 TARGETS = {"estimate": 2.0, "run": 4.0}  # npusim / PyTorch on one core (issue 15)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
