@@ -107,6 +107,30 @@ def test_double_buffering_overlaps_and_single_buffering_serialises():
     assert (single.cycles, single.stall_dram_filter_cycles) == (1200, 800)
 
 
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_steps_worked_out_in_chunks_take_the_hand_computed_times(monkeypatch, chunk):
+    """The double-buffered waits found a few steps at a time (``CHUNK_STEPS``): each
+    chunk's first step still overlaps the write-back of the step before it and its last
+    the fetch for the step after, within a layer and not across one. The cases of
+    ``test_double_buffering_overlaps_and_single_buffering_serialises`` (900 cycles, 500 of
+    them filter stalls), with 7 cycles of latency (207 + 3 x 207 + 100) and on a channel
+    per operand, and two such layers joined: each still 900."""
+    monkeypatch.setattr(memory_model, "CHUNK_STEPS", chunk)
+    steps = Steps(compute=[100] * 4, filter=[0, 1, 2, 3], filter_bytes=2000)
+    t = time_layer(steps, mem())
+    assert (t.cycles, t.stall_dram_filter_cycles, t.bound) == (900, 500, "dram")
+    assert time_layer(steps, mem(dram_latency_cycles=7)).cycles == 207 + 3 * 207 + 100
+    both = Steps(compute=[100] * 3, ifmap=[0, 1, 2], ifmap_bytes=1000, filter=[0, 1, 2],
+                 filter_bytes=2000)
+    apart = time_layer(both, mem(dram_channels="per-operand"))
+    assert (apart.cycles, apart.stall_dram_ifmap_cycles, apart.stall_dram_filter_cycles) == (
+        200 + 2 * 200 + 100, 0, 400)
+    written = Steps(compute=[100] * 3, ofmap=[0, 1, 2], ofmap_bytes=2000)  # 200 cycles each
+    assert time_layer(written, mem()).cycles == 100 + 2 * 200 + 200
+    joined = memory_model.time_layers([steps, written, steps], mem())
+    assert [x.cycles for x in joined] == [900, 700, 900]
+
+
 def test_per_operand_channels_take_the_slowest():
     """Each step fetches 1000 B of ifmap and 2000 B of filters, 10 B/cycle: one shared
     channel needs 300 cycles a step, one channel each 200 (the filters')."""
@@ -217,6 +241,25 @@ def test_layers_timed_together_as_each_alone(seed):
         assert memory_model.time_layers(layers, memory) == alone
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_layers_joined_and_cut_in_chunks_as_each_alone(monkeypatch, seed):
+    """Joined layers whose waits are found two steps at a time (``CHUNK_STEPS``, so a
+    chunk starts inside a layer and at a layer's first step): each layer's Timing as it
+    is alone, its steps in one chunk."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(20):
+        memory = mem(kib=tuple(int(k) for k in rng.choice([1, 8, 64], 3)),
+                     bw=[0.7, 3.0, 17.064][rng.integers(3)],
+                     dram_latency_cycles=int(rng.choice([0, 40])),
+                     sram_bytes_per_cycle=[13.7, "unlimited"][rng.integers(2)],
+                     dram_channels=str(rng.choice(["shared", "per-operand"])))
+        layers = [_random_layer(rng) for _ in range(int(rng.integers(1, 9)))]
+        alone = [time_layer(s, memory) for s in layers]
+        monkeypatch.setattr(memory_model, "CHUNK_STEPS", 2)
+        assert memory_model.time_layers(layers, memory) == alone
+        monkeypatch.undo()
+
+
 def _random_layer(rng) -> Steps:
     """A layer of random steps for ``test_layers_timed_together_as_each_alone``."""
     n = int(rng.integers(1, 13))
@@ -318,6 +361,26 @@ def test_steps_reject_bad_arrays():
     assert Steps(compute=5, ifmap=-1, ofmap=np.int64(-1)).ifmap.tolist() == [-1]  # no block
     with pytest.raises(LayerError, match="at least one step"):
         Steps(compute=[])
+    many = np.arange(5000)  # a layer of many steps: its arrays checked one at a time
+    with pytest.raises(LayerError, match=r"Steps\.psum_bytes: negative"):
+        Steps(compute=many, psum_bytes=np.where(many == 4321, -1, 8))
+    assert Steps(compute=many, psum_bytes=8).psum_bytes.min() == 8
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_ids_numbered_as_numpys_unique_numbers_them(seed):
+    """The blocks' first uses and each step's block, as ``np.unique`` gives them, for ids
+    that span few values (counted in one table) and many (sorted): runs, any order,
+    unused values between, ids far from zero."""
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(rng.integers(1, 3000))
+        span = int(rng.choice([1, 3, 50, n, 4 * n + 3000, 10**12]))
+        ids = rng.integers(0, span, n) + int(rng.integers(0, 2**40))
+        ids = np.sort(ids) if rng.random() < 0.3 else ids
+        for got, want in zip(memory_model._unique(ids),
+                             np.unique(ids, return_index=True, return_inverse=True), strict=True):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 def test_dense_dram_bytes_counts_the_used_input():

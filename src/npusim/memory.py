@@ -67,6 +67,15 @@ def _int64(value) -> np.ndarray:
     return np.asarray(value, np.int64)
 
 
+def _least(arrays: list[np.ndarray]) -> int:
+    """The smallest value in any of ``arrays`` (1-D, of one length, not empty): short ones
+    joined for one reduction (fewer numpy calls), long ones each reduced alone (a joined
+    copy of a layer of millions of steps would be gigabytes)."""
+    if len(arrays[0]) < 4096:
+        return int(np.concatenate(arrays).min())
+    return min(int(a.min()) for a in arrays)
+
+
 @dataclass(frozen=True, eq=False)
 class Steps:
     """A layer as the machine's loop order runs it: n steps (passes/tiles/folds), in order.
@@ -142,7 +151,7 @@ class Steps:
             if not is_id:
                 counted.append(arr)
             setattr_(self, name, arr)
-        if np.concatenate(counted).min() < 0:
+        if _least(counted) < 0:
             name = next(k for k in _ARRAYS if k not in _IDS and getattr(self, k).min() < 0)
             raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
         if self.psum_size is not None:
@@ -216,11 +225,26 @@ def _first_last(v: np.ndarray, layer: np.ndarray, layers: int):
         return (first, last, change,
                 lambda sizes: _layer_max(sizes, layer[first] if layers > 1 else None, layers),
                 None)
-    uniq, first, where = np.unique(v, return_index=True, return_inverse=True)
+    uniq, first, where = _unique(v)
     last = np.empty(len(uniq), np.int64)
     last[where] = np.arange(len(v))  # later positions overwrite earlier ones
     return (first, last, change,
             lambda sizes: _max_live(first, last, sizes, layer, layers), where)
+
+
+def _unique(v: np.ndarray):
+    """``np.unique(v, return_index=True, return_inverse=True)`` of the ids ``v``: without a
+    sort when they span few values for their number (one table over the span; a machine's
+    block ids within a layer), by numpy's sort otherwise (several layers' joined ids)."""
+    low = int(v.min())
+    span = int(v.max()) - low + 1
+    if span > 2 * len(v) + 1024:
+        return np.unique(v, return_index=True, return_inverse=True)
+    at = v - low
+    first = np.full(span, len(v), np.int64)
+    first[at[::-1]] = np.arange(len(v) - 1, -1, -1)  # the last write, the earliest position
+    used = first < len(v)
+    return np.flatnonzero(used) + low, first[used], (np.cumsum(used) - 1)[at]
 
 
 def _layer_max(values: np.ndarray, layer: np.ndarray, layers: int) -> np.ndarray:
@@ -583,26 +607,27 @@ def on_chip_timing(cycles: int, sram_bytes: int, memory, bound: str = "compute")
     return Timing(cycles, 0, 0, 0, stall, bound, 0, 0, 0)
 
 
+# steps whose waits ``_overlapped`` works out at a time: its dozen temporaries stay the size
+# of a chunk, however many steps a layer has (a 2x2 systolic array runs VGG-16's fc6 in 25.7
+# million folds: the whole layer's took gigabytes)
+CHUNK_STEPS = 1 << 16
+
+
 def _overlapped(moved, compute, sram, memory, j: _Joined) -> np.ndarray:
     """Stall cycles of each joined layer (4 x layers: DRAM ifmap, filter, ofmap; SRAM),
     double buffered (``moved``: the steps' ``_moved`` bytes; ``sram``: cycles each step's
     SRAM traffic takes, None when unlimited): step i overlaps the fetch for step i+1 and
     the write-back of step i-1 of its layer; a layer's first fetch and last write-back are
-    exposed."""
-    layers = j.layers
-    parts = np.zeros((3, moved.shape[1]))
-    parts[:, :-1] = moved[:3, 1:]
-    before = moved[3, :-1]
-    if layers > 1:  # a layer's last step overlaps no fetch of the next layer, nor its first
-        parts[:, j.ends[:-1]] = 0.0  # the write-back of the layer before
-        before = before.copy()
-        before[j.starts[1:] - 1] = 0
-    parts[2, 1:] += before
-    mem, shares = _transfer(parts, memory)
-    busy = compute if sram is None else np.maximum(compute, sram)
-    waits = mem > busy
+    exposed. The steps' waits are found ``CHUNK_STEPS`` at a time, then summed per layer."""
+    layers, n = j.layers, moved.shape[1]
+    waited = np.empty((3, n))  # each operand's share of each step's wait on DRAM
+    port = None if sram is None else np.empty(n)  # each step's wait on the SRAM ports
+    for lo in range(0, n, CHUNK_STEPS):
+        hi = min(n, lo + CHUNK_STEPS)
+        _step_waits(moved, compute, sram, memory, j, lo, hi, waited[:, lo:hi],
+                    None if port is None else port[lo:hi])
     out = np.empty((4, layers))
-    out[:3] = np.add.reduceat(shares * np.where(waits, mem - compute, 0.0), j.starts, axis=1)
+    out[:3] = np.add.reduceat(waited, j.starts, axis=1)
     exposed = np.zeros((3, 2 * layers))  # each layer's first fetch, then its last write-back
     exposed[:, :layers] = moved[:3, j.starts]
     exposed[2, layers:] = moved[3, j.ends]
@@ -610,9 +635,36 @@ def _overlapped(moved, compute, sram, memory, j: _Joined) -> np.ndarray:
     caused = share * time
     out[:3] += caused[:, :layers]
     out[2] += caused[2, layers:]
-    out[3] = 0.0 if sram is None else np.add.reduceat(np.where(waits, 0.0, busy - compute),
-                                                       j.starts)
+    out[3] = 0.0 if port is None else np.add.reduceat(port, j.starts)
     return out
+
+
+def _step_waits(moved, compute, sram, memory, j: _Joined, lo: int, hi: int,
+                waited: np.ndarray, port: np.ndarray | None) -> None:
+    """For steps ``lo`` to ``hi - 1`` (``_overlapped``'s arguments), into ``waited`` (3 x
+    steps) each operand's share of the cycles a step waits on DRAM, and into ``port`` (if
+    not None) the cycles it waits on the SRAM ports instead: during step i move the fetch
+    for step i+1 and the write-back of step i-1, of its own layer."""
+    n = moved.shape[1]
+    parts = np.zeros((3, hi - lo))
+    top = min(hi, n - 1)  # the last step fetches nothing for a next
+    parts[:, :top - lo] = moved[:3, lo + 1:top + 1]
+    start = max(lo, 1)  # the first step writes back nothing of a previous
+    before = moved[3, start - 1:hi - 1]
+    if j.layers > 1:  # a layer's last step overlaps no fetch of the next layer, nor its first
+        ends = j.ends[:-1]
+        parts[:, ends[(ends >= lo) & (ends < hi)] - lo] = 0.0
+        firsts = j.starts[1:]
+        before = before.copy()
+        before[firsts[(firsts >= start) & (firsts < hi)] - start] = 0  # the layer before's
+    parts[2, start - lo:] += before
+    mem, shares = _transfer(parts, memory)
+    steps = compute[lo:hi]
+    busy = steps if sram is None else np.maximum(steps, sram[lo:hi])
+    waits = mem > busy
+    np.multiply(shares, np.where(waits, mem - steps, 0.0), out=waited)
+    if port is not None:
+        np.copyto(port, np.where(waits, 0.0, busy - steps))
 
 
 def _port_stall(sram, compute, starts) -> np.ndarray | float:
