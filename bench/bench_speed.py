@@ -24,9 +24,16 @@ child is printed after its table, and then (issue 15, item 6: under 600 MiB) the
 sparse-pairs preset, each in a fresh child process of its own (``resource.getrusage``
 ``ru_maxrss``: imports, network and run).
 
+The tables time warm calls: the costs that follow a layer's shapes, counted by a network's
+first call on an arch, are kept for the later ones. Every point of a sweep is such a first
+call, so the bench also prints each preset's first and second estimate of VGG-16
+(``--first-network``), each preset in a fresh child pinned to one core, after a call on
+ppocr-cls that loads the machine's compiled kernels, with the child's peak RSS.
+
 Run: ``python bench/bench_speed.py [--rounds 3] [--cores one all] [--networks resnet18 ...]
-[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 6 minutes
-on two cores; ``--peak-only`` prints the peak memory alone, ``--peak-batch 0`` skips it).
+[--presets systolic-32x32-ws ...] [--peak-batch 8]`` (the whole table takes about 7 minutes
+on two cores; ``--peak-only`` prints the peak memory alone, ``--peak-batch 0`` skips it;
+``--first-only`` the first calls alone, ``--first-network none`` skips them).
 """
 
 from __future__ import annotations
@@ -60,6 +67,11 @@ def preset_densities() -> dict[str, float | None]:
 
 
 PRESETS = preset_densities()
+
+
+def label(preset: str) -> str:
+    """A table's name for ``preset``: with the weight density it runs on, if pruned."""
+    return preset if PRESETS[preset] is None else f"{preset} ({PRESETS[preset]})"
 NETWORKS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "ppocr-cls")
 TARGETS = {"estimate": 2.0, "run": 4.0}  # npusim / PyTorch on one core (issue 15)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -241,8 +253,54 @@ def peak_table(batch: int) -> None:
                                   mode, str(batch)], capture_output=True, text=True)
             cells.append(f"{float(out.stdout.split()[-1]):.0f}" if out.returncode == 0 else
                          f"failed ({out.stderr.strip().splitlines()[-1:]})")
-        label = preset if PRESETS[preset] is None else f"{preset} ({PRESETS[preset]})"
-        print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+        print(f"| {label(preset)} | " + " | ".join(cells) + " |", flush=True)
+
+
+FIRST_NETWORK = "vgg16"
+KERNELS_NETWORK = "ppocr-cls"  # a small network whose first call loads a machine's kernels
+
+
+def first_child(network: str, preset: str) -> None:
+    """One process's first and second ``simulate`` (estimate) of ``network`` on ``preset``,
+    after one of ``KERNELS_NETWORK`` (its compiled kernels loaded): print both times (s)
+    and the process's peak RSS (MiB)."""
+    import npusim
+    from npusim.frontends import zoo
+    from npusim.frontends.prune import prune
+
+    density = PRESETS[preset]
+
+    def load(name: str):
+        graph = zoo.build(name)
+        return graph if density is None else prune(graph, density)
+
+    npusim.simulate(load(KERNELS_NETWORK), zoo.input_for(KERNELS_NETWORK), preset,
+                    mode="estimate")
+    graph, x = load(network), zoo.input_for(network)
+    calls = [seconds(lambda: npusim.simulate(graph, x, preset, mode="estimate"))
+             for _ in range(2)]
+    print(*calls, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, flush=True)
+
+
+def first_table(network: str, presets: list[str]) -> None:
+    """A network's first call on each preset, what every point of a sweep pays (the
+    costs of its layers' shapes on a new arch counted; the sparse presets' weight masks
+    made), against a later call, each preset in a fresh child pinned to one core."""
+    print(f"\nfirst calls: {network}'s first and second estimate on each preset, a fresh "
+          f"process each, one core, after a call on {KERNELS_NETWORK} (kernels loaded)")
+    print("| preset | first (ms) | second (ms) | first / second | peak RSS (MiB) |")
+    print("| --- | --- | --- | --- | --- |")
+    cpus = sorted(os.sched_getaffinity(0))
+    for preset in presets:
+        out = subprocess.run([sys.executable, __file__, "--first-child", network, preset],
+                             capture_output=True, text=True, env=child_env("one"),
+                             preexec_fn=lambda: os.sched_setaffinity(0, {cpus[-1]}))
+        if out.returncode:
+            print(f"| {label(preset)} | failed ({out.stderr.strip().splitlines()[-1:]}) | | | |")
+            continue
+        first, second, peak = map(float, out.stdout.split()[-3:])
+        print(f"| {label(preset)} | {1e3 * first:.0f} | {1e3 * second:.0f} | {first / second:.1f} "
+              f"| {peak:.0f} |", flush=True)
 
 
 def child_env(cores: str) -> dict:
@@ -281,12 +339,11 @@ def table(cores: str, rows: list[dict], args) -> None:
     print("| preset | " + " | ".join(args.networks) + " |")
     print("| --- |" + " --- |" * len(args.networks))
     for preset in args.presets:
-        label = preset if PRESETS[preset] is None else f"{preset} ({PRESETS[preset]})"
         cells = []
         for net in args.networks:
             r = by.get((net, preset)) or by.get((net, None)) or {"error": "not run"}
             cells.append("n/a" if "error" in r else f"{r['estimate']:.2f} / {r['run']:.2f}")
-        print(f"| {label} | " + " | ".join(cells) + " |")
+        print(f"| {label(preset)} | " + " | ".join(cells) + " |")
     times_table(rows, args)
     for r in rows:
         for mode, hot in r.get("hot_spots", {}).items():
@@ -324,21 +381,30 @@ def main() -> None:
     parser.add_argument("--peak-batch", type=int, default=8,
                         help="batch of the peak-memory runs (0: none)")
     parser.add_argument("--peak-only", action="store_true", help="the peak memory alone")
+    parser.add_argument("--first-network", default=FIRST_NETWORK,
+                        help="network of the first-call table ('none': no table)")
+    parser.add_argument("--first-only", action="store_true", help="the first-call table alone")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--peak-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--first-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_child:
         network, preset, mode, batch = args.peak_child
         peak_child(network, preset, mode, int(batch))
         return
+    if args.first_child:
+        first_child(*args.first_child)
+        return
     if args.child:
         args.cores = args.cores[0]
         child(args)
         return
-    if not args.peak_only:
+    if not (args.peak_only or args.first_only):
         for cores in args.cores:
             table(cores, measure(cores, args), args)
-    if args.peak_batch:
+    if not args.peak_only and args.first_network != "none":
+        first_table(args.first_network, args.presets)
+    if args.peak_batch and not args.first_only:
         peak_table(args.peak_batch)
 
 
