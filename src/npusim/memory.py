@@ -32,8 +32,9 @@ turns that into time on an ``arch.Memory``:
   kernels, coefficients and mappings: ``reconfig_cycles`` per unit, exposed (0 by
   default: SCALE-Sim counts none, and neither do the results npusim's docs quote).
 
-All per-step work is numpy over the step arrays (no Python loop per step); ``time_layers``
-times many layers in one pass over their steps end to end (each layer still on its own).
+All per-step work is numpy over the step arrays (no Python loop per step; the double-buffered
+waits ``CHUNK_STEPS`` steps at a time); ``time_layers`` times many layers in one pass over
+their steps end to end (each layer still on its own).
 Units: cycles, bytes, bytes/cycle.
 """
 
