@@ -129,6 +129,24 @@ def test_conv2d_same_padding_matches_torch(kernel, dilation):
     assert stats.dense_macs == stats.macs == ref.size * 4 * kernel[0] * kernel[1]
 
 
+@pytest.mark.parametrize("preset", ["input-reuse-1024", "sparse-pairs-32x32",
+                                    "dilated-grid-2x2", "group-tile-32mac", "systolic-2x2-ws"])
+def test_conv2d_on_an_arch_runs_the_arch_s_own_machine(preset):
+    """As ``simulate`` does: an arch alone names its machine (it once ran the systolic array
+    on the arch's memories unless ``dataflow`` was given too)."""
+    rng = np.random.default_rng(8)
+    x = np.maximum(rng.standard_normal((1, 4, 12, 12)), 0).astype(np.float32)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    out, stats = npusim.conv2d(x, w, padding=1, arch=preset)
+    g = GraphBuilder("one", x.shape)
+    whole = npusim.simulate(g.build(g.conv(g.input, w, padding=1)), x, preset)
+    assert stats.dataflow == whole.conv_layers[0].dataflow == npusim.load_arch(preset).dataflow
+    assert stats.cycles == whole.conv_layers[0].cycles
+    ref = F.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                   padding=1).numpy()
+    assert rel_err(out, ref) < 1e-5
+
+
 @pytest.mark.parametrize("dataflow", ["systolic", "sparse-pairs", "group-tile"])
 def test_conv2d_int8_from_float_is_requantised_as_simulate_does(dataflow):
     """Quantise by hand (max |value| / 127, per tensor for x, per output channel for w),

@@ -712,10 +712,11 @@ def _overwrites(model: Graph, dead_after: dict[int, list[str]]) -> set[int]:
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
-           dataflow: str = "systolic", arch: Arch | str | None = None,
+           dataflow: str | None = None, arch: Arch | str | None = None,
            dtype: str = "float32", emulate: bool = False,
            emulate_limit: int | None = EMULATE_LIMIT) -> tuple[np.ndarray, LayerStats]:
-    """One convolution on one dataflow, with torch's argument conventions.
+    """One convolution on one dataflow (default: ``arch``'s own, as ``simulate``'s), with
+    torch's argument conventions.
 
     ``x`` is N x C x H x W, ``w`` K x C/groups x R x S; ``padding`` an int, (h, w),
     (top, bottom, left, right), 'same' or 'valid'. Float inputs with ``dtype='int8'``
