@@ -3,6 +3,7 @@ OS/WS/IS; data and regeneration command in tests/data/scalesim/, tools/scalesim_
 and its outputs against the float64 reference and torch on random layers."""
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from strategies import conv_layers, rel_err, tensors, torch_conv
 import npusim
 from npusim import reference
 from npusim.arch import load_arch
-from npusim.dataflows.systolic import Systolic, gemm_mapping, used_input_pixels
+from npusim.dataflows.systolic import Params, Systolic, gemm_mapping, used_input_pixels
 from npusim.frontends.topology import read_topology
 from npusim.ir import ConvLayer
 from npusim.simulate import simulate_shapes
@@ -157,6 +158,18 @@ def test_groups_fold_per_group():
     s_dw, s_one = Systolic().stats(dw, arch), Systolic().stats(one, arch)
     assert s_dw.cycles + 1 == 64 * (s_one.cycles + 1)
     assert s_dw.extra["folds"] == 64 * s_one.extra["folds"]
+
+
+def test_a_one_pe_output_stationary_array_is_fully_used_not_more():
+    """1x1, OS: one MAC a cycle, no fill or drain, so the array is busy for exactly the
+    layer's MACs; SCALE-Sim's count (the last busy cycle's index) is one fewer, and the
+    utilisation is 1, not MACs over that count."""
+    arch = load_arch("systolic-32x32-os").with_memory(dram_bytes_per_cycle="unlimited")
+    arch = dataclasses.replace(arch, sections={"systolic": Params(1, 1, "os")})
+    layer = ConvLayer(1, 4, 6, 6, 2, 3, 3)
+    s = Systolic().stats(layer, arch)
+    assert s.macs == 2 * 4 * 4 * 4 * 9 and s.cycles == s.macs - 1
+    assert s.utilisation == 1.0 and s.mapping_efficiency == 1.0
 
 
 @given(conv_layers(max_hw=11, max_c=8, max_k=8, max_n=3), st.sampled_from(["float32", "int8"]),

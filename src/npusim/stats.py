@@ -81,8 +81,10 @@ class LayerStats:
 
     @property
     def utilisation(self) -> float:
-        """Useful MACs / (multipliers x cycles), 0..1."""
-        return self.macs / self.pe_cycles if self.pe_cycles else 0.0
+        """Useful MACs / (multipliers x cycles), 0..1. At most 1: a 1x1 output-stationary
+        array does a MAC every cycle, but its cycles (SCALE-Sim's count, the index of the
+        last busy cycle) are one fewer than its MACs."""
+        return min(1.0, self.macs / self.pe_cycles) if self.pe_cycles else 0.0
 
     @property
     def mapping_efficiency(self) -> float:
