@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import conv_layers, rel_err, tensors, torch_conv
 
@@ -690,11 +690,15 @@ def test_jobs_run_in_another_order_take_their_transfers_along(jobs, seed):
     np.testing.assert_array_equal(got.slot_cycles, work.slot_cycles[order])
 
 
-@given(st.integers(0, 10**12), st.lists(st.integers(0, 50), min_size=1, max_size=40))
+@given(st.integers(0, 10**12), st.lists(st.one_of(st.integers(0, 50), st.integers(0, 10**12)),
+                                        min_size=1, max_size=40))
+@example(10**12, [10**12, 10**12, 5])
+@example(42_240_000, [10**11, 3 * 10**11, 22_400_000_000])
 def test_a_total_shared_by_weights_keeps_every_unit_and_follows_the_running_sums(total, weights):
     """``share`` against plain integers: part i is floor(total x (running weight to i) / all)
     less the same to i - 1, equal weights when they are all zero; an array of totals is
-    shared row by row alike."""
+    shared row by row alike. Weights of up to 10**12 make products past int64 (a layer's
+    stream of 4e7 bytes, shared by weights summing to 4e11, once came out negative)."""
     from npusim.dataflows.base import share
 
     def parts(t):

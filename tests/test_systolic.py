@@ -160,6 +160,31 @@ def test_groups_fold_per_group():
     assert s_dw.extra["folds"] == 64 * s_one.extra["folds"]
 
 
+@pytest.mark.parametrize("stationary, layer", [
+    ("os", ConvLayer(1, 100, 20000, 20000, 100, 1, 1)),
+    ("ws", ConvLayer(1, 100, 20000, 20000, 100, 1, 1)),
+    ("is", ConvLayer(1, 64, 3000, 3000, 64, 3, 3, padding=1))])
+def test_a_large_layer_s_fold_bytes_are_its_exact_shares(stationary, layer):
+    """Inputs of 160 and 2.3 GB, whose shares per fold were once products of the bytes and
+    running counts of billions in int64, wrapped round (negative bytes, or 30 % too few
+    without a word). On a 1024 x 1024 array every column (and, WS, row) fits one fold, so
+    the folds' input bytes add up to the input once; each of the first folds' is its span's
+    exact share (Fractions) within the rounding."""
+    from fractions import Fraction
+
+    from npusim.dataflows.systolic import fold_steps
+
+    m = gemm_mapping(layer, Params(1024, 1024, stationary))
+    got = fold_steps(layer, m, 4).ifmap_bytes
+    total = layer.C * used_input_pixels(layer) * 4
+    assert got.min() >= 0 and int(got.sum()) == total
+    if stationary != "ws":  # OS: a row fold of pixels; IS: a fold of columns x reduction
+        units = min(m.rows, m.a) * (1 if stationary == "os" else m.cols)
+        share = Fraction(total * units, layer.P * layer.Q * (1 if stationary == "os"
+                                                             else m.a))
+        assert all(abs(int(b) - share) <= 1 for b in got[:3])
+
+
 def test_a_one_pe_output_stationary_array_is_fully_used_not_more():
     """1x1, OS: one MAC a cycle, no fill or drain, so the array is busy for exactly the
     layer's MACs; SCALE-Sim's count (the last busy cycle's index) is one fewer, and the

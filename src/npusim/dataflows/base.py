@@ -216,12 +216,24 @@ def element_bytes(dtype: str) -> int:
 def share(total, weights: np.ndarray) -> np.ndarray:
     """``total`` (an integer, or an array of them: a row each) cut into integers in
     proportion to ``weights`` (equal parts if they are all zero), each row summing to its
-    total exactly."""
+    total exactly: part i is ``floor(total x running weight to i / all)`` less the same to
+    i - 1 (``floor_products``: exact however large the products)."""
     if np.size(weights) == 1:  # one part: the whole total (a layer of one step, mostly)
         return np.array(total, np.int64)[..., None]
     cum = np.cumsum(np.asarray(weights, np.int64))
     if cum[-1] == 0:
         cum = np.arange(1, cum.size + 1, dtype=np.int64)
-    out = np.multiply.outer(np.asarray(total, np.int64), cum) // cum[-1]
+    out = floor_products(np.asarray(total, np.int64)[..., None], cum, int(cum[-1]))
     out[..., 1:] -= out[..., :-1]  # running sums to steps (numpy reads overlaps as copied)
     return out
+
+
+def floor_products(a, b, whole: int) -> np.ndarray:
+    """``floor(a x b / whole)`` of integers ``a`` and ``b`` (arrays that broadcast), exactly,
+    as int64 (a new array): in int64 where every product fits, else in Python's integers (a
+    layer's millions of bytes times a running count of billions: wrapped round in int64,
+    they once came out negative)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if a.size == 0 or b.size == 0 or int(np.abs(a).max()) * int(np.abs(b).max()) < 1 << 63:
+        return a * b // whole
+    return (a.astype(object) * b.astype(object) // whole).astype(np.int64)

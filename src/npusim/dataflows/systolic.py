@@ -33,7 +33,7 @@ from ..arch.sections.systolic import Systolic as Params  # the arch file section
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
 from ..stats import Counts, LayerStats, price
-from .base import Machine, element_bytes, percent, register
+from .base import Machine, element_bytes, floor_products, percent, register
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def _per_fold(value, shape: tuple[int, ...]) -> np.ndarray:
 def _share(total, start, stop, whole: int):
     """Bytes of ``total`` that the span [start, stop) of ``whole`` units holds, rounded
     so that consecutive spans add up to exactly ``total``."""
-    return (total * np.asarray(stop)) // whole - (total * np.asarray(start)) // whole
+    return floor_products(total, stop, whole) - floor_products(total, start, whole)
 
 
 def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
