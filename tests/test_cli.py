@@ -322,6 +322,33 @@ def test_groups_that_do_not_divide_channels(tmp_path, capsys):
     assert not report.exists()
 
 
+def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_path, capsys):
+    """A MatMul on a 1 x 16 input: no photo fits it, so it runs on seeded values (checked
+    against onnxruntime); given an image, one line says why not (it once failed unpacking
+    N, C, H, W)."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(16, 4) / 64, "m")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "m"], ["y"], name="mm")], "flat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [m])
+    path = tmp_path / "flat.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    report = tmp_path / "r.json"
+    code, _, err = main(capsys, "run", path, "--check", "--quiet", "--json", report)
+    assert (code, err) == (0, "")
+    saved = json.loads(report.read_text())
+    assert saved["input_shape"] == [1, 16] and saved["totals"]["macs"] == 64
+    photo = Path(__file__).resolve().parents[1] / "examples" / "cat.jpg"
+    code, _, err = main(capsys, "run", path, "--input", photo)
+    assert code == 2
+    assert err == (f"npusim: error: {path}: its input is 1x16, not N,C,H,W: an image cannot "
+                   "feed it; leave out --input for seeded values\n")
+
+
 def test_real_subprocess_bad_and_good(tmp_path):
     assert NPUSIM, "the npusim console script is not installed"
     report = tmp_path / "r.json"

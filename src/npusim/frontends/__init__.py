@@ -99,14 +99,22 @@ DEFAULT_PHOTO = "chelsea"  # the input of an imported model given no image
 
 
 def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
-    """The input of ``graph`` (loaded from ``model``), N x C x H x W float32, and a word on
-    where it came from. Zoo models preprocess the photo their own way; an imported model
-    gets the photo resized to its input and ImageNet-normalised (1 or 3 channels), or, for
-    other channel counts, seeded standard-normal values."""
+    """The input of ``graph`` (loaded from ``model``), float32, and a word on where it came
+    from. Zoo models preprocess the photo their own way; an imported model of an N x C x H x
+    W input gets the photo resized to it and ImageNet-normalised (1 or 3 channels), or, for
+    other channel counts and inputs of other ranks (a MatMul's N x F), seeded
+    standard-normal values."""
     import numpy as np
 
     from . import images, zoo
 
+    if len(graph.input_shape) != 4:
+        shown = "x".join(map(str, graph.input_shape))
+        if image:
+            raise ModelError(f"{model}: its input is {shown}, not N,C,H,W: an image cannot "
+                             "feed it; leave out --input for seeded values")
+        x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
+        return x, f"seeded standard normal (seed {seed})"
     n, c, h, w = graph.input_shape
     if model in zoo.names():
         x = zoo.input_for(model, image=image, batch=n, size=w)
