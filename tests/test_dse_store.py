@@ -81,10 +81,15 @@ def test_truncated_or_foreign_store_is_one_clear_error(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "truncated" in r.stderr
 
 
-def test_someone_elses_sqlite_database_is_refused_and_left_as_it_is(tmp_path):
+@pytest.mark.parametrize("tables, found", [
+    (["points (x INTEGER)"], "(its tables: points)"),
+    # a store's two table names, their columns: once an SQL error from deep in the store
+    (["points (a)", "meta (k, v)"], "(other columns: meta (k, v); points (a))")])
+def test_someone_elses_sqlite_database_is_refused_and_left_as_it_is(tmp_path, tables, found):
     theirs = tmp_path / "theirs.db"
     with sqlite3.connect(theirs) as db:
-        db.execute("CREATE TABLE points (x INTEGER)")  # a store's table name, and theirs
+        for table in tables:
+            db.execute(f"CREATE TABLE {table}")
         db.execute("INSERT INTO points VALUES (1)")
     db.close()
     before = theirs.read_bytes()
@@ -94,8 +99,8 @@ def test_someone_elses_sqlite_database_is_refused_and_left_as_it_is(tmp_path):
                  ["sweep", "export", theirs, "--csv", tmp_path / "t.csv"]):
         r = npusim(*argv)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert "theirs.db: a SQLite database that is not an npusim results store (its " \
-               "tables: points)" in r.stderr
+        assert f"theirs.db: a SQLite database that is not an npusim results store {found}" \
+            in r.stderr
         assert theirs.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([spec.name, "theirs.db"])
     empty = tmp_path / "empty.db"  # a database with no table yet: a store to start

@@ -149,13 +149,24 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
 
 
 def _check_ours(db: sqlite3.Connection, path: Path) -> None:
-    """Refuse a SQLite database that holds tables other than a store's (someone else's
-    database: npusim adds nothing to it); an empty database is a store to start."""
+    """Refuse a SQLite database that holds tables other than a store's, or tables of a
+    store's names with other columns (someone else's database: npusim adds nothing to
+    it); an empty database is a store to start."""
     tables = _tables(db)
-    if tables and tables != {"meta", "points"}:
-        raise SweepError(f"{path}: a SQLite database that is not an npusim results store "
-                         f"(its tables: {', '.join(sorted(tables))}); npusim left it as it "
-                         "is: name a store a sweep wrote, or a new --store file")
+    if not tables:
+        return
+    if tables != {"meta", "points"}:
+        found = f"its tables: {', '.join(sorted(tables))}"
+    else:
+        columns = {name: tuple(row[1] for row in db.execute(f"PRAGMA table_info({name})"))
+                   for name in ("meta", "points")}
+        if columns == {"meta": ("key", "value"), "points": COLUMNS}:
+            return
+        found = "; ".join(f"{name} ({', '.join(cols)})" for name, cols in columns.items())
+        found = f"other columns: {found}"
+    raise SweepError(f"{path}: a SQLite database that is not an npusim results store "
+                     f"({found}); npusim left it as it is: name a store a sweep wrote, or a "
+                     "new --store file")
 
 
 def _tables(db: sqlite3.Connection) -> set[str]:
