@@ -171,6 +171,25 @@ def test_decompression_bomb_is_one_message_with_the_limit(tmp_path, monkeypatch,
         images.load_image(str(path))
 
 
+@pytest.mark.parametrize("depth", [np.uint8, np.float32])
+def test_an_input_past_the_decompression_bomb_limit_is_one_message_with_it(monkeypatch, depth):
+    """Pillow's checks, meant for files read, apply to the sizes a photo is resized to as
+    well: a model input past its warning's limit is resized without Pillow's warning, one
+    past its error's (twice that) is one ``InputError`` naming the sizes (it once was a
+    traceback from inside Pillow, for ``--input-shape 1,3,20000,20000``)."""
+    import warnings
+
+    photo = np.full((3, 4, 3), 0.5 if depth is np.float32 else 128, depth)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert images.to_array(photo, (30, 30), norm="none").shape == (3, 30, 30)  # 1,200
+    with pytest.raises(InputError, match=r"^a photo scaled to 60x45 pixels \(W x H\) to fill "
+                                         r"a 45x45 input: more than 2,000 pixels, the most "
+                                         r"Pillow resizes to"):
+        images.to_array(photo, (45, 45))
+
+
 def test_a_much_smaller_image_warns_once_naming_its_size(tmp_path):
     import warnings
 

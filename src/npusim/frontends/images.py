@@ -171,8 +171,26 @@ def resize_crop(rgb: np.ndarray, size: tuple[int, int]) -> Image.Image:
     from PIL import Image
 
     im = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
-    scaled, box = _cover(im.height, im.width, size)
-    return im.resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)
+    return _scaled(im, *_cover(im.height, im.width, size))
+
+
+def _scaled(im: Image.Image, scaled: tuple[int, int], box) -> Image.Image:
+    """``im`` resized to ``scaled`` (W, H) and cropped to ``box``. Pillow's check against
+    decompression bombs, meant for files read, applies to the sizes npusim resizes to: its
+    warning is not shown (the size is the model's input), and past its error's size (twice
+    ``PIL.Image.MAX_IMAGE_PIXELS``) one ``InputError`` says so."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            return im.resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)
+        except Image.DecompressionBombError:
+            raise InputError(f"a photo scaled to {scaled[0]}x{scaled[1]} pixels (W x H) to fill "
+                             f"a {box[2] - box[0]}x{box[3] - box[1]} input: more than "
+                             f"{2 * Image.MAX_IMAGE_PIXELS:,} pixels, the most Pillow resizes "
+                             "to (twice PIL.Image.MAX_IMAGE_PIXELS); give a smaller input "
+                             "shape") from None
 
 
 def _resize_crop_float(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -181,9 +199,8 @@ def _resize_crop_float(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     scaled, box = _cover(rgb.shape[0], rgb.shape[1], size)
-    planes = [Image.fromarray(np.ascontiguousarray(rgb[:, :, i], np.float32))  # mode F
-              .resize(scaled, Image.Resampling.BILINEAR, reducing_gap=None).crop(box)
-              for i in range(rgb.shape[2])]
+    planes = [_scaled(Image.fromarray(np.ascontiguousarray(rgb[:, :, i], np.float32)),  # mode F
+                      scaled, box) for i in range(rgb.shape[2])]
     return np.stack([np.asarray(p, np.float32) for p in planes], axis=2)
 
 
