@@ -246,8 +246,12 @@ def bad_cases(tmp: Path):
         (["mtcnn-rnet", "--input", tmp / "notes.jpg"], r"notes\.jpg: not an image"),
         (["mtcnn-rnet", "--input", tmp / "gone.png"], r"gone\.png: no such image file"),
         (["mtcnn-rnet", "--input", tmp], r"in: is a folder; --input takes one image file"),
-        (["mtcnn-pnet", "--batch", "0"], r"argument --batch: '0': must be an integer >= 1"),
-        (["mtcnn-pnet", "--batch", "two"], r"argument --batch: 'two': must be an integer >= 1"),
+        (["mtcnn-pnet", "--batch", "0"],
+         r"argument --batch: '0': must be an integer from 1 to 1,048,576"),
+        (["mtcnn-pnet", "--batch", "two"], r"argument --batch: 'two': must be an integer from 1"),
+        # past int64: once a traceback from numpy
+        (["mtcnn-pnet", "--batch", "99999999999999999999"],
+         r"argument --batch: '99999999999999999999': must be an integer from 1 to 1,048,576"),
         (["resnet18", "--seed", "-1"], r"argument --seed: '-1': must be an integer >= 0"),
         (["mtcnn-pnet", "--density", "1.5"],
          r"argument --density: '1\.5': must be a weight density in \(0, 1\] or "
@@ -259,7 +263,10 @@ def bad_cases(tmp: Path):
         (["mtcnn-pnet", "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
         (["mtcnn-pnet", "--dataflow", "tpu"], r"dataflow 'tpu': must be one of .*systolic"),
         (["mtcnn-pnet", "--input-shape", "1,3,32"],
-         r"argument --input-shape: '1,3,32': must be four integers >= 1, N,C,H,W"),
+         r"argument --input-shape: '1,3,32': must be four integers from 1 to 1,048,576, "
+         r"N,C,H,W"),
+        (["resnet18", "--input-shape", "1,3,2000000,2000000"],
+         r"argument --input-shape: '1,3,2000000,2000000': must be four integers from 1 to "),
         (["lenet-digits", "--input-shape", "1,1,16,16"], r"lenet-digits: size=16"),
         (["resnet18", "--input-shape", "1,3,32,48"],
          r"resnet18: input shape 1,3,32,48 is 32x48; resnet18 takes square inputs only "
@@ -395,6 +402,12 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     assert code == 2
     assert err == ("npusim: error: out of memory: Unable to allocate 56.1 GiB for an array; try "
                    "a smaller --batch or input\n")
+    from npusim import tune
+
+    monkeypatch.setattr(tune, "tune_groups_report", too_big)  # it has --size, no --batch
+    code, _, err = main(capsys, "tune-groups", "edgetpu_v2_like", "--size", "99999")
+    assert (code, err) == (2, "npusim: error: out of memory: Unable to allocate 56.1 GiB for "
+                              "an array; try a smaller --size\n")
 
 
 # ---- progress bar -------------------------------------------------------------------------

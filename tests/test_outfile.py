@@ -328,6 +328,36 @@ def closed_stdout_run(*argv, cwd=None, buffered=True):
         os.close(write)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_standard_output_that_cannot_be_written_is_one_line(tmp_path, buffered):
+    """A full disk (/dev/full) or a closed descriptor (``>&-``): one line on stderr, exit 2,
+    the files written before the tables kept; a quiet run never writes there and succeeds
+    (both were tracebacks from rich or from the last flush)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    run = ["run", "mtcnn-pnet", "--json", "r.json"]
+
+    def npusim(argv, **how):
+        return subprocess.run([*NPUSIM, *argv], stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env=env, timeout=300, **how)
+
+    with open("/dev/full", "w") as full:
+        done = npusim(run, stdout=full)
+    assert done.returncode == cli.EXIT_BAD_INPUT
+    assert done.stderr == ("npusim: error: standard output: No space left on device; nothing "
+                           "more was written there\n")
+    assert json.loads((tmp_path / "r.json").read_text())["model"] == "mtcnn-pnet"
+    closed = npusim(["archs"], stdout=subprocess.DEVNULL, pass_fds=(),
+                    preexec_fn=lambda: os.close(1))
+    assert (closed.returncode, closed.stderr) == (
+        cli.EXIT_BAD_INPUT, "npusim: error: standard output: its descriptor is closed; "
+                            "nothing more was written there\n")
+    quiet = npusim([*run, "--quiet"], stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+
+
 @pytest.mark.parametrize("buffered", [True, False])
 def test_a_closed_standard_output_stops_quietly_after_the_files_are_written(tmp_path, buffered):
     for argv in (["models"], ["run", "mtcnn-pnet", "--json", "r.json", "--csv", "r.csv"],

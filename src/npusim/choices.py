@@ -9,3 +9,6 @@ DTYPES = ("float32", "int8")
 MODES = ("run", "estimate", "emulate")
 """How a run computes (``simulate.MODE_TABLE``): the machine's own arithmetic; the dense
 engine with costs counted from masks; the cycle emulator."""
+MAX_DIM = 2**20
+"""The most of one layer dimension (pixels, channels, kernel rows) and of a batch: an arch
+file's, a topology's and the command line's bound."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__, outfile
-from .choices import DTYPES, MODES
+from .choices import DTYPES, MAX_DIM, MODES
 from .errors import InputError, NpusimError, NpusimWarning
 
 if TYPE_CHECKING:
@@ -49,13 +50,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _int_at_least(minimum: int):
-    """An argparse type: an integer >= ``minimum``."""
+def _int_at_least(minimum: int, maximum: int | None = None):
+    """An argparse type: an integer >= ``minimum`` (and <= ``maximum``, if given)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
+        if maximum is not None and not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be an integer from {minimum} to "
+                                             f"{maximum:,}")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= {minimum}")
         return value
@@ -109,8 +113,9 @@ def _shape(text: str) -> tuple[int, ...]:
         dims = tuple(int(p) for p in parts)
     except ValueError:
         dims = ()
-    if len(dims) != 4 or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be four integers >= 1, N,C,H,W")
+    if len(dims) != 4 or not 1 <= min(dims) <= max(dims) <= MAX_DIM:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be four integers from 1 to "
+                                         f"{MAX_DIM:,}, N,C,H,W")
     return dims
 
 
@@ -133,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--arch", metavar="NAME|FILE", default="group-tile-64mac",
                       help="an arch with a [group-tile] section (default group-tile-64mac)")
     tune.add_argument("--dtype", choices=DTYPES, default="int8")
-    tune.add_argument("--size", type=_int_at_least(1), metavar="PIXELS",
+    tune.add_argument("--size", type=_int_at_least(1, MAX_DIM), metavar="PIXELS",
                       help="side of the square input (default: the model's own)")
     tune.set_defaults(func=cmd_tune_groups)
     export = sub.add_parser("export-topology", help="write a network's convs as a SCALE-Sim "
@@ -173,7 +178,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="prune weights by magnitude to density D in (0, 1] per layer, or to "
                           "Han et al.'s per-layer densities")
     run.add_argument("--dtype", choices=DTYPES, default="float32")
-    run.add_argument("--batch", type=_int_at_least(1), metavar="N",
+    run.add_argument("--batch", type=_int_at_least(1, MAX_DIM), metavar="N",
                      help="batch size: fixes a zoo, PyTorch or topology model's batch or an ONNX "
                           "model's dynamic one (refused where the file fixes another); default: "
                           "the model's own, else 1")
@@ -215,8 +220,11 @@ def _add_compare_parser(sub, run: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 1 check failed, 2 bad input, 130
-    interrupted, 141 standard output closed by its reader)."""
+    """Run the command line; returns the exit code (0 ok, 1 check failed, 2 bad input or
+    standard output not writable, 130 interrupted, 141 standard output closed by its
+    reader)."""
+    given = sys.stdout
+    sys.stdout = _Output(given)
     try:
         code = _command(argv)
         sys.stdout.flush()  # a closed pipe shows here when stdout is block-buffered (a pipe)
@@ -224,11 +232,52 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # stdout's reader left (``npusim models | head -1``): no more to say
         _discard_stdout()
         return EXIT_PIPE_CLOSED
+    except _OutputError as e:  # a full disk, a closed descriptor: the report cannot be shown
+        _discard_stdout()
+        print(f"npusim: error: standard output: {e.strerror}; nothing more was written "
+              "there", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    finally:
+        sys.stdout = given
+
+
+class _OutputError(OSError):
+    """Standard output could not be written (not a closed pipe: ``BrokenPipeError``)."""
+
+
+class _Output:
+    """Standard output for one command: its writes' errors raised as ``_OutputError``, so
+    that ``main`` tells them from any other ``OSError``; everything else is the stream's.
+    ``given`` is None when the descriptor is closed (``>&-``): a command that writes nothing
+    there (``--quiet``) runs as it would on /dev/null, one that writes fails."""
+
+    def __init__(self, given):
+        self.given = given
+        self.stream = open(os.devnull, "w") if given is None else given  # noqa: SIM115
+
+    def write(self, text: str) -> int:
+        if self.given is None and text:
+            raise _OutputError(errno.EBADF, "its descriptor is closed")
+        return self._do("write", text)
+
+    def flush(self) -> None:
+        self._do("flush")
+
+    def _do(self, name: str, *args):
+        try:
+            return getattr(self.stream, name)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise _OutputError(e.errno, e.strerror or str(e)) from e
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def _command(argv: list[str] | None) -> int:
     """Parse ``argv`` and run its command: its exit code, an error as one line on stderr."""
-    parser = build_parser()
+    parser, args = build_parser(), None
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -243,7 +292,8 @@ def _command(argv: list[str] | None) -> int:
         print("npusim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (NpusimError, ModuleNotFoundError, MemoryError) as e:
-        print(f"npusim: error: {error_line(e)}", file=sys.stderr)
+        print(f"npusim: error: {error_line(e, getattr(args, 'command', None))}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -266,16 +316,22 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-def error_line(e: Exception) -> str:
-    """The one line shown for a bad input; a missing module that is no optional extra is a
-    bug, and is raised again."""
+# what makes a command take less memory, for its out-of-memory line
+MEMORY_HINTS = {"tune-groups": "a smaller --size", "sweep": "fewer --workers or a smaller "
+                "model"}
+
+
+def error_line(e: Exception, command: str | None = None) -> str:
+    """The one line shown for a bad input (``command``: the command that raised it); a
+    missing module that is no optional extra is a bug, and is raised again."""
     if isinstance(e, ModuleNotFoundError):
         extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
         if extra is None:
             raise e
         return f"this needs {e.name}, which is not installed: pip install 'npusim[{extra}]'"
     if isinstance(e, MemoryError):  # numpy's message says how much it tried to allocate
-        return f"out of memory: {one_line(str(e))}; try a smaller --batch or input"
+        hint = MEMORY_HINTS.get(command, "a smaller --batch or input")
+        return f"out of memory: {one_line(str(e))}; try {hint}"
     return one_line(str(e))
 
 

@@ -31,7 +31,6 @@ from ..lazy import LazyRegistry
 MAX_SIDE = 2**12        # PEs along one side of an array: rows x cols <= 2**24 multipliers
 MAX_UNITS = 2**24       # multipliers, lanes or words per cycle of one unit
 MAX_KIB = 2**30         # one buffer: 1 TiB
-MAX_DIM = 2**20         # a layer dimension (pixels, channels, kernel rows)
 MAX_REGION = 2**10      # pixels along one side of a region or grid read at once
 MAX_LEVELS = 20         # shifter levels: a reach of 2**20 - 1 pixels spans MAX_DIM
 MAX_CLOCK_MHZ = 1e6     # 1 THz

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import outfile
-from ..arch.spec import MAX_DIM
+from ..choices import MAX_DIM
 from ..errors import LayerError, ModelError
 from ..ir import ConvLayer, Graph
 
