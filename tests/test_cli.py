@@ -356,6 +356,27 @@ def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_
                    "feed it; leave out --input for seeded values\n")
 
 
+def test_a_file_onnxruntime_will_not_load_is_checked_in_one_line(tmp_path, capsys):
+    """A conv stamped with opset 99: npusim runs it; ``--check``, which runs the file on
+    onnxruntime too, says in one line that onnxruntime will not (once its traceback)."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c")], "future",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])], [w])
+    path = tmp_path / "future.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)]), path)
+    assert main(capsys, "run", path, "--quiet")[:3:2] == (0, "")
+    code, _, err = main(capsys, "run", path, "--quiet", "--check")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"npusim: error: {path}: onnxruntime cannot run it for --check (")
+    assert err.endswith("); run without --check\n")
+
+
 def test_real_subprocess_bad_and_good(tmp_path):
     assert NPUSIM, "the npusim console script is not installed"
     report = tmp_path / "r.json"

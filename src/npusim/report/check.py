@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import quant
+from ..errors import ModelError
 from ..ir import Graph, Node
 
 FLOAT32_TOLERANCE = 1e-4  # relative error; also the slack for torch's own float32 rounding
@@ -124,8 +125,15 @@ def onnxruntime_error(onnx_path, graph: Graph, x: np.ndarray, result) -> float:
     the ONNX file on ``x`` (outputs matched in the file's order)."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    reference = session.run(None, {session.get_inputs()[0].name: x.astype(np.float32)})
+    try:
+        session = onnxruntime.InferenceSession(str(onnx_path),
+                                               providers=["CPUExecutionProvider"])
+        reference = session.run(None, {session.get_inputs()[0].name: x.astype(np.float32)})
+    except Exception as e:  # noqa: BLE001  (onnxruntime's own exception types, pybind's)
+        said = " ".join(str(e).split())
+        said = said if len(said) <= 300 else f"{said[:120]} ... {said[-180:]}"  # its why
+        raise ModelError(f"{onnx_path}: onnxruntime cannot run it for --check "
+                         f"({type(e).__name__}: {said}); run without --check") from None
     ours = [result.outputs[node] for node in graph.outputs.values()]
     return max(relative_error(a, ref) for a, ref in zip(ours, reference, strict=False))
 
