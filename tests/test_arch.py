@@ -299,7 +299,8 @@ def test_the_loader_takes_the_sections_it_is_handed():
     with pytest.raises(ConfigError, match=r"t.toml: toy.names\[1\]=3: must be a string"):
         arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = ["b", 3]\n', "t.toml",
                             {"toy": Toy})
-    with pytest.raises(ConfigError, match=r"t.toml: toy.names='b': must be an array of"):
+    with pytest.raises(ConfigError,
+                       match=r"t.toml: toy.names='b': must be an array, each item a string"):
         arch_from_toml_text('dataflow = "toy"\n[toy]\nnames = "b"\n', "t.toml", {"toy": Toy})
 
 

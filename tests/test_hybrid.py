@@ -179,7 +179,8 @@ def test_shape_only_runs_place_each_layer_after_the_one_before():
     ('machines = ["group-tile", "group-tile"]', r"a machine is listed twice"),
     ('objective = "speed"', r"hybrid.objective='speed': must be one of cycles, energy, "
                             r"energy-delay"),
-    ('machines = "sparse-pairs"', r"hybrid.machines='sparse-pairs': must be an array of"),
+    ('machines = "sparse-pairs"', r"hybrid.machines='sparse-pairs': must be an array, each item "
+     r"a string \(member machine names"),
 ])
 def test_bad_hybrid_sections_are_refused_by_name(tmp_path, hybrid, message):
     path = tmp_path / "bad.toml"

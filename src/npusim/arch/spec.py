@@ -101,8 +101,8 @@ def _check_type(value, typ, where: str, unit: str = ""):
         raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}{unit}")
     if typing.get_origin(typ) is tuple:  # tuple[X, ...]: a TOML array of X
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where}={value!r}: must be an array of "
-                              f"{_type_words(typing.get_args(typ)[0])}s")
+            raise ConfigError(f"{where}={value!r}: must be an array, each item "
+                              f"{_type_words(typing.get_args(typ)[0])}{unit and f' ({unit})'}")
         return tuple(_check_type(v, typing.get_args(typ)[0], f"{where}[{i}]", unit)
                      for i, v in enumerate(value))
     if typing.get_origin(typ) is Literal:
