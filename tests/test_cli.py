@@ -223,6 +223,7 @@ def bad_cases(tmp: Path):
     (tmp / "notes.jpg").write_text("not a picture\n")
     (tmp / "binary.toml").write_bytes(bytes([0x98, 0xff, 0x00]))
     (tmp / "junk.onnx").write_bytes(bytes(range(7, 200)))
+    (tmp / "folder.onnx").mkdir()  # once "no such file": the path exists
     topology(tmp, "conv1, -5, 224, 7, 7, 3, 64, 2,\n", "negative.csv")
     topology(tmp, "conv1, 224, 224, 7, 7, 3, 64, 2,\n", "good.csv")
     return [
@@ -240,6 +241,7 @@ def bad_cases(tmp: Path):
          r"negative\.csv: line 2 \(conv1\): field 'IFMAP Height'='-5': must be an integer "
          r"from 1 to 2\*\*20"),
         ([tmp / "missing.csv"], r"missing\.csv: no such file"),
+        ([tmp / "folder.onnx"], r"folder\.onnx: a folder; give a \.onnx file"),
         (["mtcnn-pnet", "--arch", tmp / "binary.toml"], r"binary\.toml: not a TOML text file"),
         ([tmp / "junk.onnx"], r"junk\.onnx: .*does not parse as an ONNX"),
         ([tmp / "missing.onnx"], r"missing\.onnx: no such file"),
@@ -309,13 +311,17 @@ def test_bad_inputs_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
         shutil.rmtree(out_dir)
 
 
-def test_groups_that_do_not_divide_channels(tmp_path, capsys):
-    """An ONNX conv with group=4 on 6 input channels: refused naming the file and node."""
+@pytest.mark.parametrize("group, why", [
+    (4, "weight has 2 input channels per group x groups=4, but the input has C=6"),
+    (0, "groups=0: must be an integer >= 1 dividing the input's C=6 channels")])
+def test_groups_that_do_not_divide_channels(tmp_path, capsys, group, why):
+    """An ONNX conv with group=4, or 0, on 6 input channels: refused naming the file and
+    node (and, for 0, the bound: it once read as a channel count that did not add up)."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     weight = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=4, name="conv_g")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=group, name="conv_g")
     graph = helper.make_graph(
         [conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [weight])
@@ -324,8 +330,7 @@ def test_groups_that_do_not_divide_channels(tmp_path, capsys):
     report = tmp_path / "r.json"
     code, _, err = main(capsys, "run", path, "--json", report)
     assert code == 2
-    assert err == ("npusim: error: " f"{path}: conv_g: weight has 2 input channels per group "
-                   "x groups=4, but the input has C=6\n")
+    assert err == f"npusim: error: {path}: conv_g: {why}\n"
     assert not report.exists()
 
 

@@ -99,6 +99,9 @@ class Conv(Op):
                              f"and weight {self.weight.shape}")
         n, c, h, w = shape
         k, cg, r, s = self.weight.shape
+        if self.groups < 1:
+            raise LayerError(f"{name}: groups={self.groups}: must be an integer >= 1 dividing "
+                             f"the input's C={c} channels")
         if cg * self.groups != c:
             raise LayerError(f"{name}: weight has {cg} input channels per group x groups="
                              f"{self.groups}, but the input has C={c}")

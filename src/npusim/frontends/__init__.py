@@ -34,6 +34,9 @@ def model_path(spec: str) -> Path:
     bare_csv = path.suffix == ".csv" and path.name == spec
     if bare_csv and (TOPOLOGIES / spec).is_file():
         return TOPOLOGIES / spec
+    if path.exists():  # a folder, a FIFO: nothing npusim reads a model from
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise ModelError(f"{path}: {what}; give a {path.suffix} file")
     hint = (f" (nor a SCALE-Sim topology shipped with npusim: {', '.join(shipped_topologies())})"
             if bare_csv else "")
     raise ModelError(f"{path}: no such file{hint}")

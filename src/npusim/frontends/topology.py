@@ -156,7 +156,7 @@ def _check_writable(layer: ConvLayer) -> None:
     elif layer.stride[0] != layer.stride[1]:
         why = f"stride={layer.stride}: SCALE-Sim has one stride for both axes"
     elif layer.N != 1:
-        why = f"N={layer.N}: SCALE-Sim topologies are batch 1; use layer.with_batch(1)"
+        why = f"N={layer.N}: SCALE-Sim topologies are batch 1; export the network at batch 1"
     elif any(ch in layer.name for ch in ",\t\n\r#") or not layer.name.strip():
         why = f"name {layer.name!r}: must be non-empty, without a comma, tab, newline or '#'"
     elif "DP" in layer.name and layer.groups != layer.C:
