@@ -156,12 +156,22 @@ models = ["test.csv"]
     (["sweep", "nosuch.toml", "--store", "s.db"], "nosuch.toml: cannot read the sweep spec"),
     (["sweep", "export", "nosuch.db", "--csv", "x.csv"], "nosuch.db: no such results store"),
     (["pareto", "nosuch.db", "--x", "cycles", "--y", "energy"], "no such results store"),
+    # the store, not its figure's default folder beside it, named
+    (["pareto", "nodir/s.db", "--x", "cycles", "--y", "energy"],
+     "nodir/s.db: no such results store"),
+    (["pareto", "DIR", "--x", "cycles", "--y", "energy"], "a folder, not a results store"),
+    (["sweep", "export", "DIR", "--csv", "x.csv"], "a folder, not a results store"),
+    (["sweep", "SPEC", "--store", "nodir/s.db"],
+     "nodir/s.db: folder nodir does not exist; --store names a results file in an existing "
+     "folder"),
 ])
 def test_cli_misuse_is_one_line_exit_2(argv, words, tmp_path, monkeypatch, capsys):
     from npusim.cli import main
 
     monkeypatch.chdir(tmp_path)
-    argv = [str(write_spec(tmp_path)) if a == "SPEC" else a for a in argv]
+    (tmp_path / "folder.db").mkdir()
+    argv = [str(write_spec(tmp_path)) if a == "SPEC" else "folder.db" if a == "DIR" else a
+            for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err

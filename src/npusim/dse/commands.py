@@ -115,7 +115,9 @@ def cmd_pareto(args) -> int:
 
     from ..cli import _stdout
     from .pareto import pareto, plot
+    from .store import stored
 
+    stored(args.store)  # a missing store named before its figure's folder
     png = args.png or args.store.with_name(f"{args.store.stem}-pareto-{args.x}-{args.y}.png")
     outfile.check_target(png, "--png", "figure")
     front = pareto(args.store, args.x, args.y)

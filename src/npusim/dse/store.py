@@ -71,9 +71,7 @@ class Store:
     @classmethod
     def read(cls, path: str | Path) -> Store:
         """Open an existing store read-only (export, Pareto)."""
-        path = Path(path)
-        if not path.is_file():
-            raise SweepError(f"{path}: no such results store")
+        path = stored(path)
         store = cls(path, _connect(path, create=False))
         if not _tables(store.db) or not store.meta():
             raise SweepError(f"{path}: not an npusim results store (no sweep in it)")
@@ -128,10 +126,23 @@ def _json(value) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def stored(path: str | Path) -> Path:
+    """``path``, refused unless it is a file (a store to read): before any other work."""
+    path = Path(path)
+    if path.is_dir():
+        raise SweepError(f"{path}: a folder, not a results store (a SQLite file a sweep wrote)")
+    if not path.is_file():
+        raise SweepError(f"{path}: no such results store")
+    return path
+
+
 def _connect(path: Path, create: bool) -> sqlite3.Connection:
     """A connection to a whole SQLite store; a file that is not one (or truncated) refused."""
     if path.exists() and not path.is_file():
         raise SweepError(f"{path}: is not a file; --store names a SQLite results file")
+    if not path.parent.is_dir():
+        raise SweepError(f"{path}: folder {path.parent} does not exist; --store names a "
+                         "results file in an existing folder")
     fresh = not path.exists() or path.stat().st_size == 0
     if not create and fresh:
         raise SweepError(f"{path}: empty file, not an npusim results store")
