@@ -323,3 +323,21 @@ def test_a_preset_is_parsed_once_and_equals_its_file():
     path = PRESET_DIR / f"{name}.toml"
     assert load_arch(name) is load_arch(name)
     assert load_arch(name) == arch_from_toml_text(path.read_text(), str(path))
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[memory]\nmodel = "scalesim"\n',
+     r'^mine.toml: memory.model = "scalesim": dram_bytes_per_cycle = 17.064 \(the default\): '
+     r"SCALE-Sim's Bandwidth is a whole number of words per cycle"),
+    ('dataflow = "input-reuse"\n[memory]\nmodel = "scalesim"\ndram_bytes_per_cycle = 16\n',
+     r'^mine.toml: memory.model = "scalesim" replays SCALE-Sim\'s systolic array; dataflow = '
+     r'"input-reuse" describes its layers as steps: use model = "npusim"')])
+def test_what_scalesim_s_replay_cannot_time_is_refused_naming_the_file(text, message):
+    """Once found by the first layer run, in a message that named no file."""
+    from npusim.arch.spec import arch_from_toml_text
+
+    with pytest.raises(ConfigError, match=message):
+        arch_from_toml_text(text, "mine.toml")
+    fine = arch_from_toml_text('[memory]\nmodel = "scalesim"\ndram_bytes_per_cycle = 16\n',
+                               "mine.toml")
+    assert (fine.memory.model, fine.memory.dram_bytes_per_cycle) == ("scalesim", 16)

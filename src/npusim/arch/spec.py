@@ -356,7 +356,26 @@ def arch_from_toml_text(text: str, where: str,
     if arch.dataflow not in known:
         raise ConfigError(f"{where}: dataflow={arch.dataflow!r}: must be one of "
                           f"{', '.join(sorted(known))}")
+    _check_scalesim_memory(built.get("memory", arch.memory), arch.dataflow, where)
     return dataclasses.replace(arch, sections=params, **built)
+
+
+def _check_scalesim_memory(memory: Memory, dataflow: str, where: str) -> None:
+    """Refuse, naming the file, what SCALE-Sim's replay (``[memory] model = "scalesim"``)
+    cannot time, before a run finds it layer by layer: another machine than the systolic
+    array, or a DRAM bandwidth that is not whole words a cycle (as the default 17.064 is)."""
+    if memory.model != "scalesim":
+        return
+    if dataflow != "systolic":
+        raise ConfigError(f'{where}: memory.model = "scalesim" replays SCALE-Sim\'s systolic '
+                          f'array; dataflow = "{dataflow}" describes its layers as steps: use '
+                          'model = "npusim"')
+    bandwidth = memory.dram_bytes_per_cycle
+    if not unlimited(bandwidth) and bandwidth != int(bandwidth):
+        default = " (the default)" if bandwidth == Memory().dram_bytes_per_cycle else ""
+        raise ConfigError(f'{where}: memory.model = "scalesim": dram_bytes_per_cycle = '
+                          f"{bandwidth}{default}: SCALE-Sim's Bandwidth is a whole number of "
+                          'words per cycle; set a whole number or "unlimited"')
 
 
 PRESET_DIR = Path(__file__).parent / "presets"
