@@ -337,7 +337,8 @@ def test_groups_that_do_not_divide_channels(tmp_path, capsys, group, why):
 def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_path, capsys):
     """A MatMul on a 1 x 16 input: no photo fits it, so it runs on seeded values (checked
     against onnxruntime); given an image, one line says why not (it once failed unpacking
-    N, C, H, W)."""
+    N, C, H, W). So for a conv of 4 input channels (once 'channels=4: must be 1 or 3',
+    naming neither model nor image)."""
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, numpy_helper
@@ -359,6 +360,17 @@ def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_
     assert code == 2
     assert err == (f"npusim: error: {path}: its input is 1x16, not N,C,H,W: an image cannot "
                    "feed it; leave out --input for seeded values\n")
+    w = numpy_helper.from_array(np.ones((2, 4, 1, 1), np.float32), "w")  # RGBA-like: 4 channels
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c")], "four",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 5])], [w])
+    four = tmp_path / "four.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), four)
+    assert main(capsys, "run", four, "--quiet")[:3:2] == (0, "")
+    code, _, err = main(capsys, "run", four, "--input", photo)
+    assert (code, err) == (2, f"npusim: error: {four}: its input has 4 channels; an image gives "
+                              "1 (grey) or 3 (RGB): leave out --input for seeded values\n")
 
 
 def test_a_file_onnxruntime_will_not_load_is_checked_in_one_line(tmp_path, capsys):

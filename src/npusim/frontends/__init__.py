@@ -124,7 +124,10 @@ def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
         entry = zoo.MODELS[model]()
         default = entry.photo if entry.default_input is None else "the model's default"
         return x, image or default
-    if c in (1, 3) or image:
+    if image and c not in (1, 3):
+        raise ModelError(f"{model}: its input has {c} channels; an image gives 1 (grey) or 3 "
+                         "(RGB): leave out --input for seeded values")
+    if c in (1, 3):
         photo = image or DEFAULT_PHOTO
         return np.repeat(images.load_image(photo, (h, w), c)[None], n, axis=0), photo
     x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
