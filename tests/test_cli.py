@@ -255,6 +255,8 @@ def bad_cases(tmp: Path):
         (["mtcnn-pnet", "--batch", "99999999999999999999"],
          r"argument --batch: '99999999999999999999': must be an integer from 1 to 1,048,576"),
         (["resnet18", "--seed", "-1"], r"argument --seed: '-1': must be an integer >= 0"),
+        # once read as '.', the folder npusim runs in, and refused as a folder
+        (["mtcnn-pnet", "--json", ""], r"argument --json: '': an empty name; give a file name"),
         (["mtcnn-pnet", "--density", "1.5"],
          r"argument --density: '1\.5': must be a weight density in \(0, 1\] or "
          r"'deep-compression'"),

@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export-topology", help="write a network's convs as a SCALE-Sim "
                             "topology CSV, to run the same network in SCALE-Sim")
     export.add_argument("model", metavar="MODEL", help="zoo name, FILE.onnx or FILE.py:factory")
-    export.add_argument("out", metavar="OUT.csv", type=Path, help="the CSV to write")
+    export.add_argument("out", metavar="OUT.csv", type=outfile.target,
+                        help="the CSV to write")
     export.add_argument("--input-shape", metavar="N,C,H,W", type=_shape,
                         help="input shape of an imported model (batch must be 1)")
     export.set_defaults(func=cmd_export_topology)
@@ -189,16 +190,18 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--fallback", action="store_true",
                      help="compute an op npusim does not model with the framework it came from "
                           "(torch, onnxruntime), costed as vector work, instead of refusing it")
-    run.add_argument("--json", metavar="FILE", type=Path, help="write the JSON report here")
-    run.add_argument("--csv", metavar="FILE", type=Path, help="write the CSV report here")
+    run.add_argument("--json", metavar="FILE", type=outfile.target,
+                     help="write the JSON report here")
+    run.add_argument("--csv", metavar="FILE", type=outfile.target,
+                     help="write the CSV report here")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no tables")
 
 
 def _add_figure_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plots", metavar="DIR", type=Path,
+    parser.add_argument("--plots", metavar="DIR", type=outfile.target,
                         help="write the figures (cycles by cause, roofline, utilisation, "
                              "density, per-unit work) as PNG and SVG into DIR")
-    parser.add_argument("--html", metavar="FILE", type=Path,
+    parser.add_argument("--html", metavar="FILE", type=outfile.target,
                         help="write a self-contained HTML report (tables, figures) here")
 
 

@@ -52,6 +52,17 @@ KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def target(text: str) -> Path:
+    """An argparse type for a path to write: refused when empty (``Path("")`` is ``.``, the
+    folder npusim runs in, which a flag would then name)."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name; give a file name (or "
+                                         f"'{STDOUT}' for standard output where it is one)")
+    return Path(text)
+
+
 def is_stdout(target: str | Path) -> bool:
     """Whether ``target`` names standard output (``-``)."""
     return str(target) == STDOUT

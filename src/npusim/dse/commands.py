@@ -28,8 +28,9 @@ def add_commands(sub) -> None:
                        help="run on this Dask distributed scheduler instead of local processes")
     sweep.add_argument("--workers", type=int, metavar="N",
                        help="local worker processes (default: one per core; 1: in this process)")
-    sweep.add_argument("--csv", metavar="OUT", type=Path, help="with export: write a CSV table")
-    sweep.add_argument("--parquet", metavar="OUT", type=Path,
+    sweep.add_argument("--csv", metavar="OUT", type=outfile.target,
+                       help="with export: write a CSV table")
+    sweep.add_argument("--parquet", metavar="OUT", type=outfile.target,
                        help="with export: write a Parquet table (needs pyarrow)")
     sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sweep.set_defaults(func=cmd_sweep)
@@ -38,7 +39,7 @@ def add_commands(sub) -> None:
     pareto.add_argument("store", metavar="STORE", type=Path, help="a results store")
     pareto.add_argument("--x", required=True, metavar="QUANTITY", help="e.g. cycles")
     pareto.add_argument("--y", required=True, metavar="QUANTITY", help="e.g. energy")
-    pareto.add_argument("--png", metavar="OUT.png", type=Path,
+    pareto.add_argument("--png", metavar="OUT.png", type=outfile.target,
                         help="the plot (default: STORE's name with -pareto-X-Y.png)")
     pareto.set_defaults(func=cmd_pareto)
 
