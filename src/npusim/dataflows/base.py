@@ -223,17 +223,21 @@ def share(total, weights: np.ndarray) -> np.ndarray:
     cum = np.cumsum(np.asarray(weights, np.int64))
     if cum[-1] == 0:
         cum = np.arange(1, cum.size + 1, dtype=np.int64)
-    out = floor_products(np.asarray(total, np.int64)[..., None], cum, int(cum[-1]))
+    total = np.asarray(total, np.int64)
+    most = abs(int(total)) if total.ndim == 0 else int(np.abs(total).max(initial=0))
+    out = floor_products(total[..., None], cum, int(cum[-1]), most * int(cum[-1]))
     out[..., 1:] -= out[..., :-1]  # running sums to steps (numpy reads overlaps as copied)
     return out
 
 
-def floor_products(a, b, whole: int) -> np.ndarray:
+def floor_products(a, b, whole: int, most: int | None = None) -> np.ndarray:
     """``floor(a x b / whole)`` of integers ``a`` and ``b`` (arrays that broadcast), exactly,
     as int64 (a new array): in int64 where every product fits, else in Python's integers (a
     layer's millions of bytes times a running count of billions: wrapped round in int64,
-    they once came out negative)."""
+    they once came out negative). ``most``: the largest |a x b|, if the caller knows it."""
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    if a.size == 0 or b.size == 0 or int(np.abs(a).max()) * int(np.abs(b).max()) < 1 << 63:
+    if most is None:
+        most = int(np.abs(a).max(initial=0)) * int(np.abs(b).max(initial=0))
+    if most < 1 << 63:
         return a * b // whole
     return (a.astype(object) * b.astype(object) // whole).astype(np.int64)
