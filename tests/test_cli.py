@@ -272,6 +272,9 @@ def bad_cases(tmp: Path):
         (["resnet18", "--input-shape", "1,3,2000000,2000000"],
          r"argument --input-shape: '1,3,2000000,2000000': must be four integers from 1 to "),
         (["lenet-digits", "--input-shape", "1,1,16,16"], r"lenet-digits: size=16"),
+        (["alexnet", "--input-shape", "1,3,32,32"],  # once the layer alone, not the model
+         r"alexnet: input shape 1,3,32,32 does not fit it: pool5: pool window 3x3 does not "
+         r"fit input 1x1"),
         (["resnet18", "--input-shape", "1,3,32,48"],
          r"resnet18: input shape 1,3,32,48 is 32x48; resnet18 takes square inputs only "
          r"\(N,C,S,S: H = W = S\)"),

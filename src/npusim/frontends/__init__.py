@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ModelError
+from ..errors import LayerError, ModelError
 
 if TYPE_CHECKING:  # the IR imports numpy, which the zoo's listing does not need
     from ..ir import ConvLayer, Graph
@@ -83,7 +83,13 @@ def _zoo_model(name: str, batch: int, input_shape, seed: int) -> Graph:
         raise ModelError(f"{name}: input shape {shown} is {input_shape[2]}x{input_shape[3]}; "
                          f"{name} takes square inputs only (N,C,S,S: H = W = S)")
     size = input_shape[-1] if input_shape else None
-    return zoo.build(name, batch=batch, seed=seed, size=size)
+    try:
+        return zoo.build(name, batch=batch, seed=seed, size=size)
+    except LayerError as e:
+        if size is None:
+            raise
+        raise ModelError(f"{name}: input shape {','.join(map(str, input_shape))} does not fit "
+                         f"it: {e}") from None
 
 
 def onnx_source(spec: str):
