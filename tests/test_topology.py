@@ -213,3 +213,15 @@ def test_missing_topology_names_the_shipped_ones(tmp_path, monkeypatch):
         load_model("Resnet19.csv")
     with pytest.raises(ModelError, match=r"^sub/Resnet18\.csv: no such file$"):
         load_model("sub/Resnet18.csv")  # a path is taken as given
+
+
+def test_a_network_of_no_conv_is_refused_not_written_as_a_header(tmp_path):
+    """A header alone, which reading topologies refuses ('no layer rows'): once written."""
+    from npusim.errors import ModelError
+    from npusim.ir import GraphBuilder
+
+    g = GraphBuilder("no_conv", (1, 3, 8, 8))
+    graph = g.build(g.relu(g.input))
+    with pytest.raises(ModelError, match=r"^no_conv: no conv layer, so no row to write"):
+        write_topology(graph, tmp_path / "t.csv")
+    assert list(tmp_path.iterdir()) == []

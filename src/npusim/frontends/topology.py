@@ -114,9 +114,13 @@ def write_topology(layers: Graph | list[ConvLayer], path: str | Path) -> int:
     """Write ``layers`` (or a Graph's convs, in order) as a SCALE-Sim topology CSV to
     ``path`` (``-``: standard output), by ``npusim.outfile``'s rules: atomically, and
     never over anything but a regular file. Returns the rows written (past the header)."""
+    name = layers.name if isinstance(layers, Graph) else "the network"
     if isinstance(layers, Graph):
         layers = [layers.layers[n.name] for n in layers.conv_nodes]
     outfile.check_target(path, "topology", "topology")
+    if not layers:  # a header alone, which no reader of topologies (npusim's) takes
+        raise ModelError(f"{name}: no conv layer, so no row to write: a SCALE-Sim topology "
+                         "of it would be empty")
     rows = [row for layer in layers for row in topology_rows(layer)]
     outfile.write_text(path, "\n".join([HEADER, *rows]) + "\n", "topology", "topology")
     return len(rows)
