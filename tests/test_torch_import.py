@@ -915,6 +915,20 @@ def test_factory_file_that_fails_to_import(tmp_path):
         from_factory(f"{bad}:broken")
 
 
+def test_a_factory_or_its_file_that_exits_is_a_failure_named_so(tmp_path):
+    """sys.exit() in the user's file or factory once ended npusim itself, silently."""
+    quits = tmp_path / "quits.py"
+    quits.write_text("import sys\n\ndef build():\n    sys.exit(3)\n")
+    with pytest.raises(ModelError, match=r"quits.py:build: calling build\(\) failed "
+                                         r"\(SystemExit: 3\)"):
+        from_factory(f"{quits}:build")
+    leaves = tmp_path / "leaves.py"
+    leaves.write_text("import sys\nsys.exit('not here')\n")
+    with pytest.raises(ModelError, match=r"leaves.py: importing it failed \(SystemExit: not "
+                                         r"here\)"):
+        from_factory(f"{leaves}:build")
+
+
 @pytest.mark.parametrize("shape", [(0, 3, 8, 8), (8,), (1, 3, 8.5, 8)])
 def test_factory_input_shape_must_be_positive_integers(factory_file, shape):
     with pytest.raises(ModelError, match=r"input_shape=.*: must be positive integers N x C x H"):

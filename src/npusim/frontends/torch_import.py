@@ -345,7 +345,7 @@ def _load_file(path: Path):
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # the user's file failed to import
+    except (Exception, SystemExit) as e:  # the user's file failed to import, or exited
         sys.modules.pop(unique, None)
         raise ModelError(f"{path}: importing it failed ({type(e).__name__}: {e})") from e
     finally:
@@ -401,7 +401,7 @@ def _call_factory(module, func: str, path: Path, spec: str):
                          f"{', '.join(names) or 'none'}")
     try:
         net = factory()
-    except Exception as e:  # the user's factory failed
+    except (Exception, SystemExit) as e:  # the user's factory failed, or exited
         raise ModelError(f"{spec}: calling {func}() failed ({type(e).__name__}: {e})") from e
     if not isinstance(net, nn.Module):
         raise ModelError(f"{spec}: {func}() returned {type(net).__name__}, not a torch nn.Module")
