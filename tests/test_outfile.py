@@ -349,6 +349,10 @@ def test_a_standard_output_that_cannot_be_written_is_one_line(tmp_path, buffered
     assert done.stderr == ("npusim: error: standard output: No space left on device; nothing "
                            "more was written there\n")
     assert json.loads((tmp_path / "r.json").read_text())["model"] == "mtcnn-pnet"
+    with open("/dev/full", "w") as full:  # nowhere to say it either: the exit code alone
+        both = subprocess.run([*NPUSIM, "archs"], stdout=full, stderr=full, cwd=tmp_path,
+                              env=env, timeout=300)
+    assert both.returncode == cli.EXIT_BAD_INPUT
     closed = npusim(["archs"], stdout=subprocess.DEVNULL, pass_fds=(),
                     preexec_fn=lambda: os.close(1))
     assert (closed.returncode, closed.stderr) == (

@@ -233,12 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here when stdout is block-buffered (a pipe)
         return code
     except BrokenPipeError:  # stdout's reader left (``npusim models | head -1``): no more to say
-        _discard_stdout()
+        _to_devnull()
         return EXIT_PIPE_CLOSED
     except _OutputError as e:  # a full disk, a closed descriptor: the report cannot be shown
-        _discard_stdout()
-        print(f"npusim: error: standard output: {e.strerror}; nothing more was written "
-              "there", file=sys.stderr)
+        _to_devnull()
+        try:
+            print(f"npusim: error: standard output: {e.strerror}; nothing more was written "
+                  "there", file=sys.stderr, flush=True)
+        except OSError:  # stderr as full (``> /dev/full 2>&1``): the exit code alone says it
+            _to_devnull(sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         sys.stdout = given
@@ -300,12 +303,12 @@ def _command(argv: list[str] | None) -> int:
         return EXIT_BAD_INPUT
 
 
-def _discard_stdout() -> None:
-    """Point standard output at /dev/null, so the interpreter's last flush of what is still
-    buffered for a closed pipe does not fail again at exit."""
+def _to_devnull(stream=None) -> None:
+    """Point standard output (or ``stream``) at /dev/null, so the interpreter's last flush of
+    what is still buffered for a closed pipe or a full disk does not fail again at exit."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
         os.close(devnull)
     except (OSError, ValueError):  # no file descriptor (a captured stdout)
         pass
