@@ -165,7 +165,7 @@ def test_groups_fold_per_group():
     ("ws", ConvLayer(1, 100, 20000, 20000, 100, 1, 1)),
     ("is", ConvLayer(1, 64, 3000, 3000, 64, 3, 3, padding=1))])
 def test_a_large_layer_s_fold_bytes_are_its_exact_shares(stationary, layer):
-    """Inputs of 160 and 2.3 GB, whose shares per fold were once products of the bytes and
+    """Inputs of 160 GB and 2.3 GB, whose shares per fold were once products of the bytes and
     running counts of billions in int64, wrapped round (negative bytes, or 30 % too few
     without a word). On a 1024 x 1024 array every column (and, WS, row) fits one fold, so
     the folds' input bytes add up to the input once; each of the first folds' is its span's
