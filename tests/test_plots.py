@@ -219,3 +219,34 @@ def test_plots_folder_that_cannot_be_made_is_refused_before_the_run(tmp_path, mo
                          str(tmp_path / "f" / "figs")]) == 2
     assert f"cannot make the folder: {tmp_path / 'f'} is a file" in err.getvalue()
     assert not (tmp_path / "f").is_dir()
+
+
+def test_a_failed_write_leaves_no_empty_folder_it_made(tmp_path, monkeypatch, figs):
+    """A full disk at the first figure: the folders write_plots made are removed again
+    (they were once left behind, empty); one that existed stays, and so does one a figure
+    was written into."""
+    from npusim import outfile
+    from npusim.errors import OutputError
+
+    written = []
+
+    def fills_after(count):
+        def write(path, data, *args):
+            if len(written) >= count:
+                raise OutputError(f"--plots {path}: cannot write: No space left on device")
+            path.write_bytes(data)
+            written.append(path)
+        return write
+
+    monkeypatch.setattr(outfile, "write_bytes", fills_after(0))
+    with pytest.raises(OutputError, match="No space left"):
+        plots.write_plots(list(figs.values()), tmp_path / "a" / "b")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(OutputError):
+        plots.write_plots(list(figs.values()), tmp_path / "kept")
+    monkeypatch.setattr(outfile, "write_bytes", fills_after(1))
+    with pytest.raises(OutputError):
+        plots.write_plots(list(figs.values()), tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "new"]
+    assert [p.name for p in (tmp_path / "new").iterdir()] == [written[0].name]

@@ -300,20 +300,35 @@ def write_plots(figs: list[Figure], folder: str | Path, what: str = "--plots") -
     """Write every drawn figure as ``NAME.png`` and ``NAME.svg`` into ``folder`` (created if
     missing), each atomically; returns the paths."""
     folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"{what} {folder}: cannot make the folder: "
                                   f"{e.strerror or e}") from None
     drawn = [fig for fig in figs if fig.figure is not None]
-    check_targets(folder, what, [fig.name for fig in drawn])  # all, before the first is written
     paths = []
-    for fig in drawn:
-        for fmt in FORMATS:
-            path = folder / f"{fig.name}.{fmt}"
-            outfile.write_bytes(path, render(fig, fmt), what, "figure")
-            paths.append(path)
+    try:
+        check_targets(folder, what, [fig.name for fig in drawn])  # all, before the first
+        for fig in drawn:
+            for fmt in FORMATS:
+                path = folder / f"{fig.name}.{fmt}"
+                outfile.write_bytes(path, render(fig, fmt), what, "figure")
+                paths.append(path)
+    except BaseException:
+        _remove_empty(made)
+        raise
     return paths
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders ``write_plots`` made (deepest first) that a failure left empty: a
+    full disk once left an empty figures folder behind."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (a figure was written), or gone
+            return
 
 
 def check_folder(folder: Path, what: str = "--plots") -> None:
