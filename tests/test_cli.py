@@ -399,6 +399,18 @@ def test_a_file_onnxruntime_will_not_load_is_checked_in_one_line(tmp_path, capsy
     assert err.endswith("); run without --check\n")
 
 
+def test_a_model_file_s_extension_is_read_in_any_case(tmp_path, capsys):
+    """SMALL.ONNX and NET.CSV are an ONNX model and a topology (once 'not in the zoo')."""
+    pytest.importorskip("onnx")
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    shutil.copy(examples / "small_cnn.onnx", tmp_path / "SMALL.ONNX")
+    topology(tmp_path, "conv1, 32, 32, 3, 3, 3, 8, 1,\n", "NET.CSV")
+    for name in ("SMALL.ONNX", "NET.CSV"):
+        report = tmp_path / f"{name}.json"
+        assert main(capsys, "run", tmp_path / name, "--quiet", "--json", report)[:3:2] == (0, "")
+        assert json.loads(report.read_text())["totals"]["macs"] > 0
+
+
 def test_real_subprocess_bad_and_good(tmp_path):
     assert NPUSIM, "the npusim console script is not installed"
     report = tmp_path / "r.json"

@@ -521,7 +521,7 @@ def _check_flags(args) -> None:
         from .report.plots import check_folder
 
         check_folder(args.plots)
-    if Path(args.model).suffix == ".csv":
+    if Path(args.model).suffix.lower() == ".csv":  # as frontends.kind reads it
         _check_topology_flags(args)
 
 

@@ -25,18 +25,23 @@ def shipped_topologies() -> list[str]:
     return sorted(p.name for p in TOPOLOGIES.glob("*.csv"))
 
 
+def kind(path: str | Path) -> str:
+    """What a model file is by its extension, in lower case (``CONV.ONNX`` is ``.onnx``)."""
+    return Path(path).suffix.lower()
+
+
 def model_path(spec: str) -> Path:
     """The file a model ``spec`` names: the path as given, or for a bare ``NAME.csv`` that
     does not exist, the shipped SCALE-Sim topology of that name. A zoo name comes back as is."""
     path = Path(spec.split(":")[0] if ".py:" in spec else spec)
-    if path.suffix not in (".csv", ".onnx", ".py") or path.is_file():
+    if kind(path) not in (".csv", ".onnx", ".py") or path.is_file():
         return path
-    bare_csv = path.suffix == ".csv" and path.name == spec
+    bare_csv = kind(path) == ".csv" and path.name == spec
     if bare_csv and (TOPOLOGIES / spec).is_file():
         return TOPOLOGIES / spec
     if path.exists():  # a folder, a FIFO: nothing npusim reads a model from
         what = "a folder" if path.is_dir() else "not a regular file"
-        raise ModelError(f"{path}: {what}; give a {path.suffix} file")
+        raise ModelError(f"{path}: {what}; give a {kind(path)} file")
     hint = (f" (nor a SCALE-Sim topology shipped with npusim: {', '.join(shipped_topologies())})"
             if bare_csv else "")
     raise ModelError(f"{path}: no such file{hint}")
@@ -58,15 +63,15 @@ def load_model(spec: str, *, batch: int | None = None,
     path = model_path(spec)
     if batch is not None and input_shape and input_shape[0] != batch:
         raise ModelError(f"{spec}: batch={batch} contradicts input_shape N={input_shape[0]}")
-    if path.suffix == ".csv":
+    if kind(path) == ".csv":
         from .topology import read_topology
 
         return [layer.with_batch(batch or 1) for layer in read_topology(path)]
-    if path.suffix == ".onnx":
+    if kind(path) == ".onnx":
         from .onnx_import import from_onnx
 
         return from_onnx(path, input_shape=input_shape, batch=batch, fallback=fallback)
-    if path.suffix == ".py":
+    if kind(path) == ".py":
         from .torch_import import from_factory
 
         return from_factory(spec, input_shape=input_shape, batch=batch, fallback=fallback)
@@ -101,7 +106,7 @@ def onnx_source(spec: str):
 
     if spec in trained.MODELS:
         return trained.MODELS[spec].path()
-    return Path(spec) if Path(spec).suffix == ".onnx" else None
+    return Path(spec) if kind(spec) == ".onnx" else None
 
 
 DEFAULT_PHOTO = "chelsea"  # the input of an imported model given no image
