@@ -1025,3 +1025,16 @@ def test_batch_sets_the_batch_a_factory_is_traced_at():
     x = np.concatenate([photo((1,) + shape[1:]), photo((1,) + shape[1:])[:, :, ::-1].copy()])
     check(nets.functional(), x, graph)
     assert load_model(f"{NETS}:functional", batch=3).input_shape == (3, 3, 224, 224)
+
+
+@pytest.mark.parametrize("cast", ["half", "double"])
+def test_a_module_not_in_float32_is_refused_naming_the_parameter(cast):
+    """A float16 or float64 module traced on a float32 input once failed with a type
+    mismatch, hinted as a wrong input shape."""
+    net = getattr(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), cast)()
+    dtype = {"half": "torch.float16", "double": "torch.float64"}[cast]
+    with pytest.raises(ModelError, match=rf"^Sequential: parameter '0.weight' is {dtype}; "
+                                         r"npusim imports float32 modules: convert it with "
+                                         r"\.float\(\) first$"):
+        from_torch(net, torch.zeros(1, 3, 8, 8))
+    assert from_torch(net.float(), torch.zeros(1, 3, 8, 8)).conv_nodes

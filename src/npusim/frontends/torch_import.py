@@ -311,6 +311,7 @@ def from_torch(module, example_input, *, name: str | None = None,
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
     name = name or type(module).__name__
     x = _example(example_input, name)
+    _check_float32(module, name)
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
@@ -319,6 +320,18 @@ def from_torch(module, example_input, *, name: str | None = None,
     finally:
         for m, training in modes:  # each submodule as it was: eval() set them all
             m.training = training
+
+
+def _check_float32(module, name: str) -> None:
+    """Refuse a module of floating parameters or buffers other than float32 (``.half()``,
+    ``.double()``): it is traced on a float32 input, where it failed with a type mismatch
+    that read as a wrong input shape."""
+    for what, tensors in (("parameter", module.named_parameters()),
+                          ("buffer", module.named_buffers())):
+        for key, t in tensors:
+            if t.is_floating_point() and t.dtype != torch.float32:
+                raise ModelError(f"{name}: {what} {key!r} is {t.dtype}; npusim imports "
+                                 "float32 modules: convert it with .float() first")
 
 
 def _imported(module, x, name: str, fallback: bool) -> Graph:
