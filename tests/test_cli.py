@@ -37,6 +37,22 @@ def topology(tmp_path, rows: str, name: str = "net.csv") -> Path:
     return path
 
 
+def one_op_onnx(path: Path, op: str, weight: np.ndarray, x_shape, y_shape, *, opset: int = 13,
+                name: str = "c", **attrs) -> Path:
+    """An ONNX file at ``path`` of one ``op`` node (``name``) of ``x`` and the constant ``w``
+    (``weight``) to ``y``, stamped with ``opset``."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "w"], ["y"], name=name, **attrs)], path.stem,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))],
+        [numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
 # ---- commands that work -------------------------------------------------------------------
 
 def test_version(capsys):
@@ -322,16 +338,8 @@ def test_bad_inputs_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
 def test_groups_that_do_not_divide_channels(tmp_path, capsys, group, why):
     """An ONNX conv with group=4, or 0, on 6 input channels: refused naming the file and
     node (and, for 0, the bound: it once read as a channel count that did not add up)."""
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper, numpy_helper
-
-    weight = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=group, name="conv_g")
-    graph = helper.make_graph(
-        [conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [weight])
-    path = tmp_path / "groups.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    path = one_op_onnx(tmp_path / "groups.onnx", "Conv", np.ones((4, 2, 3, 3), np.float32),
+                       (1, 6, 8, 8), (1, 4, 6, 6), name="conv_g", group=group)
     report = tmp_path / "r.json"
     code, _, err = main(capsys, "run", path, "--json", report)
     assert code == 2
@@ -344,17 +352,9 @@ def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_
     against onnxruntime); given an image, one line says why not (it once failed unpacking
     N, C, H, W). So for a conv of 4 input channels (once 'channels=4: must be 1 or 3',
     naming neither model nor image)."""
-    onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper, numpy_helper
-
-    m = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(16, 4) / 64, "m")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "m"], ["y"], name="mm")], "flat",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [m])
-    path = tmp_path / "flat.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    path = one_op_onnx(tmp_path / "flat.onnx", "MatMul",
+                       np.arange(64, dtype=np.float32).reshape(16, 4) / 64, (1, 16), (1, 4))
     report = tmp_path / "r.json"
     code, _, err = main(capsys, "run", path, "--check", "--quiet", "--json", report)
     assert (code, err) == (0, "")
@@ -365,13 +365,8 @@ def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_
     assert code == 2
     assert err == (f"npusim: error: {path}: its input is 1x16, not N,C,H,W: an image cannot "
                    "feed it; leave out --input for seeded values\n")
-    w = numpy_helper.from_array(np.ones((2, 4, 1, 1), np.float32), "w")  # RGBA-like: 4 channels
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="c")], "four",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 5])], [w])
-    four = tmp_path / "four.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), four)
+    four = one_op_onnx(tmp_path / "four.onnx", "Conv", np.ones((2, 4, 1, 1), np.float32),
+                       (1, 4, 5, 5), (1, 2, 5, 5))  # RGBA-like: 4 channels
     assert main(capsys, "run", four, "--quiet")[:3:2] == (0, "")
     code, _, err = main(capsys, "run", four, "--input", photo)
     assert (code, err) == (2, f"npusim: error: {four}: its input has 4 channels; an image gives "
@@ -381,17 +376,9 @@ def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_
 def test_a_file_onnxruntime_will_not_load_is_checked_in_one_line(tmp_path, capsys):
     """A conv stamped with opset 99: npusim runs it; ``--check``, which runs the file on
     onnxruntime too, says in one line that onnxruntime will not (once its traceback)."""
-    onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="c")], "future",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])], [w])
-    path = tmp_path / "future.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)]), path)
+    path = one_op_onnx(tmp_path / "future.onnx", "Conv", np.ones((2, 1, 3, 3), np.float32),
+                       (1, 1, 6, 6), (1, 2, 4, 4), opset=99)
     assert main(capsys, "run", path, "--quiet")[:3:2] == (0, "")
     code, _, err = main(capsys, "run", path, "--quiet", "--check")
     assert code == 2 and err.count("\n") == 1, err
