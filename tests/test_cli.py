@@ -428,7 +428,7 @@ def test_any_missing_optional_extra_is_one_line(capsys, monkeypatch):
     def needs_torch(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'torch'", name="torch")
 
-    monkeypatch.setattr(npusim.frontends, "load_model", needs_torch)
+    monkeypatch.setattr(npusim.frontends, "load_model_and_module", needs_torch)
     code, _, err = main(capsys, "run", "net.py:build")
     assert code == 2
     assert err == ("npusim: error: this needs torch, which is not installed: "

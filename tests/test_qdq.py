@@ -242,7 +242,7 @@ def test_a_network_quantised_by_onnxruntime_imports_and_runs_as_it_does(tmp_path
     reference = run_onnxruntime(path, x, optimised=False)
     assert (result.output.argmax(1) == reference.argmax(1)).all()
     assert np.abs(result.output - reference).max() <= 0.02 * np.abs(reference).max()
-    outcome = check(graph, x, result, onnx_path=path)
+    outcome = check(graph, x, result, path)
     assert outcome.node_by_node and outcome.passed and outcome.worst < 1e-5
     assert outcome.as_dict()["compared"].startswith("every node against torch on npusim's")
     for preset in ("input-reuse-1024", "sparse-pairs-32x32"):

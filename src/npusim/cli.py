@@ -442,9 +442,9 @@ def cmd_run(args) -> int:
         arch = arch.with_memory(dram_bytes_per_cycle=args.bandwidth)
     dataflow = RunConfig.of(arch, args.dataflow).name  # one machine, or a hybrid's members
     with _status(args, f"loading {args.model}"):
-        model = _load_model(args)
+        model, module = _load_model(args)
     args.batch = model.input_shape[0] if _is_graph(model) else model[0].N
-    result, x, source, check = _run_model(args, model, arch, dataflow)
+    result, x, source, check = _run_model(args, model, arch, dataflow, module)
     fallbacks = _fallbacks(model)
     # the files first: a reader of the tables that leaves early (``| head``) costs none of them
     _write_reports(args, result, {
@@ -481,8 +481,9 @@ def _fallbacks(model) -> dict[str, str]:
     return {n.name: n.op.source for n in model.nodes if isinstance(n.op, Fallback)}
 
 
-def _run_model(args, model, arch, dataflow: str):
-    """(SimResult, input or None, where the input came from, CheckOutcome or None)."""
+def _run_model(args, model, arch, dataflow: str, module=None):
+    """(SimResult, input or None, where the input came from, CheckOutcome or None);
+    ``module``: the torch module a factory made, which ``--check`` runs too."""
     if not _is_graph(model):
         from .simulate import simulate_shapes
 
@@ -496,9 +497,11 @@ def _run_model(args, model, arch, dataflow: str):
             from .frontends import onnx_source
 
             onnx = onnx_source(args.model)
-            pruned = None if onnx is None or args.density is None else (
-                f"--density {args.density} pruned the weights, {onnx.name} holds them unpruned")
-            check = _check(model, x, result, None if pruned else onnx, pruned)
+            own = onnx if onnx is not None else module
+            pruned = None if own is None or args.density is None else (
+                f"--density {args.density} pruned the weights, "
+                f"{'the module' if onnx is None else onnx.name} holds them unpruned")
+            check = _check(model, x, result, own, pruned)
     return result, x, source, check
 
 
@@ -542,13 +545,15 @@ def _check_topology_flags(args) -> None:
 
 
 def _load_model(args):
-    """The network (a Graph, pruned if asked) or, for a topology CSV, its ConvLayers."""
-    from .frontends import load_model
+    """The network (a Graph, pruned if asked) or, for a topology CSV, its ConvLayers; and the
+    torch module a ``file.py:factory`` made, else None."""
+    from .frontends import load_model_and_module
 
-    model = load_model(args.model, batch=args.batch, input_shape=args.input_shape,
-                       seed=args.seed, fallback=args.fallback)
+    model, module = load_model_and_module(args.model, batch=args.batch,
+                                          input_shape=args.input_shape, seed=args.seed,
+                                          fallback=args.fallback)
     if not _is_graph(model):
-        return model
+        return model, None
     if args.input_shape and model.input_shape != args.input_shape:
         raise InputError(f"--input-shape {','.join(map(str, args.input_shape))}: {args.model} "
                          f"does not take it; it takes {','.join(map(str, model.input_shape))}")
@@ -556,7 +561,7 @@ def _load_model(args):
         from .frontends.prune import prune
 
         model = prune(model, args.density)
-    return model
+    return model, module
 
 
 def _input_tensor(args, graph: Graph) -> tuple[np.ndarray, str]:
@@ -625,16 +630,17 @@ def _simulate(graph: Graph, x: np.ndarray, arch, dataflow: str, args):
         bar.close()
 
 
-def _check(graph: Graph, x: np.ndarray, result, onnx_path=None, onnx_skipped=None):
+def _check(graph: Graph, x: np.ndarray, result, own=None, own_skipped=None):
     """``--check``: the comparison with PyTorch (``report.check``), which must be installed,
-    and with onnxruntime for a model read from an ONNX file (``onnx_skipped``: why not)."""
+    and with the model's own framework: ``own`` is the ONNX file onnxruntime runs, or the
+    torch module a factory made, or None; ``own_skipped``: why it is not run."""
     try:
         import torch  # noqa: F401  (only to say clearly that it is missing)
     except ImportError:
         raise NpusimError(TORCH_MISSING) from None
     from .report.check import check
 
-    return check(graph, x, result, onnx_path, onnx_skipped)
+    return check(graph, x, result, own, own_skipped)
 
 
 def title(result, model: str, source: str) -> str:
@@ -720,7 +726,7 @@ def cmd_compare(args) -> int:
     if args.bandwidth is not None:
         archs = [a.with_memory(dram_bytes_per_cycle=args.bandwidth) for a in archs]
     with _status(args, f"loading {args.model}"):
-        model = _load_model(args)
+        model, _ = _load_model(args)
     args.batch = model.input_shape[0] if _is_graph(model) else model[0].N
     x, source = ((None, "shapes only (topology CSV)") if not _is_graph(model)
                  else _input_tensor(args, model))

@@ -60,22 +60,32 @@ def load_model(spec: str, *, batch: int | None = None,
     batch); an ONNX file whose batch is fixed to another value is refused. None: the
     model's own (``input_shape``'s N, the ONNX file's fixed batch, else 1). ``fallback``:
     an imported op npusim does not model is computed by its framework, not refused."""
+    return load_model_and_module(spec, batch=batch, input_shape=input_shape, seed=seed,
+                                 fallback=fallback)[0]
+
+
+def load_model_and_module(spec: str, *, batch: int | None = None,
+                          input_shape: tuple[int, ...] | None = None, seed: int = 0,
+                          fallback: bool = False):
+    """``load_model``'s network, and the torch module a ``file.py:factory`` made (the one
+    imported, which ``--check`` runs), else None."""
     path = model_path(spec)
     if batch is not None and input_shape and input_shape[0] != batch:
         raise ModelError(f"{spec}: batch={batch} contradicts input_shape N={input_shape[0]}")
     if kind(path) == ".csv":
         from .topology import read_topology
 
-        return [layer.with_batch(batch or 1) for layer in read_topology(path)]
+        return [layer.with_batch(batch or 1) for layer in read_topology(path)], None
     if kind(path) == ".onnx":
         from .onnx_import import from_onnx
 
-        return from_onnx(path, input_shape=input_shape, batch=batch, fallback=fallback)
+        return from_onnx(path, input_shape=input_shape, batch=batch, fallback=fallback), None
     if kind(path) == ".py":
-        from .torch_import import from_factory
+        from .torch_import import factory_model
 
-        return from_factory(spec, input_shape=input_shape, batch=batch, fallback=fallback)
-    return _zoo_model(spec, batch or (input_shape[0] if input_shape else 1), input_shape, seed)
+        return factory_model(spec, input_shape=input_shape, batch=batch, fallback=fallback)
+    batch = batch or (input_shape[0] if input_shape else 1)
+    return _zoo_model(spec, batch, input_shape, seed), None
 
 
 def _zoo_model(name: str, batch: int, input_shape, seed: int) -> Graph:

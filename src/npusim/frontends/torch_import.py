@@ -40,7 +40,7 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from . import torch_qat  # noqa: E402
+from . import torch_inplace, torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import kind_and_converter, supported_ops  # noqa: E402
 
@@ -65,7 +65,8 @@ class _TorchCall:
     kwargs: dict
 
     def __call__(self, *arrays):
-        tensors = [torch.from_numpy(np.require(a, np.float32, ["C", "W"])) for a in arrays]
+        # copies: an in-place call must not change the array other nodes read
+        tensors = [torch.from_numpy(np.array(a, np.float32, order="C")) for a in arrays]
         args, kwargs = torch.fx.node.map_aggregate(
             (self.args, self.kwargs), lambda v: tensors[v.index] if isinstance(v, _Slot) else v)
         with torch.no_grad():
@@ -112,8 +113,6 @@ def _trace(module, name: str):
         raise ModelError(f"{name}: torch.fx cannot trace it ({type(e).__name__}: {e}); npusim "
                          "imports what symbolic_trace can follow (no control flow on tensor "
                          "values)") from e
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
     inputs = [n.name for n in gm.graph.nodes if n.op == "placeholder" and not n.args]
     if len(inputs) != 1:
         raise ModelError(f"{name}: forward takes {len(inputs)} tensor inputs {inputs}; "
@@ -152,12 +151,15 @@ class _ValueNumber:
 def _record(gm, x, name: str) -> dict:
     """Per fx node: a ``Ref`` if it is a tensor computed from the input's values, a
     ``_ValueNumber`` for anything else so computed, else its value (a constant:
-    parameters, buffers, shapes and what is made from them alone)."""
+    parameters, buffers, shapes and what is made from them alone). The graph's readers of a
+    tensor an in-place op changed then read the op's result (``torch_inplace``)."""
     info: dict = {}
     dynamic: set = set()
+    mutations = torch_inplace.Mutations()
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
+            mutations.before(self.env)
             try:
                 out = super().run_node(n)
             except Exception as e:  # the user's own forward failed at this node
@@ -174,12 +176,16 @@ def _record(gm, x, name: str) -> dict:
                               parts=_part_shapes(out))
             else:
                 info[n] = _ValueNumber(out)
+            mutations.after(n, out)
             return out
 
     recorder = Recorder(gm)
     recorder.extra_traceback = False  # torch's own error decoration imports dynamo: seconds
     with torch.no_grad():
-        recorder.run(x)
+        recorder.run(x.clone())  # an in-place op on the input leaves the caller's as it is
+    torch_inplace.follow(gm, mutations.changes, lambda n: n in dynamic, name)
+    gm.graph.eliminate_dead_code()  # after: an in-place op no node reads may change one that is
+    gm.recompile()
     return info
 
 
@@ -312,6 +318,7 @@ def from_torch(module, example_input, *, name: str | None = None,
     name = name or type(module).__name__
     x = _example(example_input, name)
     _check_float32(module, name)
+    _check_hooks(module, name)
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
@@ -332,6 +339,30 @@ def _check_float32(module, name: str) -> None:
             if t.is_floating_point() and t.dtype != torch.float32:
                 raise ModelError(f"{name}: {what} {key!r} is {t.dtype}; npusim imports "
                                  "float32 modules: convert it with .float() first")
+
+
+def _check_hooks(module, name: str) -> None:
+    """Refuse a module whose forward hooks or pre-hooks (its own, or torch's global ones)
+    would be lost: fx traces ``forward`` alone, so what a hook returns in place of an input
+    or output would not reach the graph. An eager QAT model's output quantisers are
+    ``torch_qat``'s, which follows them."""
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        raise ModelError(f"{name}: a global forward hook is registered "
+                         "(register_module_forward_hook); npusim traces forward alone and "
+                         "would lose what it returns: remove it (handle.remove()) to import")
+    for key, m in module.named_modules():
+        hooks = [h for h in m._forward_hooks.values()
+                 if getattr(h, "__name__", "") != torch_qat.HOOK]
+        for kind, found in (("forward pre-hook", m._forward_pre_hooks.values()),
+                            ("forward hook", hooks)):
+            for h in found:
+                raise ModelError(
+                    f"{name}: module {key or '(the network)'!r} ({type(m).__name__}) has a "
+                    f"{kind} ({getattr(h, '__name__', type(h).__name__)}); npusim traces "
+                    "forward alone and would lose what the hook returns: remove it "
+                    "(handle.remove()) to import")
 
 
 def _imported(module, x, name: str, fallback: bool) -> Graph:
@@ -384,6 +415,13 @@ def from_factory(spec: str, input_shape: Sequence[int] | None = None, *,
     after the factory; ``fallback`` as for ``from_torch``. A forward that fails on the
     default shape is refused with the advice to give the network's own.
     """
+    return factory_model(spec, input_shape, batch=batch, fallback=fallback)[0]
+
+
+def factory_model(spec: str, input_shape: Sequence[int] | None = None, *,
+                  batch: int | None = None, fallback: bool = False) -> tuple[Graph, nn.Module]:
+    """``from_factory``'s graph and the module it was imported from (what ``--check``
+    runs: another call of the factory may make other weights)."""
     file_part, sep, func = spec.rpartition(":")
     if not sep or not file_part.endswith(".py") or not func:
         raise ModelError(f"{spec!r}: expected path/to/file.py:factory")
@@ -396,12 +434,30 @@ def from_factory(spec: str, input_shape: Sequence[int] | None = None, *,
     net = _call_factory(_load_file(path), func, path, spec).eval()
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     try:
-        return from_torch(net, x, name=func, fallback=fallback)
+        return from_torch(net, x, name=func, fallback=fallback), net
     except ForwardFailed as e:
         if input_shape is not None:
             raise
         raise ForwardFailed(f"{e}; that is the default input shape: give the network's own "
                             "(input_shape=, --input-shape N,C,H,W)") from e
+
+
+def module_outputs(module: nn.Module, x: np.ndarray) -> list[np.ndarray]:
+    """``module``'s own outputs on ``x`` (eval mode, no observer updating a QAT model's
+    scales; each submodule's mode restored after), in the order of the graph's outputs
+    (``_output``: one tensor, a tuple or list in order, a dict's values in order)."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch_qat.observers_off(module), torch.no_grad():
+            out = module(torch.from_numpy(np.array(x, np.float32)))
+    finally:
+        for m, training in modes:
+            m.training = training
+    if isinstance(out, dict):
+        out = list(out.values())
+    out = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [t.detach().cpu().to(torch.float64).numpy() for t in out]
 
 
 def _call_factory(module, func: str, path: Path, spec: str):

@@ -40,16 +40,17 @@ from torch.ao.quantization.fake_quantize import (
 from torch.ao.quantization.observer import ObserverBase
 
 from .. import ops
+from . import torch_inplace
 from .lowering import Refusal as _Refusal
 from .torch_ops import Ref, computed, conv_module, linear
 
 _PER_CHANNEL = (torch.per_channel_symmetric, torch.per_channel_affine)
-_HOOK = "_observer_forward_hook"  # what eager prepare_qat registers to quantise an output
+HOOK = "_observer_forward_hook"  # what eager prepare_qat registers to quantise an output
 
 
 def output_quantizer(module) -> FakeQuantizeBase | None:
     """The fake-quantize module an eager QAT hook applies to ``module``'s output, if any."""
-    if not any(getattr(h, "__name__", "") == _HOOK for h in module._forward_hooks.values()):
+    if not any(getattr(h, "__name__", "") == HOOK for h in module._forward_hooks.values()):
         return None
     return getattr(module, "activation_post_process", None)
 
@@ -60,6 +61,9 @@ class Tracer(torch.fx.Tracer):
     ``nn.Sequential``), each observer (refused by name: a model prepared for post-training
     calibration) and each module an eager QAT hook quantises (traced through, its hook
     would be lost)."""
+
+    def proxy(self, node):  # ``y += 1`` recorded as the in-place call it is
+        return torch_inplace.Proxy(node, self)
 
     def is_leaf_module(self, m, module_qualified_name: str) -> bool:
         return (super().is_leaf_module(m, module_qualified_name) or type(m) in MODULES

@@ -15,12 +15,15 @@ The relative error of a node is ``max |npusim - torch| / max |torch|`` over its 
   the verdict is the worst ratio error / bound against 1.
 
 Both report each network output's error against float32 torch end to end (not judged;
-``output_error`` is the largest, ``output_errors`` each by its label). A model read from an
-ONNX file is also run by onnxruntime on the same input: its outputs, in the file's order,
-against npusim's end to end (``onnxruntime_error``, the largest); in float32 that is judged
+``output_error`` is the largest, ``output_errors`` each by its label). Those compare the
+graph npusim imported with torch's run of that same graph (``torch_ref``): they judge the
+machines' arithmetic, not the import. The model's own framework judges the import: a model
+read from an ONNX file is also run by onnxruntime on the same input, and a PyTorch
+factory's module (the one imported) by torch: its outputs, in order, against npusim's end
+to end (``onnxruntime_error``, ``module_error``: the largest); in float32 that is judged
 against the same tolerance, but for a quantised graph (end to end, as above). Not when
-npusim's weights are no longer the file's (pruned): ``onnxruntime_skipped`` then says why.
-Needs the ``torch`` extra.
+npusim's weights are no longer the model's (pruned): ``onnxruntime_skipped`` or
+``module_skipped`` then says why. Needs the ``torch`` extra.
 """
 
 from __future__ import annotations
@@ -64,12 +67,14 @@ class CheckOutcome:
     onnxruntime_error: float | None = None
     onnxruntime_skipped: str | None = None
     node_by_node: bool = False  # float32 nodes each on npusim's inputs (a quantised graph)
+    module_error: float | None = None
+    module_skipped: str | None = None
 
     @property
     def passed(self) -> bool:
-        ort_ok = (self.onnxruntime_error is None or self.dtype != "float32"
-                  or self.node_by_node or self.onnxruntime_error <= self.limit)
-        return self.score <= self.limit and ort_ok
+        judged = self.dtype == "float32" and not self.node_by_node
+        own = [e for e in (self.onnxruntime_error, self.module_error) if e is not None]
+        return self.score <= self.limit and not (judged and any(e > self.limit for e in own))
 
     @property
     def comparison(self) -> str:
@@ -84,15 +89,15 @@ class CheckOutcome:
                 "output_relative_error": self.output_error,
                 "output_relative_errors": self.output_errors,
                 "onnxruntime_relative_error": self.onnxruntime_error,
-                "onnxruntime_not_compared": self.onnxruntime_skipped, "passed": self.passed}
+                "onnxruntime_not_compared": self.onnxruntime_skipped,
+                "module_relative_error": self.module_error,
+                "module_not_compared": self.module_skipped, "passed": self.passed}
 
     def line(self) -> str:
         """The outcome as one line of text, ending in 'ok' or 'FAILED' (then the drift)."""
         verdict = "ok" if self.passed else "FAILED"
-        ort = ("" if self.onnxruntime_error is None else
-               f"; outputs against onnxruntime: {self.onnxruntime_error:.3g}")
-        if self.onnxruntime_skipped:
-            ort = f"; outputs against onnxruntime: not compared ({self.onnxruntime_skipped})"
+        ort = (_against("onnxruntime", self.onnxruntime_error, self.onnxruntime_skipped)
+               + _against("the PyTorch module", self.module_error, self.module_skipped))
         if self.node_by_node:
             return (f"check against torch, {self.nodes} nodes each on npusim's inputs to it "
                     f"(a quantised graph): worst relative error {self.worst:.3g} at "
@@ -108,6 +113,13 @@ class CheckOutcome:
                 f"/ int8 rounding bound {self.score:.3g} at {self.score_node} (limit "
                 f"{self.limit:g}): {verdict}; network output vs float32: {self.output_error:.3g}"
                 f"{ort}")
+
+
+def _against(what: str, error: float | None, skipped: str | None) -> str:
+    """The line's part on the model's own framework (empty when not run)."""
+    if skipped:
+        return f"; outputs against {what}: not compared ({skipped})"
+    return "" if error is None else f"; outputs against {what}: {error:.3g}"
 
 
 def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
@@ -134,20 +146,40 @@ def onnxruntime_error(onnx_path, graph: Graph, x: np.ndarray, result) -> float:
         said = said if len(said) <= 300 else f"{said[:120]} ... {said[-180:]}"  # its why
         raise ModelError(f"{onnx_path}: onnxruntime cannot run it for --check "
                          f"({type(e).__name__}: {said}); run without --check") from None
+    return _outputs_error(graph, result, reference)
+
+
+def module_error(module, graph: Graph, x: np.ndarray, result) -> float:
+    """The largest relative error of npusim's network outputs against the torch module's
+    own run on ``x`` (outputs in the order forward returns them)."""
+    from ..frontends.torch_import import module_outputs
+
+    return _outputs_error(graph, result, module_outputs(module, x))
+
+
+def _outputs_error(graph: Graph, result, reference: list) -> float:
     ours = [result.outputs[node] for node in graph.outputs.values()]
     return max(relative_error(a, ref) for a, ref in zip(ours, reference, strict=False))
 
 
-def check(graph: Graph, x: np.ndarray, result, onnx_path=None,
-          onnx_skipped: str | None = None) -> CheckOutcome:
+def check(graph: Graph, x: np.ndarray, result, own=None,
+          own_skipped: str | None = None) -> CheckOutcome:
     """Compare ``result`` (a ``SimResult`` run with ``keep_outputs``) of ``graph`` on ``x``
-    with PyTorch, and with onnxruntime when ``onnx_path`` names the file the graph came
-    from, as the module docstring describes; ``onnx_skipped``: why the graph's file is not
-    run (its weights are not the graph's), reported instead."""
+    with PyTorch, and with the model's own framework (``own``: the ONNX file the graph came
+    from, which onnxruntime runs, or the torch module it was imported from), as the module
+    docstring describes; ``own_skipped``: why ``own`` is not run (its weights are not the
+    graph's), reported instead."""
+    from pathlib import Path
+
     from .. import ops
     from ..torch_ref import torch_node_outputs, torch_outputs
 
-    ort = None if onnx_path is None else onnxruntime_error(onnx_path, graph, x, result)
+    from_file = isinstance(own, (str, Path))
+    ort = mod = None
+    if own is not None and not own_skipped:
+        ort = onnxruntime_error(own, graph, x, result) if from_file else None
+        mod = None if from_file else module_error(own, graph, x, result)
+    skipped = {"onnxruntime_skipped" if from_file else "module_skipped": own_skipped}
     reference = torch_outputs(graph, x)
     output_errors = {label: relative_error(result.outputs[out], reference[out])
                      for label, out in graph.outputs.items()}
@@ -160,13 +192,13 @@ def check(graph: Graph, x: np.ndarray, result, onnx_path=None,
                   for n in graph.nodes]
         worst, node = max(errors)
         return CheckOutcome("float32", worst, node, len(errors), worst, node,
-                            FLOAT32_TOLERANCE, output_error, output_errors, ort, onnx_skipped,
-                            node_by_node=quantised)
+                            FLOAT32_TOLERANCE, output_error, output_errors, ort,
+                            node_by_node=quantised, module_error=mod, **skipped)
     rows = [_int8_conv_check(n, result.outputs[n.inputs[0]], result.outputs[n.name])
             for n in graph.conv_nodes]
     (worst, node), (score, score_node) = max(r[0] for r in rows), max(r[1] for r in rows)
     return CheckOutcome("int8", worst, node, len(rows), score, score_node, INT8_LIMIT,
-                        output_error, output_errors, ort, onnx_skipped)
+                        output_error, output_errors, ort, module_error=mod, **skipped)
 
 
 def torch_conv(node: Node, op, x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,203 @@
+"""In-place ops and hooks in imported PyTorch modules, judged by the module itself.
+
+An in-place op changes the tensor every other name of it reads; the imported graph must
+give what the module gives (on a real photograph, float64 of the module's own output),
+or be refused by name when npusim cannot follow the change. A module whose hooks the
+trace would lose is refused. ``--check`` of a factory runs the module it imported.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from cli_helpers import run_cli  # noqa: E402
+from strategies import photo, rel_err  # noqa: E402
+from torch import nn  # noqa: E402
+
+from npusim import simulate  # noqa: E402
+from npusim.errors import ModelError  # noqa: E402
+from npusim.frontends.torch_import import from_torch  # noqa: E402
+
+
+class Conv(nn.Module):
+    """A conv and a forward given as a function of (self, conv's output, input)."""
+
+    def __init__(self, forward, **layers):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = nn.Conv2d(3, 4, 3, padding=1)
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.act = nn.ReLU(inplace=True)
+        for key, layer in layers.items():
+            setattr(self, key, layer)
+        self.body = forward
+
+    def forward(self, x):
+        return self.body(self, x)
+
+
+def _skip_then_iadd(m, x):
+    y = m.c(x)
+    skip = y
+    y += 1.0
+    return y * skip
+
+
+def _relu_under(m, x):
+    y = m.c(x)
+    F.relu_(y)
+    return y
+
+
+def _normalised_in_place(m, x):
+    x = x.clone()
+    x.sub_(0.45).div_(0.225)
+    return m.c(x)
+
+
+def _taps(m, x):
+    feats = []
+    x = m.c(x)
+    feats.append(x)
+    x = m.act(x)
+    x = m.c2(x)
+    feats.append(x)
+    x = m.act(x)
+    return feats[0], feats[1], x
+
+
+FOLLOWED = {
+    "ReLU(inplace=True) then its input": lambda m, x: (lambda y: y + m.act(y))(m.c(x)),
+    "F.relu_ as a statement": _relu_under,
+    "skip = y; y += 1": _skip_then_iadd,
+    "y -= ...; y *= ...; y /= ...": lambda m, x: (lambda y, s: (
+        y.__isub__(0.5).__imul__(3.0).__itruediv__(2.0), s)[0] * s)(*[m.c(x)] * 2),
+    "x.sub_(m).div_(s) on the input": _normalised_in_place,
+    "features tapped before an in-place ReLU": _taps,
+    "sigmoid_ and mul_ chained": lambda m, x: (lambda y: (y, y.sigmoid_().mul_(2.0))[0])(m.c(x)),
+}
+
+
+def _module_outputs(module, x) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = module.eval()(torch.from_numpy(x.copy()))
+    return [t.double().numpy() for t in (out if isinstance(out, tuple) else (out,))]
+
+
+@pytest.mark.parametrize("case", FOLLOWED)
+def test_an_in_place_op_is_followed_as_torch_runs_it(case):
+    module, x = Conv(FOLLOWED[case]), photo((1, 3, 12, 14))
+    want = _module_outputs(module, x)
+    got = list(simulate(from_torch(module, x), x).named_outputs.values())
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and rel_err(a, b) < 1e-5
+
+
+def test_import_leaves_the_callers_input_as_it_was():
+    module, x = Conv(_normalised_in_place), photo((1, 3, 8, 8))
+    kept = x.copy()
+    from_torch(module, torch.from_numpy(x))
+    assert np.array_equal(x, kept)
+
+
+REFUSED = {
+    "a slice changed in place, its tensor read after": (
+        lambda m, x: (lambda y: (y[:, :2].relu_(), y)[1] + 1.0)(m.c(x)),
+        r"node 'relu_' \(\.relu_\(\)\) changes in place the data of 'c'"),
+    "a view read after its base changed": (
+        lambda m, x: (lambda y, v: (F.relu_(y), v)[1] + 1.0)(*(lambda y: (y, y.view(1, -1)))(
+            m.c(x))),
+        r"node 'relu_' \(relu_\(\)\) changes in place the data of 'view'"),
+    "a parameter changed in forward": (
+        lambda m, x: m.c(x) + m.c.bias.add_(1.0).view(1, -1, 1, 1),
+        r"changes in place the module's parameter or buffer 'c.bias'"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_an_in_place_change_npusim_cannot_follow_is_refused_by_node(case):
+    forward, message = REFUSED[case]
+    with pytest.raises(ModelError, match=message + ".* write this one out of place"):
+        from_torch(Conv(forward), photo((1, 3, 8, 8)))
+
+
+def test_forward_hooks_and_pre_hooks_are_refused_naming_the_module():
+    x = photo((1, 3, 8, 8))
+    module = Conv(lambda m, x: m.c2(m.c(x)))
+    handle = module.c2.register_forward_hook(lambda mod, inputs, out: out * 2 + 1)
+    with pytest.raises(ModelError, match=r"module 'c2' \(Conv2d\) has a forward hook \(<lambda>\)"
+                                         r".* remove it \(handle.remove\(\)\)"):
+        from_torch(module, x)
+    handle.remove()
+    handle = module.c.register_forward_pre_hook(lambda mod, inputs: (inputs[0] * 3,))
+    with pytest.raises(ModelError, match=r"module 'c' \(Conv2d\) has a forward pre-hook"):
+        from_torch(module, x)
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, i, out: out)
+    try:
+        with pytest.raises(ModelError, match="a global forward hook is registered"):
+            from_torch(module, x)
+    finally:
+        handle.remove()
+    assert rel_err(simulate(from_torch(module, x), x).output, _module_outputs(module, x)[0]) < 1e-5
+
+
+FACTORY = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = nn.Conv2d(3, 4, 3, padding=1)
+        self.r = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        y = self.c(x)
+        return y + self.r(y)
+
+def build():
+    return Net()
+
+def unseeded():  # another call, other weights: --check must run the module it imported
+    torch.manual_seed(len(NETS))
+    NETS.append(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+
+NETS = []
+"""
+
+
+def test_check_of_a_factory_runs_the_module_it_imported(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(FACTORY)
+    for factory in ("build", "unseeded"):
+        report = tmp_path / f"{factory}.json"
+        code, out, _ = run_cli("run", f"{path}:{factory}", "--input-shape", "1,3,10,12",
+                            "--check", "--json", report)
+        check = json.loads(report.read_text())["check"]
+        assert code == 0 and check["passed"], out
+        assert check["module_relative_error"] < 1e-5 and check["module_not_compared"] is None
+        assert "outputs against the PyTorch module: " in out
+    code, out, _ = run_cli("run", f"{path}:build", "--input-shape", "1,3,10,12",
+                        "--density", "0.5", "--check")
+    assert "outputs against the PyTorch module: not compared (--density 0.5 pruned the " \
+           "weights, the module holds them unpruned)" in out
+
+
+def test_check_fails_where_the_module_and_the_graph_part():
+    from npusim.report.check import check
+
+    module, x = Conv(lambda m, x: m.act(m.c(x))), photo((1, 3, 8, 8))
+    graph = from_torch(module, x)
+    result = simulate(graph, x, keep_outputs=True)
+    assert check(graph, x, result, module).passed
+    with torch.no_grad():
+        module.c.weight[0] *= 1.5  # the module no longer the graph: what a wrong import gives
+    outcome = check(graph, x, result, module)
+    assert not outcome.passed and outcome.module_error > 0.01 and outcome.score < 1e-5
