@@ -425,6 +425,32 @@ def test_transposes_that_undo_each_other_are_dropped(photo_8x10):
     assert rel_err(simulate(graph, photo_8x10).output, torch64(net, photo_8x10)) < 1e-5
 
 
+def test_pairs_of_transposes_in_a_row_are_all_dropped(photo_8x10):
+    """Two channels-last linear layers, each permuted there and back (a linear layer on
+    N x H x W x C is a conv between two transposes): each pair reads the one before, dropped
+    too, and no data move is left."""
+    class TwoLinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.first, self.second = (nn.Conv2d(3, 8, 3, padding=1),
+                                                  nn.Linear(8, 6), nn.Linear(6, 5))
+
+        def forward(self, x):
+            y = self.first(self.conv(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return F.relu(self.second(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2))
+
+    torch.manual_seed(0)
+    net = TwoLinear().eval()
+    graph = from_torch(net, photo_8x10)
+    assert [type(n.op).__name__ for n in graph.nodes] == ["Conv", "Conv", "Conv", "Relu"]
+    assert rel_err(simulate(graph, photo_8x10).output, torch64(net, photo_8x10)) < 1e-5
+    bare = OnConv(lambda y: F.relu(y.permute(0, 2, 3, 1).permute(0, 3, 1, 2)
+                                   .permute(0, 2, 3, 1).permute(0, 3, 1, 2))).eval()
+    graph = from_torch(bare, photo_8x10)
+    assert [type(n.op).__name__ for n in graph.nodes] == ["Conv", "Relu"]
+    assert rel_err(simulate(graph, photo_8x10).output, torch64(bare, photo_8x10)) < 1e-5
+
+
 CONV_TRANSPOSES = [dict(stride=2, padding=1, output_padding=1), dict(stride=(2, 3), padding=(0, 1)),
                    dict(stride=1, padding=2, groups=2), dict(stride=3, padding=1, groups=4,
                                                              output_padding=(1, 2))]

@@ -121,6 +121,7 @@ def cancel_transposes(nodes: list, outputs: set) -> list:
                 and isinstance(first.op, ops.Transpose) and len(readers[first.name]) == 1
                 and first.name not in renamed and first.name not in outputs
                 and tuple(first.op.perm[p] for p in n.op.perm) == tuple(range(len(n.op.perm)))):
-            renamed[first.name] = renamed[n.name] = first.inputs[0]
+            source = first.inputs[0]  # a pair's input may be an earlier pair's output
+            renamed[first.name] = renamed[n.name] = renamed.get(source, source)
     return [Node(n.name, n.op, tuple(renamed.get(i, i) for i in n.inputs))
             for n in nodes if n.name not in renamed]
