@@ -522,6 +522,37 @@ def test_batch_fixes_a_dynamic_onnx_batch(tmp_path):
     assert load_model(str(path)).input_shape == (1, 3, 16, 16)  # dynamic, no batch: 1
 
 
+class ViewHead(torch.nn.Module):
+    """``x.view(x.size(0), -1)`` before a linear layer, and a squeeze-excite gate reshaped
+    with ``view(b, c, 1, 1)``: exported at a dynamic batch, the shape is a Shape -> Gather
+    -> Unsqueeze -> Concat chain, Unsqueeze's axes an attribute before opset 13."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.gate = torch.nn.Conv2d(3, 6, 3, stride=2), torch.nn.Linear(6, 6)
+        self.fc = torch.nn.Linear(6 * 7 * 7, 5)
+
+    def forward(self, x):
+        y = self.conv(x)
+        b, c = y.size(0), y.size(1)
+        y = y * torch.sigmoid(self.gate(y.mean((2, 3)))).view(b, c, 1, 1)
+        return self.fc(y.view(y.size(0), -1))
+
+
+@pytest.mark.parametrize("opset", [9, 11, 12, 13, 17])
+def test_shape_arithmetic_of_a_dynamic_batch_is_evaluated_at_the_files_opset(tmp_path, opset):
+    path = tmp_path / f"view{opset}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ViewHead().eval(), (torch.from_numpy(photo((1, 3, 16, 16))),),
+                          str(path), input_names=["x"], dynamo=False, opset_version=opset,
+                          dynamic_axes={"x": {0: "N"}})
+    x = np.stack([images.load_image(name, (16, 16)) for name in ("chelsea", "coffee")])
+    graph = check(path, x, batch=2)
+    assert graph.input_shape == (2, 3, 16, 16) and graph.output_shape == (2, 5)
+
+
 def test_batch_is_refused_where_the_file_fixes_another(tmp_path):
     from npusim import cli
 

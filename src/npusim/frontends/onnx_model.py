@@ -144,15 +144,37 @@ def _static_shape(model: Model, node) -> np.ndarray:
 
 
 def _evaluate(model: Model, node, tensor: str) -> np.ndarray:
-    from onnx.reference import ReferenceEvaluator
-
+    """The value of ``tensor``, an output of ``node`` whose inputs are all constants, as
+    onnx's reference evaluator computes it at the model's opset (given a bare node, the
+    evaluator takes every op at its newest version: an opset-11 Unsqueeze's ``axes``
+    attribute, which version 13 moved to an input, would fail). An op the evaluator
+    implements only from a later version on (DequantizeLinear: 19) is run at that one."""
     feeds = {t: constant(model, t) for t in node.input if t}
     try:
-        outputs = ReferenceEvaluator(node, opsets={"": model.opset}).run(None, feeds)
+        outputs = _run_node(node, feeds, model.opset)
     except Exception as e:  # the reference evaluator raises many types for ops it lacks
-        raise _Refusal(f"cannot evaluate constant {tensor!r} (op {node.op_type}): "
-                       f"{type(e).__name__}: {e}") from e
-    return np.asarray(outputs[list(node.output).index(tensor)])
+        try:
+            outputs = _run_node(node, feeds, None)
+        except Exception:  # noqa: BLE001 - the first error is the one that says why
+            raise _Refusal(f"cannot evaluate constant {tensor!r} (op {node.op_type}): "
+                           f"{type(e).__name__}: {e}") from e
+    return np.asarray(outputs[[t for t in node.output if t].index(tensor)])
+
+
+def _run_node(node, feeds: dict, opset: int | None) -> list:
+    """``node``'s outputs on ``feeds`` by onnx's reference evaluator, its op at ``opset``
+    (None: the newest version the evaluator has)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    if opset is None:
+        return ReferenceEvaluator(node).run(None, feeds)
+    inputs = [helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+              for t, v in feeds.items()]
+    outputs = [helper.make_empty_tensor_value_info(t) for t in node.output if t]
+    alone = helper.make_model(helper.make_graph([node], "constant", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(alone).run(None, feeds)
 
 
 def analyse(model, path: Path, input_name: str) -> Model:
