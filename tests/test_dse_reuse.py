@@ -126,3 +126,50 @@ def test_forked_workers_run_points_as_the_driver_does(tmp_path):
     for key, row in inline.items():
         assert row["status"] == pooled[key]["status"] == "ok"
         assert (row["totals"], row["layers"]) == (pooled[key]["totals"], pooled[key]["layers"])
+
+
+def test_an_edited_model_file_is_built_again_by_a_process_that_ran_it(tmp_path):
+    """Two sweeps of one spec in one process, the model files edited between them (so a new
+    spec, a new store): the second stores what a fresh simulate of the edited files gives,
+    not the kept build of the first files (a topology CSV's shapes, an ONNX file's masks)."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from npusim.dse import spec_from_toml_text, sweep
+    from npusim.dse.store import Store
+    from npusim.frontends import input_tensor, load_model
+
+    def write_models(channels: int, zeros: float):
+        (tmp_path / "net.csv").write_text(
+            "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, "
+            f"Num Filter, Strides,\nc1,16,16,3,3,{channels},8,1,\n")
+        w = np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32)
+        w[np.random.default_rng(1).random(w.shape) < zeros] = 0
+        graph = helper.make_graph(
+            [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+            [numpy_helper.from_array(w, "w")])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                  tmp_path / "net.onnx")
+
+    text = f"""
+base = "sparse-pairs-32x32"
+models = ["{tmp_path / 'net.csv'}", "{tmp_path / 'net.onnx'}"]
+[parameters]
+"memory.ifmap_sram_kb" = [8, 64]
+"""
+    for store, (channels, zeros) in (("first.db", (4, 0.0)), ("second.db", (16, 0.7))):
+        write_models(channels, zeros)
+        spec = spec_from_toml_text(text, "test sweep")
+        assert sweep(spec, tmp_path / store, workers=1).failed == 0
+    rows = Store.read(tmp_path / "second.db").rows()
+    for row in rows:
+        model = load_model(row["model"])
+        if isinstance(model, list):
+            assert row["totals"]["dense_macs"] == sum(layer.macs for layer in model)
+            continue
+        x, _ = input_tensor(row["model"], model)
+        want = simulate(model, x, spec.arch(row["params"]), mode="estimate")
+        assert row["totals"]["macs"] == want.total.macs < want.total.dense_macs

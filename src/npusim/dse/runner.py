@@ -37,7 +37,9 @@ Progress = Callable[[int, int, int], None]  # (points done, of which failed, poi
 
 @dataclass(frozen=True)
 class Task:
-    """One point to run: its arch (TOML text; ``where`` names it in errors) and its model."""
+    """One point to run: its arch (TOML text; ``where`` names it in errors) and its model
+    (``model_digest``: the SHA-256 of its file, '' for a zoo model, so that a process
+    that ran the file before builds an edited one again)."""
 
     arch_text: str
     where: str
@@ -47,6 +49,7 @@ class Task:
     batch: int
     mode: str
     seed: int
+    model_digest: str = ""
 
 
 def run_task(task: Task) -> dict:
@@ -79,19 +82,20 @@ def _simulate(task: Task):
     from ..simulate import simulate, simulate_shapes
 
     arch = arch_from_toml_text(task.arch_text, task.where)
-    kind, model, x = prepared(task.model, task.density, task.batch, task.seed)
+    kind, model, x = prepared(task.model, task.density, task.batch, task.seed, task.model_digest)
     if kind == "shapes":
         return simulate_shapes(model, arch, dtype=task.dtype)
     if task.mode == "estimate":  # the masks of the first point's run priced on this arch
-        key = (task.model, task.density, task.batch, task.seed)
+        key = (task.model, task.model_digest, task.density, task.batch, task.seed)
         return reuse.estimate(key, model, x, arch, task.dtype)
     return simulate(model, x, arch, mode=task.mode, dtype=task.dtype)
 
 
 @functools.lru_cache(maxsize=8)
-def prepared(model: str, density, batch: int, seed: int):
+def prepared(model: str, density, batch: int, seed: int, digest: str = ""):
     """('shapes', ConvLayers, None) for a topology CSV, else ('graph', pruned Graph, input):
-    built once per process for each model, density, batch and seed."""
+    built once per process for each model (and ``digest``, its file's: an edited file is
+    built again), density, batch and seed."""
     from ..frontends import input_tensor, load_model
     from ..frontends.prune import prune
     from ..ir import Graph
@@ -201,7 +205,8 @@ def _shared(task: Task) -> tuple | None:
         machine = arch_from_toml_text(task.arch_text, task.where).dataflow
     except NpusimError:
         return None
-    return (task.model, task.density, task.batch, task.seed, task.dtype, task.mode, machine)
+    return (task.model, task.model_digest, task.density, task.batch, task.seed, task.dtype,
+            task.mode, machine)
 
 
 def _worker_init(threads: int) -> None:
@@ -336,8 +341,9 @@ def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) 
 def _task(spec: SweepSpec, point: dict) -> Task:
     params = {k: v for k, v in point.items() if k not in ("model", "density")}
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    digest = spec.model_digests[spec.models.index(point["model"])] if spec.model_digests else ""
     return Task(spec.arch_text(params), f"point ({shown})", point["model"], point["density"],
-                spec.dtype, spec.batch, spec.mode, spec.seed)
+                spec.dtype, spec.batch, spec.mode, spec.seed, digest)
 
 
 def _values(spec: SweepSpec, row: dict) -> tuple | None:
