@@ -31,6 +31,13 @@ def spec(extra: str, params: str = '"systolic.rows" = [8]'):
     ('[search]\nstrategy = "random"', None, ["search.budget", "needs a budget"]),
     ('[search]\nstrategy = "anneal"', None, ["search.strategy='anneal'", "nsga2"]),
     ('[constraints]\ncycles = {most = 3}', None, ["constraints.cycles", "unknown key(s) most"]),
+    ("", '"systolic.rows" = {start = 1, stop = 1000000, step = 1}\n'
+         '"systolic.cols" = {start = 1, stop = 1000000, step = 1}',
+     ["the grid has 1,000,000,000,000 points (1000000 x 1000000 x 1 x 1", "at most 1,000,000",
+      'strategy = "random"']),
+    ('[search]\nstrategy = "random"\nbudget = 2000000', '"systolic.rows" = {start = 1, '
+     'stop = 1000000, step = 1}\n"systolic.cols" = [1, 2, 3]', ["search.budget=2,000,000",
+                                                              "at most 1,000,000 points"]),
 ])
 def test_bad_spec_is_one_error_naming_the_key(extra, params, words):
     with pytest.raises(SweepError) as e:
@@ -117,3 +124,37 @@ def test_digest_ignores_search_but_not_the_space(tmp_path):
                              "b.toml"))
     c = load_spec(write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[4, 16]"), "c.toml"))
     assert a.digest() == b.digest() != c.digest()
+
+
+def test_a_hybrid_base_sweeps_its_members_and_its_own_keys(tmp_path):
+    """The hybrid's [hybrid] machines (a list) go back into each point's arch, and its own
+    keys are parameters: every point equals a simulate of its arch."""
+    import json
+
+    from npusim.dse import sweep
+    from npusim.dse.runner import prepared
+    from npusim.dse.store import Store
+    from npusim.simulate import simulate
+
+    spec = spec_from_toml_text('base = "hybrid-3x1024"\nmodels = ["mtcnn-pnet"]\n[parameters]\n'
+                               '"hybrid.objective" = ["cycles", "energy"]\n'
+                               '"memory.dram_bytes_per_cycle" = [4, 16]', "s.toml")
+    assert sweep(spec, tmp_path / "h.db", workers=1).failed == 0
+    _, graph, x = prepared("mtcnn-pnet", 1.0, 1, 0)
+    rows = Store.read(tmp_path / "h.db").rows()
+    assert len(rows) == 4
+    for row in rows:
+        want = simulate(graph, x.copy(), spec.arch(row["params"]), mode="estimate")
+        assert row["layers"] == json.loads(json.dumps([s.as_dict() for s in want.layers]))
+    assert len({row["totals"]["cycles"] for row in rows}) >= 2
+
+
+def test_any_character_of_the_base_arch_reaches_the_points(tmp_path):
+    from npusim.arch.spec import PRESET_DIR
+
+    base = (PRESET_DIR / "systolic-32x32-ws.toml").read_text()
+    (tmp_path / "mine.toml").write_text(base.replace(
+        'description = "', 'description = "my NPU \U0001f680, ', 1), encoding="utf-8")
+    spec = load_spec(write_spec(tmp_path, 'base = "mine.toml"\nmodels = ["mtcnn-pnet"]\n'
+                                '[parameters]\n"systolic.rows" = [8, 16]'))
+    assert spec.arch({"systolic.rows": 8}).description.startswith("my NPU \U0001f680, ")

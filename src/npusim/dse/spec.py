@@ -27,6 +27,7 @@ from ..stats import LayerStats
 MODES = ("estimate", "run")
 STRATEGIES = ("grid", "random", "nsga2")
 MAX_VALUES = 1_000_000  # values of one parameter
+MAX_POINTS = 1_000_000  # points one sweep runs: a grid's, or a search's budget
 # Named objectives: (key of the point's totals, sense). Any other numeric field of the totals
 # (LayerStats.as_dict(), plus latency_s and edp) is a quantity too, minimised.
 OBJECTIVES = {"cycles": ("cycles", "min"), "energy": ("energy_pj", "min"),
@@ -137,8 +138,8 @@ def to_toml(table: Mapping[str, Any]) -> str:
     lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
     for name, sub in table.items():
         if isinstance(sub, Mapping):
-            lines.append(f"[{json.dumps(name)}]")
-            lines += [f"{json.dumps(k)} = {_toml_value(v)}" for k, v in sub.items()]
+            lines.append(f"[{_toml_value(name)}]")
+            lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in sub.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -147,9 +148,11 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, int | float | str):
-        return json.dumps(value)
-    raise SweepError(f"{value!r}: an arch value must be a string, number or boolean")
+    if isinstance(value, int | float | str):  # any character as itself: TOML takes no \ud83d
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):  # a hybrid's machines
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise SweepError(f"{value!r}: an arch value must be a string, number, boolean or list")
 
 
 # ---- reading and validating -------------------------------------------------------------------
@@ -201,7 +204,22 @@ def spec_from_toml_text(text: str, where: str, root: Path = Path(".")) -> SweepS
                          "would breed the network, not the design): one model and one density "
                          "per nsga2 spec, or strategy grid / random")
     arch_from_toml_text(base_text, f"{where}: base {base!r}:")  # the base itself must be valid
+    _check_points(spec)
     return spec
+
+
+def _check_points(spec: SweepSpec) -> None:
+    """Refuse a sweep of more than ``MAX_POINTS`` points (a grid is listed before it runs)."""
+    if spec.points_planned <= MAX_POINTS:
+        return
+    if spec.search.strategy == "grid":
+        sizes = " x ".join(str(len(v)) for v in spec.dims().values())
+        raise SweepError(f"{spec.where}: the grid has {spec.grid_size:,} points ({sizes}: the "
+                         f"parameters, models, densities); at most {MAX_POINTS:,}: narrow it, or "
+                         "search it with [search] strategy = \"random\" or \"nsga2\" and a "
+                         "budget")
+    raise SweepError(f"{spec.where}: search.budget={spec.search.budget:,}: at most "
+                     f"{MAX_POINTS:,} points")
 
 
 def _unknown(table: Mapping, valid, where: str) -> None:
@@ -383,13 +401,11 @@ def _search(value, where: str) -> Search:
 
 def _arch_keys() -> dict[str, set[str]]:
     """Valid dotted arch keys: '' -> top-level scalars, section -> its fields."""
-    from ..arch.sections import machine_names
-
     top = {f.name for f in dataclasses.fields(Arch) if f.name not in {*PARTS, "sections"}}
     keys = {"": top}
     keys.update({k: {f.name for f in dataclasses.fields(c)} for k, c in PARTS.items()})
-    sections = declared_sections()
-    keys.update({k: {f.name for f in dataclasses.fields(sections[k])} for k in machine_names()})
+    sections = declared_sections()  # the machines' and the hybrid's
+    keys.update({k: {f.name for f in dataclasses.fields(c)} for k, c in sections.items()})
     return keys
 
 
