@@ -50,6 +50,10 @@ def test_bad_model_and_base_are_named():
     with pytest.raises(SweepError, match="models: 'nosuch.onnx'"):
         spec_from_toml_text('base = "systolic-32x32-ws"\nmodels = ["nosuch.onnx"]\n'
                             '[parameters]\n"systolic.rows" = [8]', "s.toml")
+    with pytest.raises(SweepError, match=r"models: 'mtcnn-rnte': not a zoo model \(alexnet, "
+                                         r".*mtcnn-rnet.*\) nor a model file"):
+        spec_from_toml_text('base = "systolic-32x32-ws"\nmodels = ["mtcnn-rnet", "mtcnn-rnte"]'
+                            '\n[parameters]\n"systolic.rows" = [8]', "s.toml")
     with pytest.raises(SweepError, match="base='tpu'"):
         spec_from_toml_text('base = "tpu"\nmodels = ["test.csv"]\n[parameters]\n'
                             '"systolic.rows" = [8]', "s.toml")

@@ -64,6 +64,29 @@ def test_store_of_another_spec_or_version_is_refused(tmp_path):
         Store.read(tmp_path / "s.db")
 
 
+def test_a_store_that_cannot_be_written_is_refused_before_any_point(tmp_path, monkeypatch):
+    """A read-only store (here opened so by SQLite itself: file modes do not bind root) or a
+    folder that takes no new file: one error, no point run, the store as it was."""
+    import npusim.dse.runner
+
+    spec = load_spec(write_spec(tmp_path))
+    sweep(spec, tmp_path / "s.db", workers=1)
+    kept = (tmp_path / "s.db").read_bytes()
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect",
+                        lambda path: connect(f"file:{path}?mode=ro", uri=True))
+    monkeypatch.setattr(npusim.dse.runner, "run_task", lambda task: pytest.fail("a point ran"))
+    with pytest.raises(SweepError, match=r"s.db: cannot write to the results store \(attempt "
+                                         r"to write a readonly database\): the file or its "
+                                         r"folder is read-only"):
+        sweep(spec, tmp_path / "s.db", workers=1)
+    assert (tmp_path / "s.db").read_bytes() == kept
+    with pytest.raises(SweepError, match=r"new.db: cannot create a results store there \("
+                                         r"unable to open database file\); is its folder "
+                                         r"writable\?"):
+        sweep(spec, tmp_path / "new.db", workers=1)
+
+
 def test_truncated_or_foreign_store_is_one_clear_error(tmp_path):
     spec = load_spec(write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[2, 4, 8, 16, 32, 64]")))
     sweep(spec, tmp_path / "s.db", workers=1)
@@ -126,6 +149,15 @@ def test_cli_sweep_export_csv(tmp_path):
     assert to_csv(Store.read(tmp_path / "s.db")) == (tmp_path / "t.csv").read_text()
     r = npusim("sweep", spec_file)
     assert r.returncode == 2 and "needs --store FILE" in r.stderr
+    # a Parquet table that cannot be made (no pyarrow here) writes no CSV either
+    r = npusim("sweep", "export", tmp_path / "s.db", "--csv", tmp_path / "u.csv", "--parquet",
+               tmp_path / "u.parquet")
+    if r.returncode != 0:
+        assert r.returncode == 2 and "--parquet needs pyarrow" in r.stderr
+        assert not (tmp_path / "u.csv").exists()
+    r = npusim("sweep", "export", tmp_path / "s.db", "--csv", tmp_path / "t.csv", "--parquet",
+               tmp_path / "t.csv")
+    assert r.returncode == 2 and "--csv and --parquet both name" in r.stderr
 
 
 def test_arch_key_of_any_section_and_top_level(tmp_path):
@@ -161,6 +193,9 @@ models = ["test.csv"]
      "nodir/s.db: no such results store"),
     (["pareto", "DIR", "--x", "cycles", "--y", "energy"], "a folder, not a results store"),
     (["sweep", "export", "DIR", "--csv", "x.csv"], "a folder, not a results store"),
+    # the quantities checked before they name the figure (a '/' in one was a traceback)
+    (["pareto", "FILE", "--x", "cycles/x", "--y", "energy"], "'cycles/x': not a quantity"),
+    (["pareto", "FILE", "--x", "cycles", "--y", "cycles"], "--x and --y are both 'cycles'"),
     (["sweep", "SPEC", "--store", "nodir/s.db"],
      "nodir/s.db: folder nodir does not exist; --store names a results file in an existing "
      "folder"),
@@ -170,8 +205,9 @@ def test_cli_misuse_is_one_line_exit_2(argv, words, tmp_path, monkeypatch, capsy
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder.db").mkdir()
-    argv = [str(write_spec(tmp_path)) if a == "SPEC" else "folder.db" if a == "DIR" else a
-            for a in argv]
+    (tmp_path / "file.db").touch()
+    argv = [str(write_spec(tmp_path)) if a == "SPEC" else "folder.db" if a == "DIR" else
+            "file.db" if a == "FILE" else a for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err

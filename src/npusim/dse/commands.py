@@ -92,21 +92,26 @@ def cmd_sweep(args) -> int:
 
 def _export(args) -> int:
     from ..cli import UsageError
-    from .store import Store, to_csv, write_parquet
+    from .store import Store, parquet_bytes, to_csv
 
     if args.export_store is None or not (args.csv or args.parquet):
         raise UsageError("npusim sweep export STORE needs --csv OUT and/or --parquet OUT")
+    if args.csv and args.parquet and (str(args.csv) == str(args.parquet) == outfile.STDOUT or (
+            Path(args.csv).resolve() == Path(args.parquet).resolve())):
+        raise UsageError(f"--csv and --parquet both name {args.csv}: give each its own file")
     for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
         if path is not None:
             outfile.check_target(path, flag, flag[2:])
     store = Store.read(args.export_store)
-    try:
-        if args.csv:
-            outfile.write_text(args.csv, to_csv(store), "--csv", "csv")
-        if args.parquet:
-            write_parquet(store, args.parquet)
+    try:  # both tables made before either is written: a failure writes neither
+        text = to_csv(store) if args.csv else None
+        data = parquet_bytes(store) if args.parquet else None
     finally:
         store.close()
+    if text is not None:
+        outfile.write_text(args.csv, text, "--csv", "csv")
+    if data is not None:
+        outfile.write_bytes(args.parquet, data, "--parquet", "parquet")
     return 0
 
 
@@ -115,10 +120,11 @@ def cmd_pareto(args) -> int:
     from rich.table import Table
 
     from ..cli import _stdout
-    from .pareto import pareto, plot
+    from .pareto import check_pair, pareto, plot
     from .store import stored
 
     stored(args.store)  # a missing store named before its figure's folder
+    check_pair(args.x, args.y)  # before they name the figure
     png = args.png or args.store.with_name(f"{args.store.stem}-pareto-{args.x}-{args.y}.png")
     outfile.check_target(png, "--png", "figure")
     front = pareto(args.store, args.x, args.y)

@@ -52,14 +52,21 @@ class Front:
                  self.y: self.values[i, 1]} for i in self.front]
 
 
+def check_pair(x: str, y: str) -> None:
+    """Refuse quantities that are not two different ones of ``quantities()``."""
+    for q in (x, y):
+        if q not in quantities():
+            raise SweepError(f"{q!r}: not a quantity; valid: {', '.join(sorted(quantities()))}")
+    if x == y:
+        raise SweepError(f"--x and --y are both {x!r}: a front weighs two different quantities")
+
+
 def pareto(store, x: str, y: str) -> Front:
     """The front of ``store`` (a ``Store`` or a path to one) on quantities ``x`` and ``y``."""
     from .store import Store
 
+    check_pair(x, y)
     store = store if isinstance(store, Store) else Store.read(store)
-    for q in (x, y):
-        if q not in quantities():
-            raise SweepError(f"{q!r}: not a quantity; valid: {', '.join(sorted(quantities()))}")
     points = [r for r in store.rows() if r["status"] == "ok"]
     if not points:
         raise SweepError(f"{store.path}: no point finished ok; nothing to compare")

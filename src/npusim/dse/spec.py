@@ -265,7 +265,7 @@ def _base(value, where: str, root: Path) -> tuple[str, str]:
 def _models(value, where: str, root: Path) -> tuple[str, ...]:
     """Zoo names, SCALE-Sim topology CSVs, ONNX files, ``file.py:factory``; files are taken
     relative to the spec and stored as absolute paths."""
-    from ..frontends import model_path, zoo
+    from ..frontends import kind, model_path, zoo
 
     if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
         raise SweepError(f"{where}: models={value!r}: must be a non-empty list of model names "
@@ -283,6 +283,9 @@ def _models(value, where: str, root: Path) -> tuple[str, ...]:
         except NpusimError as e:
             raise SweepError(f"{where}: models: {m!r}: not a zoo model nor a model file "
                              f"({e})") from None
+        if kind(file) not in (".csv", ".onnx", ".py"):
+            raise SweepError(f"{where}: models: {m!r}: not a zoo model ({', '.join(zoo.names())})"
+                             " nor a model file (FILE.csv, FILE.onnx, FILE.py:factory)")
         out.append(name + (f":{factory}" if factory else ""))
     if len(set(out)) != len(out):
         raise SweepError(f"{where}: models: {value!r} names a model twice")

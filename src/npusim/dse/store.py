@@ -15,7 +15,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from .. import __version__, outfile
+from .. import __version__
 from .spec import SweepError, point_key
 
 SCHEMA = 1
@@ -151,12 +151,31 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
         if not fresh:
             _check_whole(db, path)
             _check_ours(db, path)
-        if create:
-            db.executescript(_CREATE)
-        return db
     except sqlite3.DatabaseError as e:
+        if fresh:  # nothing there to be corrupt: the folder would not take a new file
+            raise SweepError(f"{path}: cannot create a results store there ({e}); is its "
+                             "folder writable?") from None
         raise SweepError(f"{path}: not a readable npusim results store (corrupt or not SQLite: "
                          f"{e}); move it away and rerun to start a new store") from None
+    if create:
+        _check_writable(db, path)
+    return db
+
+
+def _check_writable(db: sqlite3.Connection, path: Path) -> None:
+    """Create the tables if new, and write a row that is rolled back: a sweep stores each
+    point as it ends, so a store it cannot write (a read-only file, or a folder where SQLite
+    cannot make its journal) is refused before any point runs."""
+    try:
+        db.executescript(_CREATE)
+        db.execute("BEGIN")
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('write test', '')")
+        db.rollback()
+    except sqlite3.DatabaseError as e:
+        db.close()
+        raise SweepError(f"{path}: cannot write to the results store ({e}): the file or its "
+                         "folder is read-only; make them writable or give another --store") \
+            from None
 
 
 def _check_ours(db: sqlite3.Connection, path: Path) -> None:
@@ -251,8 +270,8 @@ def to_csv(store: Store) -> str:
     return out.getvalue()
 
 
-def write_parquet(store: Store, path: Path) -> None:
-    """The store's table as a Parquet file (needs pyarrow), written by ``outfile``'s rules."""
+def parquet_bytes(store: Store) -> bytes:
+    """The store's table as a Parquet file's bytes (needs pyarrow), carrying npusim's mark."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -264,4 +283,4 @@ def write_parquet(store: Store, path: Path) -> None:
     sink = pa.BufferOutputStream()
     signed = pa.table(columns).replace_schema_metadata({"generator": f"npusim {__version__}"})
     pq.write_table(signed, sink)
-    outfile.write_bytes(path, sink.getvalue().to_pybytes(), "--parquet", "parquet")
+    return sink.getvalue().to_pybytes()
