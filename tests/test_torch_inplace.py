@@ -201,3 +201,35 @@ def test_check_fails_where_the_module_and_the_graph_part():
         module.c.weight[0] *= 1.5  # the module no longer the graph: what a wrong import gives
     outcome = check(graph, x, result, module)
     assert not outcome.passed and outcome.module_error > 0.01 and outcome.score < 1e-5
+
+
+class FirstOnly(nn.Module):
+    """Traced at batch 1, ``x[:1]`` is the whole batch and ``view(1, -1)`` keeps it first."""
+
+    def __init__(self, flat: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c, self.flat = nn.Conv2d(3, 4, 3, padding=1), flat
+
+    def forward(self, x):
+        y = self.c(x)
+        return y.view(1, -1) if self.flat else y[:1]
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_an_imported_graph_is_not_run_at_another_batch(flat):
+    """Its ops were read at the batch it was imported at: run at another, x[:1] and
+    view(1, -1) would compute another function. Imported at that batch, it equals the module."""
+    module = FirstOnly(flat).eval()
+    x1, x2 = photo((1, 3, 6, 7)), photo((2, 3, 6, 7))
+    with pytest.raises(ModelError, match=r"FirstOnly: imported at batch 1, .* import it at "
+                                         r"batch 2 \(from_torch on an input of batch 2"):
+        simulate(from_torch(module, x1), x2)
+    if flat:  # at batch 2 the view mixes the batch: refused by name
+        with pytest.raises(ModelError, match=r"reshapes \(2, 4, 6, 7\) to \(1, 336\): the "
+                                             r"IR keeps the batch axis first"):
+            from_torch(module, x2)
+        return
+    got = simulate(from_torch(module, x2), x2).output
+    want = _module_outputs(module, x2)[0]
+    assert got.shape == want.shape == (1, 4, 6, 7) and rel_err(got, want) < 1e-5

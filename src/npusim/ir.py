@@ -165,7 +165,10 @@ class Graph:
     without it the one output is ``output_name`` (default: the last node), labelled by
     its node name. ``output_name`` is always the first output's node. Shapes are inferred
     at construction (``shapes[name]``); every conv node has its ``ConvLayer`` in
-    ``layers[name]``.
+    ``layers[name]``. ``batch_free``: whether the ops hold for any batch (npusim's own
+    networks); an imported graph holds for the batch it was imported at, which its ops may
+    depend on (``x[:1]`` and ``x.view(1, -1)`` traced at batch 1 keep the batch whole), so
+    ``with_batch`` refuses another.
     """
 
     nodes: list[Node]
@@ -174,6 +177,7 @@ class Graph:
     input_name: str = "input"
     output_name: str | None = None
     outputs: dict[str, str] | None = None
+    batch_free: bool = True
     shapes: dict[str, Shape] = field(init=False)
     layers: dict[str, ConvLayer] = field(init=False)
 
@@ -226,7 +230,19 @@ class Graph:
         raise KeyError(name)
 
     def with_batch(self, n: int) -> Graph:
-        """The same network for a batch of ``n`` inputs."""
+        """The same network for a batch of ``n`` inputs (``ModelError`` for another batch
+        than an imported graph's: see ``batch_free``)."""
+        if n == self.input_shape[0]:
+            return self
+        if not self.batch_free:
+            from .errors import ModelError
+
+            raise ModelError(
+                f"{self.name}: imported at batch {self.input_shape[0]}, which its ops may "
+                "depend on (an x[:1] or x.view(1, -1) keeps the batch whole there), so npusim "
+                "does not "
+                f"re-batch it: import it at batch {n} (from_torch on an input of batch {n}, "
+                f"from_onnx(..., batch={n}), --batch {n})")
         return Graph(list(self.nodes), (n,) + self.input_shape[1:], self.name,
                      self.input_name, outputs=self.outputs)
 
@@ -236,7 +252,8 @@ class Graph:
 
         nodes = [Node(n.name, fn(n.name, n.op), n.inputs) if isinstance(n.op, ops.Conv) else n
                  for n in self.nodes]
-        return Graph(nodes, self.input_shape, self.name, self.input_name, outputs=self.outputs)
+        return Graph(nodes, self.input_shape, self.name, self.input_name, outputs=self.outputs,
+                     batch_free=self.batch_free)
 
     @property
     def output_nodes(self) -> set[str]:
@@ -360,4 +377,5 @@ def _fold_batchnorm_once(graph: Graph) -> Graph:
         n = folded.get(n.name, n)
         nodes.append(Node(n.name, n.op, tuple(renamed.get(i, i) for i in n.inputs)))
     outputs = {label: renamed.get(out, out) for label, out in graph.outputs.items()}
-    return Graph(nodes, graph.input_shape, graph.name, graph.input_name, outputs=outputs)
+    return Graph(nodes, graph.input_shape, graph.name, graph.input_name, outputs=outputs,
+                 batch_free=graph.batch_free)

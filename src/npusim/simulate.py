@@ -384,7 +384,7 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     if x.shape != model.input_shape:
         if x.shape[1:] != model.input_shape[1:] or x.ndim != len(model.input_shape):
             raise InputError(f"input shape {x.shape} does not fit {model.name}, which takes "
-                             f"{model.input_shape} (N may differ)")
+                             f"{model.input_shape} (N may differ for a network of npusim's own)")
         model = model.with_batch(x.shape[0])
     check_model_finite(model)
     if mode == "emulate":

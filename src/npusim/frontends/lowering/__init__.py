@@ -227,7 +227,7 @@ class Lowering:
         kept = set(outputs.values())
         nodes = cancel_transposes(fuse_hardswish(fuse_gelu(nodes, kept), kept), kept)
         try:
-            graph = Graph(nodes, input_shape, name or where, outputs=outputs)
+            graph = Graph(nodes, input_shape, name or where, outputs=outputs, batch_free=False)
         except LayerError as e:
             raise ModelError(f"{where}: {e}") from e
         for node, shape in self.expected.items():
