@@ -17,6 +17,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from strategies import photo, rel_err  # noqa: E402
@@ -817,3 +818,60 @@ def test_lrn_of_an_even_size_places_its_window_as_the_spec_does(tmp_path, size):
     assert graph.nodes[-1].op.before == (size - 1) // 2
     want = lrn_as_the_spec_reads(x, size, 0.05, 0.75, 1.5)
     assert rel_err(simulate(graph, x).output, want) < 1e-6
+
+
+def test_check_takes_the_specs_arithmetic_where_onnxruntime_rounds_a_resize_otherwise(tmp_path):
+    """A nearest Resize of 14 pixels to 4: the spec (floor(2 x 14 / 4) = 7), PyTorch and
+    npusim take row 7, onnxruntime's float32 arithmetic row 6. --check judges npusim by the
+    nearer of onnxruntime and onnx's reference evaluator, and shows both."""
+    import json
+
+    from npusim import cli
+
+    class Down(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, size=(4, 4), mode="nearest")
+
+    path = export(Down(), photo((1, 3, 14, 14)), tmp_path / "down.onnx")
+    x = photo((1, 3, 14, 14))
+    assert rel_err(simulate(from_onnx(path), x).output, reference_output(path, x)) == 0
+    assert rel_err(simulate(from_onnx(path), x).output, onnxruntime_output(path, x)) > 0.01
+    report = tmp_path / "r.json"
+    assert cli.main(["run", str(path), "--check", "--quiet", "--json", str(report)]) == 0
+    check = json.loads(report.read_text())["check"]
+    assert check["passed"] and check["onnxruntime_relative_error"] > 0.01
+    assert check["onnx_reference_relative_error"] == 0
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("case", ["bilinear x1.5", "bilinear x0.5", "nearest x1.5", "2 / x", "-x"])
+def test_torch_exports_of_resizes_by_scale_and_of_reciprocals_import(tmp_path, case):
+    """A resize by a scale that is no whole factor samples at 1/scale input pixels a step (not
+    at in/out, as to a size); ``c / x`` exports as Reciprocal, ``-x`` as Neg."""
+    fn = {"bilinear x1.5": lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+          "bilinear x0.5": lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear"),
+          "nearest x1.5": lambda x: F.interpolate(x, scale_factor=1.5, mode="nearest"),
+          "2 / x": lambda x: 2.0 / (x.abs() + 1), "-x": lambda x: -x * 3}[case]
+    x = photo((2, 3, 11, 13))
+    path = export(Fn(fn), x, tmp_path / "m.onnx")
+    check(path, x)
+    with torch.no_grad():
+        assert rel_err(simulate(from_onnx(path), x).output, fn(torch.from_numpy(x)).numpy()) < 1e-5
+
+
+def test_a_ceil_mode_pool_onnx_infers_otherwise_is_refused_saying_so(tmp_path):
+    x = photo((2, 3, 11, 13))
+    path = export(Fn(lambda x: F.max_pool2d(x, (3, 2), (2, 3), (1, 1), ceil_mode=True)), x,
+                  tmp_path / "m.onnx")
+    assert onnxruntime_output(path, x).shape == (2, 3, 6, 5)
+    with pytest.raises(ModelError, match=r"ceil_mode=1: onnx's shape inference gives \(6, 6\) "
+                                         r"where PyTorch and onnxruntime compute \(6, 5\)"):
+        from_onnx(path)

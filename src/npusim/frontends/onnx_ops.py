@@ -123,11 +123,29 @@ def _pool(c: OnnxNode) -> ops.Op:
     if _pair_attr(c, "dilations") != (1, 1):
         raise _Refusal(f"dilations={c.attr('dilations')}: the IR's pooling has no dilation")
     pads = _pads(c, kernel, strides, (1, 1))
-    ceil = bool(c.attr("ceil_mode", 0))
+    ceil, pending = bool(c.attr("ceil_mode", 0)), c.take_pad()
     if c.op_type == "MaxPool":
-        return rules.max_pool(kernel, strides, pads, ceil, c.take_pad())
-    return rules.avg_pool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)),
-                          c.take_pad())
+        op = rules.max_pool(kernel, strides, pads, ceil, pending)
+    else:
+        op = rules.avg_pool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)),
+                            pending)
+    if ceil and not pending:  # (an absorbed pad reads another input than the node's)
+        _check_ceil_shape(c, op)
+    return op
+
+
+def _check_ceil_shape(c: OnnxNode, op: ops.Op) -> None:
+    """Refuse, saying why, a ceil_mode pool whose shape onnx's inference gives otherwise than
+    PyTorch and onnxruntime compute it: they drop a last window that would start in the
+    padding, onnx's shape inference keeps it, and the importer reads every later shape from
+    that inference."""
+    ours = op.out_shape([c.in_shape(0)], c.proto.name)
+    if tuple(ours) != tuple(c.out_shape):
+        raise _Refusal(f"ceil_mode=1: onnx's shape inference gives {tuple(c.out_shape[2:])} "
+                       f"where PyTorch and onnxruntime compute {tuple(ours[2:])} (they drop a "
+                       "last window that would start in the padding); npusim reads the file's "
+                       "shapes from that inference and cannot import this pool: export it "
+                       "with ceil_mode=False and the padding that gives the size wanted")
 
 
 def _global_avg_pool(c: OnnxNode) -> ops.Op:
@@ -450,7 +468,7 @@ def _resample(c: OnnxNode, mode: str, transform: str, rounding: str, scales) -> 
     want = [rules.sampling_weights(n, m, s, mode, transform, rounding)
             for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
     op = rules.exact_upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
-                              want)
+                              want, scales)
     if op is not None:
         return op
     raise _Refusal(f"mode={mode!r} with coordinate_transformation_mode={transform!r} and "
@@ -472,6 +490,9 @@ CONVERTERS = {
     "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
     "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),
     "Sqrt": (lambda c: ops.Sqrt(), 1),
+    "Reciprocal": (lambda c: rules.with_constant("div", c.in_shape(0), np.float32(1),
+                                                 const_first=True), 1),
+    "Neg": (lambda c: rules.with_constant("mul", c.in_shape(0), np.float32(-1)), 1),
     "Gelu": (lambda c: ops.Gelu(c.attr("approximate", "none")), 1),
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
     "GlobalMaxPool": (_global_max_pool, 1),

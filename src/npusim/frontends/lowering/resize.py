@@ -21,21 +21,32 @@ def upsample_to(hw, pq, mode: str, align_corners: bool) -> ops.Upsample:
     return ops.Upsample(1, mode, bool(align_corners), tuple(pq))
 
 
-def ir_weights(op: ops.Upsample, n_in: int, n_out: int) -> np.ndarray:
-    """The IR's sampling weights along one axis, n_out x n_in (its own arithmetic on a one-hot)."""
+def ir_weights(op: ops.Upsample, n_in: int, n_out: int, scale: float) -> np.ndarray:
+    """The IR's sampling weights along one axis (``scale``: the op's on it, when it resamples
+    by scale), n_out x n_in (its own arithmetic on a one-hot)."""
     eye = np.eye(n_in, dtype=np.float32).reshape(1, n_in, n_in, 1)
-    return dataclasses.replace(op, size=(n_out, 1))(eye)[0, :, :, 0].T
+    axis = (dataclasses.replace(op, size=(n_out, 1)) if op.size is not None or scale is None
+            else dataclasses.replace(op, scale=(scale, 1.0)))
+    return axis(eye)[0, :, :, 0].T
 
 
-def exact_upsample(hw, pq, mode: str, want) -> ops.Upsample | None:
+def exact_upsample(hw, pq, mode: str, want, scales=None) -> ops.Upsample | None:
     """The first IR Upsample from ``hw`` to ``pq`` ('nearest'; 'bilinear' half-pixel, then
     align_corners) whose sampling weights are ``want`` (one n_out x n_in matrix per axis),
-    or None if none is."""
+    or None if none is: by integer factors or to the size (``upsample_to``), else by the
+    source's own ``scales`` (per axis; a scale such as 1.5 samples at 1/1.5 input pixels a
+    step, where the size 16 of 11 samples at 11/16)."""
+    by_scale = scales is not None and all(
+        s > 0 and int(np.floor(n * s)) == m for n, m, s in zip(hw, pq, scales, strict=True))
     for align in (False,) if mode == "nearest" else (False, True):
-        op = upsample_to(hw, pq, mode, align)
-        if all(np.allclose(ir_weights(op, n, m), w, rtol=0, atol=1e-6)
-               for n, m, w in zip(hw, pq, want, strict=True)):
-            return op
+        candidates = [(upsample_to(hw, pq, mode, align), (None, None))]
+        if by_scale:
+            candidates.append((ops.Upsample(tuple(float(s) for s in scales), mode, align),
+                               tuple(scales)))
+        for op, axis_scales in candidates:
+            if all(np.allclose(ir_weights(op, n, m, s), w, rtol=0, atol=1e-6)
+                   for n, m, s, w in zip(hw, pq, axis_scales, want, strict=True)):
+                return op
     return None
 
 
