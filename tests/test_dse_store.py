@@ -265,3 +265,21 @@ def test_a_parameter_the_machine_does_not_read_is_named_after_the_sweep(tmp_path
     store, err = outcomes["shared"]
     assert inert_parameters(store) == []  # narrow_kb has one value: never varied, not judged
     assert err == ""
+
+
+def test_pareto_printed_to_a_pipe_cuts_no_name_nor_value(tmp_path):
+    """Many parameters make the front wider than a terminal: into a file or pipe it is
+    printed whole (it was cut at 160 columns: 'memory.…', '5.32892e…')."""
+    keys = ["memory.ifmap_sram_kb", "memory.filter_sram_kb", "memory.ofmap_sram_kb",
+            "memory.dram_latency_cycles", "energy.mac_int8_pj", "energy.mac_fp32_pj",
+            "energy.sram_byte_pj", "energy.dram_byte_pj", "energy.vector_op_pj", "vector.lanes"]
+    params = "\n".join(f'"{k}" = [{"64" if "kb" in k else "8"}]' for k in keys)
+    spec = write_spec(tmp_path, 'base = "systolic-32x32-ws"\nmodels = ["test.csv"]\n'
+                      f'[parameters]\n"systolic.rows" = [8, 16, 32]\n{params}\n'
+                      '"systolic.stationary" = ["ws", "os"]\n')
+    assert npusim("sweep", spec, "--store", tmp_path / "s.db").returncode == 0
+    r = npusim("pareto", tmp_path / "s.db", "--x", "cycles", "--y", "energy")
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if "systolic.rows" in line)
+    assert all(k in header for k in keys) and "\u2026" not in r.stdout
+    assert len(header) > 160

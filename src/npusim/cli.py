@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("model", metavar="MODEL", help="zoo name, FILE.onnx or FILE.py:factory")
     tune.add_argument("--arch", metavar="NAME|FILE", default="group-tile-64mac",
                       help="an arch with a [group-tile] section (default group-tile-64mac)")
-    tune.add_argument("--dtype", choices=DTYPES, default="int8")
+    tune.add_argument("--dtype", choices=DTYPES, default="int8",
+                      help="the MACs' arithmetic (default int8, the group tile's own; run's "
+                           "default is float32)")
     tune.add_argument("--size", type=_int_at_least(1, MAX_DIM), metavar="PIXELS",
                       help="side of the square input (default: the model's own)")
     tune.set_defaults(func=cmd_tune_groups)

@@ -124,6 +124,7 @@ class TuneResult:
     macs: int
     layers: tuple[LayerChoice, ...]
     memory: str = ""
+    dtype: str = "int8"
 
     def totals(self, which: str) -> tuple[int, int]:
         """(cycles, parameters) over the grouped layers with g ``'given'``, ``'chosen'``
@@ -158,12 +159,13 @@ def tune_groups(graph: Graph, arch: Arch | str, dtype: str = "int8") -> TuneResu
                                    filling_groups(layer.C, layer.K, p,
                                                   element_bytes(dtype)),
                                    _candidates(layer, arch)))
-    return TuneResult(arch.name, p.macs, tuple(choices), describe_memory(arch.memory))
+    return TuneResult(arch.name, p.macs, tuple(choices), describe_memory(arch.memory), dtype)
 
 
 def render(result: TuneResult) -> str:
     """The tune result as text: one block per layer, one line per candidate g."""
-    lines = [f"group sizes for {result.arch} ({result.macs} MACs per tile, {result.memory}); "
+    lines = [f"group sizes for {result.arch} ({result.macs} {result.dtype} MACs per tile, "
+             f"{result.memory}); "
              "group size = outputs per group = reuse of each broadcast input; cycles at the "
              "DRAM bandwidth, stall-free beside them"]
     for lc in result.layers:

@@ -136,7 +136,15 @@ def cmd_pareto(args) -> int:
                   title=f"{len(rows)} non-dominated of {len(front.points)} ok points{per}")
     for row in rows:
         table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
-    _stdout().print(table)
+    out = _stdout()
+    if not out.is_terminal:  # a file or a pipe: as wide as the table, no value cut short
+        from rich.measure import Measurement
+
+        from ..report.table import console
+
+        natural = Measurement.get(out, out.options.update(width=1 << 20), table).maximum
+        out = console(width=max(out.width, natural))
+    out.print(table)
     plot(front, png, "--png")
     print(f"wrote {png}")
     return 0
