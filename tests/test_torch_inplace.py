@@ -233,3 +233,42 @@ def test_an_imported_graph_is_not_run_at_another_batch(flat):
     got = simulate(from_torch(module, x2), x2).output
     want = _module_outputs(module, x2)[0]
     assert got.shape == want.shape == (1, 4, 6, 7) and rel_err(got, want) < 1e-5
+
+
+class PadOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 6, 3)
+
+    def forward(self, x):
+        p = F.pad(x, (1, 1, 1, 1))
+        return self.c(p), p
+
+
+class Mean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 6, 3)
+
+    def forward(self, x):
+        return self.c(x).mean()
+
+
+def test_outputs_npusim_does_not_compute_alone_are_refused_saying_why(tmp_path):
+    import warnings
+
+    from npusim.frontends.onnx_import import from_onnx
+
+    x = torch.from_numpy(photo((1, 3, 6, 7)))
+    with pytest.raises(ModelError, match=r"output 'output1' of forward is F.pad's output, which "
+                                         r"npusim folds into the conv or pool that reads it"):
+        from_torch(PadOut(), x)
+    with pytest.raises(ModelError, match=r"forward returns a 0-d tensor .* keep a dimension"):
+        from_torch(Mean(), x)
+    path = tmp_path / "pad.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(PadOut().eval(), (x,), str(path), dynamo=False, input_names=["x"])
+    with pytest.raises(ModelError, match=r"is a constant Pad's output, which npusim folds into "
+                                         r"the conv or pool that reads it"):
+        from_onnx(path)

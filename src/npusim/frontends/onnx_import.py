@@ -233,7 +233,11 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     if build.refused:
         raise build.refusal(str(path), supported_ops())
     for out in _output_names(model):
-        if out not in ir_of or out in m.pending:
+        if out in m.pending:
+            raise ModelError(f"{path}: output {out!r} is a constant Pad's output, which npusim "
+                             "folds into the conv or pool that reads it and does not compute "
+                             "alone; a graph output must be a tensor computed from it")
+        if out not in ir_of:
             raise ModelError(f"{path}: output {out!r} is not computed from input "
                              f"{value_info.name!r}")
     outputs = {out: ir_of[out] for out in _output_names(model)}

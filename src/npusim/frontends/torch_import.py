@@ -282,9 +282,16 @@ def _output(gm, info: dict, name: str) -> dict[str, str]:
 def _output_ref(value, info: dict, name: str, what: str) -> Ref:
     """The ``Ref`` of one returned value, which must be a tensor computed from the input."""
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
-    if not isinstance(ref, Ref) or ref.pad or not ref.shape:
-        kind = "a constant, F.pad's output or a nested container" \
-            if isinstance(value, torch.fx.Node) else type(value).__name__
+    if isinstance(ref, Ref) and ref.pad:
+        raise ModelError(f"{name}: {what} F.pad's output, which npusim folds into the conv or "
+                         "pool that reads it and does not compute alone; return a tensor "
+                         "computed from it")
+    if isinstance(ref, Ref) and not ref.shape:
+        raise ModelError(f"{name}: {what} a 0-d tensor (or a tuple of them); npusim imports "
+                         "PyTorch outputs that keep the batch axis: keep a dimension "
+                         "(y.mean((1, 2, 3)), keepdim=True)")
+    if not isinstance(ref, Ref):
+        kind = "a constant" if isinstance(value, torch.fx.Node) else type(value).__name__
         raise ModelError(f"{name}: {what} {kind}; npusim networks return tensors computed "
                          "from the input (one, or a flat tuple, list or dict of them)")
     return ref
