@@ -35,6 +35,13 @@ def spec(extra: str, params: str = '"systolic.rows" = [8]'):
          '"systolic.cols" = {start = 1, stop = 1000000, step = 1}',
      ["the grid has 1,000,000,000,000 points (1000000 x 1000000 x 1 x 1", "at most 1,000,000",
       'strategy = "random"']),
+    ("", "systolic.rows = [8, 16]", ["systolic.rows reads as TOML's table [systolic]",
+                                     'quote the dotted key, "systolic.rows" = [...]']),
+    ("", '"systolic.rows" = [32, 32.0]', ["names a value twice"]),
+    ("", '"systolic.rows" = {start = 10, stop = 30, factor = 1.5}',
+     ["systolic.rows is an integer; 22.5 is not"]),
+    ("[constraints]\ncycles = {max = 1, min = 10}", None,
+     ["constraints.cycles: min=10 is above max=1"]),
     ('[search]\nstrategy = "random"\nbudget = 2000000', '"systolic.rows" = {start = 1, '
      'stop = 1000000, step = 1}\n"systolic.cols" = [1, 2, 3]', ["search.budget=2,000,000",
                                                               "at most 1,000,000 points"]),
@@ -162,3 +169,15 @@ def test_any_character_of_the_base_arch_reaches_the_points(tmp_path):
     spec = load_spec(write_spec(tmp_path, 'base = "mine.toml"\nmodels = ["mtcnn-pnet"]\n'
                                 '[parameters]\n"systolic.rows" = [8, 16]'))
     assert spec.arch({"systolic.rows": 8}).description.startswith("my NPU \U0001f680, ")
+
+
+def test_a_geometric_range_of_an_integer_key_gives_integers():
+    """8 x 1.5^i is 8, 12.0, 18.0, 27.0: whole, so the integer key takes 8, 12, 18, 27 (the
+    arch refuses 12.0); a float key keeps its floats."""
+    space = spec("", '"systolic.rows" = {start = 8, stop = 30, factor = 1.5}\n'
+                     '"memory.dram_bytes_per_cycle" = {start = 4, stop = 10, factor = 1.5}')
+    rows = space.parameters["systolic.rows"]
+    assert rows == (8, 12, 18, 27) and all(type(v) is int for v in rows)
+    assert space.parameters["memory.dram_bytes_per_cycle"] == (4.0, 6.0, 9.0)
+    assert space.arch({"systolic.rows": 12, "memory.dram_bytes_per_cycle": 6.0}).params(
+        "systolic").rows == 12

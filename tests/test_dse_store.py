@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from dse_helpers import SMALL, npusim, write_spec
 
+from npusim import __version__
 from npusim.arch import load_arch
 from npusim.dse import Store, SweepError, load_spec, sweep
 from npusim.dse.store import inert_parameters, to_csv
@@ -61,7 +62,9 @@ def test_store_of_another_spec_or_version_is_refused(tmp_path):
         db.execute("UPDATE meta SET value = '0.0.1' WHERE key = 'version'")
     db.close()
     with pytest.raises(SweepError, match=r"written by npusim 0\.0\.1.*new --store"):
-        Store.read(tmp_path / "s.db")
+        sweep(write_spec(tmp_path), tmp_path / "s.db", workers=1)  # not resumed into
+    rows = Store.read(tmp_path / "s.db").rows()  # read: exported, its rows name their version
+    assert len(rows) == 9 and {r["version"] for r in rows} == {__version__}
 
 
 def test_a_store_that_cannot_be_written_is_refused_before_any_point(tmp_path, monkeypatch):
@@ -196,6 +199,8 @@ models = ["test.csv"]
     # the quantities checked before they name the figure (a '/' in one was a traceback)
     (["pareto", "FILE", "--x", "cycles/x", "--y", "energy"], "'cycles/x': not a quantity"),
     (["pareto", "FILE", "--x", "cycles", "--y", "cycles"], "--x and --y are both 'cycles'"),
+    (["sweep", "export", "FILE", "--csv", "x.csv", "--store", "o.db", "--workers", "2"],
+     "--store, --workers go with 'npusim sweep SPEC', not with export"),
     (["sweep", "SPEC", "--store", "nodir/s.db"],
      "nodir/s.db: folder nodir does not exist; --store names a results file in an existing "
      "folder"),

@@ -96,6 +96,11 @@ def _export(args) -> int:
 
     if args.export_store is None or not (args.csv or args.parquet):
         raise UsageError("npusim sweep export STORE needs --csv OUT and/or --parquet OUT")
+    extra = [flag for flag, value in (("--store", args.store), ("--workers", args.workers),
+                                      ("--scheduler", args.scheduler)) if value is not None]
+    if extra:
+        raise UsageError(f"{', '.join(extra)} go with 'npusim sweep SPEC', not with export "
+                         "(its store is the one after 'export')")
     if args.csv and args.parquet and (str(args.csv) == str(args.parquet) == outfile.STDOUT or (
             Path(args.csv).resolve() == Path(args.parquet).resolve())):
         raise UsageError(f"--csv and --parquet both name {args.csv}: give each its own file")

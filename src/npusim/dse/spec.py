@@ -383,6 +383,9 @@ def _constraints(value, where: str) -> tuple[Constraint, ...]:
         for b, v in bounds.items():
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise SweepError(f"{key}.{b}={v!r}: must be a finite number")
+        if bounds.keys() == {"min", "max"} and bounds["min"] > bounds["max"]:
+            raise SweepError(f"{key}: min={bounds['min']!r} is above max={bounds['max']!r}: no "
+                             "point could be feasible")
         out.append(Constraint(name, bounds.get("min"), bounds.get("max")))
     return tuple(out)
 
@@ -430,9 +433,37 @@ def _parameters(value, where: str) -> dict[str, tuple]:
                          "e.g. \"systolic.rows\" = [16, 32]")
     out = {}
     for path, values in value.items():
+        if isinstance(values, Mapping) and not set(values) & {"start", "stop", "step", "factor"}:
+            inner = next(iter(values), "key")
+            raise SweepError(f"{where}: parameters: {path}.{inner} reads as TOML's table "
+                             f"[{path}]: quote the dotted key, \"{path}.{inner}\" = [...]")
         _check_path(path, where)
-        out[path] = parameter_values(values, f"{where}: parameters.{json.dumps(path)}")
+        key = f"{where}: parameters.{json.dumps(path)}"
+        out[path] = _typed(path, parameter_values(values, key), key)
     return out
+
+
+def _typed(path: str, values: tuple, key: str) -> tuple:
+    """``values`` of an integer arch key as integers (a geometric range by 1.5 from 8 gives
+    12.0, 18.0: 12, 18), refused where one is not whole."""
+    section, _, name = path.rpartition(".")
+    if _arch_types().get(section, {}).get(name) != "int":
+        return values
+    bad = [v for v in values if isinstance(v, float) and not v.is_integer()]
+    if bad:
+        raise SweepError(f"{key}: {path} is an integer; {bad[0]!r} is not (give a list, or a "
+                         "range whose values are whole)")
+    return tuple(int(v) if isinstance(v, float) else v for v in values)
+
+
+def _arch_types() -> dict[str, dict[str, str]]:
+    """Each arch key's declared type, as written: '' -> the top level's, section -> its
+    fields' ('int', 'float', 'str'...)."""
+    top = {f.name: str(f.type) for f in dataclasses.fields(Arch)}
+    types = {"": top}
+    types.update({k: {f.name: str(f.type) for f in dataclasses.fields(c)}
+                  for k, c in {**PARTS, **declared_sections()}.items()})
+    return types
 
 
 def parameter_values(value, key: str) -> tuple:
@@ -441,7 +472,7 @@ def parameter_values(value, key: str) -> tuple:
     if isinstance(value, list):
         if not value or not all(isinstance(v, str | int | float | bool) for v in value):
             raise SweepError(f"{key}={value!r}: must be a non-empty list of values")
-        if len(set(map(repr, value))) != len(value):
+        if len({(type(v) is bool, v) for v in value}) != len(value):  # 32 and 32.0 alike
             raise SweepError(f"{key}={value!r}: names a value twice")
         return tuple(value)
     if not isinstance(value, Mapping):

@@ -70,16 +70,19 @@ class Store:
 
     @classmethod
     def read(cls, path: str | Path) -> Store:
-        """Open an existing store read-only (export, Pareto)."""
+        """Open an existing store read-only (export, Pareto), whichever npusim version wrote
+        it (each row names its own)."""
         path = stored(path)
         store = cls(path, _connect(path, create=False))
         if not _tables(store.db) or not store.meta():
             raise SweepError(f"{path}: not an npusim results store (no sweep in it)")
-        store._check_version(store.meta())
+        store._check_version(store.meta(), writing=False)
         return store
 
-    def _check_version(self, meta: dict) -> None:
-        if meta.get("schema") != str(SCHEMA) or meta.get("version") != __version__:
+    def _check_version(self, meta: dict, writing: bool = True) -> None:
+        """Refuse a store of another schema; to run into, one of another npusim version too
+        (its points' costs may differ from this one's). Read, its rows carry their version."""
+        if meta.get("schema") != str(SCHEMA) or writing and meta.get("version") != __version__:
             raise SweepError(f"{self.path}: written by npusim {meta.get('version', '?')} "
                              f"(store schema {meta.get('schema', '?')}); this is npusim "
                              f"{__version__} (schema {SCHEMA}), whose costs may differ: "
