@@ -287,6 +287,10 @@ def _command(argv: list[str] | None) -> int:
     """Parse ``argv`` and run its command: its exit code, an error as one line on stderr."""
     parser, args = build_parser(), None
     try:
+        if argv is None:  # the command line's own process (not a caller's): see ``oom``
+            from . import oom
+
+            oom.cap()
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
