@@ -69,6 +69,12 @@ def _taps(m, x):
     return feats[0], feats[1], x
 
 
+def _one_chunk_changed(m, x):
+    a, b = m.c(x).chunk(2, dim=1)  # views of one tensor: one version counter, apart in memory
+    a.relu_()
+    return torch.cat([a, b], 1)
+
+
 FOLLOWED = {
     "ReLU(inplace=True) then its input": lambda m, x: (lambda y: y + m.act(y))(m.c(x)),
     "F.relu_ as a statement": _relu_under,
@@ -78,6 +84,7 @@ FOLLOWED = {
     "x.sub_(m).div_(s) on the input": _normalised_in_place,
     "features tapped before an in-place ReLU": _taps,
     "sigmoid_ and mul_ chained": lambda m, x: (lambda y: (y, y.sigmoid_().mul_(2.0))[0])(m.c(x)),
+    "one chunk changed, the other read": _one_chunk_changed,
 }
 
 
@@ -112,6 +119,10 @@ REFUSED = {
         lambda m, x: (lambda y, v: (F.relu_(y), v)[1] + 1.0)(*(lambda y: (y, y.view(1, -1)))(
             m.c(x))),
         r"node 'relu_' \(relu_\(\)\) changes in place the data of 'view'"),
+    "a chunk changed, read again from its tuple": (
+        lambda m, x: (lambda parts: (parts[0].relu_(), torch.cat([parts[0], parts[1]], 1))[1])(
+            m.c(x).chunk(2, dim=1)),
+        r"node 'relu_' \(\.relu_\(\)\) changes in place the data of 'chunk'"),
     "a parameter changed in forward": (
         lambda m, x: m.c(x) + m.c.bias.add_(1.0).view(1, -1, 1, 1),
         r"changes in place the module's parameter or buffer 'c.bias'"),

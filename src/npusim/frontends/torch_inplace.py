@@ -58,26 +58,43 @@ class Mutations:
 
     def __init__(self):
         self.changes: list[Change] = []
-        self._seen: list[tuple[torch.fx.Node, torch.Tensor, int]] = []
+        self._seen: list[tuple[torch.fx.Node, torch.Tensor, int, bool]] = []
 
     def before(self, env: dict) -> None:
-        """Note the version of every tensor in ``env`` (an fx Interpreter's live values)."""
+        """Note the version of every tensor in ``env`` (an fx Interpreter's live values), and
+        whether it is its node's whole value (not one of a tuple's, as ``chunk`` gives)."""
         self._seen = []
         for node, value in env.items():
-            torch.fx.node.map_aggregate(value, lambda v, node=node: self._note(node, v))
+            torch.fx.node.map_aggregate(
+                value, lambda v, node=node, whole=value: self._note(node, v, v is whole))
 
-    def _note(self, node, value) -> None:
+    def _note(self, node, value, whole: bool) -> None:
         if isinstance(value, torch.Tensor):
             try:
-                self._seen.append((node, value, value._version))
+                self._seen.append((node, value, value._version, whole))
             except RuntimeError:  # an inference-mode tensor keeps no version
                 pass
 
     def after(self, n: torch.fx.Node, out) -> None:
         """Record each tensor noted ``before`` whose data node ``n`` (result ``out``) changed."""
-        for node, tensor, version in self._seen:
-            if node is not n and tensor._version != version:
-                self.changes.append(Change(node, n, _same(tensor, out)))
+        for node, tensor, version, whole in self._seen:
+            if node is not n and tensor._version != version and _may_share(tensor, out):
+                self.changes.append(Change(node, n, whole and _same(tensor, out)))
+
+
+def _may_share(tensor: torch.Tensor, out) -> bool:
+    """Whether ``tensor``'s data may be the changed ``out``'s: views of one tensor share its
+    version counter, so one chunk changed counts the others changed too; their bytes tell
+    (an op that returns no tensor: it may have changed any)."""
+    if not isinstance(out, torch.Tensor) or tensor.numel() == 0 or out.numel() == 0:
+        return not isinstance(out, torch.Tensor)
+    return _span(tensor)[0] < _span(out)[1] and _span(out)[0] < _span(tensor)[1]
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses from ``t``'s first byte to past its last."""
+    last = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 
 def _same(tensor: torch.Tensor, out) -> bool:
