@@ -21,6 +21,7 @@ lowering rules is ``torch_ops``'s, and the rules themselves are ``lowering``'s.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -326,11 +327,19 @@ def from_torch(module, example_input, *, name: str | None = None,
     x = _example(example_input, name)
     _check_float32(module, name)
     _check_hooks(module, name)
+    with inference(module):
+        return _imported(module, x, name, fallback)
+
+
+@contextlib.contextmanager
+def inference(module):
+    """``module`` in eval mode with its fake-quantize observers off (a QAT model keeps its
+    scales); afterwards each submodule's mode and observer as they were."""
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
-        with torch_qat.observers_off(module):  # a QAT model keeps its scales
-            return _imported(module, x, name, fallback)
+        with torch_qat.observers_off(module):
+            yield module
     finally:
         for m, training in modes:  # each submodule as it was: eval() set them all
             m.training = training
@@ -453,14 +462,8 @@ def module_outputs(module: nn.Module, x: np.ndarray) -> list[np.ndarray]:
     """``module``'s own outputs on ``x`` (eval mode, no observer updating a QAT model's
     scales; each submodule's mode restored after), in the order of the graph's outputs
     (``_output``: one tensor, a tuple or list in order, a dict's values in order)."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with torch_qat.observers_off(module), torch.no_grad():
-            out = module(torch.from_numpy(np.array(x, np.float32)))
-    finally:
-        for m, training in modes:
-            m.training = training
+    with inference(module), torch.no_grad():
+        out = module(torch.from_numpy(np.array(x, np.float32)))
     if isinstance(out, dict):
         out = list(out.values())
     out = list(out) if isinstance(out, (tuple, list)) else [out]
