@@ -85,6 +85,9 @@ FOLLOWED = {
     "features tapped before an in-place ReLU": _taps,
     "sigmoid_ and mul_ chained": lambda m, x: (lambda y: (y, y.sigmoid_().mul_(2.0))[0])(m.c(x)),
     "one chunk changed, the other read": _one_chunk_changed,
+    "torch.tanh_, torch.sigmoid_, y.clamp_min_, y.neg_ on an alias": lambda m, x: (
+        lambda y, s: (torch.tanh_(y), torch.sigmoid_(y), y.clamp_min_(0.6).neg_(), s)[3] * 2)(
+        *[m.c(x)] * 2),
 }
 
 

@@ -261,6 +261,27 @@ _METHODS = {
 }
 
 
+# elementwise calls whose in-place form (a trailing _) writes the result into its input: the
+# same converter (``torch_inplace`` rewires the readers); not the in-place forms of layout
+# calls (``transpose_``, ``squeeze_``), which change a tensor's shape without its data
+IN_PLACE = ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "erf",
+            "square", "reciprocal", "clamp", "clip", "clamp_min", "clamp_max", "pow", "selu",
+            "add", "sub", "mul", "div", "hardtanh", "leaky_relu", "elu")
+
+
+def _add_in_place_forms() -> None:
+    for name in IN_PLACE:
+        for space in (torch, F):
+            plain, in_place = getattr(space, name, None), getattr(space, name + "_", None)
+            if in_place is not None and plain in _FUNCTIONS:
+                _FUNCTIONS.setdefault(in_place, _FUNCTIONS[plain])
+        if name in _METHODS and hasattr(torch.Tensor, name + "_"):
+            _METHODS.setdefault(name + "_", _METHODS[name])
+
+
+_add_in_place_forms()
+
+
 def _function_name(fn) -> str:
     """``F.relu``, ``torch.cat``, ``operator.add``: how a user would write the call."""
     name = getattr(fn, "__name__", repr(fn))
