@@ -263,3 +263,26 @@ def test_check_of_a_dead_int8_conv_passes_and_a_live_one_is_judged():
     outcome = check.check(graph, x, result)
     assert outcome.passed and outcome.nodes == 3 and 0 < outcome.score <= 1
     assert np.all(result.outputs["dead"] == 0)
+
+
+@pytest.mark.parametrize("preset", ["input-reuse-1024", "sparse-pairs-32x32", "systolic-32x32-ws",
+                                    "group-tile-64mac", "dilated-grid-2x2-h3"])
+def test_json_layers_carry_every_documented_field_whatever_their_extras(preset):
+    """Every field of LayerStats is a key of each layer and of the totals, also where the
+    machine's extra counts hold the same key (input-reuse's products, which were dropped)."""
+    from dataclasses import fields
+
+    from npusim.stats import LayerStats
+
+    rng = np.random.default_rng(2)
+    g = npusim.GraphBuilder("one", (1, 8, 12, 12))
+    w = rng.standard_normal((16, 8, 3, 3)) * (rng.random((16, 8, 3, 3)) < 0.5)
+    g.relu(g.conv(g.input, w, padding=1, name="c"))
+    doc = json.loads(to_json(npusim.simulate(g.build(), rng.standard_normal((1, 8, 12, 12)),
+                                             preset), model="one", version=npusim.__version__))
+    names = {f.name for f in fields(LayerStats)} - {"extra"}
+    for record in [*doc["layers"], doc["totals"]]:
+        assert names <= set(record), names - set(record)
+    conv = doc["layers"][0]
+    assert conv["products"] >= conv["macs"] and conv["products"] == conv["extra"].get(
+        "products", conv["products"])

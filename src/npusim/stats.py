@@ -120,13 +120,15 @@ class LayerStats:
         copy.__dict__.update(self.__dict__, name=name)
         return copy
 
-    def as_dict(self) -> dict:
-        """Flat dict for JSON/CSV: every field, the derived ratios and totals, extras inlined."""
+    def as_dict(self, extras: bool = True) -> dict:
+        """Flat dict for JSON/CSV: every field, the derived ratios and totals, and (``extras``)
+        the dataflow's own counts inlined, after them."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         out.update(utilisation=self.utilisation, mapping_efficiency=self.mapping_efficiency,
                    sram_bytes=self.sram_bytes, dram_bytes=self.dram_bytes,
                    stall_cycles=self.stall_cycles, stalled_share=self.stalled_share)
-        out.update({k: v for k, v in self.extra.items()})
+        if extras:
+            out.update({k: v for k, v in self.extra.items()})
         return out
 
 

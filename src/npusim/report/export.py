@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 def layer_record(stats: LayerStats) -> dict[str, Any]:
     """One layer as a JSON object: every ``LayerStats`` field, the derived ratios and byte
     totals, and the dataflow's own additive counts under ``extra``."""
-    record = {k: v for k, v in stats.as_dict().items() if k not in stats.extra}
+    record = stats.as_dict(extras=False)  # every field, whatever keys ``extra`` also holds
     record["extra"] = dict(stats.extra)
     return record
 
