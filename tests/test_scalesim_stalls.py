@@ -179,6 +179,8 @@ def test_scalesim_memory_model_refuses_what_scalesim_cannot_describe():
     with pytest.raises(ConfigError, match="'g'.*groups = 2"):
         Systolic().stats(grouped, arch)
     plain = ConvLayer(1, 4, 6, 6, 4, 3, 3, name="c").with_dtype("int8")
+    with pytest.raises(ConfigError, match="'c'.*dtype float32: SCALE-Sim counts words"):
+        Systolic().stats(plain.with_dtype("float32"), arch)  # its words are bytes: int8
     with pytest.raises(ConfigError, match="whole number"):
         Systolic().stats(plain, arch.with_memory(dram_bytes_per_cycle=17.064))
     other = load_arch("input-reuse-1024").with_memory(model="scalesim")

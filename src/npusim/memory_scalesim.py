@@ -44,6 +44,8 @@ def check_layer(layer, stationary: str) -> None:
     """A ConfigError unless SCALE-Sim can describe ``layer`` on this array."""
     pad = layer.padding
     problems = [why for bad, why in (
+        (layer.dtype != "int8", f"dtype {layer.dtype}: SCALE-Sim counts words, which its "
+         "replay here takes as bytes (int8); float32 runs on the default memory model"),
         (layer.N != 1, f"batch {layer.N}"), (layer.groups != 1, f"groups = {layer.groups}"),
         (layer.dilation != (1, 1), f"dilation {layer.dilation}"),
         (pad[0] or pad[2], f"padding {pad} on the top or left"),

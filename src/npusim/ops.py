@@ -1056,8 +1056,8 @@ _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 class Pad(Op):
     """H, W padded by ``padding`` (top, bottom, left, right) pixels: ``constant`` (``value``),
     ``reflect`` (mirrored, the edge not repeated) or ``replicate`` (the edge repeated). The
-    padding a conv or pool absorbs never becomes this op. A data move: one op per output
-    element."""
+    padding a conv or pool absorbs never becomes this op; a constant pad its reader cannot
+    absorb does. A data move: one op per output element."""
 
     padding: tuple = (0, 0, 0, 0)
     mode: str = "constant"

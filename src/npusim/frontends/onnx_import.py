@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from . import lowering as rules
@@ -102,19 +103,48 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
             _refuse(c, model, needed, fallback, None)
             continue
         try:
-            result = CONVERTERS[proto.op_type][0](c)
-            if proto.op_type != "Split":
-                _check_extra_outputs(proto, model, needed)
-            _check_pads_absorbed(c, m)
-            if isinstance(result, (str, rules.Pending)):  # a pass-through (Identity, Dropout, Pad)
-                source = proto.input[0]
-                ir_of[proto.output[0]] = ir_of.get(source, source)
-                _carry_pad(m, proto, result)
-                continue
-            _add_nodes(c, result)
+            _convert_node(c, model, needed)
         except (_Refusal, LayerError) as e:
-            _refuse(c, model, needed, fallback, str(e))
+            if not _place_pads(c):
+                _refuse(c, model, needed, fallback, str(e))
+                continue
+            c = OnnxNode(proto, names[i], m, build)  # again, reading its pads' own nodes
+            try:
+                _convert_node(c, model, needed)
+            except (_Refusal, LayerError) as again:
+                _refuse(c, model, needed, fallback, str(again))
     return build, ir_of
+
+
+def _convert_node(c: OnnxNode, model, needed: set) -> None:
+    """Node ``c`` as IR nodes, or a pass-through (Identity, Dropout, a constant Pad held for
+    its reader); raises ``Refusal`` or ``LayerError`` where the IR cannot express it."""
+    proto, m = c.proto, c.model
+    result = CONVERTERS[proto.op_type][0](c)
+    if proto.op_type != "Split":
+        _check_extra_outputs(proto, model, needed)
+    _check_pads_absorbed(c, m)
+    if isinstance(result, (str, rules.Pending)):  # a pass-through (Identity, Dropout, Pad)
+        source = proto.input[0]
+        m.ir_of[proto.output[0]] = m.ir_of.get(source, source)
+        _carry_pad(m, proto, result)
+        return
+    _add_nodes(c, result)
+
+
+def _place_pads(c: OnnxNode) -> bool:
+    """Make each constant pad still pending on an input of ``c`` an IR ``Pad`` node of its
+    own, which every later reader reads (where a reader cannot absorb it: a zero pad before
+    a max pool, YOLOv3-tiny's); whether there was one."""
+    m, placed = c.model, False
+    for k, t in enumerate(c.proto.input):
+        pending = m.pending.pop(t, None)
+        if pending:
+            m.ir_of[t] = c.build.add(f"{c.name}.pad{k}", ops.Pad(pending.pads, "constant",
+                                                               pending.fill),
+                                     (m.ir_of.get(t, t),), m.shapes.get(t))
+            placed = True
+    return placed
 
 
 def _refuse(c: OnnxNode, model, needed: set, fallback: bool, why: str | None) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from .lowering import Lowering
@@ -78,29 +79,49 @@ class _TorchCall:
 
 def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> str | None:
     """Add node ``n`` as a ``Fallback`` running its own torch call; where it cannot be,
-    why not (an input from F.pad or chunk, a result that is not one tensor)."""
+    why not (``_no_fallback``)."""
+    cannot = _no_fallback(args, kwargs, shape)
+    if cannot is not None:
+        return cannot
     refs: list[Ref] = []
 
     def slot(v):
-        if isinstance(v, Parts) or isinstance(v, Ref) and v.pad:
-            raise _Refusal("it reads the parts of a chunk or split, or an F.pad npusim folds "
-                           "into the next conv, which a torch call alone cannot take")
         if isinstance(v, Ref):
             refs.append(v)
             return _Slot(len(refs) - 1)
         return v
 
-    try:
-        args, kwargs = torch.fx.node.map_aggregate((args, kwargs), slot)
-    except _Refusal as e:
-        return str(e)
-    if not shape:
-        return "its result is not one tensor"
-    if not refs:
-        return "it reads no tensor of the network"
+    args, kwargs = torch.fx.node.map_aggregate((args, kwargs), slot)
     fn = gm.get_submodule(n.target) if n.op == "call_module" else n.target
     call = _TorchCall(fn, n.op == "call_method", tuple(args), dict(kwargs))
     build.fallback(n.name, kind, call, [r.name for r in refs], [r.shape for r in refs], shape)
+    return None
+
+
+def _no_fallback(args, kwargs, shape) -> str | None:
+    """Why a node's own torch call cannot run it as a ``Fallback``, or None: it reads the
+    parts of a chunk or split, or a constant pad npusim holds for the conv or pool reading
+    it, or its result is not one tensor, or it reads no tensor of the network."""
+    found: list[str] = []
+
+    def look(v):
+        if isinstance(v, Parts):
+            found.append("it reads the parts of a chunk or split, which a torch call alone "
+                         "cannot take")
+        elif isinstance(v, Ref) and v.pad:
+            found.append("it reads a constant pad (F.pad, nn.ZeroPad2d...), which npusim holds "
+                         "for a conv or pool to absorb and a torch call alone cannot take")
+        elif isinstance(v, Ref):
+            found.append("")
+
+    torch.fx.node.map_aggregate((args, kwargs), look)
+    blocked = [f for f in found if f]
+    if blocked:
+        return blocked[0]
+    if not shape:
+        return "its result is not one tensor"
+    if not found:
+        return "it reads no tensor of the network"
     return None
 
 
@@ -233,14 +254,15 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
         shape = info[n].shape
-        result, why = None, None
-        try:
-            if conv is not None:
-                result = conv(Call(n.name, shape, build, info[n].parts), *args, **kwargs)
-        except (_Refusal, TypeError, LayerError) as e:
-            why = str(e)
+        result, why = _converted(conv, Call(n.name, shape, build, info[n].parts), args, kwargs)
+        if why is not None and _pending(args, kwargs):  # a pad its reader cannot absorb: its
+            args, kwargs = _padded(build, n.name, args, kwargs)  # own Pad node, and again
+            result, why = _converted(conv, Call(n.name, shape, build, info[n].parts), args,
+                                     kwargs)
         if conv is None or why is not None:
-            if not fallback:
+            if not fallback and (cannot := _no_fallback(args, kwargs, shape)) is not None:
+                build.refuse_fallback(kind, n.name, why, cannot)  # not offered the fallback
+            elif not fallback:
                 build.refuse(kind, n.name, why)
             elif (cannot := _fallback(build, gm, n, kind, args, kwargs, shape)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)
@@ -250,6 +272,38 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         build.place(n.name, result, [r.name for r in _refs(args, kwargs)], shape)
     return build
+
+
+def _converted(conv, call: Call, args, kwargs):
+    """(the converter's result, None), or (None, why it refused); (None, None) when there is
+    no converter."""
+    if conv is None:
+        return None, None
+    try:
+        return conv(call, *args, **kwargs), None
+    except (_Refusal, TypeError, LayerError) as e:
+        return None, str(e)
+
+
+def _pending(args, kwargs) -> bool:
+    """Whether an argument is a tensor with a constant pad still pending (``F.pad``)."""
+    return any(r.pad for r in _refs(args, kwargs))
+
+
+def _padded(build: Lowering, reader: str, args, kwargs):
+    """``args`` and ``kwargs`` with each pending pad made an IR ``Pad`` node of its own
+    (named after its ``reader``): where the reader cannot absorb it (a zero pad before a
+    max pool, YOLOv3-tiny's), the pad is a data move of its own."""
+    count = iter(range(1, 1 << 30))
+
+    def place(v):
+        if not (isinstance(v, Ref) and v.pad):
+            return v
+        name = build.add(f"{reader}.pad{next(count)}", ops.Pad(v.pad.pads, "constant",
+                                                              v.pad.fill), (v.name,), v.shape)
+        return Ref(name, v.shape)
+
+    return torch.fx.node.map_aggregate((args, kwargs), place)
 
 
 def _refs(args, kwargs) -> list[Ref]:
