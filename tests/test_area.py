@@ -112,9 +112,14 @@ def test_hybrid_area_is_its_members_behind_one_memory():
     hybrid = area_of(arch)
     assert hybrid.macs_mm2 == pytest.approx(sum(a.macs_mm2 for a in alone))
     assert hybrid.registers_mm2 == pytest.approx(sum(a.registers_mm2 for a in alone))
-    gt = arch.params("group-tile")  # the one member with memories of its own (per tile)
-    mem = arch.memory  # a size of 0 is an even share of the arch's SRAM (docs/group-tile.md)
-    own = gt.tiles * ((gt.narrow_kb or mem.ifmap_sram_kb / gt.tiles)
-                      + (gt.wide_kb or mem.filter_sram_kb / gt.tiles))
+    gt = arch.params("group-tile")  # the one member that may have memories of its own
+    assert gt.narrow_kb == gt.wide_kb == 0  # here its tiles' shares of the shared SRAMs
     shared = arch.memory.ifmap_sram_kb + arch.memory.filter_sram_kb + arch.memory.ofmap_sram_kb
-    assert hybrid.sram_mm2 == pytest.approx(mm2((shared + own) * KIB), rel=1e-4)
+    assert hybrid.sram_mm2 == pytest.approx(mm2(shared * KIB), rel=1e-4)  # counted once
+    from npusim.arch.spec import PRESET_DIR
+
+    text = (PRESET_DIR / "hybrid-3x1024.toml").read_text()
+    sized = arch_from_toml_text(text.replace("[group-tile]\n", "[group-tile]\nnarrow_kb = 2\n"),
+                                "h.toml")
+    own = sized.params("group-tile").tiles * 2  # narrow memories of its own, beside the shared
+    assert area_of(sized).sram_mm2 == pytest.approx(mm2((shared + own) * KIB), rel=1e-4)

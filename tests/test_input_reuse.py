@@ -101,7 +101,7 @@ def test_fig5_nine_cycles_for_a_4x4_region_and_3x3_kernel():
     _, s = run(layer, x, w, None, arch)
     assert s.cycles == 9
     assert s.extra["peak_pofm_rows"] == 6 and s.extra["peak_pofm_cols"] == 6
-    assert s.extra["products"] == 16 * 9
+    assert s.products == 16 * 9
 
 
 def test_energy_charges_every_product_the_regions_perform():
@@ -143,7 +143,7 @@ def test_zero_pixels_cost_no_products_and_no_stream_bytes():
     x, w, _ = tensors(layer, 1)
     x[:, 0] = 0  # a whole channel of zeros
     _, s = run(layer, x, w, None, load_arch("input-reuse-1024"))
-    assert s.extra["products"] == 4 * 9 * 64  # only channel 1: 64 pixels, 9 taps, 4 kernels
+    assert s.products == 4 * 9 * 64  # only channel 1: 64 pixels, 9 taps, 4 kernels
     # 8x8 per channel = 4 blocks of 4x4: bitmaps (2 bytes each) for both, values for one
     assert s.dram_ifmap_bytes == 2 * 4 * 2 + 64 * 4
     # the region grid tiles the real 8x8 map (2x2 regions), not the padded 10x10 (3x3)

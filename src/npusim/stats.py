@@ -127,8 +127,8 @@ class LayerStats:
         out.update(utilisation=self.utilisation, mapping_efficiency=self.mapping_efficiency,
                    sram_bytes=self.sram_bytes, dram_bytes=self.dram_bytes,
                    stall_cycles=self.stall_cycles, stalled_share=self.stalled_share)
-        if extras:
-            out.update({k: v for k, v in self.extra.items()})
+        if extras:  # a field of the same name as an extra count stays the field
+            out.update({k: v for k, v in self.extra.items() if k not in out})
         return out
 
 

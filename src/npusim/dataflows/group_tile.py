@@ -583,12 +583,15 @@ class GroupTile(Machine):
         p, bits, mem = arch.params(Params), element_bits(dtype), tile_buffers(arch)
         cells = p.macs * p.tiles
         drain = max(1, -(-p.macs // p.output_bus_values)) - 1
+        # the tiles' memories replace the arch's ifmap and filter SRAMs; where not sized
+        # (narrow_kb, wide_kb = 0) they are those SRAMs split, named so (a hybrid counts the
+        # shared ones once)
+        sram = {"ifmap" if not p.narrow_kb else "narrow memories": mem.ifmap_sram_kb * p.tiles,
+                "filter" if not p.wide_kb else "wide memories": mem.filter_sram_kb * p.tiles,
+                "ofmap": mem.ofmap_sram_kb}
         return Hardware(macs=cells,
                         register_bits=cells * (bits + 32) + p.tiles * p.bus_inputs * bits,
-                        sram_kib={"narrow memories": mem.ifmap_sram_kb * p.tiles,
-                                  "wide memories": mem.filter_sram_kb * p.tiles,
-                                  "ofmap": mem.ofmap_sram_kb},
-                        mux_bits=p.tiles * p.output_bus_values * 32 * drain)
+                        sram_kib=sram, mux_bits=p.tiles * p.output_bus_values * 32 * drain)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
         """Bus and MAC utilisation, and the cycles the tiles wait on weights (the wide

@@ -525,7 +525,6 @@ def extra_counts(layer, x_mask, w_mask, p: Params, work: Work, sch: Schedule,
         "zero_pixel_cycles_skipped": work.weight_only_cycles - int(work.slot_cycles.sum()),
         "zero_weights": w_mask.size - work.weight_nonzeros,
         "ifm_zero_pixels": x_mask.size - work.input_nonzeros,
-        "products": work.products,
         "ifm_bytes_dense": x_mask.size * elem,
         "ifm_stream_bytes": compressed_ifm.stream_bytes(
             layer.input_shape, work.input_nonzeros, (p.region_rows, p.region_cols), elem),

@@ -663,7 +663,6 @@ def emulate(layer: ConvLayer, x, w, bias, params, arch):
         "zero_pixel_cycles_skipped": c.weight_only_cycles - c.pu_busy,
         "zero_weights": w.size - w_nonzeros,
         "ifm_zero_pixels": x.size - x_nonzeros,
-        "products": c.products,
         "ifm_bytes_dense": x.size * elem,
         "ifm_stream_bytes": stream,
         "weight_bytes": int(m.kernel_set_bytes().sum()),
