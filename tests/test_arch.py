@@ -203,11 +203,20 @@ def test_missing_file_and_unknown_preset(tmp_path):
         load_arch("big-npu")
 
 
-def test_a_folder_is_not_an_arch_file(tmp_path):
+def test_a_folder_or_a_special_file_is_not_an_arch_file(tmp_path):
+    """A device that never ends (/dev/zero read until out of memory) or a FIFO (a read that
+    waits for a writer) is refused before it is read."""
+    import os
+
     folder = tmp_path / "archs.toml"
     folder.mkdir()
-    with pytest.raises(ConfigError, match=r"archs\.toml: cannot read"):
+    with pytest.raises(ConfigError, match=r"archs\.toml: a folder; give an arch TOML file"):
         load_arch(folder)
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    for special in (fifo, "/dev/zero"):
+        with pytest.raises(ConfigError, match=r": not a regular file; give an arch TOML file"):
+            load_arch(special)
 
 
 def test_a_binary_file_is_not_an_arch_file(tmp_path):
@@ -331,7 +340,13 @@ def test_a_preset_is_parsed_once_and_equals_its_file():
      r"SCALE-Sim's Bandwidth is a whole number of words per cycle"),
     ('dataflow = "input-reuse"\n[memory]\nmodel = "scalesim"\ndram_bytes_per_cycle = 16\n',
      r'^mine.toml: memory.model = "scalesim" replays SCALE-Sim\'s systolic array; dataflow = '
-     r'"input-reuse" describes its layers as steps: use model = "npusim"')])
+     r'"input-reuse" describes its layers as steps: use model = "npusim"'),
+    ('[memory]\nmodel = "scalesim"\ndram_bytes_per_cycle = 16\ndram_latency_cycles = 100\n'
+     'double_buffered = false\n',
+     r'^mine.toml: memory.model = "scalesim": dram_latency_cycles = 100, double_buffered = '
+     r"false: SCALE-Sim's replay has no DRAM latency"),
+    ('dataflow = "dilated-grid"\n[dilated-grid]\ngrid_rows = 2\nmac_rows = 4\n',
+     r"^mine.toml: dilated-grid.mac_rows=4: must be <= grid_rows=2")])
 def test_what_scalesim_s_replay_cannot_time_is_refused_naming_the_file(text, message):
     """Once found by the first layer run, in a message that named no file."""
     from npusim.arch.spec import arch_from_toml_text

@@ -178,7 +178,10 @@ def from_mapping(cls, table: Mapping[str, Any], where: str):
         value = _check_type(value, typ, key, f.metadata.get("unit", ""))
         _check_rule(value, f, key)
         values[name] = value
-    built = cls(**values)
+    try:
+        built = cls(**values)
+    except ConfigError as e:  # a rule the class checks across its fields: name the file too
+        raise ConfigError(f"{where.split(':')[0]}: {e}") from None
     if hasattr(built, "validate"):  # rules across fields, e.g. [hybrid] machines
         built.validate(where.rstrip(":"))
     return built
@@ -370,6 +373,14 @@ def _check_scalesim_memory(memory: Memory, dataflow: str, where: str) -> None:
         raise ConfigError(f'{where}: memory.model = "scalesim" replays SCALE-Sim\'s systolic '
                           f'array; dataflow = "{dataflow}" describes its layers as steps: use '
                           'model = "npusim"')
+    unread = [f"{key} = {value}" for key, value, replayed in (
+        ("dram_latency_cycles", memory.dram_latency_cycles, 0),
+        ("double_buffered", str(memory.double_buffered).lower(), "true")) if value != replayed]
+    if unread:
+        raise ConfigError(f"{where}: memory.model = \"scalesim\": {', '.join(unread)}: "
+                          "SCALE-Sim's replay has no DRAM latency and double-buffers its read "
+                          'buffers, one DRAM channel per operand; use model = "npusim" to time '
+                          "these")
     bandwidth = memory.dram_bytes_per_cycle
     if not unlimited(bandwidth) and bandwidth != int(bandwidth):
         default = " (the default)" if bandwidth == Memory().dram_bytes_per_cycle else ""
@@ -402,6 +413,9 @@ def load_arch(name_or_path: str | Path | Arch | None = None,
         raise ConfigError(f"arch {text!r}: not a preset ({', '.join(presets())}) nor a .toml file")
     elif not path.exists():
         raise ConfigError(f"{path}: no such arch file (or a preset: {', '.join(presets())})")
+    elif not path.is_file():  # a folder, a FIFO (read would wait), a device (/dev/zero: no end)
+        raise ConfigError(f"{path}: {'a folder' if path.is_dir() else 'not a regular file'}; "
+                          "give an arch TOML file or a preset")
     try:
         content = path.read_text(encoding="utf-8-sig")  # UTF-8, a leading BOM dropped
     except OSError as e:
