@@ -286,3 +286,18 @@ def test_outputs_npusim_does_not_compute_alone_are_refused_saying_why(tmp_path):
     with pytest.raises(ModelError, match=r"is a constant Pad's output, which npusim folds into "
                                          r"the conv or pool that reads it"):
         from_onnx(path)
+
+
+def test_an_imported_model_at_a_batch_gets_one_photo_a_sample():
+    """Not one photo repeated: --check of a batch must see a model that mixes its samples
+    up (one that swaps them passed, its samples being equal)."""
+    from npusim.frontends import input_tensor
+
+    graph = from_torch(FirstOnly(False), photo((3, 3, 8, 8)))
+    x, shown = input_tensor("net.py:build", graph)
+    assert x.shape == (3, 3, 8, 8) and shown == "chelsea, astronaut, china"
+    assert all(np.abs(x[i] - x[j]).max() > 0.1 for i, j in ((0, 1), (0, 2), (1, 2)))
+    one, shown = input_tensor("net.py:build", from_torch(FirstOnly(False), photo((1, 3, 8, 8))))
+    assert shown == "chelsea" and np.array_equal(one[0], x[0])
+    repeated, shown = input_tensor("net.py:build", graph, image="coffee")
+    assert shown == "coffee" and np.array_equal(repeated[0], repeated[2])

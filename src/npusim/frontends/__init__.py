@@ -125,7 +125,8 @@ DEFAULT_PHOTO = "chelsea"  # the input of an imported model given no image
 def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
     """The input of ``graph`` (loaded from ``model``), float32, and a word on where it came
     from. Zoo models preprocess the photo their own way; an imported model of an N x C x H x
-    W input gets the photo resized to it and ImageNet-normalised (1 or 3 channels), or, for
+    W input gets the photo resized to it and ImageNet-normalised (1 or 3 channels; with no
+    ``image``, one photo a sample: the bundled photos in turn, ``DEFAULT_PHOTO`` first), or, for
     other channel counts and inputs of other ranks (a MatMul's N x F), seeded
     standard-normal values."""
     import numpy as np
@@ -148,8 +149,14 @@ def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
     if image and c not in (1, 3):
         raise ModelError(f"{model}: its input has {c} channels; an image gives 1 (grey) or 3 "
                          "(RGB): leave out --input for seeded values")
-    if c in (1, 3):
+    if c in (1, 3) and (image or n == 1):
         photo = image or DEFAULT_PHOTO
         return np.repeat(images.load_image(photo, (h, w), c)[None], n, axis=0), photo
+    if c in (1, 3):  # a batch of one photo a sample, so that --check sees samples mixed up
+        names = [DEFAULT_PHOTO, *(p for p in images.photo_names() if p != DEFAULT_PHOTO)]
+        order = [names[i % len(names)] for i in range(n)]
+        loaded = {name: images.load_image(name, (h, w), c) for name in set(order)}
+        shown = ", ".join(order) if n <= len(names) else f"{', '.join(names)} in turn"
+        return np.stack([loaded[name] for name in order]), shown
     x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
     return x, f"seeded standard normal (seed {seed})"
