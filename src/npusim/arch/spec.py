@@ -226,7 +226,7 @@ def describe_memory(memory: Memory) -> str:
     they are not the defaults the configuration load and the timing model (every field, so
     two memories that differ read differently)."""
     bw = memory.dram_bytes_per_cycle
-    dram = "unlimited DRAM bandwidth (stall-free)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
+    dram = "unlimited DRAM bandwidth (no DRAM stall)" if unlimited(bw) else f"DRAM {bw:g} B/cycle"
     if not unlimited(bw) and memory.dram_latency_cycles:
         dram += f", {memory.dram_latency_cycles} cycles latency"
     sram = memory.sram_bytes_per_cycle
