@@ -407,12 +407,16 @@ def _search(value, where: str) -> Search:
 
 def _arch_keys() -> dict[str, set[str]]:
     """Valid dotted arch keys: '' -> top-level scalars, section -> its fields."""
-    top = {f.name for f in dataclasses.fields(Arch) if f.name not in {*PARTS, "sections"}}
-    keys = {"": top}
-    keys.update({k: {f.name for f in dataclasses.fields(c)} for k, c in PARTS.items()})
-    sections = declared_sections()  # the machines' and the hybrid's
-    keys.update({k: {f.name for f in dataclasses.fields(c)} for k, c in sections.items()})
-    return keys
+    return {section: set(types) for section, types in _arch_types().items()}
+
+
+def _arch_types() -> dict[str, dict[str, str]]:
+    """Each arch key's declared type as written ('int', 'float', 'str'...): '' -> the
+    top-level scalars', section -> its fields' (the parts', the machines', the hybrid's)."""
+    top = {f.name: str(f.type) for f in dataclasses.fields(Arch)
+           if f.name not in {*PARTS, "sections"}}
+    return {"": top, **{k: {f.name: str(f.type) for f in dataclasses.fields(c)}
+                        for k, c in {**PARTS, **declared_sections()}.items()}}
 
 
 def _check_path(path: str, where: str) -> None:
@@ -454,16 +458,6 @@ def _typed(path: str, values: tuple, key: str) -> tuple:
         raise SweepError(f"{key}: {path} is an integer; {bad[0]!r} is not (give a list, or a "
                          "range whose values are whole)")
     return tuple(int(v) if isinstance(v, float) else v for v in values)
-
-
-def _arch_types() -> dict[str, dict[str, str]]:
-    """Each arch key's declared type, as written: '' -> the top level's, section -> its
-    fields' ('int', 'float', 'str'...)."""
-    top = {f.name: str(f.type) for f in dataclasses.fields(Arch)}
-    types = {"": top}
-    types.update({k: {f.name: str(f.type) for f in dataclasses.fields(c)}
-                  for k, c in {**PARTS, **declared_sections()}.items()})
-    return types
 
 
 def parameter_values(value, key: str) -> tuple:
