@@ -153,7 +153,9 @@ BAD = [
     ("nan energy", "[energy]\nsram_byte_pj = nan\n",
      r"npu\.toml: energy\.sram_byte_pj=nan: must be a finite number"),
     ("integer beyond int64 for a number", "[memory]\ndram_bytes_per_cycle = 99999999999999999999\n",
-     r"memory\.dram_bytes_per_cycle=99999999999999999999: must be a finite number"),
+     r"memory\.dram_bytes_per_cycle=1e\+20: must be <= 1\.04858e\+06 \(bytes/cycle"),
+    ("integer beyond a float", f"clock_mhz = 1{'0' * 400}\n",
+     r"npu\.toml: clock_mhz=10{400}: must be a finite number"),
 ]
 
 

@@ -111,7 +111,10 @@ def _check_type(value, typ, where: str, unit: str = ""):
         raise ConfigError(f"{where}={value!r}: must be {_type_words(typ)}")
     given = value
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value) if abs(value) <= INT64_MAX else math.inf  # float(10**400) raises
+        try:  # a whole number past int64 is still a number, checked against its bounds
+            value = float(value)
+        except OverflowError:  # float(10**400)
+            value = math.inf
     ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
     if not ok:
         unit = f" ({unit})" if unit else ""
