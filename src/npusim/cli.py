@@ -19,7 +19,6 @@ import os
 import sys
 import time
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__, outfile
@@ -530,7 +529,9 @@ def _check_flags(args) -> None:
         from .report.plots import check_folder
 
         check_folder(args.plots)
-    if Path(args.model).suffix.lower() == ".csv":  # as frontends.kind reads it
+    from .frontends import kind
+
+    if kind(args.model) == ".csv":
         _check_topology_flags(args)
 
 

@@ -369,7 +369,9 @@ def arch_from_toml_text(text: str, where: str,
 def _check_scalesim_memory(memory: Memory, dataflow: str, where: str) -> None:
     """Refuse, naming the file, what SCALE-Sim's replay (``[memory] model = "scalesim"``)
     cannot time, before a run finds it layer by layer: another machine than the systolic
-    array, or a DRAM bandwidth that is not whole words a cycle (as the default 17.064 is)."""
+    array, a DRAM latency or single buffering (the replay has neither), or a DRAM bandwidth
+    that is not whole words a cycle (as the default 17.064 is). What only a layer tells (its
+    dtype, batch, groups) ``memory_scalesim.check_layer`` refuses."""
     if memory.model != "scalesim":
         return
     if dataflow != "systolic":

@@ -157,7 +157,7 @@ _FUNCTIONS = _table(
     (linear, F.linear),
     (matmul, torch.matmul, operator.matmul, torch.bmm),
     (batch_norm, F.batch_norm),
-    (relu, F.relu, F.relu_, torch.relu, torch.relu_),
+    (relu, F.relu, torch.relu),
     (relu6, F.relu6),
     (clamp, torch.clamp, torch.clip),
     (clamp_min, torch.clamp_min),
@@ -168,10 +168,10 @@ _FUNCTIONS = _table(
     (unary(ops.Log), torch.log),
     (unary(ops.Abs), torch.abs),
     (rsqrt, torch.rsqrt),
-    (hardtanh, F.hardtanh, F.hardtanh_),
-    (leaky_relu, F.leaky_relu, F.leaky_relu_),
+    (hardtanh, F.hardtanh),
+    (leaky_relu, F.leaky_relu),
     (softplus, F.softplus),
-    (elu, F.elu, F.elu_),
+    (elu, F.elu),
     (selu, F.selu, torch.selu),
     (rrelu, F.rrelu),
     (unary(ops.Mish), F.mish),
@@ -237,13 +237,13 @@ _FUNCTIONS = _table(
 )
 
 _METHODS = {
-    "relu": relu, "relu_": relu, "clamp": clamp, "clamp_": clamp, "clip": clamp,
+    "relu": relu, "clamp": clamp, "clip": clamp,
     "clamp_min": clamp_min, "clamp_max": clamp_max, "neg": negate, "pow": arith("pow"),
     "sqrt": unary(ops.Sqrt), "rsqrt": rsqrt, "exp": unary(ops.Exp), "log": unary(ops.Log),
-    "abs": unary(ops.Abs), "abs_": unary(ops.Abs),
-    "add": arith("add"), "add_": arith("add"), "sub": arith("sub"), "sub_": arith("sub"),
-    "mul": arith("mul"), "mul_": arith("mul"), "div": arith("div"), "div_": arith("div"),
-    "sigmoid": unary(ops.Sigmoid), "sigmoid_": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
+    "abs": unary(ops.Abs),
+    "add": arith("add"), "sub": arith("sub"),
+    "mul": arith("mul"), "div": arith("div"),
+    "sigmoid": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
     "mean": reduction("mean"), "sum": reduction("sum"), "max": extreme("max"),
     "amax": extremes("max"),
     "min": extreme("min"), "amin": extremes("min"), "norm": norm, "permute": permute,
@@ -262,7 +262,8 @@ _METHODS = {
 
 
 # elementwise calls whose in-place form (a trailing _) writes the result into its input: the
-# same converter (``torch_inplace`` rewires the readers); not the in-place forms of layout
+# same converter, added to the tables here for every one of them (``torch_inplace`` rewires
+# the readers); not the in-place forms of layout
 # calls (``transpose_``, ``squeeze_``), which change a tensor's shape without its data
 IN_PLACE = ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "erf",
             "square", "reciprocal", "clamp", "clip", "clamp_min", "clamp_max", "pow", "selu",
