@@ -185,3 +185,42 @@ def test_html_on_the_json_path_is_refused(tmp_path):
                         "--html", tmp_path / "r")
     assert code == 2 and "--html" in err and "another report" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_an_interrupt_while_figures_render_writes_no_report(tmp_path, monkeypatch, command):
+    """Drawing and rendering the figures takes seconds; a Ctrl-C (or an error) then left the
+    JSON and CSV written and the page and figures not. Now every file is made first: none
+    of the set is written, and the run exits 130."""
+    from npusim.report import plots
+
+    def interrupted(figure, fmt):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plots, "save", interrupted)
+    archs = ["--arch", ARCHS[0]] + (["--arch", ARCHS[1]] if command == "compare" else [])
+    code, _, err = run_cli(command, "Resnet18.csv", *archs, "-q", "--json", tmp_path / "r.json",
+                           "--csv", tmp_path / "r.csv", "--html", tmp_path / "r.html",
+                           "--plots", tmp_path / "figs")
+    assert code == 130 and "interrupted" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_figures_are_drawn_once_for_the_page_and_the_files(tmp_path, monkeypatch):
+    """With --plots and --html each figure is drawn and rendered to PNG once (it was drawn
+    twice, once for each), and the page embeds the very PNG written to the folder."""
+    from npusim.report import plots
+
+    drawn, rendered = [], []
+    figures, save = plots.figures, plots.save
+    monkeypatch.setattr(plots, "figures", lambda *a: drawn.append(1) or figures(*a))
+    monkeypatch.setattr(plots, "save", lambda f, fmt: rendered.append(fmt) or save(f, fmt))
+    code, _, err = run_cli("run", "Resnet18.csv", "-q", "--html", tmp_path / "r.html",
+                           "--plots", tmp_path / "figs")
+    assert code == 0, err
+    pngs = sorted((tmp_path / "figs").glob("*.png"))
+    assert len(drawn) == 1 and sorted(rendered) == sorted(["png", "svg"] * len(pngs))
+    page = (tmp_path / "r.html").read_text()
+    embedded = {base64.b64decode(src.split(",", 1)[1]) for src in
+                re.findall(r'src="(data:image/png;base64,[^"]+)"', page)}
+    assert embedded == {p.read_bytes() for p in pngs}

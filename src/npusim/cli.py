@@ -2,8 +2,9 @@
 
 Thin: it parses, calls the library, prints. Every ``NpusimError`` (and every bad
 flag value) becomes one line on stderr and exit code 2, before anything is
-written; ``--check`` above its tolerance exits 1. JSON and CSV reports are
-written only after the run succeeded, each atomically.
+written; ``--check`` above its tolerance exits 1. The reports (JSON, CSV, HTML) and
+figures are written only after the run succeeded, all made before the first is written,
+each atomically.
 
 Only the standard library and npusim's light modules are imported here: each command
 imports what it uses (the simulator, numpy, rich) when it runs, so ``npusim --help``
@@ -26,6 +27,8 @@ from .choices import DTYPES, MAX_DIM, MODES
 from .errors import InputError, NpusimError, NpusimWarning
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
     from rich.console import Console
 
@@ -452,11 +455,11 @@ def cmd_run(args) -> int:
     result, x, source, check = _run_model(args, model, arch, dataflow, module)
     fallbacks = _fallbacks(model)
     # the files first: a reader of the tables that leaves early (``| head``) costs none of them
-    _write_reports(args, result, {
+    _write_outputs(args, result, _report_texts(args, result, {
         "input": source, "input_shape": None if x is None else list(x.shape),
         "batch": args.batch, "density": args.density, "seed": args.seed,
-        "check": check.as_dict() if check else None, "fallback": fallbacks})
-    _write_figures(args, result, _figure_density(model, x, result), source)
+        "check": check.as_dict() if check else None, "fallback": fallbacks}),
+        _figure_density(model, x, result), source)
     human = sys.stderr if _report_to_stdout(args) else sys.stdout  # stdout: the report alone
     if not args.quiet:
         _print_report(result, args.model, source, human)
@@ -664,11 +667,11 @@ def _print_report(result, model: str, source: str, stream) -> None:
     console.print(report(result, title(result, model, source), console.width))
 
 
-def _write_reports(args, result, run_facts: dict) -> None:
-    """JSON and CSV, each written by ``outfile``'s rules; only reached after a successful run
-    (the writers, and json, imported only when one is asked for)."""
+def _report_texts(args, result, run_facts: dict) -> list[tuple[str, Path, str]]:
+    """(flag, path, text) of the JSON and CSV reports asked for (the writers, and json,
+    imported only when one is)."""
     if not (args.json or args.csv):
-        return
+        return []
     from .report import to_csv, to_json
 
     texts = []
@@ -677,8 +680,33 @@ def _write_reports(args, result, run_facts: dict) -> None:
                                                    run=run_facts)))
     if args.csv:
         texts.append(("--csv", args.csv, to_csv(result)))
-    for flag, path, text in texts:
-        outfile.write_text(path, text, flag, flag[2:])
+    return texts
+
+
+def _write_outputs(args, run, texts: list[tuple[str, Path, str]], density,
+                   source: str) -> None:
+    """Write the reports ``texts`` (flag, path, text), the HTML page (``--html``) and the
+    figures (``--plots``) of ``run`` (a SimResult or a Comparison), each by ``outfile``'s
+    rules; only reached after a successful run. Everything is made before the first file is
+    written: drawing and rendering the figures takes seconds, and an error or an interrupt
+    then leaves none of the set written rather than some of it."""
+    figs = None
+    try:
+        if _wants_figures(args):
+            from .report import plots
+
+            figs = plots.figures(getattr(run, "results", run), density)
+            if args.plots is not None:
+                plots.render_all(figs)
+            if args.html is not None:
+                texts = [*texts, ("--html", args.html, _html(args, run, figs, source))]
+        for flag, path, text in texts:
+            outfile.write_text(path, text, flag, flag[2:])
+        if args.plots is not None:
+            plots.write_plots(figs, args.plots)
+    finally:
+        if figs is not None:
+            plots.close(figs)
 
 
 # ---- figures and the HTML report (docs/report.md) -----------------------------------------
@@ -696,25 +724,14 @@ def _figure_density(model, x, result):
     return densities(model, x, result.outputs)
 
 
-def _write_figures(args, run, density, source: str) -> None:
-    """``--plots DIR`` and ``--html FILE`` of ``run`` (a SimResult or a Comparison)."""
-    if not _wants_figures(args):
-        return
-    from .report import html, plots
+def _html(args, run, figs: list, source: str) -> str:
+    """The HTML page of ``run`` (a SimResult or a Comparison) with its drawn ``figs``."""
+    from .report import html
 
-    results = getattr(run, "results", run)
-    if args.plots is not None:
-        figs = plots.figures(results, density)
-        try:
-            plots.write_plots(figs, args.plots)
-        finally:
-            plots.close(figs)
-    if args.html is not None:
-        facts = [("input", source)]
-        text = (html.run_report(run, model=args.model, version=__version__, facts=facts,
-                                density=density) if run is results else
-                html.compare_report(run, version=__version__, facts=facts, density=density))
-        outfile.write_text(args.html, text, "--html", "html")
+    facts = [("input", source)]
+    if hasattr(run, "results"):
+        return html.compare_report(run, version=__version__, facts=facts, figs=figs)
+    return html.run_report(run, model=args.model, version=__version__, facts=facts, figs=figs)
 
 
 # ---- npusim compare -------------------------------------------------------------------------
@@ -742,12 +759,11 @@ def cmd_compare(args) -> int:
                                  dtype=args.dtype, keep_outputs=_wants_figures(args),
                                  emulate_limit=args.emulate_limit or _emulate_limit())
     facts = {"input": source, "batch": args.batch, "density": args.density, "seed": args.seed}
-    for flag, path, text in (("--json", args.json, lambda: compare.to_json(
-                                 result, version=__version__, run=facts)),
-                             ("--csv", args.csv, lambda: compare.to_csv(result))):
-        if path is not None:  # the files first, as ``run`` writes them
-            outfile.write_text(path, text(), flag, flag[2:])
-    _write_figures(args, result, _figure_density(model, x, result.results[0]), source)
+    texts = [(flag, path, text()) for flag, path, text in (
+        ("--json", args.json, lambda: compare.to_json(result, version=__version__, run=facts)),
+        ("--csv", args.csv, lambda: compare.to_csv(result))) if path is not None]
+    # the files first, as ``run`` writes them
+    _write_outputs(args, result, texts, _figure_density(model, x, result.results[0]), source)
     if not args.quiet:
         console = _stdout(stderr=_report_to_stdout(args))
         terminal = console.is_terminal  # a file or pipe gets the wide table, never cut

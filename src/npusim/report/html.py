@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from ..arch.spec import describe_memory
@@ -154,18 +155,31 @@ def page(title: str, body: str, version: str) -> str:
 
 
 def run_report(result, *, model: str, version: str, facts: list[tuple[str, str]] = (),
-               density=None) -> str:
-    """The page of one run: its facts (input, mode...), arch, totals, layer table, figures."""
-    figs = plots.figures(result, density)
-    try:
+               density=None, figs: list | None = None) -> str:
+    """The page of one run: its facts (input, mode...), arch, totals, layer table, figures
+    (``figs``: ``plots.figures`` of ``result`` drawn already, which the caller closes; by
+    default drawn here, with ``density``)."""
+    with _drawn(figs, result, density) as figs:
         body = (_dl([("npusim version", version), ("mode", result.mode),
                      ("dtype", result.dtype), *facts, *arch_items(result)])
                 + "<h2>Summary</h2>" + _dl(run_summary(result))
                 + "<h2>Layers</h2>" + layer_table(result, "layers")
                 + "<h2>Figures</h2>" + figures_html(figs))
+    return page(f"{model} on {result.arch.name}", body, version)
+
+
+@contextmanager
+def _drawn(figs: list | None, results, density):
+    """``figs`` as given (their drawer closes them), or ``plots.figures(results, density)``
+    drawn for the page and closed after it."""
+    if figs is not None:
+        yield figs
+        return
+    figs = plots.figures(results, density)
+    try:
+        yield figs
     finally:
         plots.close(figs)
-    return page(f"{model} on {result.arch.name}", body, version)
 
 
 def comparison_table(cmp) -> str:
@@ -191,13 +205,13 @@ def comparison_table(cmp) -> str:
 
 
 def compare_report(cmp, *, version: str, facts: list[tuple[str, str]] = (),
-                   density=None) -> str:
+                   density=None, figs: list | None = None) -> str:
     """The page of a comparison: facts, each arch, the summary lines, the side-by-side
-    table, each arch's layer table, the figures."""
+    table, each arch's layer table, the figures (``figs`` as ``run_report``'s, of
+    ``cmp.results``)."""
     from .compare import summary_lines
 
-    figs = plots.figures(cmp.results, density)
-    try:
+    with _drawn(figs, cmp.results, density) as figs:
         archs = "".join(f"<h3>{_e(label)}</h3>" + _dl(arch_items(r))
                         for label, r in cmp.labelled())
         per_arch = "".join(f"<h3>{_e(label)}</h3>" + layer_table(r, f"layers-{i}")
@@ -210,6 +224,4 @@ def compare_report(cmp, *, version: str, facts: list[tuple[str, str]] = (),
                 + "<h2>Side by side</h2>" + comparison_table(cmp)
                 + "<h2>Figures</h2>" + figures_html(figs)
                 + "<h2>Layers of each arch</h2>" + per_arch)
-    finally:
-        plots.close(figs)
     return page(f"{cmp.model}: {' vs '.join(cmp.labels)}", body, version)

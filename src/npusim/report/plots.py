@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,12 +39,14 @@ NAMES = ("cycles", "roofline", "utilisation", "density", "units")  # the figures
 @dataclass
 class Figure:
     """One drawn figure: its file stem, title, the matplotlib figure (or None when there is
-    nothing to draw) and a note saying what is missing and why."""
+    nothing to draw) and a note saying what is missing and why; ``rendered`` keeps its bytes
+    in each format once made (``render``), for every file and page that shows it."""
 
     name: str
     title: str
     figure: object | None
     note: str = ""
+    rendered: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
 # ---- the data behind each figure ----------------------------------------------------------
@@ -274,8 +276,20 @@ def figures(results, density=None) -> list[Figure]:
 
 
 def render(fig: Figure, fmt: str) -> bytes:
-    """The figure as PNG or SVG bytes."""
-    return save(fig.figure, fmt)
+    """The figure as PNG or SVG bytes, made once per format (``Figure.rendered``)."""
+    if fmt not in fig.rendered:
+        fig.rendered[fmt] = save(fig.figure, fmt)
+    return fig.rendered[fmt]
+
+
+def render_all(figs: list[Figure]) -> None:
+    """Render every drawn figure in every format (``FORMATS``), so that writing them
+    (``write_plots``) takes no more than the writes: a failure or an interrupt while
+    matplotlib renders, the slow part, comes before any file is written."""
+    for fig in figs:
+        if fig.figure is not None:
+            for fmt in FORMATS:
+                render(fig, fmt)
 
 
 def save(figure, fmt: str) -> bytes:
@@ -298,7 +312,9 @@ def close(figs: list[Figure]) -> None:
 
 def write_plots(figs: list[Figure], folder: str | Path, what: str = "--plots") -> list[Path]:
     """Write every drawn figure as ``NAME.png`` and ``NAME.svg`` into ``folder`` (created if
-    missing), each atomically; returns the paths."""
+    missing), each atomically, all rendered before the first is written; returns the
+    paths."""
+    render_all(figs)
     folder = Path(folder)
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
