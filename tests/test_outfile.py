@@ -234,8 +234,10 @@ def test_an_existing_file_is_replaced_only_when_it_carries_its_kinds_mark(tmp_pa
     cases = {  # existing bytes -> replaced?
         b"": True,  # empty: nothing to lose
         b'{"npusim_version": "0.0.1", "model": "old"}': True,
-        big + b'"npusim_version"': True,  # within the last window
-        big[:-10] + b'"npusim_version"' + big: False,  # in the middle: not looked at
+        b'{\n  "schema_version": 1,\n  "npusim_version": "0.1.0",\n  "model": "m"\n}\n': True,
+        big + b'"npusim_version"': False,  # a mention, not a report's first key
+        b'import json\nprint(json.load(open("r.json"))["npusim_version"])\n': False,
+        b'{"model": "m", "npusim_version": "0.1.0"}': False,  # not where a report has it
         b'{"name": "my own notes"}': False,
         b"name,dataflow,shape,dense_macs\n": False,  # a CSV report's mark, not a JSON's
     }
@@ -248,10 +250,58 @@ def test_an_existing_file_is_replaced_only_when_it_carries_its_kinds_mark(tmp_pa
         else:
             with pytest.raises(OutputError, match=rf"--json {path}: exists and is not a JSON "
                                r"report npusim wrote \(it does not carry their mark, "
-                               r"\"npusim_version\"\); .*left it as it is"):
+                               r"\"npusim_version\" as its first key.*\); .*left it as it is"):
                 outfile.write_text(path, JSON, "--json", "json")
             assert path.read_bytes() == old
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"r{n}.json" for n in range(6)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"r{n}.json" for n in range(8)]
+
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(17)
+FOOTER = b"\x19,\x18\tgenerator\x18\x0cnpusim 0.1.0\x00" + bytes(8) + b"PAR1"
+
+
+@pytest.mark.parametrize("kind,name,data,ours", [
+    ("csv", "t.csv", b"name,dataflow,shape,dense_macs\nconv1,systolic,1x1,1\n", True),
+    ("csv", "t.csv", b"rows,model,density,status,reason,version,seconds\n8,m,,ok,,0.1,1\n",
+     True),  # a store's table: the swept parameters first
+    ("csv", "t.csv", b"model,density,status,reason,version,seconds\n", True),
+    ("csv", "t.csv", b"# notes: npusim's header is name,dataflow,shape,...\n", False),
+    ("csv", "t.csv", b"a,b\nname,dataflow,shape,x\n", False),  # not the header line
+    ("csv", "t.csv", b"my_model,density,status,reason,version,seconds\n", False),
+    ("html", "p.html", b'<!DOCTYPE html>\n<html><body>npusim pages carry <meta name="generator" '
+     b'content="npusim 0.1"></body></html>\n', False),  # in the body, not the head
+    ("figure", "f.png", PNG + b"\x00\x00\x00\x1atEXtSoftware\x00npusim 0.1.0", True),
+    ("figure", "f.png", PNG + b"IDAT" + bytes(9) + b"tEXtSoftware\x00npusim 0.1.0", False),
+    ("figure", "f.png", b"notes: tEXtSoftware\x00npusim ", False),  # no PNG at all
+    ("figure", "f.svg", b"<p>the SVGs say <dc:creator><cc:Agent><dc:title>npusim 0.1</p>",
+     False),
+    ("parquet", "t.parquet", b"PAR1" + bytes(40) + FOOTER, True),
+    ("parquet", "t.parquet", b"# my notes\nnpusim sweeps export Parquet\n", False),
+    ("parquet", "t.parquet", b"PAR1" + bytes(40) + b"\x19\x18\x03own" + bytes(8) + b"PAR1",
+     False),  # someone else's Parquet file
+])
+def test_a_mark_counts_only_where_npusim_puts_it(tmp_path, kind, name, data, ours):
+    """A file that mentions a mark is not npusim's: only one with the mark where npusim's
+    files carry it (a report's first key, a table's header line, the page's head, the
+    figure's header, the Parquet footer) is replaced. A mention anywhere in a file's first
+    or last 8 KiB once made it npusim's."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    if ours:
+        outfile.check_target(path, "--out", kind)
+    else:
+        with pytest.raises(OutputError, match="does not carry their mark"):
+            outfile.check_target(path, "--out", kind)
+
+
+def test_a_users_script_that_reads_reports_is_not_replaced(tmp_path):
+    """``npusim run ... --json analyse.py``, a user's script that reads reports: refused
+    before the run and left as it is (it was replaced by a report, exit 0)."""
+    script = tmp_path / "analyse.py"
+    text = 'import json\nreport = json.load(open("r.json"))\nprint(report["npusim_version"])\n'
+    script.write_text(text)
+    code = cli.main(["run", "Resnet18.csv", "-q", "--json", str(script)])
+    assert code == 2 and script.read_text() == text
 
 
 def test_what_npusim_writes_must_carry_its_mark(tmp_path):

@@ -12,10 +12,13 @@ The rules, the same for every target:
   (``os.replace``): a reader sees the old file or the whole new one, and a failure leaves the
   old file as it was and no temporary file behind;
 - an existing regular file is replaced only when npusim wrote it: it is empty, or it carries
-  the mark of the kind of file being written (``MARKS``: the JSON report's
-  ``"npusim_version"``, the CSV tables' headers, the HTML report's generator tag, the figures'
-  ``Software``/creator metadata) within its first or last ``MARK_WINDOW`` bytes. Anything else
-  (a README, a user's data, a SCALE-Sim topology of their own) is refused and left as it is;
+  the mark of the kind of file being written where npusim puts it (``MARKS``: a JSON report's
+  first keys ``"schema_version"`` and ``"npusim_version"``, a CSV table's header line, the HTML
+  report's generator tag in its head, a figure's ``Software``/creator metadata in its header,
+  a Parquet table's footer). A file that only mentions a mark (a user's script that reads
+  ``"npusim_version"`` out of a report, notes that name npusim) is not npusim's: anything but
+  a marked file (a README, a user's data, a SCALE-Sim topology of their own) is refused and
+  left as it is;
 - the new file's mode is ``0o666`` less the umask (0644 under the usual umask 022), what a
   plain ``open(path, "w")`` gives a new file, whatever mode an old file had.
 """
@@ -23,8 +26,10 @@ The rules, the same for every target:
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OutputError
@@ -32,17 +37,49 @@ from .errors import OutputError
 STDOUT = "-"
 FILE_MODE = 0o666  # before the umask
 MARK_WINDOW = 8192  # bytes at each end of a file where its kind's mark is looked for
-# Each kind of file npusim writes -> the marks (any one) every such file carries; None: the
-# format has no room for one (a SCALE-Sim topology: a file that exists is never replaced).
-MARKS: dict[str, tuple[bytes, ...] | None] = {
-    "json": (b'"npusim_version"',),  # the run and compare reports
-    "csv": (b"name,dataflow,shape,", b"layer,arch,cycles,",  # run, compare, a store's table
-            b"model,density,status,reason,version,seconds"),
-    "html": (b'<meta name="generator" content="npusim',),
-    "figure": (b"Software\0npusim ", b"<dc:title>npusim "),  # PNG text chunk, SVG creator
-    "parquet": (b"npusim",),  # the footer's key-value metadata
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How a kind of file npusim writes is told from any other: ``head`` matches at the
+    start of its first ``MARK_WINDOW`` bytes, and ``tail`` (if given) at the end of its last
+    ones; ``name`` says where the mark stands, for messages."""
+
+    name: str
+    head: re.Pattern[bytes]
+    tail: re.Pattern[bytes] | None = None
+
+    def on(self, head: bytes, tail: bytes) -> bool:
+        """Whether a file whose first and last bytes are ``head`` and ``tail`` carries it."""
+        return bool(self.head.match(head)) and (self.tail is None
+                                                or self.tail.search(tail) is not None)
+
+
+def _mark(name: str, head: bytes, tail: bytes | None = None) -> Mark:
+    return Mark(name, re.compile(head, re.DOTALL),
+                None if tail is None else re.compile(tail, re.DOTALL))
+
+
+# Each kind of file npusim writes -> its mark (any one of the tuple); None: the format has no
+# room for one (a SCALE-Sim topology: a file that exists is never replaced).
+MARKS: dict[str, tuple[Mark, ...] | None] = {
+    "json": (_mark('"npusim_version" as its first key, or the next after "schema_version"',
+                   rb'\s*\{\s*(?:"schema_version"\s*:\s*\d+\s*,\s*)?"npusim_version"\s*:'),),
+    "csv": (_mark("a header line of npusim's run, compare or sweep tables",
+                  rb"(?:name,dataflow,shape,|layer,arch,cycles,|(?:[^\n]*,)?model,density,"
+                  rb"status,reason,version,seconds(?:,|\r?\n|\Z))"),),
+    "html": (_mark('<meta name="generator" content="npusim ..."> in its head',
+                   rb'<!DOCTYPE html>\s*<html[^>]*>\s*<head>\s*<meta charset="utf-8">\s*'
+                   rb'<meta name="generator" content="npusim '),),
+    "figure": (_mark("a PNG whose Software text is npusim's",
+                     rb"\x89PNG\r\n\x1a\n(?:(?!IDAT).)*?tEXtSoftware\x00npusim "),
+               _mark("an SVG whose creator is npusim",
+                     rb"<\?xml(?:(?!</metadata>).)*?<dc:creator>\s*<cc:Agent>\s*"
+                     rb"<dc:title>npusim ")),
+    "parquet": (_mark("a Parquet file whose generator is npusim", rb"PAR1",
+                      rb"generator.{1,8}npusim .*PAR1\Z"),),
     "topology": None,
-    "cache": (b"",),  # a file in npusim's own cache folder: npusim's, whatever it holds
+    "cache": (_mark("a file in npusim's cache folder", rb""),),  # npusim's, whatever it holds
 }
 KIND_NAMES = {"json": "a JSON report", "csv": "a CSV table", "html": "an HTML report",
               "figure": "a figure", "parquet": "a Parquet table", "topology": "a topology CSV",
@@ -104,35 +141,34 @@ def _check_existing(path: Path, st: os.stat_result, what: str) -> None:
 
 def _check_ours(path: Path, st: os.stat_result, what: str, kind: str) -> None:
     """Refuse an existing regular file npusim cannot tell it wrote (``MARKS[kind]``)."""
-    if st.st_size == 0 or _marked(_ends(path, st.st_size), MARKS[kind]):
+    if st.st_size == 0 or _marked(*_ends(path), MARKS[kind]):
         return
     marks, name = MARKS[kind], KIND_NAMES[kind]
     if marks is None:
         raise OutputError(f"{what} {path}: exists, and {name} carries no mark to tell "
                           "npusim's from another's, so npusim replaces none and left it as it "
                           "is: remove it or name another file")
-    mark = marks[0].decode().replace("\0", " ").strip()  # the PNG chunk's key ends in NUL
     raise OutputError(f"{what} {path}: exists and is not {name} npusim wrote (it does not "
-                      f"carry their mark, {mark}); npusim replaces only its own files and left "
-                      "it as it is: remove it or name another file")
+                      f"carry their mark, {' or '.join(m.name for m in marks)}); npusim "
+                      "replaces only its own files and left it as it is: remove it or name "
+                      "another file")
 
 
-def _ends(path: Path, size: int) -> bytes:
+def _ends(path: Path) -> tuple[bytes, bytes]:
     """The first and the last ``MARK_WINDOW`` bytes of the file at ``path`` (a file that
     cannot be read has none)."""
     try:
         with path.open("rb") as f:
             head = f.read(MARK_WINDOW)
-            if size > MARK_WINDOW:
-                f.seek(max(MARK_WINDOW, size - MARK_WINDOW))
-                head += b"\0" + f.read(MARK_WINDOW)
-            return head
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - MARK_WINDOW))
+            return head, f.read(MARK_WINDOW)
     except OSError:
-        return b""
+        return b"", b""
 
 
-def _marked(data: bytes, marks: tuple[bytes, ...] | None) -> bool:
-    return marks is not None and any(m in data for m in marks)
+def _marked(head: bytes, tail: bytes, marks: tuple[Mark, ...] | None) -> bool:
+    return marks is not None and any(m.on(head, tail) for m in marks)
 
 
 def write_text(target: str | Path, text: str, what: str, kind: str) -> None:
@@ -145,11 +181,11 @@ def write_text(target: str | Path, text: str, what: str, kind: str) -> None:
 def write_bytes(target: str | Path, data: bytes, what: str, kind: str) -> None:
     """Write ``data``, a file of ``kind`` (a key of ``MARKS``, whose mark it carries), to
     ``target`` atomically by the rules above."""
-    if MARKS[kind] is not None and not _marked(
-            data[:MARK_WINDOW] + b"\0" + data[-MARK_WINDOW:], MARKS[kind]):
+    if MARKS[kind] is not None and not _marked(data[:MARK_WINDOW], data[-MARK_WINDOW:],
+                                               MARKS[kind]):
         raise ValueError(f"{what}: {KIND_NAMES[kind]} of npusim's without its mark "
-                         f"{MARKS[kind][0]!r}: "
-                         "a later run could not tell it from another's")
+                         f"({MARKS[kind][0].name}): a later run could not tell it from "
+                         "another's")
     if is_stdout(target):
         _to_stdout(data, what)
         return
