@@ -56,6 +56,13 @@ def result_fixture() -> SimResult:
     (table.fmt_energy, 24.3e9, "24.3 mJ"),
     (table.fmt_seconds, 3.007911e-3, "3.01 ms"), (table.fmt_seconds, 889e-9, "889 ns"),
     (table.fmt_seconds, 2.0, "2 s"),
+    # rounded up to the next unit, never '1000 k', '1024 KiB', '1000 nJ' or '1e+03 ms'
+    (table.fmt_count, 999_600, "1.00 M"), (table.fmt_count, 9_996, "10.0 k"),
+    (table.fmt_count, 99_960, "100 k"), (table.fmt_count, 999, "999"),
+    (table.fmt_bytes, 1023.8 * 1024, "1.00 MiB"), (table.fmt_bytes, 1000 * 1024, "1000 KiB"),
+    (table.fmt_energy, 999_700, "1.00 uJ"), (table.fmt_energy, 999.7, "1.00 nJ"),
+    (table.fmt_seconds, 0.9996, "1 s"), (table.fmt_seconds, 999.6e-6, "1 ms"),
+    (table.fmt_seconds, 2_000.0, "2,000 s"),
 ])
 def test_number_formatting(fn, value, text):
     assert fn(value) == text

@@ -41,14 +41,29 @@ def console(**options) -> Console:
 
 
 def _scaled(value: float, base: int, units: list[str]) -> str:
-    """``value`` in the largest unit that keeps it >= 1, three significant digits."""
+    """``value`` in the largest unit that keeps it >= 1, three significant digits; a value
+    that rounds up to ``base`` of its unit is shown in the next (999,960 is 1.00 M, not
+    1000 k)."""
     i = 0
     while abs(value) >= base and i < len(units) - 1:
         value, i = value / base, i + 1
     if i == 0 and float(value).is_integer():
         return f"{value:.0f} {units[0]}".rstrip()
-    digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
-    return f"{value:.{digits}f} {units[i]}".rstrip()
+    text = _three_digits(value)
+    if abs(float(text)) >= base and i < len(units) - 1:
+        value, i = value / base, i + 1
+        text = _three_digits(value)
+    return f"{text} {units[i]}".rstrip()
+
+
+def _three_digits(value: float) -> str:
+    """``value`` (below 1000 in magnitude, or the largest unit's) to three significant
+    digits, as rounded: 9.996 is 10.0, 99.96 is 100."""
+    for digits in (2, 1):
+        text = f"{value:.{digits}f}"
+        if abs(float(text)) < 10 ** (3 - digits):
+            return text
+    return f"{value:.0f}"
 
 
 def fmt_count(n: float) -> str:
@@ -67,15 +82,35 @@ def fmt_energy(pj: float) -> str:
 
 
 def fmt_seconds(s: float) -> str:
-    """A duration in s, shown in ns, us, ms or s."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
+    """A duration in s, shown in ns, us, ms or s to three significant digits (whole seconds
+    from 1,000 s); one that rounds up to 1000 of its unit in the next (0.9996 s is 1 s, not
+    1e+03 ms)."""
+    units = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+    i = next((i for i, (_, scale) in enumerate(units) if s >= scale), len(units) - 1)
+    if i and float(f"{s / units[i][1]:.3g}") >= 1000:
+        i -= 1
+    unit, scale = units[i]
+    return f"{s:,.0f} s" if s >= 999.5 else f"{s / scale:.3g} {unit}"
 
 
 def fmt_percent(ratio: float) -> str:
     return f"{100 * ratio:.1f}"
+
+
+def shown_utilisation(s: LayerStats, lanes: int) -> float | None:
+    """A table's util % of one row (0..1): MACs / (multipliers x cycles), or for the vector
+    unit (one vector op, or ``vector_row``'s sum of them) element ops / (``lanes`` x cycles);
+    None for a vector row of no cycles. The JSON and CSV keep ``LayerStats.utilisation``, the
+    MACs' share, which is 0 for the vector unit (docs/json-schema.md)."""
+    if s.dataflow != "vector":
+        return s.utilisation
+    return s.vector_ops / (lanes * s.cycles) if s.cycles else None
+
+
+def fmt_utilisation(s: LayerStats, lanes: int) -> str:
+    """``shown_utilisation`` as a table cell: a percentage, or '-' where there is none."""
+    ratio = shown_utilisation(s, lanes)
+    return "-" if ratio is None else fmt_percent(ratio)
 
 
 def vector_row(stats: list[LayerStats]) -> LayerStats | None:
@@ -103,8 +138,7 @@ def layer_rows(result) -> list[tuple[list[str], str]]:
     rows = [(_cells(s, fmt_percent(s.utilisation)), "") for s in convs]
     vec = vector_row(result.layers)
     if vec is not None:
-        lanes_cycles = vec.cycles * result.arch.vector.lanes
-        cells = _cells(vec, fmt_percent(vec.vector_ops / lanes_cycles) if lanes_cycles else "-")
+        cells = _cells(vec, fmt_utilisation(vec, result.arch.vector.lanes))
         ops = sum(s.dataflow == "vector" for s in result.layers)
         cells[1] = "vector"
         cells[2:5] = [f"{ops} ops ({fmt_count(vec.vector_ops)} elem.)", "-", "-"]
