@@ -75,6 +75,21 @@ def test_vector_row_sums_the_non_conv_ops(compared, runs):
                                      if r["dataflow"] == "vector")
 
 
+def test_vector_row_util_is_the_lanes_share_as_in_runs_table(compared, runs):
+    """The vector unit's util % in compare's table is its element ops over its lanes' cycles,
+    as ``npusim run``'s table prints it (it read 0.0 beside run's 99.9). Recomputed from each
+    run's JSON: its vector ops' element ops and cycles, and the arch's lanes."""
+    out, _, _ = compared
+    (line,) = [x for x in out.splitlines() if x.lstrip().startswith("vector unit")]
+    words = line.split()
+    shown = [words[i + 1] for i, w in enumerate(words) if w == "compute"]  # after the bound
+    for run, cell in zip(runs, shown, strict=True):
+        ops = [r for r in run["layers"] if r["dataflow"] == "vector"]
+        lanes = run["arch"]["vector"]["lanes"]
+        util = sum(r["vector_ops"] for r in ops) / (lanes * sum(r["cycles"] for r in ops))
+        assert cell == f"{100 * util:.1f}" and util > 0.5
+
+
 def test_totals_speedups_and_where_the_time_goes(compared, runs):
     out, doc, _ = compared
     base = runs[0]["totals"]
@@ -238,9 +253,12 @@ def test_a_hybrid_compares_with_its_moves_in_a_row_of_their_own(tmp_path):
     # the single machine does not have, which made the comparison refuse the network
     model = ["edgetpu_v2_like", "--mode", "estimate"]
     code, _, err = run_cli("compare", *model, "--arch", "systolic-32x32-ws", "hybrid-3x1024",
-                          "--json", tmp_path / "c.json", "-q")
+                          "--json", tmp_path / "c.json", "--csv", tmp_path / "c.csv", "-q")
     assert code == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
+    csv_moves = [r for r in csv.DictReader((tmp_path / "c.csv").open())
+                 if r["layer"] == "moves between machines"]
+    assert [(r["speedup"], r["energy_ratio"]) for r in csv_moves] == [("", "")] * 2  # not nan
     code, _, err = run_cli("run", *model, "--arch", "hybrid-3x1024", "-q",
                           "--json", tmp_path / "h.json")
     assert code == 0, err

@@ -224,3 +224,23 @@ def test_figures_are_drawn_once_for_the_page_and_the_files(tmp_path, monkeypatch
     embedded = {base64.b64decode(src.split(",", 1)[1]) for src in
                 re.findall(r'src="(data:image/png;base64,[^"]+)"', page)}
     assert embedded == {p.read_bytes() for p in pngs}
+
+
+def test_vector_ops_util_is_their_lanes_share_as_in_the_terminal_table(reports):
+    """The page's util % of each vector op is its element ops over its lanes' cycles, as the
+    terminal table's vector unit row is (the page showed 0.0, the MACs' share), recomputed
+    from the JSON report; a conv's is its MACs over its multipliers' cycles."""
+    page, doc = reports["run"]
+    body = page.split('id="layers"', 1)[1].split("</table>", 1)[0]
+    rows = {cells[0]: cells for cells in (re.findall(r"<td[^>]*>([^<]*)</td>", row)
+                                          for row in body.split("<tr")[2:])}
+    lanes = doc["arch"]["vector"]["lanes"]
+    vectors = [r for r in doc["layers"] if r["dataflow"] == "vector"]
+    assert vectors
+    for r in doc["layers"]:
+        if r["dataflow"] == "vector" and not r["cycles"]:  # a reshape: no lanes' work
+            assert rows[r["name"]][8] == "-"
+            continue
+        share = (r["vector_ops"] / (lanes * r["cycles"]) if r["dataflow"] == "vector"
+                 else r["macs"] / r["pe_cycles"])
+        assert rows[r["name"]][8] == f"{100 * share:.1f}", r["name"]

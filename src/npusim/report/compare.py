@@ -25,7 +25,15 @@ from ..arch.spec import describe_memory, same_memory
 from ..errors import NpusimError
 from ..stats import TRANSFER, LayerStats, total
 from .export import SCHEMA_VERSION, arch_record, totals_record
-from .table import STALL_CAUSES, VECTOR_ROW, console, fmt_energy, fmt_percent, vector_row
+from .table import (
+    STALL_CAUSES,
+    VECTOR_ROW,
+    console,
+    fmt_energy,
+    fmt_percent,
+    fmt_utilisation,
+    vector_row,
+)
 
 MOVES_ROW = "moves between machines"  # a hybrid's transfers of layer inputs, summed
 
@@ -136,8 +144,8 @@ def layer_table(cmp: Comparison) -> Table:
                              justify="left" if head == "bound" else "right")
     for name, stats in cmp.rows():
         cells = [name]
-        for i, s in enumerate(stats):
-            cells += [f"{s.cycles:,}", s.bound or "-", fmt_percent(s.utilisation),
+        for i, (s, r) in enumerate(zip(stats, cmp.results, strict=True)):
+            cells += [f"{s.cycles:,}", s.bound or "-", fmt_utilisation(s, r.arch.vector.lanes),
                       fmt_energy(s.energy_pj)]
             if i:
                 cells += [fmt_ratio(speedup(stats[0], s)),
@@ -170,9 +178,9 @@ def long_table(cmp: Comparison) -> Table:
         table.add_column(head, no_wrap=True,
                          justify="left" if head in ("layer", "arch", "bound") else "right")
     for name, stats in cmp.rows():
-        for i, (label, s) in enumerate(zip(cmp.labels, stats, strict=True)):
+        for i, (label, s, r) in enumerate(zip(cmp.labels, stats, cmp.results, strict=True)):
             table.add_row(name if i == 0 else "", label, f"{s.cycles:,}", s.bound or "-",
-                          fmt_percent(s.utilisation), fmt_energy(s.energy_pj),
+                          fmt_utilisation(s, r.arch.vector.lanes), fmt_energy(s.energy_pj),
                           fmt_ratio(speedup(stats[0], s)), fmt_ratio(energy_ratio(stats[0], s)),
                           style="bold" if name == "total" else "",
                           end_section=i == len(stats) - 1)
@@ -224,15 +232,16 @@ CSV_FIELDS = ("cycles", "compute_cycles", "stall_cycles", "bound", "utilisation"
 
 
 def to_csv(cmp: Comparison) -> str:
-    """One row per layer and arch (long format: ``layer, arch, ...``), the total last."""
+    """One row per layer and arch (long format: ``layer, arch, ...``), the total last; a
+    ratio that does not exist is an empty cell."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(("layer", "arch") + CSV_FIELDS)
     for name, stats in cmp.rows():
         for label, s in zip(cmp.labels, stats, strict=True):
             writer.writerow((name, label, s.cycles, s.compute_cycles, s.stall_cycles, s.bound,
-                             s.utilisation, s.energy_pj, speedup(stats[0], s),
-                             energy_ratio(stats[0], s)))
+                             s.utilisation, s.energy_pj, _number(speedup(stats[0], s)),
+                             _number(energy_ratio(stats[0], s))))
     return out.getvalue()
 
 

@@ -23,6 +23,7 @@ from .table import (
     fmt_energy,
     fmt_percent,
     fmt_seconds,
+    shown_utilisation,
     stall_text,
 )
 
@@ -89,11 +90,17 @@ LAYER_HEADS = ["layer", "shape", "dense MACs", "MACs", "compute cycles", "stall 
                "cycles", "bound", "util %", "SRAM", "DRAM", "energy"]
 
 
-def _layer_cells(s) -> list[str]:
+def _util_cell(s, lanes: int) -> str:
+    """The util % cell of a row (``shown_utilisation``: the vector unit's by its lanes)."""
+    ratio = shown_utilisation(s, lanes)
+    return _cell("-") if ratio is None else _cell(fmt_percent(ratio), ratio)
+
+
+def _layer_cells(s, lanes: int) -> list[str]:
     return [_cell(s.name), _cell(s.shape), _cell(fmt_count(s.dense_macs), s.dense_macs),
             _cell(fmt_count(s.macs), s.macs), _cell(f"{s.compute_cycles:,}", s.compute_cycles),
             _cell(f"{s.stall_cycles:,}", s.stall_cycles), _cell(f"{s.cycles:,}", s.cycles),
-            _cell(s.bound or "-"), _cell(fmt_percent(s.utilisation), s.utilisation),
+            _cell(s.bound or "-"), _util_cell(s, lanes),
             _cell(fmt_bytes(s.sram_bytes), s.sram_bytes),
             _cell(fmt_bytes(s.dram_bytes), s.dram_bytes),
             _cell(fmt_energy(s.energy_pj), s.energy_pj)]
@@ -101,8 +108,9 @@ def _layer_cells(s) -> list[str]:
 
 def layer_table(result, table_id: str) -> str:
     """Every op of the run (conv layers and vector ops), then the total."""
-    rows = [(_layer_cells(s), "") for s in result.layers]
-    rows.append((_layer_cells(result.total.renamed("total")), "total"))
+    lanes = result.arch.vector.lanes
+    rows = [(_layer_cells(s, lanes), "") for s in result.layers]
+    rows.append((_layer_cells(result.total.renamed("total"), lanes), "total"))
     return table(LAYER_HEADS, rows, table_id)
 
 
@@ -193,9 +201,9 @@ def comparison_table(cmp) -> str:
     rows = []
     for name, stats in cmp.rows():
         cells = [_cell(name)]
-        for i, s in enumerate(stats):
+        for i, (s, r) in enumerate(zip(stats, cmp.results, strict=True)):
             cells += [_cell(f"{s.cycles:,}", s.cycles), _cell(s.bound or "-"),
-                      _cell(fmt_percent(s.utilisation), s.utilisation),
+                      _util_cell(s, r.arch.vector.lanes),
                       _cell(fmt_energy(s.energy_pj), s.energy_pj)]
             if i:
                 up, er = speedup(stats[0], s), energy_ratio(stats[0], s)
