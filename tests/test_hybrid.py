@@ -222,6 +222,31 @@ def test_cli_run_shows_the_machine_column_and_the_json_carries_the_placements(tm
                    if "cycles:" in line)  # the placement line below the table
 
 
+def test_the_summary_gives_utilisation_of_the_running_member_and_of_all_multipliers(capsys):
+    """hybrid-3x1024 is three machines of 1,024 multipliers (a 32x32 sparse-pairs array,
+    32x32 dilated-grid MACs, 16 group-tile tiles of 64). Each layer's utilisation is its
+    member's; the summary adds the share of all 3,072, recomputed here from the JSON, and
+    each placement line gives whole cycles in full (it read 1.849e+04)."""
+    code = cli.main(["run", "mtcnn-onet", "--arch", PRESET, "--mode", "estimate",
+                     "--json", "-"])
+    captured = capsys.readouterr()
+    assert code == 0
+    doc = json.loads(captured.out)
+    convs = [r for r in doc["layers"] if r["dataflow"] not in ("vector", "transfer")]
+    running = sum(r["macs"] for r in convs) / sum(r["pe_cycles"] for r in convs)
+    everything = sum(r["macs"] for r in convs) / (3 * 1024 * sum(r["cycles"] for r in convs))
+    assert running == pytest.approx(doc["totals"]["utilisation"])
+    line = next(x for x in captured.err.splitlines() if x.startswith("utilisation"))
+    assert (f"{100 * running:.1f} % of the running member's multipliers' cycles in conv "
+            f"layers; {100 * everything:.1f} % of all 3,072 of the hybrid's") in line
+    for p in doc["placements"]:
+        shown = next(x for x in captured.err.splitlines() if x.startswith(p["layer"] + " ")
+                     and "cycles:" in x)
+        for o in p["options"]:  # the cycles objective: whole cycles
+            assert o["score"] == int(o["score"])
+            assert f"{o['machine']} {int(o['score']):,}" in shown
+
+
 def test_emulate_mode_runs_the_chosen_machines_emulator():
     """On a small chain, mode emulate places as estimate does and its outputs and cycles come
     from the chosen members' emulators, which agree with their fast models here."""

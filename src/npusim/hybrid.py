@@ -77,11 +77,14 @@ class Placement:
 
 
 def _figure(option: Option) -> str:
-    """``sparse-pairs 1.23e+04 (move 512)``, or ``group-tile cannot: why``."""
+    """``sparse-pairs 12,345 (move 512 cycles)`` (a whole score in full, a fractional one to
+    four significant digits), or ``group-tile cannot: why``."""
     if option.score is None:
         return f"{option.machine} cannot: {option.why_not}"
     move = f" (move {option.transfer.cycles:,} cycles)" if option.transfer else ""
-    return f"{option.machine} {option.score:.4g}{move}"
+    score = option.score
+    text = f"{int(score):,}" if float(score).is_integer() else f"{score:.4g}"
+    return f"{option.machine} {text}{move}"
 
 
 def input_bytes(layer: ConvLayer) -> int:

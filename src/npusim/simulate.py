@@ -88,6 +88,14 @@ class SimResult:
         return area_of(self.arch, self.dataflow, self.dtype)
 
     @property
+    def hardware(self):
+        """What the arch built as this run's dataflow holds (``area.Hardware``: its MACs,
+        registers, SRAMs; a hybrid's members together)."""
+        from .area import hardware_of
+
+        return hardware_of(self.arch, self.dataflow, self.dtype)
+
+    @property
     def total(self) -> LayerStats:
         return total(self.layers)
 

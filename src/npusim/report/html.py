@@ -25,6 +25,7 @@ from .table import (
     fmt_seconds,
     shown_utilisation,
     stall_text,
+    utilisation_text,
 )
 
 STYLE = """
@@ -124,7 +125,7 @@ def run_summary(result) -> list[tuple[str, str]]:
     return [("cycles", f"{tot.cycles:,}"), ("of which", stall_text(tot)),
             ("layers bound by", bound_text(result.conv_layers)),
             (f"time at {arch.clock_mhz:g} MHz", fmt_seconds(arch.seconds(tot.cycles))),
-            ("utilisation", f"{fmt_percent(tot.utilisation)} %"),
+            ("utilisation", utilisation_text(result)),
             ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),
             ("energy", fmt_energy(tot.energy_pj)), ("DRAM traffic", fmt_bytes(tot.dram_bytes)),
             ("SRAM traffic", fmt_bytes(tot.sram_bytes)), *diagnostics(result)]

@@ -230,6 +230,21 @@ def area_text(area, dtype: str) -> str:
             f"{area.interconnect_mm2:.2f}), {node}")
 
 
+def utilisation_text(result) -> str:
+    """The network's utilisation: '5.9 % of the multipliers' cycles in conv layers'. On a
+    hybrid, whose layers each run on one member while the others idle, that is of the
+    running member's multipliers, and the share of all the hybrid's follows."""
+    tot = result.total
+    text = f"{fmt_percent(tot.utilisation)} % of the multipliers' cycles in conv layers"
+    if not result.placements:
+        return text
+    macs = result.hardware.macs
+    slots = macs * sum(s.cycles for s in result.conv_layers)
+    share = tot.macs / slots if slots else 0.0
+    return (f"{fmt_percent(tot.utilisation)} % of the running member's multipliers' cycles in "
+            f"conv layers; {fmt_percent(share)} % of all {macs:,} of the hybrid's")
+
+
 def totals_table(result) -> Table:
     """The network totals: cycles (compute and stalls), time at the arch clock (stalls
     included), the memory, utilisation, energy, traffic."""
@@ -244,8 +259,7 @@ def totals_table(result) -> Table:
         (f"time at {arch.clock_mhz:g} MHz",
          f"{fmt_seconds(arch.seconds(tot.cycles))} (stalls included)"),
         ("memory", describe_memory(arch.memory)),
-        ("utilisation", f"{fmt_percent(tot.utilisation)} % of the multipliers' cycles "
-                        "in conv layers"),
+        ("utilisation", utilisation_text(result)),
         ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),
         ("energy", fmt_energy(tot.energy_pj)),
         ("area", area_text(result.area, result.dtype)),
