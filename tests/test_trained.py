@@ -70,6 +70,28 @@ def test_text_input_is_a_rendered_text_line():
     assert 0.02 < ink < 0.5
 
 
+def _onnxruntime(name: str, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(trained.MODELS[name].path()),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0], session
+
+
+def test_line_models_read_their_default_input_as_made_for():
+    """The recogniser and the direction classifier get one text line as RapidOCR feeds them a
+    detected box: cropped to the ink, 48 rows high, zero to the right. Judged by the models
+    themselves in onnxruntime: the classifier says upright (it said upside down, p 0.71, on
+    a small line in a white 48 x 192 box) and the recogniser reads the line's text."""
+    (scores,), _ = _onnxruntime("ppocr-cls", zoo.input_for("ppocr-cls"))
+    assert scores.argmax() == 0 and scores[0] > 0.9  # class 0: 0 degrees
+    (probs,), session = _onnxruntime("ppocr-v4-rec", zoo.input_for("ppocr-v4-rec"))
+    chars = ["", *session.get_modelmeta().custom_metadata_map["character"].splitlines(), " "]
+    best = probs.argmax(axis=1)  # CTC, greedy: repeats merged, blanks (0) dropped
+    text = "".join(chars[c] for i, c in enumerate(best) if c and (i == 0 or c != best[i - 1]))
+    assert text == trained.OCR_TEXT[0]
+
+
 def test_fixed_input_size_is_refused_clearly():
     with pytest.raises(ModelError, match="fixed at 48x320"):
         zoo.build("ppocr-v4-rec", size=64)

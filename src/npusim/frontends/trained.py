@@ -3,14 +3,17 @@
 Their ONNX files are read from the installed packages (the ``models`` extra:
 ``pip install -e '.[models]'``), never downloaded; the packages themselves are not imported
 (their ``__init__`` loads OpenCV), only located. Each model gets the real input it is meant
-for: the OCR networks a text image rendered with Pillow (black text on white, as a scanned
-line or page), NudeNet's detector a photo of a person (scikit-image's ``astronaut``).
+for: the OCR networks a text image rendered with Pillow (black text on white: a page for
+the detector, a line cropped and resized as RapidOCR feeds a detected box for the recogniser
+and the direction classifier), NudeNet's detector a photo of a person (scikit-image's
+``astronaut``).
 docs/zoo.md says what each network is, where it comes from and its licence.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,16 +87,44 @@ def text_image(height: int, width: int, lines: tuple[str, ...]) -> np.ndarray:
     return np.asarray(im, np.float32)
 
 
+LINE_RENDER_HEIGHT = 96  # pixels a text line is drawn at before it is cropped (``text_line``)
+LINE_MARGIN = 4  # white pixels kept around the ink of a cropped line
+
+
+def text_line(height: int, width: int, line: str) -> np.ndarray:
+    """One rendered text line as PP-OCR's recogniser and classifier receive a detected text
+    box (RapidOCR's ``resize_norm_img``): cropped to its ink (``LINE_MARGIN`` pixels of
+    white around it), resized to ``height`` rows keeping its aspect ratio but at most
+    ``width`` columns, scaled to [-1, 1], the columns right of it zero (float32 3 x H x W)."""
+    from PIL import Image
+
+    from . import images
+
+    rgb = text_image(LINE_RENDER_HEIGHT, LINE_RENDER_HEIGHT * 16, (line,)).astype(np.uint8)
+    rows, cols = np.nonzero(rgb.min(axis=2) < 128)
+    top, left = max(0, rows.min() - LINE_MARGIN), max(0, cols.min() - LINE_MARGIN)
+    crop = Image.fromarray(rgb[top:rows.max() + 1 + LINE_MARGIN,
+                               left:cols.max() + 1 + LINE_MARGIN])
+    wide = min(width, math.ceil(height * crop.width / crop.height))
+    box = np.asarray(crop.resize((wide, height), Image.BILINEAR), np.float32)
+    x = np.zeros((3, height, width), np.float32)
+    x[:, :, :wide] = images.NORMS["signed"](np.moveaxis(box, -1, 0))
+    return x
+
+
 def default_input(name: str, batch: int) -> np.ndarray:
     """The model's own input, float32 N x C x H x W, preprocessed as the model expects: a
-    rendered text page (the detector) or line (recogniser, classifier), or the photo."""
+    rendered text page (the detector), one text line as a detected box is fed
+    (recogniser, classifier: ``text_line``), or the photo."""
     from . import images
 
     model = MODELS[name]
     c, h, w = model.shape
     if model.photo:
         x = images.load_image(model.photo, (h, w), c, model.norm)
+    elif h <= 64:
+        x = text_line(h, w, OCR_TEXT[0])
     else:
-        rgb = text_image(h, w, OCR_TEXT if h > 64 else OCR_TEXT[:1])
+        rgb = text_image(h, w, OCR_TEXT)
         x = images.NORMS[model.norm](np.moveaxis(rgb, -1, 0)).astype(np.float32)
     return np.repeat(x[None], batch, axis=0)
