@@ -6,6 +6,7 @@ import pytest
 
 import npusim
 from npusim import GraphBuilder, InputError
+from npusim.errors import NpusimError
 
 # One preset per dataflow: every machine refuses the same inputs.
 MACHINES = [("systolic", "systolic-2x2-ws"), ("input-reuse", "input-reuse-1024"),
@@ -216,3 +217,43 @@ def test_check_finite_finds_a_non_finite_value_anywhere(dtype, bad):
                 with pytest.raises(InputError, match=rf"here: x has {len(scan)} non-finite "
                                                      rf".*at index {index}"):
                     check_finite(view, "x", "here")
+
+
+def test_a_layers_own_parameters_and_a_grad_input_are_taken_as_their_values():
+    """``conv2d(x, conv.weight, conv.bias)`` with an ``nn.Conv2d``'s parameters (they require
+    grad), and ``simulate`` on an input that requires grad, raised torch's "Can't call
+    numpy() on Tensor that requires grad"; their values are now used, checked against
+    PyTorch in float64."""
+    import torch
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+    x = torch.randn(1, 4, 8, 8)
+    want = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(),
+                                      padding=1).detach().numpy()
+    out, _ = npusim.conv2d(x, conv.weight, conv.bias, padding=1)
+    assert np.abs(out - want).max() <= 1e-5 * np.abs(want).max()
+    graph = npusim.from_torch(torch.nn.Sequential(conv).eval(), x)
+    result = npusim.simulate(graph, x.clone().requires_grad_())
+    assert np.abs(result.output - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, x: npusim.simulate(m, x),
+     r"simulate: model is a torch\.nn\.modules\.container\.Sequential, not a network npusim "
+     r"has read: give npusim\.from_torch\(module, example_input\)"),
+    (lambda m, x: npusim.simulate(npusim.from_torch(m, x), x, mode="emulate",
+                                  emulate_limit="1e9"),
+     r"emulate_limit='1e9': must be a whole number of emulator steps >= 1, or None"),
+    (lambda m, x: npusim.conv2d(x, np.ones((8, 3, 3, 3), np.float32), emulate=True,
+                                emulate_limit=-5), r"emulate_limit=-5: must be a whole number"),
+])
+def test_a_wrong_argument_type_is_one_npusim_error(call, message):
+    """A module where a Graph belongs, a string or negative step limit: one npusim error
+    naming the argument and what is valid (they were an AttributeError or a TypeError from
+    inside npusim, or a limit of -5 taken)."""
+    import torch
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3)).eval()
+    with pytest.raises(NpusimError, match=message):
+        call(module, torch.zeros(1, 3, 8, 8))

@@ -1037,3 +1037,23 @@ def test_a_module_not_in_float32_is_refused_naming_the_parameter(cast):
                                          r"\.float\(\) first$"):
         from_torch(net, torch.zeros(1, 3, 8, 8))
     assert from_torch(net.float(), torch.zeros(1, 3, 8, 8)).conv_nodes
+
+
+@pytest.mark.parametrize("make", [lambda: torch.nn.BatchNorm2d(4),
+                                  lambda: torch.nn.ConvTranspose2d(4, 3, 3, stride=2),
+                                  lambda: torch.nn.Conv2d(4, 5, 3, padding=1)])
+def test_a_bare_layer_module_imports_as_the_layer_it_is(make):
+    """``from_torch(nn.BatchNorm2d(4), x)`` was refused for "control flow on tensor values":
+    fx traced into the layer's own forward, the root, where it is a leaf anywhere else.
+    Each now imports, compared with PyTorch in float64."""
+    torch.manual_seed(0)
+    layer = make().eval()
+    if isinstance(layer, torch.nn.BatchNorm2d):  # statistics of its own, not 0 and 1
+        layer.running_mean.uniform_(-1, 1)
+        layer.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 4, 6, 6)
+    graph = from_torch(layer, x)
+    with torch.no_grad():
+        want = layer.double()(x.double()).numpy()
+    got = simulate(graph, x.numpy()).output
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

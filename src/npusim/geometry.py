@@ -15,26 +15,37 @@ Pair = tuple[int, int]
 Padding = tuple[int, int, int, int]  # (top, bottom, left, right) in pixels
 
 
+def _is_int(value) -> bool:
+    """Whether ``value`` is a whole number's type (Python's or numpy's), not a bool or a
+    float: ``int(1.5)`` would silently be 1."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _ints(value) -> tuple[int, ...] | None:
+    """``value`` as a tuple of ints if it is a sequence of whole numbers' types, else None."""
+    try:
+        items = tuple(value)
+    except TypeError:
+        return None
+    return tuple(int(v) for v in items) if all(map(_is_int, items)) else None
+
+
 def pair(value, name: str, layer: str) -> Pair:
     """``value`` (an int or a pair of ints) as (h, w); ``LayerError`` naming
-    ``layer.name`` otherwise."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    ``layer.name`` otherwise (a float, even in a pair, is refused: it is not cut)."""
+    if _is_int(value):
         return (int(value), int(value))
-    try:
-        a, b = value
-        return (int(a), int(b))
-    except (TypeError, ValueError):
-        raise LayerError(f"{layer}.{name}={value!r}: must be an int or a pair of ints") from None
+    values = _ints(value)
+    if values is None or len(values) != 2:
+        raise LayerError(f"{layer}.{name}={value!r}: must be an int or a pair of ints")
+    return values  # type: ignore[return-value]
 
 
 def padding4(value, layer: str) -> Padding:
     """Padding as (top, bottom, left, right) in pixels from an int, (h, w) or a 4-tuple."""
-    if isinstance(value, (int, np.integer)):
+    if _is_int(value):
         return (int(value),) * 4
-    try:
-        values = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        values = ()
+    values = _ints(value) or ()
     if len(values) == 2:
         return (values[0], values[0], values[1], values[1])
     if len(values) == 4:

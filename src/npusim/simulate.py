@@ -128,6 +128,11 @@ class RunConfig:
             raise NpusimError(f"mode={mode!r}: must be one of {', '.join(MODES)}")
         if dtype not in DTYPES:
             raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
+        if emulate_limit is not None and not (
+                isinstance(emulate_limit, (int, np.integer)) and not isinstance(emulate_limit, bool)
+                and emulate_limit >= 1):
+            raise NpusimError(f"emulate_limit={emulate_limit!r}: must be a whole number of "
+                              "emulator steps >= 1, or None for no limit")
         arch = load_arch(arch)
         members, objective = machines(arch, dataflow or arch.dataflow)
         return cls(arch, members, mode, dtype, objective, emulate_limit)
@@ -387,6 +392,11 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     estimated emulator steps pass ``emulate_limit`` (None: no limit) is refused before
     any layer runs (``check_emulate_size``).
     """
+    if not isinstance(model, Graph):
+        raise InputError(f"simulate: model is a {type(model).__module__}.{type(model).__name__}, "
+                         "not a network npusim has read: give npusim.from_torch(module, "
+                         "example_input) for a PyTorch module, npusim.from_onnx(path) for an "
+                         "ONNX file, or zoo.build(name)")
     cfg = RunConfig.of(arch, dataflow, mode=mode, dtype=dtype, emulate_limit=emulate_limit)
     x = tensors.finite_float32(input, "input", model.name)
     if x.shape != model.input_shape:
@@ -727,18 +737,25 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
     torch's argument conventions.
 
     ``x`` is N x C x H x W, ``w`` K x C/groups x R x S; ``padding`` an int, (h, w),
-    (top, bottom, left, right), 'same' or 'valid'. Float inputs with ``dtype='int8'``
-    are quantised and the output requantised to int8 (``quant``), as ``simulate`` does,
-    and returned dequantised (float32); int8 inputs return the int32 accumulators.
+    (top, bottom, left, right), 'same' (stride 1, as PyTorch's) or 'valid'. Float inputs
+    with ``dtype='int8'`` are quantised and the output requantised to int8 (``quant``), as
+    ``simulate`` does, and returned dequantised (float32); int8 inputs return the int32
+    accumulators.
     With ``emulate``, a layer above ``emulate_limit`` emulator steps is refused first.
     """
     x, w = tensors.real_array(x, "x", "conv2d"), tensors.real_array(w, "w", "conv2d")
+    bias = None if bias is None else tensors.real_array(bias, "bias", "conv2d")
     if x.ndim != 4 or w.ndim != 4:
         raise InputError(f"conv2d: x and w must be 4-D (NCHW, KCRS), got {x.shape} and {w.shape}")
     dil = pair(dilation, "dilation", "conv2d")
     if isinstance(padding, str):
         if padding not in ("same", "valid"):
             raise InputError(f"conv2d.padding={padding!r}: must be 'same', 'valid' or integers")
+        if padding == "same" and pair(stride, "stride", "conv2d") != (1, 1):
+            raise InputError(f"conv2d.padding='same' with stride={stride!r}: 'same' is for "
+                             "stride 1, as in PyTorch (a strided layer's 'same' differs "
+                             "between frameworks); give the padding as integers, "
+                             "(top, bottom, left, right)")
         padding = same_padding(w.shape[2:], dil) if padding == "same" else 0
     cfg = RunConfig.of(arch, dataflow, mode="emulate" if emulate else "run", dtype=dtype,
                        emulate_limit=emulate_limit)

@@ -38,12 +38,22 @@ def check_finite(tensor, name: str, where: str) -> None:
                      "float32 values only (no NaN or inf, on any machine)")
 
 
+def values_of(tensor):
+    """``tensor`` itself, or for a PyTorch tensor its values, which ``np.asarray`` then
+    reads: a tensor that requires grad (a layer's ``nn.Parameter``) or lives on another
+    device, which ``np.asarray`` refuses with torch's error, detached and copied to the CPU
+    (found by its methods: torch is not imported)."""
+    if hasattr(tensor, "requires_grad") and callable(getattr(tensor, "detach", None)):
+        return tensor.detach().cpu()
+    return tensor
+
+
 def real_array(tensor, name: str, where: str) -> np.ndarray:
-    """``tensor`` as a NumPy array of real numbers (bool, integer or float), refused with an
-    ``InputError`` otherwise: a complex array (a cast would drop the imaginary part), strings,
-    objects, ragged nested lists."""
+    """``tensor`` (``values_of``) as a NumPy array of real numbers (bool, integer or float),
+    refused with an ``InputError`` otherwise: a complex array (a cast would drop the
+    imaginary part), strings, objects, ragged nested lists."""
     try:
-        a = np.asarray(tensor)
+        a = np.asarray(values_of(tensor))
     except ValueError as e:  # ragged nested sequences
         raise InputError(f"{where}: {name} is not a rectangular array of numbers ({e})") from None
     if a.dtype.kind not in "biuf":

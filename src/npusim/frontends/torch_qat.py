@@ -27,6 +27,7 @@ scales it holds are the ones imported, and it is left as it was.
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 
 import torch
 from torch.ao.nn import qat as nnqat
@@ -71,8 +72,13 @@ class Tracer(torch.fx.Tracer):
 
 
 def trace(module) -> torch.fx.GraphModule:
-    """``torch.fx.symbolic_trace`` with ``Tracer``'s leaves."""
+    """``torch.fx.symbolic_trace`` with ``Tracer``'s leaves. A module that is itself a leaf
+    (a bare ``nn.BatchNorm2d`` or ``nn.ConvTranspose2d``), which fx would trace into as the
+    root, down to its Python's branches, is traced as the one layer of a container, named
+    as its class is (``batchnorm2d``)."""
     tracer = Tracer()
+    if tracer.is_leaf_module(module, ""):
+        module = torch.nn.Sequential(OrderedDict([(type(module).__name__.lower(), module)]))
     graph = tracer.trace(module)
     return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
 
