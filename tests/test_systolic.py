@@ -133,6 +133,45 @@ def test_ofmap_dram_writes(stationary):
     assert spilled == {"os": 0, "ws": 10, "is": 5}[stationary]
 
 
+def _array(stationary: str, side: int):
+    """The 32x32 preset of ``stationary`` with a ``side`` x ``side`` array."""
+    base = load_arch(f"systolic-32x32-{stationary}")
+    sections = {**base.sections, "systolic": dataclasses.replace(
+        base.params("systolic"), rows=side, cols=side)}
+    return dataclasses.replace(base, sections=sections)
+
+
+@pytest.mark.parametrize("side", [2, 5, 24, 32, 48])
+@pytest.mark.parametrize("x_shape, k", [((1, 40, 8, 8), 16), ((2, 3, 3, 8), 2),
+                                        ((1, 48, 7, 7), 64)])
+def test_ws_reads_an_input_that_fits_once_whatever_the_rows(side, x_shape, k):
+    """An input that fits the ifmap buffer crosses DRAM once (every pixel of these layers
+    is read by some window: the tensor's own bytes), on the fast model and the emulator,
+    also where the array's rows do not divide the reduction terms. The row folds' channel
+    sets then overlap and each set was held whole: 2-9x the input on the preset, 99-198x
+    on ResNet-18's layer4_0_conv2 at 24 and 48 rows."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((k, x_shape[1], 3, 3)).astype(np.float32)
+    assert x.nbytes <= 32 * 1024  # the active half of the preset's 64 KiB ifmap SRAM
+    for emulate in (False, True):
+        _, st = npusim.conv2d(x, w, padding=1, arch=_array("ws", side), emulate=emulate,
+                              emulate_limit=None)
+        assert st.dram_ifmap_bytes == x.nbytes, (side, emulate)
+
+
+@pytest.mark.parametrize("side", [16, 24, 32, 48])
+def test_resnet18_s_last_stage_input_crosses_dram_once_on_any_ws_array(side):
+    """layer4_0_conv2's int8 input, 512 x 7 x 7 = 25,088 bytes, fits the 32 KiB active
+    half: read once however many rows the array has (it read 198x at 24 rows and 99x at
+    48, which made the layer DRAM-bound there)."""
+    from npusim.frontends import zoo
+
+    layer = zoo.build("resnet18").layers["layer4_0_conv2"]
+    st = simulate_shapes([layer], _array("ws", side), dtype="int8").layers[0]
+    assert st.dram_ifmap_bytes == 512 * 7 * 7 and st.bound == "compute"
+
+
 def test_stats_are_additive_and_scale_with_dtype():
     layers = read_topology(DATA / "Resnet18.csv")
     arch = load_arch("systolic-32x32-ws").with_memory(dram_bytes_per_cycle="unlimited")

@@ -152,8 +152,9 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
     - WS: filters = the fold's stationary tile (loaded again for every stream tile);
       ifmap = the channels the row fold's reduction terms cover (terms are tap-major,
       channel-fastest: taps of the same channels read the same pixels), the stream
-      tile's share of them, a fold fetching at most its streamed words; ofmap = the
-      column fold's outputs of the stream tile, accumulated over its row folds.
+      tile's share of those no earlier row fold read held (``_channel_blocks``), a fold
+      fetching at most its streamed words; ofmap = the column fold's outputs of the
+      stream tile, accumulated over its row folds.
     - IS: ifmap = the fold's stationary tile (its share of the used input, loaded again
       for every stream tile); filters = the row fold's reduction terms of the stream
       tile's filters; ofmap = the column fold's outputs of those filters.
@@ -216,11 +217,16 @@ def _share(total, start, stop, whole: int):
 
 
 def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
-    """WS ifmap blocks: (ids, bytes a fold fetches, block size) of the channel set each
-    row fold's reduction terms cover, for the fold's stream tile (pixels ``t0`` on,
-    ``t_in`` of them). The block is the tile's share of the used pixels of those channels
-    (the union over the taps that read them); a fold that must fetch it streams at most
-    its own words (``t_in`` per term, fewer than the used pixels when the taps are sparse)."""
+    """WS ifmap blocks: (ids, bytes a fold fetches, bytes the block adds to what is held)
+    of the channel set each row fold's reduction terms cover, for the fold's stream tile
+    (pixels ``t0`` on, ``t_in`` of them). A fold that must fetch its block streams at most
+    its own words (``t_in`` per term, fewer than the used pixels when the taps are sparse).
+    Where the array's rows do not divide the terms the folds' channel sets overlap, and the
+    pixels of a channel are held once whatever sets read them: a block adds only the
+    tile's share of the used pixels of the channels no earlier row fold read (the terms
+    are tap-major, channel-fastest, so the row folds before ``r`` read the first
+    ``r x rows`` channels, all of them from the first full pass on). The sets' whole
+    sizes counted a shared channel once per set: an input that fits read 2-200x."""
     Cg, M = layer.Cg, layer.N * layer.P * layer.Q
     start = r * m.rows
     terms = np.minimum(m.rows, m.a - start)
@@ -229,8 +235,10 @@ def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
     lo, hi = np.where(whole, 0, lo), np.where(whole, Cg - 1, hi)
     ids = ((g * Cg + lo) * Cg + hi) * m.stream_tiles + t0 // m.stream_tile
     used = layer.N * used_input_pixels(layer)
-    size = _share(np.minimum(terms, Cg) * used * elem, t0, t0 + t_in, M)
-    return ids, np.minimum(t_in * terms * elem, size), size
+    fold = _share(np.minimum(terms, Cg) * used * elem, t0, t0 + t_in, M)
+    new = np.maximum(0, np.minimum(start + terms, Cg) - start)
+    return ids, np.minimum(t_in * terms * elem, fold), _share(new * used * elem, t0,
+                                                              t0 + t_in, M)
 
 
 def counts(layer: ConvLayer, arch, folds: int, busy_cycles: int, mapped_pe_busy_cycles: int,

@@ -275,18 +275,25 @@ def _run_reduction_folds(stat_of, stream_of, bias_out, Kr, B, T, rows, cols, dty
 def _run_ws(ifm, wm, bias, rows, cols, log, group, tile=0):
     """WS: reduction on rows, filters on columns, pixels streamed (T = M). The ifmap
     block of a fold: the channels its reduction rows cover (tap-major, channel-fastest:
-    taps of the same channels read the same pixels), the stream tile's share of their
-    used input, a fold fetching at most the words it streams; the filter block: the
-    stationary tile; the ofmap block: the column fold's outputs of the stream tile."""
+    taps of the same channels read the same pixels), a fold fetching at most the words
+    it streams of the stream tile's share of their used input; what the block adds to the
+    buffer is the share of the channels no earlier fold of the stream tile read (sets
+    overlap where the rows do not divide the terms, a channel's pixels are held once); the
+    filter block: the stationary tile; the ofmap block: the column fold's outputs of the
+    stream tile."""
     g, Cg, used = group
     M, Kr, F = ifm.shape[0], ifm.shape[1], wm.shape[1]
+    seen: dict[int, set] = {}  # stream tile -> the channels its folds have read
 
     def log_fold(bs, ts, ks, c, moved):
         channels = frozenset(k % Cg for k in range(ks.start, ks.stop))
+        read = seen.setdefault(ts.start, set())
+        added = share(len(channels - read) * used, ts.start, ts.stop, M)
+        read |= channels
         block = share(len(channels) * used, ts.start, ts.stop, M)
         terms, pixels, filters = ks.stop - ks.start, ts.stop - ts.start, bs.stop - bs.start
         log.fold(c, terms * filters, moved,
-                 ((g, channels, ts.start), min(pixels * terms * log.elem, block), block),
+                 ((g, channels, ts.start), min(pixels * terms * log.elem, block), added),
                  ((g, bs.start, ks.start), terms * filters * log.elem),
                  ((g, bs.start, ts.start), pixels * filters))
 
