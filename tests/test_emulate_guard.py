@@ -182,3 +182,19 @@ def test_a_hybrid_conv_no_member_can_emulate_in_time_is_refused_up_front():
     with pytest.raises(NpusimError, match="^" + re.escape(
             f"{name}: the {fewest} emulator would take about {steps[name][fewest]:.3g} steps")):
         npusim.simulate(graph, x, arch, mode="emulate", emulate_limit=1)
+
+
+def test_a_depthwise_layer_s_estimate_deals_each_group_its_own_kernel_sets():
+    """The sparse-pairs emulator deals each conv group separately: a depthwise layer is K
+    sets of one kernel, by hand pixels x 256 sets x 9 positions x 33 (a tick of each of
+    the 32 processors, and the gather). Dealt over all K kernels (8 sets of 32) it read
+    3.0e7, so a 256-channel 112 x 112 layer (77 s) passed the default limit of 4e7."""
+    arch = load_arch("sparse-pairs-32x32")
+    layer = ConvLayer(1, 256, 112, 112, 256, 3, 3, padding=1, groups=256, name="dw")
+    steps = get("sparse-pairs").emulate_steps(layer, arch)
+    assert steps == 112 * 112 * 256 * 9 * 33 > 4e7
+    small = ConvLayer(1, 8, 6, 6, 8, 3, 3, padding=1, groups=8, name="dw")
+    x = np.ones(small.input_shape, np.float32)
+    _, st = get("sparse-pairs").emulate(small, x, np.ones(small.weight_shape, np.float32), None,
+                                        arch)
+    assert get("sparse-pairs").emulate_steps(small, arch) >= st.macs  # still an upper bound

@@ -11,7 +11,9 @@ turns that into time on an ``arch.Memory``:
   at first use. Otherwise a block is fetched again each time a step uses it after a
   step that used another block (consecutive reuse is free): what LRU gives on the
   machines' cyclic loop orders, where a working set larger than the buffer thrashes.
-  A block larger than the buffer cannot stay: it streams through on every use.
+  A block larger than the buffer cannot stay: it streams through on every use. Blocks
+  that share data (overlapping channel sets, weights paired differently) say what each
+  adds to the buffer (``ifmap_held``, ``filter_held``): shared data is held once.
 - **Outputs.** Each output block is written to DRAM once, after its last step. If the
   blocks open at once overflow the ofmap SRAM, a block left before its last step
   spills its partial sums (``psum_bytes``, written) and reads them back on return;
@@ -54,11 +56,16 @@ from .errors import ConfigError, LayerError
 # in 1e12 of the stall (a sum of many steps' stalls is off by more than 1e-9 past 1e6 cycles)
 _EPS, _REL_EPS = 1e-9, 1e-12
 
-_ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
-           "filter_size", "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
+_ARRAYS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "ifmap_held", "filter",
+           "filter_bytes", "filter_size", "filter_held", "ofmap", "ofmap_bytes", "psum_bytes",
+           "sram_bytes")
 _IDS = ("ifmap", "filter", "ofmap")
-# every array but compute: (name, the field an unset block size falls back to, is it ids)
-_FIELDS = tuple((name, name.replace("_size", "_bytes"), name in _IDS) for name in _ARRAYS[1:])
+_DEFAULTS = {"ifmap_size": "ifmap_bytes", "filter_size": "filter_bytes"}
+_HELD = {"ifmap_held": "ifmap_size", "filter_held": "filter_size"}  # left None when not given
+# every array but compute and the held bytes: (name, the field an unset one falls back to,
+# is it ids)
+_FIELDS = tuple((name, _DEFAULTS.get(name, name), name in _IDS) for name in _ARRAYS[1:]
+                if name not in _HELD)
 
 
 def _int64(value) -> np.ndarray:
@@ -91,6 +98,12 @@ class Steps:
                     only part of it (taps of one channel set read different pixels):
                     held on chip and, when the operand fits, fetched once at first
                     use; by default the same as ``*_bytes``
+    ifmap_held, filter_held: (n,) optional: the bytes block i adds to what its buffer
+                    holds, where blocks share data (overlapping channel sets; weight
+                    partitions that lanes pair differently from step to step): what its
+                    first use fetches, and counts towards the buffer, while the operand
+                    fits; None (the default) is the same as ``*_size`` (``array``), so a
+                    ``dataclasses.replace`` of the size moves it too
     ofmap:          (n,) id of the output block step i accumulates into (-1: none)
     ofmap_bytes:    (n,) bytes of that output block as written to DRAM (final outputs)
     psum_bytes:     (n,) bytes of that block's partial sums if spilled (accumulator
@@ -123,6 +136,8 @@ class Steps:
     compute_bound: str = "compute"
     psum_size: np.ndarray | int | None = None
     ofmap_capacity: int | None = None
+    ifmap_held: np.ndarray | int | None = None
+    filter_held: np.ndarray | int | None = None
 
     def __post_init__(self):
         compute = _int64(self.compute)
@@ -136,7 +151,7 @@ class Steps:
         counted = [compute]  # the arrays of cycles and bytes, checked for negatives at once
         for name, fallback, is_id in _FIELDS:
             value = getattr(self, name)
-            if value is None:  # a block size not given: the bytes fetched
+            if value is None:  # a block size not given: the bytes fetched (held: the size)
                 value = getattr(self, fallback)
             if type(value) is int:  # the common scalar: no array to inspect
                 if value < 0 and not is_id:
@@ -152,8 +167,17 @@ class Steps:
             if not is_id:
                 counted.append(arr)
             setattr_(self, name, arr)
+        for name in _HELD:
+            value = getattr(self, name)
+            if value is not None:
+                arr = _int64(value)
+                if arr.shape != shape:
+                    raise LayerError(f"Steps.{name}: shape {arr.shape}, must be ({n},) like "
+                                     "compute")
+                counted.append(arr)
+                setattr_(self, name, arr)
         if _least(counted) < 0:
-            name = next(k for k in _ARRAYS if k not in _IDS and getattr(self, k).min() < 0)
+            name = next(k for k in _ARRAYS if k not in _IDS and self.array(k).min() < 0)
             raise LayerError(f"Steps.{name}: negative values; cycles and bytes are >= 0")
         if self.psum_size is not None:
             size = np.asarray(self.psum_size, np.int64)
@@ -169,6 +193,12 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.compute)
+
+    def array(self, name: str) -> np.ndarray:
+        """The array ``name`` (a field of ``_ARRAYS``), a held-bytes field that was not
+        given being its operand's block sizes."""
+        value = getattr(self, name)
+        return getattr(self, _HELD[name]) if value is None else value
 
 
 @dataclass(frozen=True)
@@ -275,21 +305,22 @@ def _used_positions(ids: np.ndarray):
     return np.flatnonzero(ids >= 0)
 
 
-def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray,
+def _input_fetches(ids: np.ndarray, nbytes: np.ndarray, size: np.ndarray, held: np.ndarray,
                    capacity: float, j: _Joined, out: np.ndarray) -> None:
     """Into ``out`` (zeros), the DRAM bytes of one input operand fetched before each step
     (see the module doc): ``nbytes`` what a step fetches of a block not resident, ``size``
-    the whole block; each layer of ``j`` on its own."""
+    the whole block, ``held`` what the block adds to the buffer at its first use; each
+    layer of ``j`` on its own."""
     pos = _used_positions(ids)
     if pos is None:
-        v, b, whole, layer, at = ids, nbytes, size, j.layer, out
+        v, b, whole, adds, layer, at = ids, nbytes, size, held, j.layer, out
     elif len(pos) == 0:
         return
     else:
-        v, b, whole, layer = ids[pos], nbytes[pos], size[pos], j.layer[pos]
+        v, b, whole, adds, layer = ids[pos], nbytes[pos], size[pos], held[pos], j.layer[pos]
         at = np.zeros(len(pos), np.int64)
     first, _, change, peak, _ = _first_last(v, layer, j.layers)
-    at_first = whole[first]
+    at_first = adds[first]
     fits = peak(at_first) <= capacity  # per layer: every block held from first to last use
     if fits.all():
         at[first] = at_first
@@ -373,7 +404,7 @@ class _Joined:
         if self.layers == 1:
             (s,) = steps
             for name in _ARRAYS:
-                setattr(self, name, getattr(s, name))
+                setattr(self, name, s.array(name))
             self.layer = np.zeros(len(s), np.int64)
             self.starts, self.ends = np.zeros(1, np.int64), np.array([len(s) - 1])
         else:
@@ -382,7 +413,7 @@ class _Joined:
             self.starts = self.ends - sizes + 1
             self.layer = np.repeat(np.arange(self.layers), sizes)
             for name in _ARRAYS:
-                setattr(self, name, np.concatenate([getattr(s, name) for s in steps]))
+                setattr(self, name, np.concatenate([s.array(name) for s in steps]))
             offset = self.layer * ID_SPAN
             for name in _IDS:
                 ids = getattr(self, name)
@@ -401,9 +432,9 @@ def _moved(j: _Joined, memory) -> np.ndarray:
     """``traffic`` of the joined layers as one array, 4 x steps (bytes): ifmap, filter,
     psum_in, ofmap_out."""
     moved = np.zeros((4, len(j.compute)), np.int64)
-    _input_fetches(j.ifmap, j.ifmap_bytes, j.ifmap_size,
+    _input_fetches(j.ifmap, j.ifmap_bytes, j.ifmap_size, j.ifmap_held,
                    usable_bytes(memory.ifmap_sram_kb, memory), j, moved[0])
-    _input_fetches(j.filter, j.filter_bytes, j.filter_size,
+    _input_fetches(j.filter, j.filter_bytes, j.filter_size, j.filter_held,
                    usable_bytes(memory.filter_sram_kb, memory), j, moved[1])
     sram = usable_bytes(memory.ofmap_sram_kb, memory)
     capacity = np.array([sram if s.ofmap_capacity is None else s.ofmap_capacity
@@ -537,9 +568,9 @@ def _one_step(steps: Steps, memory) -> Timing:
     compute, moved = int(steps.compute[0]), int(steps.sram_bytes[0])
     if ifmap < 0 and filt < 0 and ofmap < 0:
         return on_chip_timing(compute, moved, memory, steps.compute_bound)
-    fetched = [_one_fetch(ifmap, steps.ifmap_bytes, steps.ifmap_size,
+    fetched = [_one_fetch(ifmap, steps.ifmap_bytes, steps.array("ifmap_held"),
                           usable_bytes(memory.ifmap_sram_kb, memory)),
-               _one_fetch(filt, steps.filter_bytes, steps.filter_size,
+               _one_fetch(filt, steps.filter_bytes, steps.array("filter_held"),
                           usable_bytes(memory.filter_sram_kb, memory)), 0]
     written = int(steps.ofmap_bytes[0]) if ofmap >= 0 else 0  # no spill: a step's block
     sram = (None if unlimited(memory.sram_bytes_per_cycle)  # is never left and entered
@@ -554,12 +585,12 @@ def _one_step(steps: Steps, memory) -> Timing:
                    0.0 if sram is None else sram, memory)
 
 
-def _one_fetch(block: int, nbytes: np.ndarray, size: np.ndarray, capacity: float) -> int:
-    """DRAM bytes one step fetches of the input ``block`` (-1: none): the whole block when
-    it fits its buffer, else the step's bytes (``_input_fetches`` on one step)."""
+def _one_fetch(block: int, nbytes: np.ndarray, held: np.ndarray, capacity: float) -> int:
+    """DRAM bytes one step fetches of the input ``block`` (-1: none): what the block holds
+    when that fits its buffer, else the step's bytes (``_input_fetches`` on one step)."""
     if block < 0:
         return 0
-    whole = int(size[0])
+    whole = int(held[0])
     return whole if whole <= capacity else int(nbytes[0])
 
 

@@ -171,7 +171,7 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
     b_in = np.minimum(m.cols, m.b - c * m.cols)   # columns likewise
     t0 = tt * m.stream_tile
     t_in = np.minimum(m.stream_tile, m.t - t0)    # streamed vectors of the fold
-    ifmap_size = None
+    ifmap_size = ifmap_held = None
     ifmap_group = layer.N * layer.Cg * used_input_pixels(layer) * elem
     if m.stationary == "os":
         ifmap, ifmap_b = g * R + r, _share(ifmap_group, r * m.rows, r * m.rows + a_in, M)
@@ -179,7 +179,8 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
         ofmap, out_words = ((g * C + c) * NT + tt) * R + r, a_in * b_in
         words = (a_in * Kr, Kr * b_in, a_in * b_in)
     elif m.stationary == "ws":
-        ifmap, ifmap_b, ifmap_size = _channel_blocks(layer, m, g, r, t0, t_in, elem)
+        ifmap, ifmap_b, ifmap_size, ifmap_held = _channel_blocks(layer, m, g, r, t0, t_in,
+                                                                 elem)
         filt, filt_b = (g * C + c) * R + r, a_in * b_in * elem
         ofmap, out_words = (g * C + c) * NT + tt, t_in * b_in
         words = (t_in * a_in, a_in * b_in, t_in * b_in)
@@ -196,6 +197,7 @@ def fold_steps(layer: ConvLayer, m: Mapping, elem: int) -> Steps:
     return Steps(compute=compute, ifmap=_per_fold(ifmap, shape),
                  ifmap_bytes=_per_fold(ifmap_b, shape),
                  ifmap_size=None if ifmap_size is None else _per_fold(ifmap_size, shape),
+                 ifmap_held=None if ifmap_held is None else _per_fold(ifmap_held, shape),
                  filter=_per_fold(filt, shape), filter_bytes=_per_fold(filt_b, shape),
                  ofmap=_per_fold(ofmap, shape), ofmap_bytes=_per_fold(out_words * elem, shape),
                  psum_bytes=_per_fold(out_words * 4, shape),
@@ -217,16 +219,17 @@ def _share(total, start, stop, whole: int):
 
 
 def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
-    """WS ifmap blocks: (ids, bytes a fold fetches, bytes the block adds to what is held)
-    of the channel set each row fold's reduction terms cover, for the fold's stream tile
-    (pixels ``t0`` on, ``t_in`` of them). A fold that must fetch its block streams at most
-    its own words (``t_in`` per term, fewer than the used pixels when the taps are sparse).
-    Where the array's rows do not divide the terms the folds' channel sets overlap, and the
-    pixels of a channel are held once whatever sets read them: a block adds only the
-    tile's share of the used pixels of the channels no earlier row fold read (the terms
-    are tap-major, channel-fastest, so the row folds before ``r`` read the first
-    ``r x rows`` channels, all of them from the first full pass on). The sets' whole
-    sizes counted a shared channel once per set: an input that fits read 2-200x."""
+    """WS ifmap blocks: (ids, bytes a fold fetches, block size, bytes the block adds to
+    what is held) of the channel set each row fold's reduction terms cover, for the fold's
+    stream tile (pixels ``t0`` on, ``t_in`` of them). The block is the tile's share of
+    the used pixels of those channels; a fold that must fetch it streams at most its own
+    words (``t_in`` per term, fewer than the used pixels when the taps are sparse). Where
+    the array's rows do not divide the terms the folds' channel sets overlap, and a
+    channel's pixels are held once whatever sets read them: a block adds only the share
+    of the channels no earlier row fold read (the terms are tap-major, channel-fastest, so
+    the row folds before ``r`` read the first ``r x rows`` channels, all of them from the
+    first full pass on). Counted whole, a shared channel counted once per set: an input
+    that fits read 2-200x."""
     Cg, M = layer.Cg, layer.N * layer.P * layer.Q
     start = r * m.rows
     terms = np.minimum(m.rows, m.a - start)
@@ -235,10 +238,10 @@ def _channel_blocks(layer: ConvLayer, m: Mapping, g, r, t0, t_in, elem: int):
     lo, hi = np.where(whole, 0, lo), np.where(whole, Cg - 1, hi)
     ids = ((g * Cg + lo) * Cg + hi) * m.stream_tiles + t0 // m.stream_tile
     used = layer.N * used_input_pixels(layer)
-    fold = _share(np.minimum(terms, Cg) * used * elem, t0, t0 + t_in, M)
+    size = _share(np.minimum(terms, Cg) * used * elem, t0, t0 + t_in, M)
     new = np.maximum(0, np.minimum(start + terms, Cg) - start)
-    return ids, np.minimum(t_in * terms * elem, fold), _share(new * used * elem, t0,
-                                                              t0 + t_in, M)
+    held = _share(new * used * elem, t0, t0 + t_in, M)
+    return ids, np.minimum(t_in * terms * elem, size), size, held
 
 
 def counts(layer: ConvLayer, arch, folds: int, busy_cycles: int, mapped_pe_busy_cycles: int,

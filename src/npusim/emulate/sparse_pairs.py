@@ -283,21 +283,25 @@ def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
     one output row (Q pixels from the unit's first) of each unit of the wave, ending when
     the last of them has done it; it names the feature chunk it reads (of the conv groups
     its wave's kernels belong to: a block per chunk and set of groups, the sets numbered as
-    the waves meet them), the weight groups its wave loads (at the wave's first step), its
-    outputs and its SRAM bytes (the kernel loads where they happened, the other traffic in
-    proportion to cycles)."""
+    the waves meet them; sets that share a group hold its features once, so a block adds
+    to the buffer only its groups no set met before had), the weight groups its wave
+    loads (at the wave's first step), its outputs and its SRAM bytes (the kernel loads
+    where they happened, the other traffic in proportion to cycles)."""
     Q = m.layer.Q
     features = _chunk_features(m)
     chunks = len(features[0])
     sets: dict[frozenset, int] = {}
-    rows = []  # per step: compute, ifmap block and bytes, wave or -1, weight, output and
-    #            kernel-load bytes
+    new: dict[frozenset, frozenset] = {}  # set -> its groups no set met before had
+    rows = []  # per step: compute, ifmap block and bytes and bytes new to the buffer, wave
+    #            or -1, weight, output and kernel-load bytes
     edge, waves = 0, max(len(g.log) for g in groups)
     for wave in range(waves):
         units = [g.log[wave] for g in groups if wave < len(g.log)]
         weight_bytes = sum(m.stored[k] for wg in sorted({u["wg"] for u in units})
                            for k in m.groups[wg])
         read = frozenset(k // m.layer.Kg for u in units for k in m.groups[u["wg"]])
+        if read not in sets:
+            new[read] = read.difference(*sets)
         block = sets.setdefault(read, len(sets)) * chunks
         for c in range(max(-(-len(u["ends"]) // Q) for u in units)):
             taking = [u for u in units if c * Q < len(u["ends"])]
@@ -308,12 +312,13 @@ def _steps(m: Machine, groups: list[Group], sram_total: int) -> Steps:
                 outputs += len(span) * len(m.groups[u["wg"]]) * m.elem
                 loads += sum(u["loads"][i] for i in span)
             rows.append((max(end, edge) - edge, block + c, sum(features[g][c] for g in read),
+                         sum(features[g][c] for g in new[read]),
                          wave if c == 0 else -1, weight_bytes if c == 0 else 0, outputs, loads))
             edge = max(end, edge)
-    compute, ifmap, ifmap_bytes, wave_id, wbytes, obytes, loads = (
+    compute, ifmap, ifmap_bytes, ifmap_held, wave_id, wbytes, obytes, loads = (
         list(col) for col in zip(*rows, strict=True))
     rest = apportion(sram_total - sum(loads), compute)
-    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes,
+    return Steps(compute=compute, ifmap=ifmap, ifmap_bytes=ifmap_bytes, ifmap_held=ifmap_held,
                  filter=wave_id, filter_bytes=wbytes, ofmap=list(range(len(rows))),
                  ofmap_bytes=obytes, sram_bytes=[a + b for a, b in zip(loads, rest, strict=True)])
 
@@ -375,10 +380,13 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:
     """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md), dense (an
-    upper bound): every pixel meets every kernel set of ``processors_per_group`` kernels
-    once; that lasts one cycle per receptive-field position, in which every processor
-    ticks (a step each), after the field is gathered one position at a time (a step each;
-    measured: 0.7-1.2 us a step)."""
-    sets = -(-layer.K // p.processors_per_group)
+    upper bound): every pixel meets every kernel set once, a conv group's kernels dealt
+    ``processors_per_group`` to a set (a depthwise layer: a set of one kernel per group);
+    that lasts one cycle per receptive-field position, in which every processor ticks (a
+    step each), after the field is gathered one position at a time (a step each;
+    measured: 0.7-1.2 us a step). Dealt over the whole layer's kernels, a depthwise
+    layer's estimate was short of its sets of one kernel: a 256-channel 112 x 112 layer
+    read 3.0e7 steps, passed the limit and took 77 s."""
+    sets = layer.groups * -(-layer.Kg // p.processors_per_group)
     field = layer.Cg * layer.R * layer.S
     return layer.N * layer.P * layer.Q * sets * field * (p.processors_per_group + 1)

@@ -63,8 +63,8 @@ class FoldLog:
     bytes, cycles). ``block(operand, key)`` names the tile ``key`` of an operand:
     the same key, the same block id."""
 
-    FIELDS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
-              "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
+    FIELDS = ("compute", "ifmap", "ifmap_bytes", "ifmap_size", "ifmap_held", "filter",
+              "filter_bytes", "ofmap", "ofmap_bytes", "psum_bytes", "sram_bytes")
 
     def __init__(self, elem: int):
         self.elem = elem
@@ -79,10 +79,12 @@ class FoldLog:
     def fold(self, cycles: int, pes: int, words: int, ifmap: tuple, filt: tuple,
              ofmap: tuple) -> None:
         """One fold: its cycles, PEs holding work, words at its edges; ``ifmap`` (key,
-        bytes fetched, block bytes), ``filt`` (key, bytes), ``ofmap`` (key, output words)."""
+        bytes fetched, block bytes[, bytes it adds to the buffer held: by default the
+        block's]), ``filt`` (key, bytes), ``ofmap`` (key, output words)."""
         out_words = ofmap[1]
         self.mapped += pes * cycles
-        self.rows.append((cycles, self.block("ifmap", ifmap[0]), ifmap[1], ifmap[2],
+        held = ifmap[3] if len(ifmap) > 3 else ifmap[2]
+        self.rows.append((cycles, self.block("ifmap", ifmap[0]), ifmap[1], ifmap[2], held,
                           self.block("filter", filt[0]), filt[1], self.block("ofmap", ofmap[0]),
                           out_words * self.elem, out_words * PSUM_BYTES, words * self.elem))
 
@@ -275,8 +277,8 @@ def _run_reduction_folds(stat_of, stream_of, bias_out, Kr, B, T, rows, cols, dty
 def _run_ws(ifm, wm, bias, rows, cols, log, group, tile=0):
     """WS: reduction on rows, filters on columns, pixels streamed (T = M). The ifmap
     block of a fold: the channels its reduction rows cover (tap-major, channel-fastest:
-    taps of the same channels read the same pixels), a fold fetching at most the words
-    it streams of the stream tile's share of their used input; what the block adds to the
+    taps of the same channels read the same pixels), the stream tile's share of their
+    used input, a fold fetching at most the words it streams; what the block adds to the
     buffer is the share of the channels no earlier fold of the stream tile read (sets
     overlap where the rows do not divide the terms, a channel's pixels are held once); the
     filter block: the stationary tile; the ofmap block: the column fold's outputs of the
@@ -293,7 +295,8 @@ def _run_ws(ifm, wm, bias, rows, cols, log, group, tile=0):
         block = share(len(channels) * used, ts.start, ts.stop, M)
         terms, pixels, filters = ks.stop - ks.start, ts.stop - ts.start, bs.stop - bs.start
         log.fold(c, terms * filters, moved,
-                 ((g, channels, ts.start), min(pixels * terms * log.elem, block), added),
+                 ((g, channels, ts.start), min(pixels * terms * log.elem, block), block,
+                  added),
                  ((g, bs.start, ks.start), terms * filters * log.elem),
                  ((g, bs.start, ts.start), pixels * filters))
 
