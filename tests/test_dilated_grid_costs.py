@@ -4,6 +4,7 @@ the patent's map-major loop order (Fig. 15: each input map sweeps every pixel se
 previous map's partial sums reloaded, S1505) beside the tile-major order that keeps
 them in the MAC registers. Fast model and emulator alike."""
 
+import numpy as np
 import pytest
 from strategies import tensors
 from test_dilated_grid import arch_with
@@ -88,3 +89,25 @@ def test_map_major_partial_sums_spill_when_the_output_map_overflows():
         big = arch_with(10.0, loop_order=order)
         assert DF.estimate(layer, None, None, small).dram_ofmap_bytes == spilled
         assert DF.estimate(layer, None, None, big).dram_ofmap_bytes == out
+
+
+def test_first_loads_equal_plain_loops():
+    """Each tile's real input positions loaded for the first time, against sets built by
+    plain loops over random runs (they were counted from a tiles x runs x positions mask:
+    32 GiB on a 65,536-pixel row)."""
+    from npusim.dataflows.dilated_grid import first_loads
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        size, pad, tile, tiles = (int(v) for v in (rng.integers(1, 30), rng.integers(0, 4),
+                                                   rng.integers(1, 5), rng.integers(1, 12)))
+        runs = int(rng.integers(1, 4))
+        offsets = sorted(int(v) for v in rng.integers(0, 12, runs))
+        lengths = [int(v) for v in rng.integers(1, 8, runs)]
+        real, seen, want = set(range(pad, pad + size)), set(), []
+        for i in range(tiles):
+            loads = {x for off, n in zip(offsets, lengths, strict=True)
+                     for x in range(i * tile + off, i * tile + off + n)} & real
+            want.append(len(loads - seen))
+            seen |= loads
+        assert first_loads(size, pad, tile, tiles, offsets, lengths).tolist() == want

@@ -5,6 +5,8 @@ tests/test_group_tile.py). Every case is checked in the cycle emulator too."""
 
 import dataclasses
 
+import numpy as np
+import pytest
 from strategies import tensors
 
 import npusim
@@ -67,3 +69,69 @@ def test_activations_that_do_not_fit_the_narrow_memory_are_read_per_step():
     assert (kept.dram_ifmap_bytes, per_step.dram_ifmap_bytes) == (1024, 2816)
     assert kept.compute_cycles == per_step.compute_cycles == 8 * 3 * 128 + 1
     assert kept.cycles == 3073 + 1024 + 2
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3, 4])
+@pytest.mark.parametrize("channels, groups", [(96, 3), (48, 3), (16, 1), (64, 4)])
+def test_weights_that_fit_are_fetched_once_however_many_bus_lanes(lanes, channels, groups):
+    """C = K = ``channels``, 3x3, ``groups`` partitions, int8 on a 16 x 16 map (96 x 96 / 3:
+    27,648 bytes of weights, under the wide memory's 32 KiB active half). Each weight
+    crosses DRAM once, by hand K x C/g x 9 bytes, on both levels, with one bus lane or
+    several. With several, the lanes pair the partitions differently from step to step,
+    and each pairing counted as weights of its own: 3 x 18 KiB for 27 KiB, fetched again
+    every step, 256x the weights and 1.9x the cycles of one lane."""
+    layer = ConvLayer(1, channels, 16, 16, channels, 3, 3, padding=1, groups=groups,
+                      dtype="int8")
+    st_ = both(layer, arch_with(17.064, bus_inputs=lanes))
+    assert st_.dram_filter_bytes == channels * channels // groups * 9
+
+
+def _taps_read(size, pad, k, dil, stride, out):
+    """Per output position, the set of input positions its taps read (plain loops)."""
+    return [{o * stride + t * dil - pad for t in range(k)} & set(range(size))
+            for o in range(out)]
+
+
+def test_windows_counted_without_a_map_of_them_equal_plain_loops():
+    """Valid taps per output, the columns read, and each output row's new input rows for a
+    tile starting anywhere (``band_rows``), against sets built by plain loops, on random
+    axes: they were counted from an outputs x inputs matrix, 32 GiB on a 65,536-pixel row."""
+    from npusim.dataflows import group_tile as gt
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        H, R, d, st, pad = (int(v) for v in (rng.integers(1, 20), rng.integers(1, 5),
+                                             rng.integers(1, 4), rng.integers(1, 4),
+                                             rng.integers(0, 3)))
+        P = (H + 2 * pad - d * (R - 1) - 1) // st + 1
+        if P < 1:
+            continue
+        reads = _taps_read(H, pad, R, d, st, P)
+        assert gt.valid_taps(H, pad, R, d, st, P).tolist() == [len(r) for r in reads]
+        assert gt.used_positions(H, pad, R, d, st, P) == len(set().union(*reads))
+        layer = ConvLayer(1, 2, H, 3, 2, R, 1, (st, 1), (pad, pad, 0, 0), (d, 1))
+        start = int(rng.integers(0, P))
+        seen, want = set(), [0] * start
+        for r in reads[start:]:
+            want.append(len(r - seen))
+            seen |= r
+        assert gt.band_rows(layer, np.arange(start, P)).tolist() == want
+
+
+def test_a_row_of_65536_pixels_runs_in_little_memory():
+    """A 1x1 conv over a 1 x 65,536 map, int8: its input crosses DRAM once (65,536 bytes),
+    in a process limited to 3 GiB of address space (the outputs x inputs map of the old
+    count asked for 32 GiB)."""
+    import subprocess
+    import sys
+
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+            "import npusim\nfrom npusim.ir import ConvLayer\n"
+            "layer = ConvLayer(1, 1, 1, 65536, 1, 1, 1, dtype='int8')\n"
+            "for arch in ('group-tile-64mac', 'dilated-grid-2x2'):\n"
+            "    st = npusim.simulate_shapes([layer], arch, dtype='int8').layers[0]\n"
+            "    print(st.dram_ifmap_bytes)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["65536", "65536"]

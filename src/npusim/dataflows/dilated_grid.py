@@ -87,15 +87,27 @@ def axis(size: int, pad: int, taps: int, rate: int, stride: int, out: int, tile:
     starts = np.arange(tiles)[:, None] * tile + np.array([rate * a for a, _ in chunks])
     ends = starts + np.array(set_len)
     loaded = np.maximum(np.minimum(ends, pad + size) - np.maximum(starts, pad), 0).sum(axis=1)
-    pos = np.arange(size) + pad
-    touched = ((pos >= starts[..., None]) & (pos < ends[..., None])).any(axis=1)
-    seen = np.cumsum(touched, axis=0) > 0
-    first = seen.sum(axis=1) - np.concatenate([[0], seen[:-1].sum(axis=1)])
+    first = first_loads(size, pad, tile, tiles, [rate * a for a, _ in chunks], set_len)
     lanes = np.arange(tiles)[:, None] * tile + np.arange(tile)
     kept = ((lanes % stride == 0) & (lanes // stride < out)).sum(axis=1)
     return Axis(tuple(chunks), tiles, dense, set_len, int(loaded.sum()),
                 tuple(int(v) for v in loaded), tuple(int(v) for v in first),
                 tuple(int(v) for v in kept))
+
+
+def first_loads(size: int, pad: int, tile: int, tiles: int, offsets, lengths) -> np.ndarray:
+    """(tiles,) the real input positions (``pad`` to ``pad + size``) each tile loads first:
+    tile i's run c loads ``[i x tile + offsets[c], ... + lengths[c])``. Each position's
+    first tile is found per run from the bounds of the tiles whose span holds it, in
+    memory of the axis's size (a tiles x runs x positions mask of them took 32 GiB on a
+    65,536-pixel row)."""
+    pos = np.arange(size) + pad
+    earliest = np.full(size, tiles)  # none
+    for off, length in zip(offsets, lengths, strict=True):
+        lo = np.maximum(0, -(-(pos - off - length + 1) // tile))  # first tile reaching it
+        hi = np.minimum(tiles - 1, (pos - off) // tile)  # last tile starting at or before it
+        earliest = np.where(lo <= hi, np.minimum(earliest, lo), earliest)
+    return np.bincount(earliest[earliest < tiles], minlength=tiles)
 
 
 def plan(layer: ConvLayer, p: Params) -> tuple[Axis, Axis]:

@@ -209,16 +209,21 @@ def schedule(layer: ConvLayer, p: Params, capacity: float = math.inf) -> Schedul
 
 def valid_taps(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> np.ndarray:
     """Per output position along one axis: kernel taps that land inside the input."""
-    return windows(size, pad, k, dil, stride, out).sum(axis=1)
+    return (tap_positions(size, pad, k, dil, stride, out) >= 0).sum(axis=1)
 
 
-def windows(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> np.ndarray:
-    """(out, size) bool: which input positions each output position's taps read."""
+def tap_positions(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> np.ndarray:
+    """(out, k) the input position each tap of each output position reads along one axis,
+    -1 where it reads padding (memory of out x k: an out x size map of them took 32 GiB on
+    a 65,536-pixel row)."""
     pos = np.arange(out)[:, None] * stride + np.arange(k)[None, :] * dil - pad
-    hit = np.zeros((out, size), np.int64)
-    o, t = np.nonzero((pos >= 0) & (pos < size))
-    np.add.at(hit, (o, pos[o, t]), 1)
-    return hit
+    return np.where((pos >= 0) & (pos < size), pos, -1)
+
+
+def used_positions(size: int, pad: int, k: int, dil: int, stride: int, out: int) -> int:
+    """Input positions along one axis that some tap of some output reads."""
+    pos = tap_positions(size, pad, k, dil, stride, out)
+    return int(np.unique(pos[pos >= 0]).size)
 
 
 def narrow_reads(layer: ConvLayer, ctl: Control) -> int:
@@ -239,13 +244,15 @@ def band_rows(layer: ConvLayer, rows: np.ndarray) -> np.ndarray:
     """(N x P,) input rows each output row's band brings for a tile that runs the global
     output rows (image x P + row) ``rows``: the rows of its window that no earlier row
     of the same image, from the tile's first row there, had read."""
-    win = windows(layer.H, layer.padding[0], layer.R, layer.dilation[0], layer.stride[0],
-                  layer.P) > 0
+    taps = tap_positions(layer.H, layer.padding[0], layer.R, layer.dilation[0],
+                         layer.stride[0], layer.P)
     out = np.zeros(layer.N * layer.P, np.int64)
     for n in np.unique(rows // layer.P).tolist():
         s = int(rows[rows // layer.P == n].min()) - n * layer.P
-        seen = (np.cumsum(win[s:], axis=0) > 0).sum(axis=1)
-        out[n * layer.P + s:(n + 1) * layer.P] = np.diff(seen, prepend=0)
+        read = taps[s:].ravel()  # row-major: an input row's first index is its first reader
+        found, at = np.unique(read, return_index=True)
+        first = at[found >= 0] // layer.R
+        out[n * layer.P + s:(n + 1) * layer.P] = np.bincount(first, minlength=layer.P - s)
     return out
 
 
@@ -263,25 +270,41 @@ def tile_memory(layer: ConvLayer, ctl: Control, p: Params, order: np.ndarray) ->
     count = (units >= 0).sum(axis=1)
     per_pixel = ctl.groups * ctl.k_blocks
     last_row = units[np.arange(len(units)), count - 1] // per_pixel // layer.Q
-    cols = int((windows(layer.W, layer.padding[2], layer.S, layer.dilation[1], layer.stride[1],
-                        layer.Q).sum(axis=0) > 0).sum())
+    cols = used_positions(layer.W, layer.padding[2], layer.S, layer.dilation[1],
+                          layer.stride[1], layer.Q)
     band = band_rows(layer, order // per_pixel // layer.Q)[last_row] * cols * layer.C * elem
     rows_t, cols_t = axis_taps(layer)
     pix = np.where(units >= 0, units // per_pixel, 0)
     taps = rows_t[pix // layer.Q % layer.P] * cols_t[pix % layer.Q] * layer.Cg
     reads = np.where(units >= 0, taps, 0).sum(axis=1)
-    blocks = np.where(units >= 0, units % per_pixel, -1)
+    ids, fetched, added = weight_blocks(ctl, np.where(units >= 0, units % per_pixel, -1), elem)
     return {"compute": own, "ifmap": last_row, "ifmap_bytes": reads * elem, "ifmap_size": band,
-            "filter": rows_as_ids(blocks),
-            "filter_bytes": st.outputs * ctl.taps * elem, "ofmap_bytes": st.outputs * elem,
+            "filter": ids, "filter_bytes": fetched, "filter_held": added,
+            "ofmap_bytes": st.outputs * elem,
             "sram_bytes": reads * elem + st.words * ctl.taps * WORD_BYTES + st.outputs * elem}
 
 
-def rows_as_ids(rows: np.ndarray) -> np.ndarray:
-    """One id per distinct row of ``rows`` (n x m ids): the column itself when m = 1."""
-    if rows.shape[1] == 1:
-        return rows[:, 0]
-    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+def weight_blocks(ctl: Control, blocks: np.ndarray, elem: int):
+    """Per step of a tile, from the (partition, output block) of each unit it runs
+    (``blocks``, steps x subsets, -1 for an idle lane): (an id per set of weight blocks;
+    the bytes of the set, each block once, what a step fetches when it is not resident;
+    the bytes of its blocks no earlier step read, what it adds to the wide memory held).
+    Lanes that pair the partitions differently from step to step read the same weights,
+    and two units of one block in a step read them once: counted per combination, weights
+    that fit were fetched again and again."""
+    bytes_of = np.where(blocks >= 0, unit_widths(ctl, np.maximum(blocks, 0)) * ctl.taps * elem,
+                        0)
+    repeat = np.zeros(blocks.shape, bool)  # a block an earlier lane of the step has
+    for j in range(1, blocks.shape[1]):
+        repeat[:, j] = (blocks[:, :j] == blocks[:, j:j + 1]).any(axis=1)
+    sets = np.sort(np.where(repeat, -1, blocks), axis=1)
+    ids = sets[:, 0] if sets.shape[1] == 1 else np.unique(
+        sets, axis=0, return_inverse=True)[1].reshape(-1)
+    flat = blocks.ravel()
+    first = np.zeros(flat.shape, bool)
+    first[np.unique(flat, return_index=True)[1]] = True  # each block's first use
+    added = np.where(first & (flat >= 0), bytes_of.ravel(), 0).reshape(blocks.shape)
+    return ids, np.where(repeat, 0, bytes_of).sum(axis=1), added.sum(axis=1)
 
 
 def tile_buffers(arch):
@@ -302,7 +325,8 @@ def tile_fetches(q: dict, mem) -> dict:
     whole = q["ifmap_size"] <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
     st = memory.Steps(compute=q["compute"], ifmap=q["ifmap"], ifmap_size=q["ifmap_size"],
                       ifmap_bytes=np.where(whole, q["ifmap_size"], q["ifmap_bytes"]),
-                      filter=q["filter"], filter_bytes=q["filter_bytes"])
+                      filter=q["filter"], filter_bytes=q["filter_bytes"],
+                      filter_held=q["filter_held"])
     t = memory.traffic(st, mem)
     return {**q, "ifmap_fetch": t["ifmap"], "filter_fetch": t["filter"]}
 
@@ -337,10 +361,11 @@ def memory_steps(layer: ConvLayer, p: Params, mem) -> memory.Steps:
     ``mem`` each (``tile_buffers``): step i runs the i-th group of ``subsets`` work units
     on every tile. Its cycles are its taps plus its wait on the output bus (the last step
     adds the final drain): they sum to the tile's cycles. Per tile, blocks: the step's
-    weights (its partitions and output blocks: one id per combination; bytes = the
-    weights, every tap); the input band of its last unit's output row (size: the input
-    rows no earlier row of the tile read, every used column, all channels; a step that
-    finds it gone fetches its own taps' activations); its outputs, written once. Each
+    weights (the set of its partitions and output blocks, ``weight_blocks``: bytes = the
+    set's weights, every tap; held = those no earlier step read); the input band of its
+    last unit's output row (size: the input rows no earlier row of the tile read, every
+    used column, all channels; a step that finds it gone fetches its own taps'
+    activations); its outputs, written once. Each
     tile fetches its own copy of the weights and input rows it needs: distributing a
     layer over tiles costs DRAM bytes."""
     ctl = control(layer, p)

@@ -210,25 +210,34 @@ def bands(layer: ConvLayer, units: list[Unit]) -> dict:
 
 def tile_log(layer: ConvLayer, c: Counts) -> dict:
     """One tile's steps as it ran them: cycles from the end of the last step to the end of
-    this one; the weights it loaded (block: which partitions and output blocks); the input
-    band of its last unit's output row (whole rows: every used column, all channels) and
-    the activations its taps read; its outputs."""
+    this one; the weights it loaded (block: the set of partitions and output blocks its
+    units use; bytes: those weights, each once; what the block adds to the wide memory:
+    the weights no earlier step loaded, since lanes that pair partitions differently from
+    step to step read the same weights); the input band of its last unit's output row
+    (whole rows: every used column, all channels) and the activations its taps read; its
+    outputs."""
     elem, out = element_bytes(layer.dtype), {k: [] for k in (
-        "compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes", "ofmap_bytes",
-        "sram_bytes")}
+        "compute", "ifmap", "ifmap_bytes", "ifmap_size", "filter", "filter_bytes",
+        "filter_held", "ofmap_bytes", "sram_bytes")}
     band = bands(layer, [u for step in c.log for u in step["units"]])
     row_bytes = used_columns(layer) * layer.C * elem
+    kernel_bytes = layer.Cg * layer.R * layer.S * elem  # one output channel's weights
     blocks: dict = {}
+    loaded: set = set()  # (partition, first output channel) of every block loaded so far
     prev = 0
     for step in c.log:
         units = step["units"]
         width = sum(u.width for u in units)
+        weights = {(u.group, u.k0): u.width for u in units}  # the step's blocks, each once
         out["compute"].append(step["end"] - prev)
         out["ifmap"].append(units[-1].n * layer.P + units[-1].p)
         out["ifmap_size"].append(band[(units[-1].n, units[-1].p)] * row_bytes)
         out["ifmap_bytes"].append(step["reads"] * elem)
-        out["filter"].append(blocks.setdefault(tuple((u.group, u.k0) for u in units), len(blocks)))
-        out["filter_bytes"].append(width * layer.Cg * layer.R * layer.S * elem)
+        out["filter"].append(blocks.setdefault(frozenset(weights), len(blocks)))
+        out["filter_bytes"].append(sum(weights.values()) * kernel_bytes)
+        out["filter_held"].append(sum(v for k, v in weights.items() if k not in loaded)
+                                  * kernel_bytes)
+        loaded |= weights.keys()
         out["ofmap_bytes"].append(width * elem)
         out["sram_bytes"].append((step["reads"] + width) * elem + step["words"] * WORD_BYTES)
         prev = step["end"]
@@ -251,7 +260,8 @@ def fetched(log: dict, mem) -> dict[str, np.ndarray]:
     moved = traffic(Steps(compute=log["compute"], ifmap=log["ifmap"],
                           ifmap_bytes=np.where(whole, log["ifmap_size"], log["ifmap_bytes"]),
                           ifmap_size=log["ifmap_size"], filter=log["filter"],
-                          filter_bytes=log["filter_bytes"]), mem)
+                          filter_bytes=log["filter_bytes"], filter_held=log["filter_held"]),
+                    mem)
     return {"ifmap": moved["ifmap"], "filter": moved["filter"]}
 
 
