@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import re
 import tempfile
 from pathlib import Path
 
@@ -270,3 +271,20 @@ def test_a_hybrid_compares_with_its_moves_in_a_row_of_their_own(tmp_path):
     assert base["cycles"] == 0 and other["cycles"] == sum(m["cycles"] for m in moves)
     assert base["speedup"] is None and other["speedup"] is None  # no ratio to a row not run
     assert doc["archs"][1]["totals"]["cycles"] == hybrid["totals"]["cycles"]
+
+
+def test_an_arch_that_cannot_run_a_layer_is_named(tmp_path):
+    """An input-reuse variant whose first buffer cannot hold a layer's partial OFMs: the
+    error named the dataflow and the layer, not which of the two input-reuse archs failed."""
+    preset = ROOT / "src" / "npusim" / "arch" / "presets" / "input-reuse-1024.toml"
+    text = preset.read_text().replace('name = "input-reuse-1024"', 'name = "ir-7x7"')
+    for key, value in (("region_rows", 7), ("region_cols", 7), ("accumulators", 81),
+                       ("first_buffer_kb", 1)):
+        text, n = re.subn(rf"^{key} = \d+", f"{key} = {value}", text, flags=re.M)
+        assert n == 1, key
+    small = tmp_path / "ir77.toml"
+    small.write_text(text)
+    code, _, err = run_cli("compare", "mtcnn-onet", "--arch", "input-reuse-1024", small, "-q",
+                           "--json", tmp_path / "c.json")
+    assert code == 2 and "arch ir-7x7 (--arch #2): conv1: dataflow 'input-reuse' cannot run" in err
+    assert not (tmp_path / "c.json").exists()

@@ -262,10 +262,14 @@ def compare(model, x, archs, *, model_name: str = "", mode: str = "run",
     for i, arch in enumerate(archs):
         if progress:
             progress(i, len(archs), arch.name)
-        if isinstance(model, Graph):
-            results.append(simulate(model, x, arch, mode=mode, dtype=dtype,
-                                    keep_outputs=keep_outputs and i == 0, **simulate_kwargs))
-        else:
-            results.append(simulate_shapes(model, arch, dtype=dtype))
+        try:
+            if isinstance(model, Graph):
+                results.append(simulate(model, x, arch, mode=mode, dtype=dtype,
+                                        keep_outputs=keep_outputs and i == 0, **simulate_kwargs))
+            else:
+                results.append(simulate_shapes(model, arch, dtype=dtype))
+        except NpusimError as e:  # which of the archs could not run it
+            e.args = (f"arch {arch.name} (--arch #{i + 1}): {e}", *e.args[1:])
+            raise
     name = model_name or (model.name if isinstance(model, Graph) else "topology")
     return Comparison(name, results)
