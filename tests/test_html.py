@@ -46,7 +46,7 @@ window.addEventListener('load', function () {
   document.querySelectorAll('table.sortable').forEach(function (t) {
     var res = {};
     t.querySelectorAll('th').forEach(function (h, col) {
-      if (!/cycles$/.test(h.textContent)) return;
+      if (!/cycles$|util %$/.test(h.textContent)) return;
       h.click(); var up = __column(t, col);
       h.click(); var down = __column(t, col);
       res[h.textContent] = [up, down];
@@ -155,7 +155,13 @@ def test_browser_loads_it_without_error_shows_every_figure_and_sorts(reports, ki
     if kind == "run":
         expected = {r["name"]: r["cycles"] for r in layers}
         sorts = out["sorts"]["layers"]
-        assert set(sorts) == {"compute cycles", "stall cycles", "cycles"}
+        assert set(sorts) == {"compute cycles", "stall cycles", "cycles", "util %"}
+        for order, values in zip((1, -1), sorts["util %"], strict=True):
+            # numbers in order, then the cells without one ('-', a reshape's), the total last
+            shown = [v for _, v in values[:-1]]
+            numbers = [float(v) for v in shown if v is not None]
+            assert numbers == sorted(numbers, reverse=order < 0) and None in shown
+            assert shown == [*shown[:len(numbers)], *[None] * (len(shown) - len(numbers))]
         up, down = sorts["cycles"]
     else:
         expected = {r["name"]: r["archs"][1]["cycles"] for r in layers}

@@ -250,3 +250,22 @@ def test_a_failed_write_leaves_no_empty_folder_it_made(tmp_path, monkeypatch, fi
         plots.write_plots(list(figs.values()), tmp_path / "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "new"]
     assert [p.name for p in (tmp_path / "new").iterdir()] == [written[0].name]
+
+
+def test_an_int8_run_s_densities_are_of_the_int8_operands(net):
+    """The density figure of an int8 run showed the float weights' density (1.000) where
+    the machine multiplies int8 weights that rounding left zero (0.973 on MTCNN's O-Net):
+    each share is now of the operands as quantised, recomputed here in float64 (a value
+    rounds to zero when it is at most half a step: per output channel for the weights, max
+    |w| / 127; per tensor for a conv's input)."""
+    graph, x, results = net
+    outputs = results[0].outputs
+    names, weights, acts = plots.densities(graph, x, outputs, "int8")
+    for node, w_share, a_share in zip(graph.conv_nodes, weights, acts, strict=True):
+        w = node.op.weight.astype(np.float64).reshape(node.op.weight.shape[0], -1)
+        step = np.abs(w).max(axis=1, keepdims=True) / 127
+        assert w_share == pytest.approx(np.mean(np.abs(w) > step / 2), abs=1e-12)
+        a = np.asarray(outputs.get(node.inputs[0], x), np.float64)
+        assert a_share == pytest.approx(np.mean(np.abs(a) > np.abs(a).max() / 127 / 2),
+                                        abs=1e-12)
+    assert min(weights) < 1.0  # rounding left some weight zero

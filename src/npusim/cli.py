@@ -721,7 +721,7 @@ def _figure_density(model, x, result):
         return None
     from .report.plots import densities
 
-    return densities(model, x, result.outputs)
+    return densities(model, x, result.outputs, result.dtype)
 
 
 def _html(args, run, figs: list, source: str) -> str:

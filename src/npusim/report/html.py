@@ -58,8 +58,9 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
         var c = r.cells[col];
         return c.dataset.v !== undefined ? parseFloat(c.dataset.v) : c.textContent;
       }
-      rows.sort(function (a, b) {
-        var x = key(a), y = key(b);
+      rows.sort(function (a, b) {  // cells without a number ('-') after the numbers
+        var x = key(a), y = key(b), nx = typeof x === 'number', ny = typeof y === 'number';
+        if (nx !== ny) return nx ? -1 : 1;
         return (x < y ? -1 : x > y ? 1 : 0) * dir;
       });
       rows.concat(fixed).forEach(function (r) { body.appendChild(r); });

@@ -84,16 +84,27 @@ def utilisation(result) -> tuple[list[str], list[float]]:
     return [s.name for s in result.conv_layers], [s.utilisation for s in result.conv_layers]
 
 
-def densities(graph, x: np.ndarray, outputs: dict) -> tuple[list[str], list[float], list[float]]:
+def densities(graph, x: np.ndarray, outputs: dict, dtype: str = "float32"
+              ) -> tuple[list[str], list[float], list[float]]:
     """(conv layer names, non-zero share of each one's weights, non-zero share of its input
     activations), from the graph, its input ``x`` and every node's output (a run with
-    ``keep_outputs``)."""
+    ``keep_outputs``), as the machines met them in ``dtype``: an int8 run's float weights
+    and inputs quantised as its convs quantise them (``quant``: per output channel, per
+    tensor), whose small values round to zero."""
+    from .. import quant
+
+    int8 = dtype == "int8"
     names, weights, acts = [], [], []
     for node in graph.conv_nodes:
         source = node.inputs[0]
         act = x if source not in outputs else outputs[source]
+        w = node.op.weight
+        if int8 and w.dtype != np.int8:
+            w = quant.quantize_weights(w)[0]
+        if int8 and act.dtype != np.int8:
+            act = quant.quantize_activations(np.asarray(act, np.float32))[0]
         names.append(node.name)
-        weights.append(float(np.count_nonzero(node.op.weight)) / node.op.weight.size)
+        weights.append(float(np.count_nonzero(w)) / w.size)
         acts.append(float(np.count_nonzero(act)) / act.size)
     return names, weights, acts
 
