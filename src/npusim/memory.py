@@ -151,7 +151,7 @@ class Steps:
         counted = [compute]  # the arrays of cycles and bytes, checked for negatives at once
         for name, fallback, is_id in _FIELDS:
             value = getattr(self, name)
-            if value is None:  # a block size not given: the bytes fetched (held: the size)
+            if value is None:  # a block size not given: the bytes fetched
                 value = getattr(self, fallback)
             if type(value) is int:  # the common scalar: no array to inspect
                 if value < 0 and not is_id:
