@@ -286,5 +286,5 @@ def test_an_arch_that_cannot_run_a_layer_is_named(tmp_path):
     small.write_text(text)
     code, _, err = run_cli("compare", "mtcnn-onet", "--arch", "input-reuse-1024", small, "-q",
                            "--json", tmp_path / "c.json")
-    assert code == 2 and "arch ir-7x7 (--arch #2): conv1: dataflow 'input-reuse' cannot run" in err
+    assert code == 2 and "arch ir-7x7 (2 of 2): conv1: dataflow 'input-reuse' cannot run" in err
     assert not (tmp_path / "c.json").exists()

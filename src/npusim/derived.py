@@ -61,6 +61,14 @@ def derived(a: np.ndarray, key, make: Callable[[], object]):
     return entry[key]
 
 
+def int8_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``quant.quantize_weights(w)`` (int8 weights, per-output-channel scales), read-only,
+    once per read-only ``w``: what an int8 run's convs multiply, and what its figures count."""
+    from . import quant
+
+    return derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
+
+
 def weight_mask(w: np.ndarray) -> np.ndarray:
     """``w != 0``, read-only, once per read-only ``w``."""
     return derived(w, "mask", lambda: _nonzero(w))

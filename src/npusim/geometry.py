@@ -15,7 +15,7 @@ Pair = tuple[int, int]
 Padding = tuple[int, int, int, int]  # (top, bottom, left, right) in pixels
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
     """Whether ``value`` is a whole number's type (Python's or numpy's), not a bool or a
     float: ``int(1.5)`` would silently be 1."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
@@ -27,13 +27,13 @@ def _ints(value) -> tuple[int, ...] | None:
         items = tuple(value)
     except TypeError:
         return None
-    return tuple(int(v) for v in items) if all(map(_is_int, items)) else None
+    return tuple(int(v) for v in items) if all(map(is_int, items)) else None
 
 
 def pair(value, name: str, layer: str) -> Pair:
     """``value`` (an int or a pair of ints) as (h, w); ``LayerError`` naming
     ``layer.name`` otherwise (a float, even in a pair, is refused: it is not cut)."""
-    if _is_int(value):
+    if is_int(value):
         return (int(value), int(value))
     values = _ints(value)
     if values is None or len(values) != 2:
@@ -43,7 +43,7 @@ def pair(value, name: str, layer: str) -> Pair:
 
 def padding4(value, layer: str) -> Padding:
     """Padding as (top, bottom, left, right) in pixels from an int, (h, w) or a 4-tuple."""
-    if _is_int(value):
+    if is_int(value):
         return (int(value),) * 4
     values = _ints(value) or ()
     if len(values) == 2:

@@ -37,9 +37,9 @@ from .arch import Arch, load_arch
 from .arch.sections import HYBRID
 from .choices import DTYPES, MODES
 from .dataflows import REGISTRY, Dataflow, machines
-from .derived import derived, frozen
+from .derived import derived, int8_weights
 from .errors import InputError, NpusimError
-from .geometry import padding4, pair, same_padding
+from .geometry import is_int, padding4, pair, same_padding
 from .ir import ConvLayer, Graph
 from .memory import on_chip_timing
 from .parallel import threads
@@ -128,9 +128,7 @@ class RunConfig:
             raise NpusimError(f"mode={mode!r}: must be one of {', '.join(MODES)}")
         if dtype not in DTYPES:
             raise NpusimError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
-        if emulate_limit is not None and not (
-                isinstance(emulate_limit, (int, np.integer)) and not isinstance(emulate_limit, bool)
-                and emulate_limit >= 1):
+        if emulate_limit is not None and not (is_int(emulate_limit) and emulate_limit >= 1):
             raise NpusimError(f"emulate_limit={emulate_limit!r}: must be a whole number of "
                               "emulator steps >= 1, or None for no limit")
         arch = load_arch(arch)
@@ -280,7 +278,7 @@ def _conv(cfg: RunConfig, layer: ConvLayer, x, w, b, source: str | None, costs: 
     quantised = layer.dtype == "int8" and x.dtype != np.int8
     if quantised:
         x, sx = quant.quantize_activations(x)
-        w8, sw = derived(w, "int8", lambda: tuple(map(frozen, quant.quantize_weights(w))))
+        w8, sw = int8_weights(w)
         fitted = quant.bias_fitted_scales(sw, b, sx)
         if fitted is not sw:  # a bias too large for its kernel's scale (a dead kernel)
             w8, sw = quant.quantize_weights(w, fitted)

@@ -269,7 +269,7 @@ def compare(model, x, archs, *, model_name: str = "", mode: str = "run",
             else:
                 results.append(simulate_shapes(model, arch, dtype=dtype))
         except NpusimError as e:  # which of the archs could not run it
-            e.args = (f"arch {arch.name} (--arch #{i + 1}): {e}", *e.args[1:])
+            e.args = (f"arch {arch.name} ({i + 1} of {len(archs)}): {e}", *e.args[1:])
             raise
     name = model_name or (model.name if isinstance(model, Graph) else "topology")
     return Comparison(name, results)

@@ -92,6 +92,7 @@ def densities(graph, x: np.ndarray, outputs: dict, dtype: str = "float32"
     and inputs quantised as its convs quantise them (``quant``: per output channel, per
     tensor), whose small values round to zero."""
     from .. import quant
+    from ..derived import int8_weights
 
     int8 = dtype == "int8"
     names, weights, acts = [], [], []
@@ -100,7 +101,7 @@ def densities(graph, x: np.ndarray, outputs: dict, dtype: str = "float32"
         act = x if source not in outputs else outputs[source]
         w = node.op.weight
         if int8 and w.dtype != np.int8:
-            w = quant.quantize_weights(w)[0]
+            w = int8_weights(w)[0]
         if int8 and act.dtype != np.int8:
             act = quant.quantize_activations(np.asarray(act, np.float32))[0]
         names.append(node.name)
