@@ -41,27 +41,56 @@ def test_input_reuse_area_counts_first_and_second_buffers_and_bus():
     assert a.interconnect_mm2 == pytest.approx(mm2((4 * 2 * 15 * 5 * 8 + 3 * 16 * 32) * MUX))
 
 
+@pytest.mark.parametrize("interconnect, ports", [("bus", 1), ("full", 3), ("chain", 1)])
+def test_input_reuse_interconnect_has_a_port_per_server(interconnect, ports):
+    """The bus is one 4-input multiplexer per bit of its 16 pixels; ``full`` gives each of
+    the 3 output units a port of its own (3 of them); a chain's 3 links are a 2-input
+    multiplexer each (own pixels or passed on), as many as one 4-input port's."""
+    arch = arch_from_toml_text('dataflow = "input-reuse"\n[input-reuse]\noperation_units = 4\n'
+                               'processing_units = 2\nregion_rows = 3\nregion_cols = 5\n'
+                               'bus_width = 16\nmux_fan_in = 6\noutput_units = 3\n'
+                               f'interconnect = "{interconnect}"\n', "t.toml")
+    a = area_of(arch, dtype="int8")
+    assert a.interconnect_mm2 == pytest.approx(
+        mm2((4 * 2 * 15 * 5 * 8 + ports * 3 * 16 * 32) * MUX))
+
+
 def test_dilated_grid_area_counts_the_shifter_links():
     arch = npusim.load_arch("dilated-grid-2x2-h3")
     p = arch.params("dilated-grid")
     a = area_of(arch, dtype="int8")
-    grid = p.grid_rows * p.grid_cols * 8 * (2 if p.double_buffer else 1)
-    assert a.registers_mm2 == pytest.approx(mm2((grid + p.coef_rows * p.coef_cols * 8
-                                                 + p.macs * 32) * FF))
+    assert p.double_buffer  # a shadow grid and coefficient storage beside the ones in use
+    grid, coefs = 2 * p.grid_rows * p.grid_cols * 8, 2 * p.coef_rows * p.coef_cols * 8
+    assert a.registers_mm2 == pytest.approx(mm2((grid + coefs + p.macs * 32) * FF))
     assert a.interconnect_mm2 == pytest.approx(mm2(p.links * 8 * MUX))
     assert a.interconnect_mm2 > 0
+    single = arch_from_toml_text('dataflow = "dilated-grid"\n[dilated-grid]\n'
+                                 'double_buffer = false\n', "t.toml")
+    q = single.params("dilated-grid")
+    assert area_of(single, dtype="int8").registers_mm2 == pytest.approx(
+        mm2(((q.grid_rows * q.grid_cols + q.coef_rows * q.coef_cols) * 8 + q.macs * 32) * FF))
 
 
-def test_sparse_pairs_area_counts_each_processors_operands_and_accumulator():
-    """Per processor: a multiplier, a feature and a weight register of the data type and a
-    32-bit accumulator (docs/area.md); 6 groups x 5 processors."""
+def test_sparse_pairs_area_counts_each_processors_operands_accumulator_and_kernel_store():
+    """Per processor: a multiplier, a feature and a weight register of the data type, a
+    32-bit accumulator and a kernel store of 300 bytes (docs/area.md); 6 groups x 5
+    processors."""
     arch = arch_from_toml_text('dataflow = "sparse-pairs"\n[sparse-pairs]\n'
-                               'processor_groups = 6\nprocessors_per_group = 5\n', "t.toml")
+                               'processor_groups = 6\nprocessors_per_group = 5\n'
+                               'kernel_store_bytes = 300\n', "t.toml")
     for dtype, mac, bits in (("int8", MAC8, 8), ("float32", MAC32, 32)):
         a = area_of(arch, dtype=dtype)
         assert a.macs_mm2 == pytest.approx(mm2(30 * mac))
         assert a.registers_mm2 == pytest.approx(mm2(30 * (bits + bits + 32) * FF))
-        assert a.sram_mm2 == pytest.approx(mm2(3 * 64 * KIB), rel=1e-4)
+        assert a.sram_mm2 == pytest.approx(mm2((3 * 64 + 30 * 300 / 1024) * KIB), rel=1e-4)
+
+
+def test_sparse_pairs_preset_prices_its_two_mib_of_kernel_stores():
+    """The preset's 1,024 processors hold 2,048 bytes each: 2 MiB of SRAM beside the three
+    64 KiB ones, more area than a systolic array of as many multipliers."""
+    a = area_of(npusim.load_arch("sparse-pairs-32x32"), dtype="int8")
+    assert a.sram_mm2 == pytest.approx(mm2((3 * 64 + 2048) * KIB), rel=1e-4)
+    assert a.total_mm2 > 7 * area_of(npusim.load_arch("systolic-32x32-ws"), dtype="int8").total_mm2
 
 
 def test_group_tile_area_counts_each_tiles_memories():
@@ -70,6 +99,8 @@ def test_group_tile_area_counts_each_tiles_memories():
     a = area_of(arch, dtype="int8")
     assert a.sram_mm2 == pytest.approx(mm2((3 * (8 + 16) + 64) * KIB), rel=1e-4)
     assert a.macs_mm2 == pytest.approx(mm2(3 * 64 * MAC8))
+    # per MAC cell a weight, a sum and a shift register (624); per tile one bus lane
+    assert a.registers_mm2 == pytest.approx(mm2((3 * 64 * (8 + 32 + 32) + 3 * 8) * FF))
 
 
 @pytest.mark.parametrize("preset", npusim.presets())
@@ -115,11 +146,14 @@ def test_hybrid_area_is_its_members_behind_one_memory():
     gt = arch.params("group-tile")  # the one member that may have memories of its own
     assert gt.narrow_kb == gt.wide_kb == 0  # here its tiles' shares of the shared SRAMs
     shared = arch.memory.ifmap_sram_kb + arch.memory.filter_sram_kb + arch.memory.ofmap_sram_kb
-    assert hybrid.sram_mm2 == pytest.approx(mm2(shared * KIB), rel=1e-4)  # counted once
+    sp = arch.params("sparse-pairs")
+    stores = sp.processors * sp.kernel_store_bytes / 1024  # sparse-pairs' own
+    assert hybrid.sram_mm2 == pytest.approx(mm2((shared + stores) * KIB), rel=1e-4)  # once
     from npusim.arch.spec import PRESET_DIR
 
     text = (PRESET_DIR / "hybrid-3x1024.toml").read_text()
     sized = arch_from_toml_text(text.replace("[group-tile]\n", "[group-tile]\nnarrow_kb = 2\n"),
                                 "h.toml")
     own = sized.params("group-tile").tiles * 2  # narrow memories of its own, beside the shared
-    assert area_of(sized).sram_mm2 == pytest.approx(mm2((shared + own) * KIB), rel=1e-4)
+    assert area_of(sized).sram_mm2 == pytest.approx(mm2((shared + stores + own) * KIB),
+                                                    rel=1e-4)

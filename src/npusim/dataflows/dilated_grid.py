@@ -387,15 +387,16 @@ class DilatedGrid(Machine):
         return emulate_stats(layer, x, w, bias, arch)
 
     def hardware(self, arch, dtype):
-        """The pixel storage grid (twice over when double-buffered), the coefficient
-        storage, a MAC and an accumulator per type-A unit, the shift network (a 2-input
-        multiplexer per link and pixel bit); the three SRAMs."""
+        """The pixel storage grid and the coefficient storage (each twice over when
+        double-buffered: the shadow grid and coefficients the next set loads into), a MAC
+        and an accumulator per type-A unit, the shift network (a 2-input multiplexer per
+        link and pixel bit); the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
         p, bits = arch.params(Params), element_bits(dtype)
-        grid = p.grid_rows * p.grid_cols * bits * (2 if p.double_buffer else 1)
-        coefs = p.coef_rows * p.coef_cols * bits
-        return Hardware(macs=p.macs, register_bits=grid + coefs + p.macs * 32,
+        copies = 2 if p.double_buffer else 1
+        storage = (p.grid_rows * p.grid_cols + p.coef_rows * p.coef_cols) * bits * copies
+        return Hardware(macs=p.macs, register_bits=storage + p.macs * 32,
                         sram_kib=memory_kib(arch.memory), mux_bits=p.links * bits)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:

@@ -599,7 +599,8 @@ class GroupTile(Machine):
         return emulate(layer, x, w, bias, arch)
 
     def hardware(self, arch, dtype):
-        """Per tile: its MAC cells with a weight register and a sum register each, the input
+        """Per tile: its MAC cells with a weight register, a sum register and a shift
+        register (624: one step's sums, drained while the next step runs) each, the input
         bus lanes, and the output bus that drains output_bus_values sum registers per cycle
         (a multiplexer of macs / output_bus_values inputs per bit); each tile's narrow and
         wide memory, and the ofmap SRAM."""
@@ -615,7 +616,7 @@ class GroupTile(Machine):
                 "filter" if not p.wide_kb else "wide memories": mem.filter_sram_kb * p.tiles,
                 "ofmap": mem.ofmap_sram_kb}
         return Hardware(macs=cells,
-                        register_bits=cells * (bits + 32) + p.tiles * p.bus_inputs * bits,
+                        register_bits=cells * (bits + 2 * 32) + p.tiles * p.bus_inputs * bits,
                         sram_kib=sram, mux_bits=p.tiles * p.output_bus_values * 32 * drain)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:

@@ -566,6 +566,14 @@ def job_units(p: Params, order: np.ndarray, per_region: int) -> np.ndarray | Non
     return (order // per_region) % p.operation_units
 
 
+def interconnect_ports(p: Params) -> int:
+    """Ports that each select ``bus_width`` pixels out of the operation units' (a multiplexer
+    of operation_units inputs per bit): one on the shared ``bus``, one per output unit on
+    ``full``; a ``chain`` has a 2-input multiplexer per link and bit (own or passed on), as
+    many (units - 1) as one port's."""
+    return p.output_units if p.interconnect == "full" else 1
+
+
 def first_buffer_pixels(p: Params) -> int:
     """Partial-OFM pixels (4-byte accumulators) one operation unit's first buffer holds."""
     return p.first_buffer_kb * 1024 // ACC_BYTES
@@ -755,9 +763,9 @@ class InputReuse(Machine):
         """Per operation unit: a region register (n x m x l input pixels), its processing
         units' multipliers, each unit's ``accumulators`` (32 bits) and a ``mux_fan_in``-input
         multiplexer per multiplier (Fig. 6), and its first buffer (SRAM); the second buffers
-        (SRAM, per output unit, or per operation unit on a chain); the bus that carries
-        bus_width partial-OFM pixels from any of the operation units (a multiplexer of
-        operation_units inputs per bit); the three SRAMs."""
+        (SRAM, per output unit, or per operation unit on a chain); the interconnect that
+        carries bus_width partial-OFM pixels from the operation units (``interconnect_ports``);
+        the three SRAMs."""
         from ..area import Hardware, element_bits, memory_kib
 
         p, bits = arch.params(Params), element_bits(dtype)
@@ -765,7 +773,7 @@ class InputReuse(Machine):
         pus = p.operation_units * p.processing_units
         registers = p.operation_units * region * bits + pus * p.accumulators * 32
         muxes = (p.multipliers * (p.mux_fan_in - 1) * bits
-                 + (p.operation_units - 1) * p.bus_width * 32)
+                 + interconnect_ports(p) * (p.operation_units - 1) * p.bus_width * 32)
         return Hardware(macs=p.multipliers, register_bits=registers,
                         sram_kib={**memory_kib(arch.memory),
                                   "first buffers": p.first_buffer_kb * p.operation_units,

@@ -449,15 +449,16 @@ class SparsePairs(Machine):
         return emulate(layer, x, w, bias, arch)
 
     def hardware(self, arch, dtype):
-        """Per processor: a multiplier, its feature and weight operand registers and an
-        accumulator; the three SRAMs. The bitmap AND and priority encoders are not counted
-        (docs/area.md)."""
+        """Per processor: a multiplier, its feature and weight operand registers, an
+        accumulator and its kernel store (``kernel_store_bytes`` of SRAM); the three SRAMs.
+        The bitmap AND and priority encoders are not counted (docs/area.md)."""
         from ..area import Hardware, element_bits, memory_kib
 
         p = arch.params(Params)
         return Hardware(macs=p.processors,
                         register_bits=p.processors * (2 * element_bits(dtype) + 32),
-                        sram_kib=memory_kib(arch.memory))
+                        sram_kib={**memory_kib(arch.memory),
+                                  "kernel stores": p.processors * p.kernel_store_bytes / 1024})
 
     def diagnostics(self, total: LayerStats) -> list[tuple[str, str]]:
         """Imbalance between processor groups (sum over layers of the slowest group's
