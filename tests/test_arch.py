@@ -144,6 +144,10 @@ BAD = [
      r"see docs/arch\.md, 'Bounds'\)"),
     ("too many multipliers", "[sparse-pairs]\nprocessor_groups = 8192\n",
      r"npu\.toml: sparse-pairs\.processor_groups=8192: must be <= 2\*\*12 = 4096"),
+    ("input-reuse's product past 2**24 multipliers",
+     "[input-reuse]\noperation_units = 4096\nprocessing_units = 4096\nregion_rows = 2\n",
+     r"npu\.toml: input-reuse: operation_units x processing_units x region_rows x "
+     r"region_cols x region_channels = 134,217,728 multipliers: must be <= 2\*\*24"),
     ("SRAM above 1 TiB", "[memory]\nofmap_sram_kb = 1073741825\n",
      r"npu\.toml: memory\.ofmap_sram_kb=1073741825: must be <= 2\*\*30 = 1073741824 \(KiB"),
     ("first buffer above 1 TiB", "[input-reuse]\nfirst_buffer_kb = 2147483648\n",
@@ -358,3 +362,17 @@ def test_what_scalesim_s_replay_cannot_time_is_refused_naming_the_file(text, mes
     fine = arch_from_toml_text('[memory]\nmodel = "scalesim"\ndram_bytes_per_cycle = 16\n',
                                "mine.toml")
     assert (fine.memory.model, fine.memory.dram_bytes_per_cycle) == ("scalesim", 16)
+
+
+@pytest.mark.parametrize("channels", ["shared", "per-operand"])
+def test_scalesim_memory_is_described_as_it_is_timed_a_channel_per_operand(channels):
+    """SCALE-Sim's replay gives each operand a channel of the bandwidth whatever
+    ``dram_channels`` says: the memory line must say per operand, as the timing is (a shared
+    channel's 10 B/cycle read as three times the bandwidth timed)."""
+    from npusim.arch.spec import arch_from_toml_text, describe_memory
+
+    arch = arch_from_toml_text(f'[memory]\nmodel = "scalesim"\ndram_bytes_per_cycle = 10\n'
+                               f'dram_channels = "{channels}"\n', "mine.toml")
+    assert "DRAM 10 B/cycle per operand" in describe_memory(arch.memory)
+    npusim_model = arch.with_memory(model="npusim")
+    assert ("per operand" in describe_memory(npusim_model.memory)) == (channels == "per-operand")

@@ -288,3 +288,29 @@ def test_an_arch_that_cannot_run_a_layer_is_named(tmp_path):
                            "--json", tmp_path / "c.json")
     assert code == 2 and "arch ir-7x7 (2 of 2): conv1: dataflow 'input-reuse' cannot run" in err
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_machines_own_buffers_are_in_the_memory_note_and_line(tmp_path):
+    """Two group-tile archs on one [memory] whose narrow and wide memories (in place of the
+    ifmap and filter SRAMs) differ, 64 KiB against 4 MiB a tile: a memory difference, said,
+    with each arch's own buffers; archs of different machines on one [memory] say nothing."""
+    from npusim.arch.spec import PRESET_DIR
+
+    big = tmp_path / "gt-big.toml"
+    big.write_text((PRESET_DIR / "group-tile-64mac.toml").read_text()
+                   .replace("narrow_kb = 64", "narrow_kb = 4096")
+                   .replace("wide_kb = 64", "wide_kb = 4096"))
+    code, out, err = run_cli("compare", "lenet-digits", "--arch", "group-tile-64mac",
+                             "--arch", big, "--json", tmp_path / "c.json")
+    assert code == 0, err
+    (note,) = json.loads((tmp_path / "c.json").read_text())["notes"]
+    assert "memories differ" in note
+    assert "narrow memories 64 KiB, wide memories 64 KiB (in place of the ifmap and filter" in note
+    assert "narrow memories 4,096 KiB, wide memories 4,096 KiB" in note
+    code, out, err = run_cli("compare", "lenet-digits", "--arch", "input-reuse-1024",
+                             "--arch", "sparse-pairs-32x32", "--json", tmp_path / "d.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "d.json").read_text())["notes"] == []
+    code, out, err = run_cli("run", "lenet-digits", "--arch", big, "--json", tmp_path / "r.json")
+    memory = json.loads((tmp_path / "r.json").read_text())["totals"]["memory"]
+    assert "narrow memories 4,096 KiB" in memory and "narrow memories 4,096 KiB" in out

@@ -62,6 +62,32 @@ def memory_kib(memory) -> dict[str, float]:
             "ofmap": memory.ofmap_sram_kb}
 
 
+SHARED_SRAMS = ("ifmap", "filter", "ofmap")  # ``memory_kib``'s names
+
+
+def own_buffers(hw: Hardware) -> str:
+    """The SRAM a machine holds beyond the shared memory's three, as text ('' if none):
+    'first buffers 256 KiB, second buffers 128 KiB'; where its own replace shared ones
+    (group-tile's narrow and wide memories), it says which."""
+    own = [f"{name} {kib:,.6g} KiB" for name, kib in hw.sram_kib.items()
+           if name not in SHARED_SRAMS]
+    replaced = [name for name in SHARED_SRAMS if name not in hw.sram_kib]
+    if own and replaced:
+        own[-1] += f" (in place of the {' and '.join(replaced)} SRAM{'s' * (len(replaced) > 1)})"
+    return ", ".join(own)
+
+
+def describe_buffers(arch, dataflow: str | None = None) -> str:
+    """The memory the cycles are timed on, in one line: the arch's ``[memory]``
+    (``describe_memory``), then the buffers of the machine (``dataflow``, default the
+    arch's) that the memory model times as well (``own_buffers``)."""
+    from .arch.spec import describe_memory
+
+    own = own_buffers(hardware_of(arch, dataflow or arch.dataflow, "int8"))
+    text = describe_memory(arch.memory)
+    return f"{text}; the machine's own: {own}" if own else text
+
+
 def price_area(hw: Hardware, table: AreaTable, dtype: str) -> Area:
     """``hw`` priced with ``table``: MACs of the run's data type (int8 or fp32)."""
     mac = table.mac_int8_um2 if dtype == "int8" else table.mac_fp32_um2

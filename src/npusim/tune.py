@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .arch import Arch, load_arch
-from .arch.spec import describe_memory
+from .area import describe_buffers
 from .blocks import GROUPED, BlockSpec, plan, with_group_size
 from .blocks.network import grouped_channels
 from .dataflows import get as get_dataflow
@@ -159,7 +159,7 @@ def tune_groups(graph: Graph, arch: Arch | str, dtype: str = "int8") -> TuneResu
                                    filling_groups(layer.C, layer.K, p,
                                                   element_bytes(dtype)),
                                    _candidates(layer, arch)))
-    return TuneResult(arch.name, p.macs, tuple(choices), describe_memory(arch.memory), dtype)
+    return TuneResult(arch.name, p.macs, tuple(choices), describe_buffers(arch, NAME), dtype)
 
 
 def render(result: TuneResult) -> str:

@@ -235,8 +235,8 @@ def describe_memory(memory: Memory) -> str:
     sram = memory.sram_bytes_per_cycle
     ports = "" if unlimited(sram) else f", SRAM ports {sram:g} B/cycle"
     buffering = "double-buffered" if memory.double_buffered else "single-buffered"
-    if not unlimited(bw) and memory.dram_channels == "per-operand":
-        dram += " per operand"
+    if not unlimited(bw) and (memory.dram_channels == "per-operand" or memory.model == "scalesim"):
+        dram += " per operand"  # SCALE-Sim's replay has a channel per operand, whatever is set
     reconfig = (f"; {memory.reconfig_cycles} cycles a unit to load a layer's configuration"
                 if memory.reconfig_cycles else "")
     model = "; SCALE-Sim's trace replay" if memory.model == "scalesim" else ""

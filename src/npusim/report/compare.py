@@ -21,7 +21,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..arch.spec import describe_memory, same_memory
+from ..arch.spec import same_memory
+from ..area import describe_buffers, own_buffers
 from ..errors import NpusimError
 from ..stats import TRANSFER, LayerStats, total
 from .export import SCHEMA_VERSION, arch_record, totals_record
@@ -83,15 +84,25 @@ class Comparison:
         rows.append(("total", [r.total for r in self.results]))
         return rows
 
+    def _same_own_buffers(self) -> bool:
+        """Whether the archs that run one machine hold the same buffers of their own (those
+        of different machines differ by design, not by a memory choice)."""
+        own: dict[str, set[str]] = {}
+        for r in self.results:
+            own.setdefault(r.dataflow, set()).add(own_buffers(r.hardware))
+        return all(len(texts) == 1 for texts in own.values())
+
     def notes(self) -> list[str]:
-        """What differs besides the machines: memories, clocks (empty if nothing)."""
+        """What differs besides the machines: memories (the shared one, or the buffers of
+        two archs of one machine), clocks (empty if nothing)."""
         archs = [r.arch for r in self.results]
         named = list(zip(self.labels, archs, strict=True))
         out = []
-        if not same_memory(archs):
+        if not same_memory(archs) or not self._same_own_buffers():
             out.append("the archs' memories differ, so the cycles compare memories as well as "
-                       "machines: " + "; ".join(f"{label}: {describe_memory(a.memory)}"
-                                                for label, a in named))
+                       "machines: " + "; ".join(f"{label}: {describe_buffers(r.arch, r.dataflow)}"
+                                                for label, r in zip(self.labels, self.results,
+                                                                    strict=True)))
         if len({a.clock_mhz for a in archs}) > 1:
             out.append("the clocks differ (" + ", ".join(
                 f"{label} {a.clock_mhz:g} MHz" for label, a in named)

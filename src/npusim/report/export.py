@@ -12,7 +12,7 @@ import io
 import json
 from typing import Any
 
-from ..arch.spec import describe_memory
+from ..area import describe_buffers
 from ..stats import LayerStats
 
 SCHEMA_VERSION = 1
@@ -40,7 +40,7 @@ def totals_record(result) -> dict[str, Any]:
     record = layer_record(result.total)
     record["time_s"] = result.arch.seconds(result.total.cycles)
     record["compute_time_s"] = result.arch.seconds(result.total.compute_cycles)
-    record["memory"] = describe_memory(result.arch.memory)
+    record["memory"] = describe_buffers(result.arch, result.dataflow)
     record.update(result.area.as_dict())
     return record
 

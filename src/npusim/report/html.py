@@ -13,7 +13,7 @@ import html
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from ..arch.spec import describe_memory
+from ..area import describe_buffers
 from . import plots
 from .table import (
     bound_text,
@@ -138,7 +138,8 @@ def arch_items(result) -> list[tuple[str, str]]:
     arch = result.arch
     return [("arch", f"{arch.name}: {arch.description}" if arch.description else arch.name),
             ("dataflow", dataflow_summary(arch, result.dataflow)),
-            ("clock", f"{arch.clock_mhz:g} MHz"), ("memory", describe_memory(arch.memory))]
+            ("clock", f"{arch.clock_mhz:g} MHz"),
+            ("memory", describe_buffers(arch, result.dataflow))]
 
 
 def figures_html(figs: list) -> str:

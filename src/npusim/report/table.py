@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..arch.spec import describe_memory
+from ..area import describe_buffers
 from ..stats import TENSORS, LayerStats, total
 
 VECTOR_ROW = "vector unit"
@@ -258,7 +258,7 @@ def totals_table(result) -> Table:
         ("layers bound by", bound_text(result.conv_layers)),
         (f"time at {arch.clock_mhz:g} MHz",
          f"{fmt_seconds(arch.seconds(tot.cycles))} (stalls included)"),
-        ("memory", describe_memory(arch.memory)),
+        ("memory", describe_buffers(arch, result.dataflow)),
         ("utilisation", utilisation_text(result)),
         ("MACs", f"{fmt_count(tot.macs)} performed of {fmt_count(tot.dense_macs)} dense"),
         ("energy", fmt_energy(tot.energy_pj)),

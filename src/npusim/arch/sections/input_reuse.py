@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from ...errors import ConfigError
 from ..spec import MAX_KIB, MAX_REGION, MAX_SIDE, MAX_UNITS, declare_section, spec
 
 
@@ -40,6 +41,13 @@ class InputReuse:
                                  max=MAX_KIB)
     second_buffer_kb: int = spec(32, "KiB per output unit (chain: per operation unit) for "
                                  "the output accumulators", min=1, max=MAX_KIB)
+
+    def __post_init__(self):
+        if self.multipliers > MAX_UNITS:  # five bounded fields multiply: bound the product
+            raise ConfigError(
+                f"input-reuse: operation_units x processing_units x region_rows x region_cols "
+                f"x region_channels = {self.multipliers:,} multipliers: must be <= 2**24 "
+                f"({MAX_UNITS:,}), the largest array the bounds allow (docs/arch.md, Bounds)")
 
     @property
     def multipliers(self) -> int:
