@@ -298,6 +298,8 @@ def bad_cases(tmp: Path):
          r"--batch 3 contradicts --input-shape N=2"),
         ([tmp / "good.csv", "--check"], r"good\.csv: a topology CSV is run shape-only .*--check"),
         ([tmp / "good.csv", "--input", "chelsea"], r"topology CSV .*--input need"),
+        ([tmp / "good.csv", "--mode", "run"],  # ran, and was reported as mode estimate
+         r"good\.csv: a topology CSV is run shape-only .*; --mode needs a model with weights"),
         (["mtcnn-pnet", "--json", tmp / "no" / "r.json"], r"--json .*r\.json: folder .* does "
                                                           r"not exist"),
         (["mtcnn-pnet", "--csv", tmp], r"--csv .*: is a folder, not a regular file"),

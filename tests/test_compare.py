@@ -249,17 +249,24 @@ def test_wide_terminal_names_each_arch_once_over_its_columns(tmp_path):
     assert rows[0].split()[0] == "c1"
 
 
-def test_a_hybrid_compares_with_its_moves_in_a_row_of_their_own(tmp_path):
+@pytest.mark.parametrize("archs", [("systolic-32x32-ws", "hybrid-3x1024"),
+                                   ("hybrid-3x1024", "systolic-32x32-ws")])
+def test_a_hybrid_compares_with_its_moves_in_a_row_of_their_own(tmp_path, archs):
     # edgetpu_v2_like on hybrid-3x1024 moves one layer's input between machines: a row that
-    # the single machine does not have, which made the comparison refuse the network
+    # the single machine does not have, which made the comparison refuse the network; with
+    # the hybrid as the baseline the other's energy ratio read 0.00x, not '-'
     model = ["edgetpu_v2_like", "--mode", "estimate"]
-    code, _, err = run_cli("compare", *model, "--arch", "systolic-32x32-ws", "hybrid-3x1024",
+    code, _, err = run_cli("compare", *model, "--arch", *archs,
                           "--json", tmp_path / "c.json", "--csv", tmp_path / "c.csv", "-q")
     assert code == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
     csv_moves = [r for r in csv.DictReader((tmp_path / "c.csv").open())
                  if r["layer"] == "moves between machines"]
-    assert [(r["speedup"], r["energy_ratio"]) for r in csv_moves] == [("", "")] * 2  # not nan
+    ratios = {r["arch"]: (r["speedup"], r["energy_ratio"]) for r in csv_moves}
+    # no ratio (an empty cell, not nan) to a row not run; the baseline's own moves are 1.0x
+    assert ratios == {"systolic-32x32-ws": ("", ""),
+                      "hybrid-3x1024": ("1.0", "1.0") if archs[0] == "hybrid-3x1024"
+                      else ("", "")}
     code, _, err = run_cli("run", *model, "--arch", "hybrid-3x1024", "-q",
                           "--json", tmp_path / "h.json")
     assert code == 0, err
@@ -267,10 +274,14 @@ def test_a_hybrid_compares_with_its_moves_in_a_row_of_their_own(tmp_path):
     moves = [r for r in hybrid["layers"] if r["dataflow"] == "transfer"]
     assert moves
     (row,) = [r for r in doc["layers"] if r["name"] == "moves between machines"]
-    base, other = row["archs"]
-    assert base["cycles"] == 0 and other["cycles"] == sum(m["cycles"] for m in moves)
-    assert base["speedup"] is None and other["speedup"] is None  # no ratio to a row not run
-    assert doc["archs"][1]["totals"]["cycles"] == hybrid["totals"]["cycles"]
+    cells = {c["arch"]: c for c in row["archs"]}
+    single, mixed = cells[archs[archs[0] == "hybrid-3x1024"]], cells["hybrid-3x1024"]
+    assert single["cycles"] == 0 and mixed["cycles"] == sum(m["cycles"] for m in moves)
+    assert single["speedup"] is None and single["energy_ratio"] is None
+    assert mixed["speedup"] == mixed["energy_ratio"] == (1.0 if archs[0] == "hybrid-3x1024"
+                                                         else None)
+    (totals,) = [a["totals"] for a in doc["archs"] if a["label"] == "hybrid-3x1024"]
+    assert totals["cycles"] == hybrid["totals"]["cycles"]
 
 
 def test_an_arch_that_cannot_run_a_layer_is_named(tmp_path):

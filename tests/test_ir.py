@@ -86,3 +86,15 @@ def test_a_graph_prints_as_one_line_of_shapes_and_counts_not_its_weights():
     assert text == ("Graph('two': input (1, 3, 8, 8) -> conv2 (1, 2, 6, 6); 3 nodes, 2 convs, "
                     f"{w1.size + 4 + w2.size} conv parameters)")
     assert "\n" not in text and "array" not in text
+
+
+@pytest.mark.parametrize("stride, dilation, text", [
+    ((2, 2), (1, 1), "8x24x96->8x12x48 3x3 s2"),
+    ((2, 1), (1, 1), "8x24x96->8x12x96 3x3 s(2, 1)"),
+    ((1, 1), (2, 2), "8x24x96->8x24x96 3x3 d2"),
+    ((1, 1), (2, 1), "8x24x96->8x24x96 3x3 d(2, 1)"),  # read 'd2', as if both axes were 2
+])
+def test_the_shape_text_gives_both_axes_where_they_differ(stride, dilation, text):
+    layer = ConvLayer(name="c", N=1, C=8, H=24, W=96, K=8, R=3, S=3, stride=stride,
+                      padding=dilation, dilation=dilation)
+    assert layer.describe() == text

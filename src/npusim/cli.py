@@ -168,9 +168,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--dataflow", metavar="NAME", help="dataflow to run (default: the arch's)")
     run.add_argument("--bandwidth", type=_bandwidth, metavar="B|unlimited",
                      help="DRAM bytes/cycle instead of the arch's (unlimited: stall-free)")
-    run.add_argument("--mode", choices=MODES, default="run",
-                     help="run: the dataflow's own arithmetic; estimate: dense engine + costs "
-                          "from masks; emulate: cycle emulator (small inputs)")
+    run.add_argument("--mode", choices=MODES,
+                     help="run (default): the dataflow's own arithmetic; estimate: dense engine "
+                          "+ costs from masks; emulate: cycle emulator (small inputs)")
     run.add_argument("--emulate-limit", type=_steps, metavar="STEPS",
                      help="with --mode emulate: the most emulator steps (about 1 us each) one "
                           "layer may take (default 4e7, about 40 s)")
@@ -515,6 +515,11 @@ def _run_model(args, model, arch, dataflow: str, module=None):
 
 def _check_flags(args) -> None:
     """Reject flag combinations and output paths that cannot work, before any work."""
+    from .frontends import kind
+
+    if kind(args.model) == ".csv":
+        _check_topology_flags(args)
+    args.mode = args.mode or "run"  # None until here: a topology CSV refuses any --mode
     shape = args.input_shape
     if shape and args.batch and shape[0] != args.batch:
         raise UsageError(f"--batch {args.batch} contradicts --input-shape N={shape[0]}")
@@ -532,10 +537,6 @@ def _check_flags(args) -> None:
         from .report.plots import check_folder
 
         check_folder(args.plots)
-    from .frontends import kind
-
-    if kind(args.model) == ".csv":
-        _check_topology_flags(args)
 
 
 def _report_to_stdout(args) -> bool:
@@ -547,7 +548,7 @@ def _check_topology_flags(args) -> None:
     """A topology CSV is shapes only: flags that need tensors or weights do not apply."""
     bad = [flag for flag, given in (("--input", args.input), ("--density", args.density),
                                     ("--check", args.check), ("--input-shape", args.input_shape),
-                                    ("--mode", args.mode != "run")) if given]
+                                    ("--mode", args.mode is not None)) if given]
     if bad:
         raise UsageError(f"{args.model}: a topology CSV is run shape-only (dense, no tensors); "
                          f"{', '.join(bad)} {'needs' if len(bad) == 1 else 'need'} a model "

@@ -135,13 +135,12 @@ class ConvLayer:
         return self if dtype == self.dtype else dataclasses.replace(self, dtype=dtype)
 
     def describe(self) -> str:
-        """Short text of the shape, for tables: C x H x W -> K x P x Q, R x S / stride."""
+        """Short text of the shape, for tables: C x H x W -> K x P x Q, R x S, then stride
+        and dilation (``s2``; ``s(2, 1)`` where the two axes differ) and groups."""
         extra = []
-        if self.stride != (1, 1):
-            sh, sw = self.stride
-            extra.append(f"s{sh}" if sh == sw else f"s{self.stride}")
-        if self.dilation != (1, 1):
-            extra.append(f"d{self.dilation[0]}")
+        for tag, axes in (("s", self.stride), ("d", self.dilation)):
+            if axes != (1, 1):
+                extra.append(f"{tag}{axes[0]}" if axes[0] == axes[1] else f"{tag}{axes}")
         if self.groups > 1:
             extra.append("dw" if self.is_depthwise else f"g{self.groups}")
         tail = (" " + " ".join(extra)) if extra else ""

@@ -117,8 +117,10 @@ def speedup(base: LayerStats, other: LayerStats) -> float:
 
 
 def energy_ratio(base: LayerStats, other: LayerStats) -> float:
-    """Other energy / baseline energy (<1: other spends less); nan if the baseline spent 0."""
-    return other.energy_pj / base.energy_pj if base.energy_pj else float("nan")
+    """Other energy / baseline energy (<1: other spends less); nan where either spent none
+    (a row only one arch has, such as a hybrid's moves, or a layer that costs nothing)."""
+    return other.energy_pj / base.energy_pj if base.energy_pj and other.energy_pj \
+        else float("nan")
 
 
 def time_split(stats: LayerStats) -> dict[str, float]:
