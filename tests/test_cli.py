@@ -375,17 +375,45 @@ def test_a_model_of_a_flat_input_runs_on_seeded_values_and_refuses_an_image(tmp_
                               "1 (grey) or 3 (RGB): leave out --input for seeded values\n")
 
 
-def test_a_file_onnxruntime_will_not_load_is_checked_in_one_line(tmp_path, capsys):
-    """A conv stamped with opset 99: npusim runs it; ``--check``, which runs the file on
-    onnxruntime too, says in one line that onnxruntime will not (once its traceback)."""
+def test_a_file_onnxruntime_will_not_load_is_checked_in_one_line(tmp_path, capsys,
+                                                                monkeypatch):
+    """A conv stamped with opset 99: npusim runs it; onnxruntime will not load it, so onnx's
+    reference evaluator judges it; where that cannot run it either, ``--check`` says so in
+    one line (once onnxruntime's traceback)."""
     pytest.importorskip("onnxruntime")
+    from npusim.report import check
+
     path = one_op_onnx(tmp_path / "future.onnx", "Conv", np.ones((2, 1, 3, 3), np.float32),
                        (1, 1, 6, 6), (1, 2, 4, 4), opset=99)
     assert main(capsys, "run", path, "--quiet")[:3:2] == (0, "")
+    code, out, err = main(capsys, "run", path, "--quiet", "--check")
+    assert code == 0 and "judged by onnx's reference evaluator" in out, err
+    monkeypatch.setattr(check, "onnx_reference_error", lambda *args: None)
     code, _, err = main(capsys, "run", path, "--quiet", "--check")
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"npusim: error: {path}: onnxruntime cannot run it for --check (")
-    assert err.endswith("); run without --check\n")
+    assert err.startswith(f"npusim: error: {path}: neither onnxruntime (")
+    assert err.endswith("nor onnx's reference evaluator can run it for --check; run without "
+                        "--check\n")
+
+
+def test_a_file_onnxruntime_refuses_is_judged_by_the_onnx_reference_evaluator(tmp_path,
+                                                                            capsys):
+    """A dilated conv with auto_pad SAME_UPPER (a torch export of padding='same',
+    dilation=2), which onnxruntime refuses to run: --check aborted the run; the spec's
+    evaluator now judges the outputs, and the line and JSON say so."""
+    pytest.importorskip("onnxruntime")
+    weight = np.random.default_rng(0).standard_normal((2, 1, 3, 3)).astype(np.float32)
+    path = one_op_onnx(tmp_path / "dil.onnx", "Conv", weight, (1, 1, 9, 9), (1, 2, 9, 9),
+                       dilations=[2, 2], auto_pad="SAME_UPPER")
+    code, out, err = main(capsys, "run", path, "--quiet", "--check", "--json",
+                          tmp_path / "r.json")
+    assert code == 0, err
+    assert "outputs against onnxruntime: not compared (onnxruntime cannot run it (" in out
+    assert "judged by onnx's reference evaluator) (against onnx's reference evaluator, the " \
+           "ONNX spec's arithmetic: " in out and out.rstrip().endswith(": ok")
+    facts = json.loads((tmp_path / "r.json").read_text())["check"]
+    assert facts["onnxruntime_relative_error"] is None and facts["passed"]
+    assert facts["onnx_reference_relative_error"] < 1e-6
 
 
 def test_a_model_file_s_extension_is_read_in_any_case(tmp_path, capsys):

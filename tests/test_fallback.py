@@ -135,6 +135,29 @@ def test_torch_fallback_says_why_it_cannot_run_a_node_and_offers_no_fallback():
     assert "--fallback" not in str(e.value)
 
 
+class WhereMasked(nn.Module):
+    """A comparison's mask read by torch.where: two nodes the fallback would run, the first
+    giving a bool tensor."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.where(y > 0, y, 0.1 * y)
+
+
+def test_torch_fallback_refuses_a_node_whose_result_is_not_floating():
+    """The mask of ``y > 0`` reached torch.where as float32 and the walk failed inside torch
+    (a traceback, exit 1); the fallback now refuses the comparison at import, naming it."""
+    with pytest.raises(ModelError) as e:
+        from_torch(WhereMasked().eval(), example(), fallback=True)
+    assert "node 'gt': the fallback cannot run it: its result is bool, and the network's " \
+           "tensors are float32" in str(e.value)
+
+
 def test_onnx_fallback_says_why_it_cannot_run_a_node(tmp_path):
     """An ONNX node with no rule whose second output is read (TopK's indices) cannot run
     alone in onnxruntime as one tensor out: refused with that reason, the fallback not

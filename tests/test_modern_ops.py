@@ -289,6 +289,13 @@ FUNCTIONS = {
     "pad_replicate": nn.ReplicationPad2d((2, 0, 1, 1)),
     "conv_reflect": nn.Conv2d(8, 4, 3, padding=(1, 2), padding_mode="reflect"),
     "conv_replicate": nn.Conv2d(8, 4, 3, padding=1, padding_mode="replicate"),
+    # a UNet's up block: the upsampled map padded to its skip's size, then joined to it (the
+    # pad is a Pad of its own: a concat cannot absorb it); at equal sizes the export's pad
+    # is all zeros
+    "pad_cat": lambda y: torch.cat([y, F.pad(y[:, :, :7, :9], (0, 1, 1, 0))], 1),
+    "pad_cat_both": lambda y: torch.cat([F.pad(y, (1, 0, 0, 1)), F.pad(y, (0, 1, 1, 0))], 1),
+    "pad_zero_cat": lambda y: torch.cat([y, F.pad(y, (0, y.shape[3] - 10, 0, 0))], 1),
+    "float_cast": lambda y: F.relu(y.float()) + y.to(torch.float32),  # an export's Cast
 }
 
 

@@ -343,6 +343,27 @@ def test_gather_the_ir_cannot_index_is_refused(tmp_path, index, axis, message):
         from_onnx(path)
 
 
+@pytest.mark.parametrize("to, kinds", [(TensorProto.FLOAT, ["Conv", "Relu"]),
+                                       (TensorProto.DOUBLE, ["Conv", "Relu"]),
+                                       (TensorProto.FLOAT16, None), (TensorProto.INT32, None)])
+def test_a_cast_of_a_computed_tensor_to_a_float_type_passes_its_values_on(tmp_path, to, kinds):
+    """x.float() exported: a Cast to FLOAT (or DOUBLE) holds the float32 values unchanged;
+    a cast that rounds them (FLOAT16) or truncates them (INT32) is refused, naming it."""
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c"), node("Cast", ["c"], "d", to=to),
+                            node("Cast", ["d"], "e", to=TensorProto.FLOAT),
+                            node("Relu", ["e"], "y")], {"w": weights(4, 3, 3, 3)})
+    if kinds is None:
+        name = TensorProto.DataType.Name(to)
+        with pytest.raises(ModelError, match=rf"Cast x1 \(node 'cast_d': to={name}: the IR "
+                                             r"computes in float32"):
+            from_onnx(path)
+        return
+    graph = from_onnx(path)
+    assert op_kinds(graph) == kinds
+    x = np.random.default_rng(0).standard_normal((1, 3, 12, 11)).astype(np.float32)
+    assert rel_err(simulate(graph, x).output, onnxruntime_output(path, x)) < 1e-6
+
+
 def test_matmul_of_two_computed_tensors_and_by_a_constant_over_tokens(tmp_path):
     """Attention as exporters write it: a MatMul by a constant over N x T x C tokens (a
     linear layer: a 1x1 conv between reshapes and transposes, its bias Add after it), and

@@ -216,9 +216,12 @@ def _check_pads_absorbed(c: OnnxNode, m: Model) -> None:
 
 
 def _carry_pad(m: Model, proto, result) -> None:
-    """Identity/Dropout pass a pending Pad on; a Pad sets (or accumulates) it."""
+    """Identity/Dropout pass a pending Pad on; a Pad sets (or accumulates) it. A pad of no
+    pixels is none: its output is its input, whoever reads it (a torch export writes such
+    pads before a UNet's concat where the sizes already match)."""
     if isinstance(result, rules.Pending):
-        m.pending[proto.output[0]] = result
+        if result:
+            m.pending[proto.output[0]] = result
     elif proto.input[0] in m.pending:
         m.pending[proto.output[0]] = m.pending[proto.input[0]]
 

@@ -17,6 +17,7 @@ import numpy as np
 from .. import ops
 from ..geometry import same_auto_padding
 from . import lowering as rules
+from . import onnx_file
 from .lowering import Refusal as _Refusal
 from .onnx_model import OnnxNode, constant, element_name
 
@@ -373,6 +374,20 @@ def _dropout(c: OnnxNode):
     return c.proto.input[0]
 
 
+FLOAT_TYPES = (1, 11)  # onnx.TensorProto FLOAT, DOUBLE: hold a float32 value exactly
+
+
+def _cast(c: OnnxNode):
+    """A Cast of a computed tensor to FLOAT or DOUBLE passes its float32 values on unchanged
+    (a torch export writes one for ``x.float()``, ``x.to(torch.float32)``); to any other
+    type it would round or truncate them."""
+    to = c.attr("to")
+    if to not in FLOAT_TYPES:
+        raise _Refusal(f"to={onnx_file.element_type(to)}: the IR computes in float32; a cast "
+                       "of a computed tensor to FLOAT or DOUBLE passes on its values")
+    return c.proto.input[0]
+
+
 # ---- quantised models (QDQ) -------------------------------------------------------------
 
 GRID_TYPES = ("int8", "uint8", "int16", "uint16")  # the integer grids a FakeQuant rounds to
@@ -507,7 +522,8 @@ CONVERTERS = {
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1),
     "LogSoftmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
-    "Dropout": (_dropout, 1), "Pad": (_pad, 1), "Slice": (_slice, 1), "Gather": (_gather, 1),
+    "Dropout": (_dropout, 1), "Cast": (_cast, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
+    "Gather": (_gather, 1),
     "QuantizeLinear": (_quantize, 1), "DequantizeLinear": (_dequantize, 1),
 }
 

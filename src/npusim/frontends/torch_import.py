@@ -77,10 +77,11 @@ class _TorchCall:
         return out.detach().cpu().to(torch.float32).numpy()
 
 
-def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> str | None:
+def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape,
+              dtype: str) -> str | None:
     """Add node ``n`` as a ``Fallback`` running its own torch call; where it cannot be,
     why not (``_no_fallback``)."""
-    cannot = _no_fallback(args, kwargs, shape)
+    cannot = _no_fallback(args, kwargs, shape, dtype)
     if cannot is not None:
         return cannot
     refs: list[Ref] = []
@@ -98,10 +99,11 @@ def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape) -> str | N
     return None
 
 
-def _no_fallback(args, kwargs, shape) -> str | None:
+def _no_fallback(args, kwargs, shape, dtype: str) -> str | None:
     """Why a node's own torch call cannot run it as a ``Fallback``, or None: it reads the
     parts of a chunk or split, or a constant pad npusim holds for the conv or pool reading
-    it, or its result is not one tensor, or it reads no tensor of the network."""
+    it, or its result is not one tensor, or not a floating one (``dtype``: a mask from a
+    comparison, indices), or it reads no tensor of the network."""
     found: list[str] = []
 
     def look(v):
@@ -120,6 +122,9 @@ def _no_fallback(args, kwargs, shape) -> str | None:
         return blocked[0]
     if not shape:
         return "its result is not one tensor"
+    if not dtype.startswith(("float", "bfloat")):
+        return (f"its result is {dtype}, and the network's tensors are float32 (a mask or "
+                "indices would reach their reader as numbers)")
     if not found:
         return "it reads no tensor of the network"
     return None
@@ -195,7 +200,7 @@ def _record(gm, x, name: str) -> dict:
                 info[n] = out
             elif _holds_tensor(out):
                 info[n] = Ref("input" if n.op == "placeholder" else n.name, _shape(out),
-                              parts=_part_shapes(out))
+                              parts=_part_shapes(out), dtype=_dtype(out))
             else:
                 info[n] = _ValueNumber(out)
             mutations.after(n, out)
@@ -229,6 +234,12 @@ def _shape(value) -> tuple[int, ...]:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
 
 
+def _dtype(value) -> str:
+    """A tensor's element type by name ('float32', 'bool'); 'float32' for a tuple."""
+    return str(value.dtype).removeprefix("torch.") if isinstance(value, torch.Tensor) \
+        else "float32"
+
+
 def _needs_op(n, info: dict) -> bool:
     """A node the IR must compute: a call whose result holds tensors computed from the input."""
     return n.op in ("call_module", "call_function", "call_method") and isinstance(info[n], Ref)
@@ -260,11 +271,13 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             result, why = _converted(conv, Call(n.name, shape, build, info[n].parts), args,
                                      kwargs)
         if conv is None or why is not None:
-            if not fallback and (cannot := _no_fallback(args, kwargs, shape)) is not None:
+            if not fallback and (cannot := _no_fallback(args, kwargs, shape,
+                                                         info[n].dtype)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)  # not offered the fallback
             elif not fallback:
                 build.refuse(kind, n.name, why)
-            elif (cannot := _fallback(build, gm, n, kind, args, kwargs, shape)) is not None:
+            elif (cannot := _fallback(build, gm, n, kind, args, kwargs, shape,
+                                      info[n].dtype)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)
             continue
         if isinstance(result, (Ref, Parts)):  # a pass-through, or parts read by getitem

@@ -41,6 +41,7 @@ class Ref:
     shape: tuple[int, ...]
     pad: rules.Pending = rules.NO_PAD
     parts: tuple = ()  # the shapes of a tuple of tensors (chunk, split), else ()
+    dtype: str = "float32"  # torch's element type of the traced tensor ("bool" after x > 0)
 
 
 @dataclass(frozen=True)

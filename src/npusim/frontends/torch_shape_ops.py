@@ -18,8 +18,16 @@ from .torch_ops import Parts, Ref, adaptive_avg_pool2d, computed, number
 
 
 def cat(c, tensors, dim=0):
-    computed = all(isinstance(t, Ref) for t in tensors)
-    return rules.concat(dim, len(tensors[0].shape) if computed else 1, computed)
+    """``torch.cat``: one Concat along ``dim`` of computed tensors, each with no F.pad
+    pending (``computed``: a pending pad is placed as a Pad of its own first)."""
+    if not isinstance(tensors, (list, tuple)):
+        raise _Refusal("joins the parts of a chunk or split as one; list them "
+                       "(torch.cat([p[0], p[1]], dim))")
+    joined = all(isinstance(t, Ref) for t in tensors)
+    if joined:
+        for t in tensors:
+            computed(t)
+    return rules.concat(dim, len(tensors[0].shape) if joined else 1, joined)
 
 
 def reduction(kind: str):
