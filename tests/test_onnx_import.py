@@ -364,6 +364,25 @@ def test_a_cast_of_a_computed_tensor_to_a_float_type_passes_its_values_on(tmp_pa
     assert rel_err(simulate(graph, x).output, onnxruntime_output(path, x)) < 1e-6
 
 
+def test_a_standard_op_name_in_another_domain_is_refused_naming_the_domain(tmp_path):
+    """onnxruntime's contrib QuantizeLinear (com.microsoft) was refused as an unsupported op
+    while the same message listed QuantizeLinear as supported."""
+    graph = helper.make_graph(
+        [node("Conv", ["x", "w"], "c"), helper.make_node("Relu", ["c"], ["y"], name="relu_y",
+                                                         domain="com.microsoft")],
+        "m", [helper.make_tensor_value_info("x", FLOAT, [1, 3, 12, 11])],
+        [helper.make_tensor_value_info("y", FLOAT, [1, 4, 10, 9])],
+        [numpy_helper.from_array(weights(4, 3, 3, 3), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    path = tmp_path / "contrib.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(ModelError, match=r"Relu x1 \(node 'relu_y': its domain is "
+                                         r"com\.microsoft; npusim reads the ONNX standard"):
+        from_onnx(path)
+
+
 def test_matmul_of_two_computed_tensors_and_by_a_constant_over_tokens(tmp_path):
     """Attention as exporters write it: a MatMul by a constant over N x T x C tokens (a
     linear layer: a 1x1 conv between reshapes and transposes, its bias Add after it), and
@@ -670,8 +689,11 @@ def test_truncated_file(tmp_path):
 def test_invalid_graph_is_refused_by_the_checker(tmp_path):
     outputs = [helper.make_tensor_value_info("y", FLOAT, [1, 3, 12, 11])]
     path = write(tmp_path, [node("Relu", ["nowhere"])], outputs=outputs)
-    with pytest.raises(ModelError, match=r"m.onnx: invalid ONNX model: .*nowhere"):
+    with pytest.raises(ModelError, match=r"m.onnx: invalid ONNX model: .*nowhere") as e:
         from_onnx(path)
+    # the checker's complaint, spread over lines, kept whole on one: the node and why
+    assert str(e.value).endswith("input 'nowhere' of node: name: relu_y OpType: Relu is not "
+                                 "output of any previous nodes.")
 
 
 def test_dynamic_input_shape_needs_input_shape(tmp_path):

@@ -77,13 +77,16 @@ def _unknown_dims_unset(value_info):
 
 
 def check(skeleton_model, path: Path) -> None:
-    """onnx.checker on the skeleton; the first line of its complaint names the problem."""
+    """onnx.checker on the skeleton; its complaint, on one line, names the problem (the
+    checker spreads one over several: 'input 'w' of node:', then the node, then why)."""
     import onnx
 
     try:
         onnx.checker.check_model(skeleton_model)
     except onnx.checker.ValidationError as e:
-        raise ModelError(f"{path}: invalid ONNX model: {str(e).strip().splitlines()[0]}") from None
+        said = " ".join(str(e).split())
+        said = said if len(said) <= 300 else f"{said[:297]}..."
+        raise ModelError(f"{path}: invalid ONNX model: {said}") from None
 
 
 def load_external(model, path: Path) -> None:

@@ -99,8 +99,12 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
         if i not in needed or not m.depends.intersection(proto.output):
             continue
         c = OnnxNode(proto, names[i], m, build)
-        if proto.op_type not in CONVERTERS or proto.domain not in ("", "ai.onnx"):
+        if proto.op_type not in CONVERTERS:
             _refuse(c, model, needed, fallback, None)
+            continue
+        if proto.domain not in ("", "ai.onnx"):  # an ONNX op's name in another domain
+            _refuse(c, model, needed, fallback, f"its domain is {proto.domain}; npusim reads "
+                    "the ONNX standard domain's ops of that name")
             continue
         try:
             _convert_node(c, model, needed)
