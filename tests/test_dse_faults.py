@@ -104,6 +104,45 @@ def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
     assert f"{load_spec(spec_file).grid_size - count} points run" in r.stdout, r.stderr
 
 
+# points of about a second each (MobileNetV2 in int8 on group-tile): a second Ctrl-C lands
+# while the driver waits for the running ones to finish
+SLOW = """
+base = "group-tile-64mac"
+models = ["mobilenet_v2"]
+dtype = "int8"
+objectives = ["cycles", "energy"]
+[parameters]
+"group-tile.macs" = [16, 32, 64, 128]
+"memory.dram_bytes_per_cycle" = [4, 8, 16, 32]
+"""
+
+
+def test_a_second_ctrl_c_while_the_points_finish_stops_at_once(tmp_path):
+    """Ctrl-C, then Ctrl-C again while the driver waits for the running points: the wait
+    was cut before the workers (which ignore SIGINT) were told to stop, and the process's
+    exit then waited on them forever; now the second ends them, exit 130."""
+    spec_file = write_spec(tmp_path, SLOW)
+    db = tmp_path / "s.db"
+    proc = sweep_until_stored(spec_file, db, 2)
+    assert proc.poll() is None, "the sweep ended before Ctrl-C"
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                             text=True).stdout.split()
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)  # pressed again, impatient
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # hung: leave no process behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.startswith("npusim: interrupted; ") and "Traceback" not in err, err
+    time.sleep(0.5)
+    alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+    assert not alive, f"workers {alive} outlived the sweep"
+
+
 def test_a_dead_local_worker_is_one_clear_error_and_the_rerun_resumes(tmp_path):
     spec_file = write_spec(tmp_path, MANY)
     db = tmp_path / "s.db"

@@ -27,6 +27,7 @@ def spec(extra: str, params: str = '"systolic.rows" = [8]'):
     ("densities = [0.5]", None, ["test.csv is a topology CSV", "densities = [1.0]"]),
     ('dtype = "int4"', None, ["dtype='int4'", "float32"]),
     ("batch = 0", None, ["batch=0", "integer >= 1"]),
+    ("batch = 100000000", None, ["batch=100,000,000", "from 1 to 1,048,576"]),  # --batch's
     ('mode = "emulate"', None, ["mode='emulate'", "estimate"]),
     ('[search]\nstrategy = "random"', None, ["search.budget", "needs a budget"]),
     ('[search]\nstrategy = "anneal"', None, ["search.strategy='anneal'", "nsga2"]),

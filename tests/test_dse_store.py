@@ -52,6 +52,25 @@ def test_rerun_resumes_and_a_grown_search_runs_only_new_points(tmp_path):
     assert len(Store.read(tmp_path / "s.db").rows()) == 9
 
 
+def test_two_sweeps_on_one_store_share_its_points(tmp_path):
+    """Two sweeps of one spec into one store (two terminals, a job array) both run the
+    first point; the second to store it died on the key's UNIQUE constraint (a traceback,
+    exit 1). Each point is kept once, as the first stored it, numbered in order."""
+    spec = load_spec(write_spec(tmp_path))
+    first, second = Store.open(tmp_path / "s.db", spec), Store.open(tmp_path / "s.db", spec)
+    a = {"model": "test.csv", "density": None, "systolic.rows": 4, "systolic.cols": 8}
+    b = {**a, "systolic.rows": 16}
+    done = {"status": "ok", "totals": {"cycles": 1}, "objectives": {"cycles": 1},
+            "layers": [], "seconds": 0.5}
+    first.add(a, done)
+    second.add(a, {**done, "seconds": 0.7})  # the same point, finished later elsewhere
+    second.add(b, done)
+    first.add(b, done)
+    rows = Store.read(tmp_path / "s.db").rows()
+    assert [(r["params"]["systolic.rows"], r["seq"], r["seconds"]) for r in rows] == \
+        [(4, 1, 0.5), (16, 2, 0.5)]
+
+
 def test_store_of_another_spec_or_version_is_refused(tmp_path):
     sweep(write_spec(tmp_path), tmp_path / "s.db", workers=1)
     other = write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[4, 16]"), "other.toml")
@@ -265,8 +284,9 @@ def test_a_parameter_the_machine_does_not_read_is_named_after_the_sweep(tmp_path
     assert cycles[1, 16] != cycles[1, 64]
     assert inert_parameters(store) == ["memory.ifmap_sram_kb"]
     assert err == ("npusim: warning: memory.ifmap_sram_kb changed no result: points that "
-                   "differ in it alone have equal totals, so the machine does not read it with "
-                   "base 'group-tile-64mac' (docs/sweep.md, 'Parameters that change nothing')\n")
+                   "differ in it alone have equal totals: the machine does not read it with "
+                   "base 'group-tile-64mac', or not at the values swept (docs/sweep.md, "
+                   "'Parameters that change nothing')\n")
     store, err = outcomes["shared"]
     assert inert_parameters(store) == []  # narrow_kb has one value: never varied, not judged
     assert err == ""

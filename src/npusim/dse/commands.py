@@ -85,8 +85,9 @@ def cmd_sweep(args) -> int:
           f"{outcome.skipped} already stored")
     for name in inert:
         print(f"npusim: warning: {name} changed no result: points that differ in it alone have "
-              f"equal totals, so the machine does not read it with base {spec.base!r} "
-              "(docs/sweep.md, 'Parameters that change nothing')", file=sys.stderr)
+              f"equal totals: the machine does not read it with base {spec.base!r}, or not at "
+              "the values swept (docs/sweep.md, 'Parameters that change nothing')",
+              file=sys.stderr)
     return 0
 
 

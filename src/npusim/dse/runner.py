@@ -189,9 +189,19 @@ class PoolRunner:
         return self.pool.submit(fn, *args)
 
     def _stop_pool(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+        """Stop the pool once the points running finish. A Ctrl-C while it waits ends the
+        workers at once: they ignore SIGINT (``_worker_init``), and an interrupted wait
+        leaves them unsent their stop, for the interpreter's exit to wait on forever."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            for process in list((pool._processes or {}).values()):
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
     def close(self) -> None:
         self._stop_pool()

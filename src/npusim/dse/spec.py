@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arch.spec import PARTS, PRESET_DIR, Arch, arch_from_toml_text, declared_sections, presets
-from ..choices import DTYPES
+from ..choices import DTYPES, MAX_DIM
 from ..errors import NpusimError
 from ..stats import LayerStats
 
@@ -190,7 +190,7 @@ def spec_from_toml_text(text: str, where: str, root: Path = Path(".")) -> SweepS
         where=where, base=base, base_text=base_text,
         parameters=_parameters(table["parameters"], where), models=models,
         densities=densities, dtype=_choice(table, "dtype", DTYPES, "float32", f"{where}:"),
-        batch=_int(table, "batch", 1, f"{where}:"),
+        batch=_int(table, "batch", 1, f"{where}:", high=MAX_DIM),  # as --batch
         mode=_choice(table, "mode", MODES, "estimate", f"{where}:"),
         seed=_int(table, "seed", 0, f"{where}:", low=0), objectives=objectives,
         constraints=_constraints(table.get("constraints", {}), where), search=search,
@@ -241,10 +241,13 @@ def _choice(table, key, choices, default, where):
     return value
 
 
-def _int(table, key, default, where, low=1):
+def _int(table, key, default, where, low=1, high=None):
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise SweepError(f"{_k(where, key)}={value!r}: must be an integer >= {low}")
+    if high is not None and value > high:
+        raise SweepError(f"{_k(where, key)}={value:,}: must be an integer from {low} to "
+                         f"{high:,}")
     return value
 
 
