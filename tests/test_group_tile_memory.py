@@ -35,15 +35,15 @@ SMALL = ConvLayer(1, 16, 1, 2, 64, 1, 1, dtype="int8")
 
 
 def test_two_tiles_each_fetch_their_own_weights_and_inputs():
-    """One tile takes 316 cycles (test_group_tile.py: the 1,056 bytes before step 0 are not
+    """One tile takes 312 cycles (test_group_tile.py: the 1,040 bytes before step 0 are not
     hidden). Two tiles, one pixel each (a step of 16 taps + 4 drain cycles = 20): each tile loads
-    all 1,024 weight bytes into its own wide memory and the input row into its narrow
-    memory (32 bytes each): 2,048 + 64 bytes before the only step, 528 cycles; both
-    tiles' 64 outputs after it, 128 / 4 = 32. Distributing the layer halves the compute
-    and doubles the parameter traffic: 580 cycles against one tile's 316."""
+    all 1,024 weight bytes into its own wide memory and its pixel's 16 input bytes (the
+    input row, 32 bytes, held whole would move more): 2,048 + 32 bytes before the only step,
+    520 cycles; both tiles' 64 outputs after it, 128 / 4 = 32. Distributing the layer halves
+    the compute and doubles the parameter traffic: 572 cycles against one tile's 312."""
     st_ = both(SMALL, arch_with(4.0, output_bus_values=16, tiles=2))
-    assert (st_.dram_filter_bytes, st_.dram_ifmap_bytes, st_.dram_ofmap_bytes) == (2048, 64, 128)
-    assert (st_.compute_cycles, st_.cycles) == (20, 20 + 528 + 32)
+    assert (st_.dram_filter_bytes, st_.dram_ifmap_bytes, st_.dram_ofmap_bytes) == (2048, 32, 128)
+    assert (st_.compute_cycles, st_.cycles) == (20, 20 + 520 + 32)
     assert st_.stall_dram_filter_cycles == 512
 
 
@@ -135,3 +135,17 @@ def test_a_row_of_65536_pixels_runs_in_little_memory():
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["65536", "65536"]
+
+
+def test_a_larger_narrow_memory_is_never_slower_where_holding_rows_saves_nothing():
+    """A 1x1 conv 96 -> 48 on 14 x 14, int8, at 4 bytes a cycle, the tile's narrow memory the
+    arch's ifmap SRAM: a 1x1 conv's taps are its input rows' pixels, once each, so holding a
+    row moves the same 18,816 bytes as the steps' own taps. Held whole (4 KiB and up: a row
+    of 14 x 96 bytes fits half of it), each row came at its first step and stalled 3,499
+    cycles; at 2 KiB, step by step, 24. The rows are now held only where that moves fewer
+    bytes: every size gives the streamed schedule, on the emulator too."""
+    layer = ConvLayer(1, 96, 14, 14, 48, 1, 1, dtype="int8")
+    runs = [both(layer, arch_with(4.0, {"ifmap_sram_kb": kb}, narrow_kb=0, wide_kb=0))
+            for kb in (2, 4, 16)]
+    assert {(s.cycles, s.stall_dram_ifmap_cycles, s.dram_ifmap_bytes) for s in runs} == \
+        {(20007, 24, 96 * 14 * 14)}

@@ -321,14 +321,20 @@ def tile_fetches(q: dict, mem) -> dict:
     """DRAM bytes one tile's steps ``q`` (``tile_memory``) fetch into its own narrow and
     wide memory ``mem``, by the memory model's residency rules (``memory.traffic``): an
     input band that fits the narrow memory's active half comes whole, a larger one as the
-    step's own taps; a weight block is kept while the tile's blocks fit the wide memory."""
+    step's own taps; a weight block is kept while the tile's blocks fit the wide memory.
+    The bands are held only where that moves fewer bytes than every step fetching its own
+    taps (a 1x1 conv's taps are its band's pixels, once each): a band fetched whole at its
+    row's first step waits on DRAM where the same bytes, step by step, overlap the steps,
+    and a larger narrow memory made such a layer slower."""
     whole = q["ifmap_size"] <= memory.usable_bytes(mem.ifmap_sram_kb, mem)
     st = memory.Steps(compute=q["compute"], ifmap=q["ifmap"], ifmap_size=q["ifmap_size"],
                       ifmap_bytes=np.where(whole, q["ifmap_size"], q["ifmap_bytes"]),
                       filter=q["filter"], filter_bytes=q["filter_bytes"],
                       filter_held=q["filter_held"])
     t = memory.traffic(st, mem)
-    return {**q, "ifmap_fetch": t["ifmap"], "filter_fetch": t["filter"]}
+    held = t["ifmap"].sum() < q["ifmap_bytes"].sum()
+    return {**q, "ifmap_fetch": t["ifmap"] if held else q["ifmap_bytes"],
+            "filter_fetch": t["filter"]}
 
 
 def combine(parts: list[dict]) -> memory.Steps:

@@ -255,14 +255,18 @@ def own_memory(arch):
 def fetched(log: dict, mem) -> dict[str, np.ndarray]:
     """What one tile's logged steps bring from DRAM into its own memories ``mem``, by the
     memory model's residency rules: a missing input band whole where it fits the narrow
-    memory's active half, else the activations the step's taps read; weights per block."""
+    memory's active half, else the activations the step's taps read; weights per block.
+    Holding the bands is worth it only where they move fewer bytes than the steps' own
+    taps; else each step fetches its taps (the same bytes, spread over the steps)."""
     whole = log["ifmap_size"] <= usable_bytes(mem.ifmap_sram_kb, mem)
     moved = traffic(Steps(compute=log["compute"], ifmap=log["ifmap"],
                           ifmap_bytes=np.where(whole, log["ifmap_size"], log["ifmap_bytes"]),
                           ifmap_size=log["ifmap_size"], filter=log["filter"],
                           filter_bytes=log["filter_bytes"], filter_held=log["filter_held"]),
                     mem)
-    return {"ifmap": moved["ifmap"], "filter": moved["filter"]}
+    taps = np.asarray(log["ifmap_bytes"], np.int64)
+    banded = moved["ifmap"].sum() < taps.sum()
+    return {"ifmap": moved["ifmap"] if banded else taps, "filter": moved["filter"]}
 
 
 def logged_steps(layer: ConvLayer, counts: list[Counts], mem) -> Steps:
