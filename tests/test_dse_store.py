@@ -71,6 +71,23 @@ def test_two_sweeps_on_one_store_share_its_points(tmp_path):
         [(4, 1, 0.5), (16, 2, 0.5)]
 
 
+@pytest.mark.parametrize("workload, message", [
+    ('models = ["net.py:nosuch"]',
+     r"model '.*net\.py:nosuch' at density 1\.0, batch 1: .*no function 'nosuch'"),
+    ('models = ["mtcnn-pnet"]\ndensities = ["deep-compression"]',
+     r"model 'mtcnn-pnet' at density 'deep-compression', batch 1: .*deep-compression"),
+])
+def test_a_workload_that_does_not_load_is_the_specs_error_before_any_point(tmp_path, workload,
+                                                                         message):
+    """Every point of such a model was stored as an infeasible design and the sweep ended
+    with exit 0; it is now refused before a store is made, as npusim run refuses it."""
+    (tmp_path / "net.py").write_text("def build():\n    raise SystemExit\n")
+    spec_file = write_spec(tmp_path, SMALL.replace('models = ["test.csv"]', workload))
+    with pytest.raises(SweepError, match=message):
+        sweep(spec_file, tmp_path / "s.db", workers=1)
+    assert not (tmp_path / "s.db").exists()
+
+
 def test_store_of_another_spec_or_version_is_refused(tmp_path):
     sweep(write_spec(tmp_path), tmp_path / "s.db", workers=1)
     other = write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[4, 16]"), "other.toml")

@@ -56,11 +56,12 @@ def cmd_sweep(args) -> int:
         raise UsageError("npusim sweep SPEC needs --store FILE (the results store)")
     if args.workers is not None and (args.workers < 1 or args.scheduler):
         raise UsageError("--workers must be >= 1, and does not go with --scheduler")
-    from .runner import make_runner, run_sweep
+    from .runner import check_workloads, make_runner, run_sweep
     from .spec import load_spec
     from .store import Store, inert_parameters
 
     spec = load_spec(args.spec)
+    check_workloads(spec)
     runner = make_runner(args.workers, args.scheduler)  # a cluster not reached: no store made
     try:
         store = Store.open(args.store, spec)

@@ -111,6 +111,21 @@ def prepared(model: str, density, batch: int, seed: int, digest: str = ""):
     return "graph", loaded, x
 
 
+def check_workloads(spec: SweepSpec) -> None:
+    """Load each of the spec's models at each density once, as its points will (``prepared``,
+    kept for them in this process), before any point runs or a store is made: a model that
+    does not load at the spec's batch, or a density it cannot take, is the spec's error, not
+    every point's (each would be stored as an infeasible design, and the sweep end well)."""
+    for i, model in enumerate(spec.models):
+        digest = spec.model_digests[i] if spec.model_digests else ""
+        for density in spec.densities:
+            try:
+                prepared(model, density, spec.batch, spec.seed, digest)
+            except NpusimError as e:
+                raise SweepError(f"{spec.where}: model {model!r} at density {density!r}, "
+                                 f"batch {spec.batch}: {_line(str(e))}") from None
+
+
 # ---- runners --------------------------------------------------------------------------------
 
 class InlineRunner:
@@ -372,6 +387,7 @@ def sweep(spec: SweepSpec | str, store_path, *, workers: int | None = None,
     from .store import Store
 
     spec = load_spec(spec) if not isinstance(spec, SweepSpec) else spec
+    check_workloads(spec)
     store = Store.open(store_path, spec)
     runner = make_runner(workers, scheduler)
     try:
