@@ -12,6 +12,7 @@ from dse_helpers import SMALL, npusim, write_spec
 from npusim import __version__
 from npusim.arch import load_arch
 from npusim.dse import Store, SweepError, load_spec, sweep
+from npusim.dse.pareto import pareto
 from npusim.dse.store import inert_parameters, to_csv
 from npusim.frontends import load_model
 from npusim.simulate import simulate_shapes
@@ -325,3 +326,7 @@ def test_pareto_printed_to_a_pipe_cuts_no_name_nor_value(tmp_path):
     header = next(line for line in r.stdout.splitlines() if "systolic.rows" in line)
     assert all(k in header for k in keys) and "\u2026" not in r.stdout
     assert len(header) > 160
+    # cycles whole (5.52221e+07 read two points 5 cycles apart alike)
+    front = pareto(tmp_path / "s.db", "cycles", "energy").rows()
+    assert all(any(f" {int(row['cycles']):,} " in line for line in r.stdout.splitlines())
+               for row in front)

@@ -122,6 +122,16 @@ def _export(args) -> int:
     return 0
 
 
+def _front_cell(value) -> str:
+    """A front's value as printed: a count (cycles, bytes: an integral number) whole, so
+    that two points a few cycles apart read apart; other numbers to 6 digits."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
 def cmd_pareto(args) -> int:
     """``npusim pareto STORE --x A --y B``: print the front, write its plot."""
     from rich.table import Table
@@ -142,7 +152,7 @@ def cmd_pareto(args) -> int:
     table = Table(*headers, box=None, header_style="bold",
                   title=f"{len(rows)} non-dominated of {len(front.points)} ok points{per}")
     for row in rows:
-        table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
+        table.add_row(*map(_front_cell, row.values()))
     out = _stdout()
     if not out.is_terminal:  # a file or a pipe: as wide as the table, no value cut short
         from rich.measure import Measurement
