@@ -84,18 +84,24 @@ def sweep_until_stored(spec_file, db, points: int) -> subprocess.Popen:
     return proc
 
 
+def stderr_at_exit(proc: subprocess.Popen, timeout: float) -> str:
+    """``proc``'s standard error once it ends; killed with its group if it has not ended
+    within ``timeout`` seconds (hung: no process left behind; the caller's exit-code check
+    then fails)."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate()[1]
+
+
 def test_ctrl_c_stops_with_the_finished_points_stored(tmp_path):
     spec_file = write_spec(tmp_path, MANY)
     db = tmp_path / "s.db"
     proc = sweep_until_stored(spec_file, db, 20)
     assert proc.poll() is None, "the sweep ended before Ctrl-C"
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the driver and its workers
-    try:
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:  # hung: leave no process behind
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    err = stderr_at_exit(proc, 120)
     count = len(Store.read(db).rows())
     assert proc.returncode == 130, err
     assert err == f"npusim: interrupted; {count} points are stored in {db}; the same command " \
@@ -130,12 +136,7 @@ def test_a_second_ctrl_c_while_the_points_finish_stops_at_once(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)  # pressed again, impatient
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:  # hung: leave no process behind
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    err = stderr_at_exit(proc, 60)
     assert proc.returncode == 130, err
     assert err.startswith("npusim: interrupted; ") and "Traceback" not in err, err
     time.sleep(0.5)
