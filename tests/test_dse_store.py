@@ -89,6 +89,33 @@ def test_a_workload_that_does_not_load_is_the_specs_error_before_any_point(tmp_p
     assert not (tmp_path / "s.db").exists()
 
 
+def test_a_resume_runs_again_the_points_whose_run_crashed(tmp_path, monkeypatch):
+    """A point stored as an error (its run crashed: out of memory in a worker that
+    --workers 1 would spare) stayed so for good; a resume now runs it again, keeping the
+    ok and infeasible points as they are."""
+    from npusim.dse import runner
+
+    spec_file = write_spec(tmp_path)
+    real = runner._simulate
+
+    def crashing(task):
+        if '"systolic.rows" = 16' in task.where or "systolic.rows=16" in task.where:
+            raise MemoryError("Unable to allocate 10.1 TiB")
+        return real(task)
+
+    monkeypatch.setattr(runner, "_simulate", crashing)
+    first = sweep(spec_file, tmp_path / "s.db", workers=1)
+    rows = Store.read(tmp_path / "s.db").rows()
+    crashed = {r["key"] for r in rows if r["status"] == "error"}
+    assert len(crashed) == 3 and first.failed == 5  # and 2 infeasible (cols = 0)
+    monkeypatch.setattr(runner, "_simulate", real)
+    again = sweep(spec_file, tmp_path / "s.db", workers=1)
+    assert (again.ran, again.skipped) == (3, 6)
+    after = {r["key"]: r for r in Store.read(tmp_path / "s.db").rows()}
+    assert len(after) == 9 and all(after[k]["status"] != "error" for k in crashed)
+    assert sorted(r["seq"] for r in after.values()) == list(range(1, 10))  # numbered once
+
+
 def test_store_of_another_spec_or_version_is_refused(tmp_path):
     sweep(write_spec(tmp_path), tmp_path / "s.db", workers=1)
     other = write_spec(tmp_path, SMALL.replace("[4, 16, 64]", "[4, 16]"), "other.toml")

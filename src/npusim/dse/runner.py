@@ -335,10 +335,12 @@ class SweepOutcome:
 
 def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) -> SweepOutcome:
     """Run ``spec``'s search into ``store`` (``store.Store``) on ``runner``; points already in
-    the store are not run again. Each point is stored as it finishes, so an interrupted sweep
-    keeps everything finished."""
+    the store are not run again, but for those whose run crashed (status ``error``: out of
+    memory, a worker's fault), which a resume runs again. Each point is stored as it
+    finishes, so an interrupted sweep keeps everything finished."""
     outcome = SweepOutcome()
-    done = store.done()
+    done = {key: row for key, row in store.done().items()  # a crashed point runs again
+            if row["status"] != "error"}
     stored = set(done)  # found in the store before this run
     asked: set[str] = set()
     planned = spec.points_planned

@@ -100,16 +100,20 @@ class Store:
         """Store one finished point in its own transaction, numbered next (one statement:
         two sweeps on one store number their points apart). ``result`` has status, reason,
         totals, objectives, layers, seconds. A point another sweep on the same store has
-        stored meanwhile is kept as it is (the same point gives the same result)."""
+        stored meanwhile is kept as it is (the same point gives the same result); one
+        stored as an ``error`` (its run crashed: out of memory, say) takes the new result."""
         params = {k: v for k, v in point.items() if k not in ("model", "density")}
         row = (point_key(point), json.dumps(params), point["model"],
                json.dumps(point["density"]), __version__, result["status"], result.get("reason"),
                _json(result.get("totals")), _json(result.get("objectives")),
                _json(result.get("layers")), result.get("seconds"))
         values = ", ".join(["?", "COALESCE(MAX(seq), 0) + 1", *["?"] * (len(COLUMNS) - 2)])
+        again = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in ("key", "seq"))
         with self.db:
-            self.db.execute(f"INSERT OR IGNORE INTO points ({', '.join(COLUMNS)}) "
-                            f"SELECT {values} FROM points", row)
+            self.db.execute(f"INSERT INTO points ({', '.join(COLUMNS)}) "
+                            f"SELECT {values} FROM points WHERE true "
+                            f"ON CONFLICT (key) DO UPDATE SET {again} "
+                            "WHERE points.status = 'error'", row)
 
     def rows(self) -> list[dict]:
         """Every stored point in the order stored, JSON columns decoded."""
