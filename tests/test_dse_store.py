@@ -357,3 +357,22 @@ def test_pareto_printed_to_a_pipe_cuts_no_name_nor_value(tmp_path):
     front = pareto(tmp_path / "s.db", "cycles", "energy").rows()
     assert all(any(f" {int(row['cycles']):,} " in line for line in r.stdout.splitlines())
                for row in front)
+
+
+@pytest.mark.parametrize("damage", ["UPDATE points SET totals = '{\"cycles\": 1' WHERE seq = 2",
+                                    "UPDATE points SET totals = NULL WHERE status = 'ok'"])
+def test_a_damaged_row_is_one_clear_error(tmp_path, damage):
+    """A row whose JSON was cut (the file damaged where SQLite's own check still passes)
+    gave a JSONDecodeError traceback from sweep, export and pareto, exit 1."""
+    spec_file = write_spec(tmp_path)
+    sweep(spec_file, tmp_path / "s.db", workers=1)
+    db = sqlite3.connect(tmp_path / "s.db")
+    with db:
+        db.execute(damage)
+    db.close()
+    for argv in (["sweep", spec_file, "--store", tmp_path / "s.db"],
+                 ["sweep", "export", tmp_path / "s.db", "--csv", tmp_path / "out.csv"],
+                 ["pareto", tmp_path / "s.db", "--x", "cycles", "--y", "utilisation"]):
+        r = npusim(*argv)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, (argv, r.stderr)
+        assert "is damaged" in r.stderr and "Traceback" not in r.stderr

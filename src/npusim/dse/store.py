@@ -116,13 +116,24 @@ class Store:
                             "WHERE points.status = 'error'", row)
 
     def rows(self) -> list[dict]:
-        """Every stored point in the order stored, JSON columns decoded."""
+        """Every stored point in the order stored, JSON columns decoded; a row whose JSON
+        does not decode, or an ok row without its totals, is refused naming the store and
+        the row (its file was damaged)."""
         cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY seq")
         out = []
         for values in cur:
             row = dict(zip(COLUMNS, values, strict=True))
-            for k in ("params", "density", "totals", "objectives", "layers"):
-                row[k] = json.loads(row[k]) if row[k] is not None else None
+            try:
+                for k in ("params", "density", "totals", "objectives", "layers"):
+                    row[k] = json.loads(row[k]) if row[k] is not None else None
+            except (json.JSONDecodeError, TypeError) as e:
+                raise SweepError(f"{self.path}: row {row['seq']} is damaged ({k}: {e}); move "
+                                 "the store away and rerun to start a new one") from None
+            if row["status"] == "ok" and not (isinstance(row["totals"], dict)
+                                              and isinstance(row["objectives"], dict)):
+                raise SweepError(f"{self.path}: row {row['seq']} is damaged (an ok point "
+                                 "without its totals); move the store away and rerun to start "
+                                 "a new one")
             out.append(row)
         return out
 
