@@ -21,6 +21,11 @@ def spec(extra: str, params: str = '"systolic.rows" = [8]'):
     ("", '"systolic.rows" = []', ["parameters.\"systolic.rows\"", "non-empty list"]),
     ("", '"systolic.rows" = {start = 8, stop = 4, step = 1}', ["stop=4 is below start=8"]),
     ("", '"systolic.rows" = {start = 8, stop = 64}', ["one of step (linear) or factor"]),
+    # a wrong type made every point infeasible (a value out of range makes its own point so)
+    ("", '"systolic.rows" = [8, "16"]', ["systolic.rows is an integer; '16' is not"]),
+    ("", '"memory.double_buffered" = [true, 0]', ["double_buffered is true or false; 0 is not"]),
+    ("", '"systolic.stationary" = ["ws", 1.5]', ["stationary is a string; 1.5 is not"]),
+    ("", '"energy.dram_byte_pj" = [100.0, "high"]', ["dram_byte_pj is a number; 'high' is not"]),
     ("", '"systolic.rows" = {start = 8, stop = 64, factor = 1}', ["factor > 1"]),
     ("", '"systolic.rows" = {start = 8, stop = 64, step = 8, by = 2}', ["unknown key(s) by"]),
     ('objectives = ["speed"]', None, ["'speed': not a quantity", "cycles"]),

@@ -450,11 +450,32 @@ def _parameters(value, where: str) -> dict[str, tuple]:
     return out
 
 
+SCALAR_TYPES = {"int": "an integer", "float": "a number", "bool": "true or false",
+                "str": "a string"}
+
+
+def _fits(value, declared: str) -> bool:
+    """Whether ``value`` is of the arch key's ``declared`` scalar type (a bool is no
+    number)."""
+    if declared == "bool" or isinstance(value, bool):
+        return declared == "bool" and isinstance(value, bool)
+    if declared == "int":
+        return isinstance(value, int)
+    return isinstance(value, int | float) if declared == "float" else isinstance(value, str)
+
+
 def _typed(path: str, values: tuple, key: str) -> tuple:
-    """``values`` of an integer arch key as integers (a geometric range by 1.5 from 8 gives
-    12.0, 18.0: 12, 18), refused where one is not whole."""
+    """``values`` of a scalar arch key, each of the key's type (a string for a number would
+    make every point infeasible, where a value out of range makes its own), those of an
+    integer key as integers (a geometric range by 1.5 from 8 gives 12.0, 18.0: 12, 18),
+    refused where one is not whole."""
     section, _, name = path.rpartition(".")
-    if _arch_types().get(section, {}).get(name) != "int":
+    declared = _arch_types().get(section, {}).get(name)
+    wrong = [v for v in values if declared in SCALAR_TYPES and not _fits(v, declared)
+             and not (declared == "int" and isinstance(v, float))]  # a fraction: below
+    if wrong:
+        raise SweepError(f"{key}: {path} is {SCALAR_TYPES[declared]}; {wrong[0]!r} is not")
+    if declared != "int":
         return values
     bad = [v for v in values if isinstance(v, float) and not v.is_integer()]
     if bad:
