@@ -33,3 +33,12 @@ class OutputError(NpusimError):
 class NpusimWarning(UserWarning):
     """Input npusim uses but that may not be what the user meant (an image much smaller
     than the model's input). The library warns; the CLI prints one line on stderr."""
+
+
+def one_line(text: str, most: int = 300) -> str:
+    """Another library's complaint (several lines, a long trace) as one line of at most
+    about ``most`` characters: its start, which names the problem, and its end, which often
+    says why."""
+    said = " ".join(str(text).split())
+    head = most * 2 // 5
+    return said if len(said) <= most else f"{said[:head]} ... {said[head - most:]}"

@@ -116,11 +116,10 @@ def check_workloads(spec: SweepSpec) -> None:
     kept for them in this process), before any point runs or a store is made: a model that
     does not load at the spec's batch, or a density it cannot take, is the spec's error, not
     every point's (each would be stored as an infeasible design, and the sweep end well)."""
-    for i, model in enumerate(spec.models):
-        digest = spec.model_digests[i] if spec.model_digests else ""
+    for model in spec.models:
         for density in spec.densities:
             try:
-                prepared(model, density, spec.batch, spec.seed, digest)
+                prepared(model, density, spec.batch, spec.seed, _digest(spec, model))
             except NpusimError as e:
                 raise SweepError(f"{spec.where}: model {model!r} at density {density!r}, "
                                  f"batch {spec.batch}: {_line(str(e))}") from None
@@ -370,9 +369,14 @@ def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) 
 def _task(spec: SweepSpec, point: dict) -> Task:
     params = {k: v for k, v in point.items() if k not in ("model", "density")}
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    digest = spec.model_digests[spec.models.index(point["model"])] if spec.model_digests else ""
     return Task(spec.arch_text(params), f"point ({shown})", point["model"], point["density"],
-                spec.dtype, spec.batch, spec.mode, spec.seed, digest)
+                spec.dtype, spec.batch, spec.mode, spec.seed, _digest(spec, point["model"]))
+
+
+def _digest(spec: SweepSpec, model: str) -> str:
+    """The digest of ``model``'s file as the spec read it ('' where the spec keeps none):
+    what names the file's contents in the workloads a process keeps (``prepared``)."""
+    return spec.model_digests[spec.models.index(model)] if spec.model_digests else ""
 
 
 def _values(spec: SweepSpec, row: dict) -> tuple | None:

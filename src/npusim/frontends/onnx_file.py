@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, one_line
 
 SMALL_CONSTANT = 1 << 16  # elements: pads, shapes and scales, never weights
 FLOAT_TYPES = (1, 10, 11)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE: what an input can be
@@ -84,9 +84,7 @@ def check(skeleton_model, path: Path) -> None:
     try:
         onnx.checker.check_model(skeleton_model)
     except onnx.checker.ValidationError as e:
-        said = " ".join(str(e).split())
-        said = said if len(said) <= 300 else f"{said[:297]}..."
-        raise ModelError(f"{path}: invalid ONNX model: {said}") from None
+        raise ModelError(f"{path}: invalid ONNX model: {one_line(e)}") from None
 
 
 def load_external(model, path: Path) -> None:

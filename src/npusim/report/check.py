@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import quant
-from ..errors import ModelError
+from ..errors import ModelError, one_line
 from ..ir import Graph, Node
 
 FLOAT32_TOLERANCE = 1e-4  # relative error; also the slack for torch's own float32 rounding
@@ -153,9 +153,7 @@ def onnxruntime_error(onnx_path, graph: Graph, x: np.ndarray, result) -> float:
                                                providers=["CPUExecutionProvider"])
         reference = session.run(None, {session.get_inputs()[0].name: x.astype(np.float32)})
     except Exception as e:  # noqa: BLE001  (onnxruntime's own exception types, pybind's)
-        said = " ".join(str(e).split())
-        said = said if len(said) <= 300 else f"{said[:120]} ... {said[-180:]}"  # its why
-        raise OnnxruntimeCannotRun(f"{type(e).__name__}: {said}") from None
+        raise OnnxruntimeCannotRun(f"{type(e).__name__}: {one_line(e)}") from None
     return _outputs_error(graph, result, reference)
 
 
