@@ -48,6 +48,13 @@ def free(arch):
     return load_arch(arch).with_memory(dram_bytes_per_cycle="unlimited")
 
 
+def lost(free_cycles: int, cycles: int) -> float:
+    """The share of ``cycles`` (at a DRAM bandwidth) the memory costs over the stall-free
+    tile's ``free_cycles``: its stalls, and on the tile the compute of output blocks the
+    compiler narrowed so that their weights stay (docs/group-tile.md)."""
+    return 1 - free_cycles / cycles if cycles else 0.0
+
+
 def network_cost(graph, arch, dataflow: str):
     """Summed conv LayerStats of ``graph`` (int8) on ``arch``, by ``dataflow``'s estimate."""
     df = get(dataflow)
@@ -57,7 +64,8 @@ def network_cost(graph, arch, dataflow: str):
 
 def zoo_vs_systolic():
     print("0. zoo networks, conv layers, int8, 224x224: cycles stall-free / at the preset's "
-          "bandwidth (share stalled); a WS systolic array of the same MACs on the same memory")
+          "bandwidth (share of the latter over the former); a WS systolic array of the same "
+          "MACs on the same memory")
     for model in ("edgetpu_v2_like", "mobilenet_v2"):
         graph = load_model(model)
         for name in TILES:
@@ -70,8 +78,9 @@ def zoo_vs_systolic():
             base = (network_cost(graph, sys_arch.with_memory(dram_bytes_per_cycle="unlimited"),
                                  "systolic"), network_cost(graph, sys_arch, "systolic"))
             print(f"  {model:<16} {name}: tile {tile[0].cycles:>12,} / {tile[1].cycles:>12,} "
-                  f"({tile[1].stalled_share:.1%}); systolic {rows}x{cols} {base[0].cycles:>12,} /"
-                  f" {base[1].cycles:>12,} ({base[1].stalled_share:.1%}); tile over systolic "
+                  f"({lost(tile[0].cycles, tile[1].cycles):.1%}); systolic {rows}x{cols} "
+                  f"{base[0].cycles:>12,} / {base[1].cycles:>12,} "
+                  f"({lost(base[0].cycles, base[1].cycles):.1%}); tile over systolic "
                   f"x{base[0].cycles / tile[0].cycles:.2f} stall-free, "
                   f"x{base[1].cycles / tile[1].cycles:.2f} at "
                   f"{arch.memory.dram_bytes_per_cycle:g} B/cycle (systolic over tile "
@@ -98,21 +107,23 @@ def patent_examples():
 def weight_bound():
     print("\n1b. weight bandwidth: 3x3, zin = zout = 256, 14x14 on 64 MACs, wide memory of 16, "
           "8 or 4 words a cycle: cycles (k) / utilisation / weight-stall share, stall-free; "
-          "then cycles (k) / share stalled on DRAM at the preset's bandwidth")
+          "then cycles (k) / share over the stall-free cycles at the preset's bandwidth")
     print("  " + "".join(f"{'g=' + str(g) + ' (size ' + str(256 // g) + ')':>26}"
                          for g in (1, 4, 8, 16, 256)))
     for words in (16, 8, 4):
-        for label, base in (("free", free("group-tile-64mac")),
-                            ("dram", load_arch("group-tile-64mac"))):
-            arch = dataclasses.replace(base, sections={"group-tile": Params(
-                wide_words_per_cycle=words)})
-            cells = []
-            for g in (1, 4, 8, 16, 256):
-                st = util(ConvLayer(1, 256, 14, 14, 256, 3, 3, padding=1, groups=g), arch)
-                stall = st.extra["weight_stall_cycles"] / st.cycles
-                cells.append(f"{st.cycles / 1e3:.0f}/{st.utilisation:.0%}/{stall:.0%}"
-                             if label == "free" else
-                             f"{st.cycles / 1e3:.0f}/{st.stalled_share:.0%}")
+        section = {"group-tile": Params(wide_words_per_cycle=words)}
+        arch = {label: dataclasses.replace(base, sections=section) for label, base in
+                (("free", free("group-tile-64mac")), ("dram", load_arch("group-tile-64mac")))}
+        layers = [ConvLayer(1, 256, 14, 14, 256, 3, 3, padding=1, groups=g)
+                  for g in (1, 4, 8, 16, 256)]
+        stall_free = [util(layer, arch["free"]) for layer in layers]
+        at_dram = [util(layer, arch["dram"]) for layer in layers]
+        weight_stalls = [st.extra["weight_stall_cycles"] / st.cycles for st in stall_free]
+        rows = {"free": [f"{st.cycles / 1e3:.0f}/{st.utilisation:.0%}/{w:.0%}"
+                         for st, w in zip(stall_free, weight_stalls, strict=True)],
+                "dram": [f"{st.cycles / 1e3:.0f}/{lost(fr.cycles, st.cycles):.0%}"
+                         for fr, st in zip(stall_free, at_dram, strict=True)]}
+        for label, cells in rows.items():
             print(f"  {words:>2} w {label}" + "".join(f"{c:>26}" for c in cells)[9:])
 
 
@@ -131,7 +142,7 @@ def per_block_table():
             for kind in KINDS:
                 variant = tune.hardware_groups(blocks.replace_kinds([spec], kind)[0], arch)
                 st, params = tune.block_stats(variant, h, arch)
-                sums[kind].append((st, params))
+                sums[kind].append((st, params, tune.block_stats(variant, h, free(arch_name))[0]))
                 g = f"g{variant.groups}" if variant.groups > 1 else ""
                 cells.append(f"{st.cycles / 1e3:>8.0f}/{st.utilisation:>4.0%}/"
                              f"{params / 1e3:>5.1f}{g:>4}")
@@ -139,11 +150,11 @@ def per_block_table():
                   + "".join(f"{c:>24}" for c in cells))
             h = (-(-h[0] // spec.stride), -(-h[1] // spec.stride))
         print("  all 20 blocks, every block as one kind (cycles stall-free, at the preset's "
-              "bandwidth, share stalled, utilisation over the latter):")
+              "bandwidth, share of the latter over the former, utilisation stall-free):")
         for kind, rows in sums.items():
-            st = total([r[0] for r in rows])
-            print(f"    {kind:<24} {st.compute_cycles:>12,} {st.cycles:>12,} cycles "
-                  f"{st.stalled_share:>6.1%} {st.utilisation:>6.1%}  "
+            st, fr = total([r[0] for r in rows]), total([r[2] for r in rows])
+            print(f"    {kind:<24} {fr.cycles:>12,} {st.cycles:>12,} cycles "
+                  f"{lost(fr.cycles, st.cycles):>6.1%} {fr.utilisation:>6.1%}  "
                   f"{sum(r[1] for r in rows):>10,} params")
 
 

@@ -51,6 +51,11 @@ def test_group_tile_shows_bus_and_mac_utilisation_and_stalls(capsys, tmp_path):
     assert _shown(text, "MAC utilisation") == f"{_pct(t['macs'], t['pe_cycles'])} of MAC cycles"
     assert _shown(text, "weight stalls") == f"{t['weight_stall_cycles']:,} cycles"
     assert _shown(text, "drain stalls") == f"{t['drain_stall_cycles']:,} cycles"
+    narrowed = t["narrowed_block_layers"]
+    assert narrowed > 0  # float32 layers whose 64-output blocks exceed 32 KiB
+    assert _shown(text, "narrowed output blocks") == (
+        f"{narrowed:,} layers: fewer outputs a block than MACs, so that its weights stay in the "
+        "wide memory")
 
 
 def test_input_reuse_shows_contention_stealing_and_transfers(capsys, tmp_path):

@@ -175,8 +175,14 @@ def test_parameter_fetch_that_is_not_hidden_stalls_by_hand():
       exposed: 1040 / 4 = 260 cycles (256 weights, 4 input); step 1's 16 bytes load while
       step 0 runs; step 1's write-back of step 0 (16 cycles) hides behind its 20; the last
       64 bytes out: 16 cycles. 36 + 260 + 16 = 312;
-    - weights larger than the buffer's active half (1 KiB / 2): every step fetches them
-      again: step 0 (16 cycles) waits for step 1's 1024 bytes (256 cycles): 240 more."""
+    - weights larger than the buffer's active half (1 KiB / 2), in the 64-output block:
+      every step fetches them again: step 0 (16 cycles) waits for step 1's 1024 bytes
+      (256 cycles): 240 more, 556. The compiler runs two 32-output blocks instead, whose
+      512 bytes each fit (330 cycles, test_group_tile_memory.py), so that 64-output
+      schedule is run at its width here, on both levels."""
+    from npusim.dataflows.group_tile import at_width, compiled
+    from npusim.emulate.group_tile import emulate
+
     layer = ConvLayer(1, 16, 1, 2, 64, 1, 1, dtype="int8")
     df = npusim.dataflows.get(NAME)
     fits = df.estimate(layer, None, None, arch_with(4.0, output_bus_values=16))
@@ -185,12 +191,13 @@ def test_parameter_fetch_that_is_not_hidden_stalls_by_hand():
     assert (fits.dram_filter_bytes, fits.dram_ifmap_bytes, fits.dram_ofmap_bytes) == (1024, 32,
                                                                                       128)
     small = arch_with(4.0, {"filter_sram_kb": 1}, output_bus_values=16)
-    over = df.estimate(layer, None, None, small)
+    over = at_width(layer, small, 64)
     assert (over.stall_dram_filter_cycles, over.cycles, over.dram_filter_bytes) == (496, 556,
                                                                                     2048)
     assert over.bound == "dram"
     x, w, _ = tensors(layer, 1, "int8")
-    assert df.emulate(layer, x, w, None, small)[1] == over
+    assert emulate(layer, x, w, None, small, 64)[1] == over
+    assert compiled(layer, small)[0] == 32 and df.estimate(layer, None, None, small).cycles == 330
     serial = df.estimate(layer, None, None,
                          arch_with(4.0, {"double_buffered": False}, output_bus_values=16))
     assert serial.cycles == 260 + 16 + 16 + 4 + 20 + 16  # fetch, compute, write-back, each step

@@ -107,8 +107,8 @@ def test_one_more_parameter_load_cycle_is_caught(monkeypatch):
     """The parameter fetch's time one cycle longer in the fast model (a step's compute,
     while its weights come in, + 1)."""
     def longer(f):
-        def steps(layer, p, capacity=None):
-            st_ = f(layer, p, capacity)
+        def steps(*args):
+            st_ = f(*args)
             compute = st_.compute.copy()
             compute[0] += 1
             return dataclasses.replace(st_, compute=compute)
@@ -119,8 +119,8 @@ def test_one_more_parameter_load_cycle_is_caught(monkeypatch):
 def test_one_more_parameter_byte_is_caught(monkeypatch):
     """The parameter fetch one byte larger in the fast model's memory steps."""
     def heavier(f):
-        def steps(layer, p, capacity=None):
-            st_ = f(layer, p, capacity)
+        def steps(*args):
+            st_ = f(*args)
             return dataclasses.replace(st_, filter_bytes=st_.filter_bytes + 1,
                                        filter_size=st_.filter_size + 1)
         return steps
@@ -133,8 +133,7 @@ def test_faulty_counts_are_caught(monkeypatch, helper):
     def more(f):
         if helper == "narrow_reads":
             return lambda layer, ctl: f(layer, ctl) + 1
-        return lambda layer, p, capacity=None: dataclasses.replace(
-            f(layer, p, capacity), broadcasts=f(layer, p, capacity).broadcasts + 1)
+        return lambda *args: dataclasses.replace(f(*args), broadcasts=f(*args).broadcasts + 1)
     expected = {"narrow_reads": "sram_ifmap_bytes", "schedule": "broadcasts"}[helper]
     assert expected in disagreement(monkeypatch, helper, more)
 

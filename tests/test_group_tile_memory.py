@@ -10,6 +10,7 @@ import pytest
 from strategies import tensors
 
 import npusim
+from npusim.dataflows import group_tile as gt
 from npusim.dataflows.group_tile import NAME, Params
 from npusim.ir import ConvLayer
 
@@ -47,13 +48,61 @@ def test_two_tiles_each_fetch_their_own_weights_and_inputs():
     assert st_.stall_dram_filter_cycles == 512
 
 
-def test_weights_that_do_not_fit_the_wide_memory_are_fetched_every_step():
-    """``wide_kb = 1``: 512 bytes of the double-buffered wide memory keep weights, the 1,024
-    of the one 64-output block do not stay: each of the 2 steps fetches them (2,048 bytes).
-    Step 0 (16 cycles) waits for step 1's 1,024 bytes (256 cycles): 240 more than the 316
-    above; the arch's 64 KiB filter SRAM is not the tile's wide memory."""
+def test_weights_that_do_not_fit_the_wide_memory_run_in_blocks_that_do():
+    """``wide_kb = 1``: 512 bytes of the double-buffered wide memory keep weights; the 1,024
+    of the one 64-output block do not. Fetched again for every step they would take 556
+    cycles (test_group_tile.py); the compiler runs two 32-output blocks of 512 bytes
+    instead, each fetched once, chunk outer: block 0 at both pixels, then block 1. Four
+    steps of 16 taps, each 32 sums drained in 2 cycles behind the next: compute
+    16 x 4 + 2 = 66. At 4 bytes/cycle: step 0 waits for block 0 and the row's 32 input
+    bytes (544 / 4 = 136 cycles); step 1 lasts block 1's 512 bytes and step 0's 32 outputs
+    (136); steps 2 and 3 their compute (16, 18); step 3's 32 outputs after it (8):
+    330 cycles, 1,024 bytes of weights. The arch's 64 KiB filter SRAM is not the tile's
+    wide memory."""
     st_ = both(SMALL, arch_with(4.0, output_bus_values=16, wide_kb=1))
-    assert (st_.dram_filter_bytes, st_.cycles, st_.bound) == (2048, 556, "dram")
+    assert (st_.compute_cycles, st_.cycles, st_.dram_filter_bytes) == (66, 330, 1024)
+    assert st_.extra["narrowed_block_layers"] == 1
+
+
+def test_a_fast_dram_keeps_the_full_block_fetched_every_step():
+    """The same layer and wide memory at 64 bytes/cycle: the 64-output block, fetched for
+    each of its 2 steps, waits 1,040 / 64 = 16.25 cycles before step 0, step 0 lasts step
+    1's 1,040 bytes (16.25), step 1 its 16 taps and 4 drain cycles (20), its 64 outputs
+    after (1): 53.5, 54 cycles, where the 32-output blocks would take 8.5 + 66 + 0.5 = 75.
+    The compiler keeps the full block."""
+    st_ = both(SMALL, arch_with(64.0, output_bus_values=16, wide_kb=1))
+    assert (st_.compute_cycles, st_.cycles, st_.dram_filter_bytes) == (36, 54, 2048)
+    assert st_.extra["narrowed_block_layers"] == 0
+
+
+@pytest.mark.parametrize("bandwidth", [2.0, 8.0, 32.0, 128.0])
+@pytest.mark.parametrize("layer", [
+    SMALL,
+    ConvLayer(1, 64, 4, 4, 128, 3, 3, padding=1, dtype="int8"),  # 36 KiB a 64-output block
+    ConvLayer(1, 256, 2, 2, 128, 3, 3, padding=1, groups=2, dtype="int8"),  # 32 x 1,152 B
+    ConvLayer(1, 24, 4, 4, 64, 3, 3, padding=1, dtype="float32"),  # 54 KiB
+], ids=["1x1", "3x3-64-128", "grouped", "float32"])
+def test_the_compilers_block_width_is_the_emulators_faster(layer, bandwidth):
+    """Where a full output block's weights exceed the wide memory's active half (32 KiB of
+    the preset's 64; 512 bytes for the 1x1 layer), the emulator runs the layer at the
+    width the compiler chose and at the other one it weighed: the chosen one takes no more
+    cycles (the full one at equal cycles), and the machine's emulate is the emulator at the
+    chosen width. The floors the compiler orders the widths by are under the emulator's
+    cycles at each."""
+    from npusim.emulate.group_tile import emulate
+
+    arch = arch_with(bandwidth, output_bus_values=16, wide_kb=1 if layer is SMALL else 64,
+                     macs=32 if layer.groups == 2 else 64)
+    p, mem = arch.params(Params), gt.tile_buffers(arch)
+    widths = gt.block_widths(layer, p, mem)
+    assert len(widths) == 2 and widths[0] == min(layer.Kg, p.macs)
+    x, w, _ = tensors(layer, 1, layer.dtype)
+    cycles = {width: emulate(layer, x, w, None, arch, width)[1].cycles for width in widths}
+    for width in widths:
+        assert gt.cycles_floor(layer, p, mem, width) <= cycles[width]
+    chosen = both(layer, arch)
+    assert chosen.cycles == min(cycles.values())
+    assert chosen.extra["narrowed_block_layers"] == int(cycles[widths[1]] < cycles[widths[0]])
 
 
 def test_activations_that_do_not_fit_the_narrow_memory_are_read_per_step():
@@ -96,8 +145,6 @@ def test_windows_counted_without_a_map_of_them_equal_plain_loops():
     """Valid taps per output, the columns read, and each output row's new input rows for a
     tile starting anywhere (``band_rows``), against sets built by plain loops, on random
     axes: they were counted from an outputs x inputs matrix, 32 GiB on a 65,536-pixel row."""
-    from npusim.dataflows import group_tile as gt
-
     rng = np.random.default_rng(0)
     for _ in range(300):
         H, R, d, st, pad = (int(v) for v in (rng.integers(1, 20), rng.integers(1, 5),

@@ -80,9 +80,10 @@ def filling_groups(c_in: int, c_out: int, p: Params, elem: int = 1) -> int:
 @dataclass(frozen=True)
 class Candidate:
     """One g for one layer: group size (outputs per group), partition S = C/g, costs:
-    ``cycles`` at the arch's DRAM bandwidth (stalls included), ``compute_cycles``
-    stall-free, utilisation over ``cycles``, ``dram_bytes`` moved off chip (parameters,
-    inputs, outputs, spills)."""
+    ``cycles`` at the arch's DRAM bandwidth (stalls included), ``compute_cycles`` those
+    cycles without the DRAM's stalls (in the output blocks the compiler chose for that
+    bandwidth: more than the stall-free tile's where it narrowed them), utilisation over
+    ``cycles``, ``dram_bytes`` moved off chip (parameters, inputs, outputs, spills)."""
 
     groups: int
     group_size: int
@@ -167,12 +168,12 @@ def render(result: TuneResult) -> str:
     lines = [f"group sizes for {result.arch} ({result.macs} {result.dtype} MACs per tile, "
              f"{result.memory}); "
              "group size = outputs per group = reuse of each broadcast input; cycles at the "
-             "DRAM bandwidth, stall-free beside them"]
+             "DRAM bandwidth, their compute cycles (without the DRAM's stalls) beside them"]
     for lc in result.layers:
         lines.append(f"\n{lc.name}  {lc.shape}  (g now {lc.groups}, fills the MACs: "
                      f"g {lc.chosen}, preferred (fewest cycles, then DRAM bytes, then "
                      f"parameters): g {lc.preferred})")
-        lines.append(f"  {'g':>5} {'size':>5} {'S=C/g':>6} {'cycles':>12} {'stall-free':>12} "
+        lines.append(f"  {'g':>5} {'size':>5} {'S=C/g':>6} {'cycles':>12} {'compute':>12} "
                      f"{'DRAM bytes':>12} {'params':>10} {'util':>7}")
         for c in lc.candidates:
             mark = "".join(m for m, g in ((" <- preferred", lc.preferred),

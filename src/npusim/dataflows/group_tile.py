@@ -41,7 +41,10 @@ input band of its output row from the narrow memory, and writes its outputs; eac
 fetches its own copy of what its share needs. When the layer's weights do not fit a
 tile's wide memory, the units are ordered chunk outer (``unit_order``): chunks of
 (partition, output block)s whose weights fit, every pixel of a chunk before the next, so
-each weight is fetched once per tile.
+each weight is fetched once per tile. An output block whose weights alone exceed the wide
+memory's active half is fetched again for every step; the compiler (``compiled``) runs the
+layer in narrower blocks that fit instead where that takes fewer cycles on the arch's
+memory.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import numpy as np
 
 from .. import engine, memory, simd, stats
 from ..arch.sections.group_tile import GroupTile as Params  # the arch file section
+from ..arch.spec import unlimited
 from ..derived import kernel_blocks, laid_out
 from ..ir import ConvLayer
 from ..jit import njit
@@ -93,14 +97,28 @@ class Control:
         return self.reuse - (self.k_blocks - 1) * self.subset
 
 
-def control(layer: ConvLayer, p: Params) -> Control:
+def control(layer: ConvLayer, p: Params, width: int | None = None) -> Control:
     """Map ``layer``'s g partitions onto ``p``'s MAC subsets (claims 2-5): read at run time
-    from the layer (g) and the tile's hardware description (MACs, bus lanes)."""
-    subset = min(layer.Kg, p.macs)
+    from the layer (g) and the tile's hardware description (MACs, bus lanes), in output
+    blocks of ``width`` outputs (None: as many as the MACs hold; ``block_widths``)."""
+    subset = min(layer.Kg, p.macs, width or p.macs)
     return Control(groups=layer.groups, partition=layer.Cg, reuse=layer.Kg, subset=subset,
                    k_blocks=math.ceil(layer.Kg / subset),
                    subsets=min(p.bus_inputs, p.macs // subset),
                    taps=layer.Cg * layer.R * layer.S, pixels=layer.N * layer.P * layer.Q)
+
+
+def block_widths(layer: ConvLayer, p: Params, mem) -> tuple[int, ...]:
+    """Output-block widths (outputs a MAC subset holds) the compiler weighs for ``layer`` on
+    a tile with memories ``mem`` (``tile_buffers``): as many as the MACs hold
+    (``min(Kg, macs)``) and, where that block's weights exceed the wide memory's active
+    half, the most outputs whose weights fit it. A block that does not fit is fetched again
+    for every step; a narrower one leaves MACs idle but is fetched once per chunk
+    (``unit_order``). Which is faster depends on the DRAM: ``compiled`` times both."""
+    full = min(layer.Kg, p.macs)
+    kernel = layer.Cg * layer.R * layer.S * element_bytes(layer.dtype)  # one output's bytes
+    fits = int(min(full, wide_capacity(mem) // kernel))
+    return (full,) if full <= fits or fits < 1 else (full, fits)
 
 
 def unit_widths(ctl: Control, units: np.ndarray) -> np.ndarray:
@@ -187,10 +205,12 @@ class Schedule:
         return max(self.tile_cycles)
 
 
-def schedule(layer: ConvLayer, p: Params, capacity: float = math.inf) -> Schedule:
+def schedule(layer: ConvLayer, p: Params, capacity: float = math.inf,
+             width: int | None = None) -> Schedule:
     """The fast model: every count of the machine from the layer's shape, by array ops;
-    ``capacity``: bytes of weights the filter buffer keeps (``unit_order``)."""
-    ctl, elem = control(layer, p), element_bytes(layer.dtype)
+    ``capacity``: bytes of weights the filter buffer keeps (``unit_order``); ``width``:
+    outputs of an output block (``control``)."""
+    ctl, elem = control(layer, p, width), element_bytes(layer.dtype)
     order = unit_order(ctl, elem, capacity)
     cycles, mapped, casts, words, wstall, dstall = [], 0, 0, 0, 0, 0
     for lo, hi in tile_ranges(ctl.units, p.tiles):
@@ -361,7 +381,7 @@ def combine(parts: list[dict]) -> memory.Steps:
                         ofmap_bytes=total["ofmap_bytes"], sram_bytes=total["sram_bytes"])
 
 
-def memory_steps(layer: ConvLayer, p: Params, mem) -> memory.Steps:
+def memory_steps(layer: ConvLayer, p: Params, mem, width: int | None = None) -> memory.Steps:
     """The fast model's steps for the memory model, in the controller's order
     (``unit_order``, chunks sized to one tile's wide memory) on tiles with memories
     ``mem`` each (``tile_buffers``): step i runs the i-th group of ``subsets`` work units
@@ -374,10 +394,54 @@ def memory_steps(layer: ConvLayer, p: Params, mem) -> memory.Steps:
     activations); its outputs, written once. Each
     tile fetches its own copy of the weights and input rows it needs: distributing a
     layer over tiles costs DRAM bytes."""
-    ctl = control(layer, p)
+    ctl = control(layer, p, width)
     order = unit_order(ctl, element_bytes(layer.dtype), wide_capacity(mem))
     return combine([tile_fetches(tile_memory(layer, ctl, p, order[lo:hi]), mem)
                     for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo])
+
+
+def compiled(layer: ConvLayer, arch) -> tuple[int, stats.LayerStats]:
+    """The output-block width the compiler keeps for ``layer`` on ``arch`` and the layer's
+    stats at it: of ``block_widths``, the one of fewest cycles with the memory's stalls
+    (the full block at equal cycles). The width of the lower ``cycles_floor`` is timed
+    first, and the other only where its floor is not above those cycles."""
+    p, mem = arch.params(Params), tile_buffers(arch)
+    widths = block_widths(layer, p, mem)
+    if len(widths) == 1:
+        return widths[0], at_width(layer, arch, widths[0])
+    floors = {width: cycles_floor(layer, p, mem, width) for width in widths}
+    first, second = sorted(widths, key=floors.get)  # the full block first on equal floors
+    runs = {first: at_width(layer, arch, first)}
+    if floors[second] <= runs[first].cycles:
+        runs[second] = at_width(layer, arch, second)
+    width = min(runs, key=lambda w: (runs[w].cycles, w != widths[0]))
+    return width, runs[width]
+
+
+def cycles_floor(layer: ConvLayer, p: Params, mem, width: int) -> float:
+    """Cycles of ``layer`` in output blocks of ``width`` outputs at the least, without the
+    memory model: every tile runs its share of the work units in steps of ``subsets``, each
+    tap at least the cycles the wide memory takes to deliver the smallest block's words;
+    and where a block's weights exceed the wide memory's active half, every step fetches
+    at least the smallest block's weights from DRAM."""
+    ctl, elem = control(layer, p, width), element_bytes(layer.dtype)
+    smallest = min(ctl.subset, ctl.last_block)
+    words = -(-smallest * elem // WORD_BYTES)
+    tap = max(1, -(-words // p.wide_words_per_cycle))
+    steps = ctl.units / ctl.subsets
+    compute = steps / p.tiles * ctl.taps * tap
+    if ctl.subset * ctl.taps * elem <= wide_capacity(mem) or unlimited(
+            mem.dram_bytes_per_cycle):
+        return compute
+    return max(compute, steps * smallest * ctl.taps * elem / mem.dram_bytes_per_cycle)
+
+
+def at_width(layer: ConvLayer, arch, width: int) -> stats.LayerStats:
+    """The layer's stats in output blocks of ``width`` outputs."""
+    p, mem = arch.params(Params), tile_buffers(arch)
+    return layer_stats(layer, arch, schedule(layer, p, wide_capacity(mem), width),
+                       narrow_reads(layer, control(layer, p, width)),
+                       memory_steps(layer, p, mem, width), width)
 
 
 def wide_capacity(mem) -> float:
@@ -386,12 +450,14 @@ def wide_capacity(mem) -> float:
 
 
 def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
-                st: memory.Steps) -> stats.LayerStats:
+                st: memory.Steps, width: int) -> stats.LayerStats:
     """LayerStats of a schedule with ``reads`` narrow-memory activation reads and memory
-    steps ``st``, priced by ``stats.price``. SRAM: those reads, the wide-memory words,
-    one output per pixel and kernel. DRAM and stalls: the memory model (the parameter
-    fetch from DRAM into the wide memory overlaps the steps when double buffered). Cycles,
-    bytes, pJ; ``bus_slots`` counts the lanes over the stall-free cycles."""
+    steps ``st``, in output blocks of ``width`` outputs, priced by ``stats.price``. SRAM:
+    those reads, the wide-memory words, one output per pixel and kernel. DRAM and stalls:
+    the memory model (the parameter fetch from DRAM into the wide memory overlaps the steps
+    when double buffered). Cycles, bytes, pJ; ``bus_slots`` counts the lanes over the
+    stall-free cycles; ``narrowed_block_layers`` is 1 where the blocks are narrower than
+    the MACs could hold."""
     p = arch.params(Params)
     elem = element_bytes(layer.dtype)
     counts = stats.Counts(
@@ -401,7 +467,8 @@ def layer_stats(layer: ConvLayer, arch, s: Schedule, reads: int,
         sram_ofmap_bytes=layer.N * layer.K * layer.P * layer.Q * elem,
         extra={"broadcasts": s.broadcasts, "bus_slots": s.cycles * p.bus_inputs * p.tiles,
                "weight_words": s.weight_words, "weight_stall_cycles": s.weight_stall_cycles,
-               "drain_stall_cycles": s.drain_stall_cycles})
+               "drain_stall_cycles": s.drain_stall_cycles,
+               "narrowed_block_layers": int(width < min(layer.Kg, p.macs))})
     return stats.price(layer, counts, st, arch)
 
 
@@ -594,15 +661,14 @@ class GroupTile(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
-        p, mem = arch.params(Params), tile_buffers(arch)
-        return layer_stats(layer, arch, schedule(layer, p, wide_capacity(mem)),
-                           narrow_reads(layer, control(layer, p)), memory_steps(layer, p, mem))
+        return compiled(layer, arch)[1]
 
     def emulate(self, layer, x, w, bias, arch):
-        """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``)."""
+        """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``),
+        in the output blocks the compiler chose (``compiled``)."""
         from ..emulate.group_tile import emulate
 
-        return emulate(layer, x, w, bias, arch)
+        return emulate(layer, x, w, bias, arch, compiled(layer, arch)[0])
 
     def hardware(self, arch, dtype):
         """Per tile: its MAC cells with a weight register, a sum register and a shift
@@ -626,11 +692,16 @@ class GroupTile(Machine):
                         sram_kib=sram, mux_bits=p.tiles * p.output_bus_values * 32 * drain)
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
-        """Bus and MAC utilisation, and the cycles the tiles wait on weights (the wide
-        memory's words per cycle) and on draining outputs."""
+        """Bus and MAC utilisation, the cycles the tiles wait on weights (the wide memory's
+        words per cycle) and on draining outputs, and the layers the compiler ran in
+        narrower output blocks (``compiled``)."""
         e = total.extra
+        narrowed = int(e.get("narrowed_block_layers", 0))
         return [("bus utilisation", f"{percent(e.get('broadcasts', 0), e.get('bus_slots', 0))} "
                                     "of the input bus's lane slots (stall-free cycles)"),
                 ("MAC utilisation", f"{percent(total.macs, total.pe_cycles)} of MAC cycles"),
                 ("weight stalls", f"{int(e.get('weight_stall_cycles', 0)):,} cycles"),
-                ("drain stalls", f"{int(e.get('drain_stall_cycles', 0)):,} cycles")]
+                ("drain stalls", f"{int(e.get('drain_stall_cycles', 0)):,} cycles"),
+                ("narrowed output blocks",
+                 f"{narrowed:,} layer{'s' if narrowed != 1 else ''}: fewer outputs a block "
+                 "than MACs, so that its weights stay in the wide memory")]

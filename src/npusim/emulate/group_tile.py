@@ -12,12 +12,15 @@ Each tile is built from its parts and clocked one cycle at a time:
   (bias) into the output memory, while the MACs go on with the next step.
 
 The controller deals work units (pixel, partition, output block) to the MAC subsets
-in order; a MAC fires in the cycle its weight register is loaded and its lane
-carries the input. The emulator knows nothing of the fast model's formulas: it
-counts what happens (products, narrow-memory reads, wide-memory words, values the
-output bus writes, stalls, each step's loads), decides what each tile's own narrow
-and wide memory keep, and prices its counts through ``stats.price``, and so checks
-the fast model.
+in order, in output blocks as wide as the compiler chose (given with the layer, as a
+program is: the machine's ``emulate`` passes the width of the fast model's ``compiled``,
+narrower than the MACs where a full block's weights would be fetched again for every
+step; the tests hold that choice to this emulator's cycles at the other width); a MAC
+fires in the cycle its weight register is loaded and its lane carries the input. The
+emulator knows nothing of the fast model's formulas: it counts what happens (products,
+narrow-memory reads, wide-memory words, values the output bus writes, stalls, each step's
+loads), decides what each tile's own narrow and wide memory keep, and prices its counts
+through ``stats.price``, and so checks the fast model.
 """
 
 from __future__ import annotations
@@ -66,12 +69,13 @@ class Counts:
     log: list[dict] = field(default_factory=list)  # per step: clock at its end, what it moved
 
 
-def work_units(layer: ConvLayer, macs: int, capacity: float = math.inf) -> list[Unit]:
-    """Every (pixel, partition, output block) of the layer, in the controller's order:
-    pixel outer, (partition, output block) inner, as long as the layer's weights fit
-    ``capacity`` bytes of filter buffer; else the (partition, block)s are dealt into
-    chunks that fit (a larger one alone), chunk outer, pixel, block of the chunk."""
-    size = min(layer.Kg, macs)
+def work_units(layer: ConvLayer, width: int, capacity: float = math.inf) -> list[Unit]:
+    """Every (pixel, partition, output block of up to ``width`` outputs) of the layer, in
+    the controller's order: pixel outer, (partition, output block) inner, as long as the
+    layer's weights fit ``capacity`` bytes of filter buffer; else the (partition, block)s
+    are dealt into chunks that fit (a larger one alone), chunk outer, pixel, block of the
+    chunk."""
+    size = min(layer.Kg, width)
     blocks = [(g, g * layer.Kg + k0, min(size, layer.Kg - k0))
               for g in range(layer.groups) for k0 in range(0, layer.Kg, size)]
     taps = layer.Cg * layer.R * layer.S * element_bytes(layer.dtype)
@@ -292,13 +296,14 @@ def logged_steps(layer: ConvLayer, counts: list[Counts], mem) -> Steps:
 
 @dataclass
 class EmulatorRun:
-    """Outputs, each tile's counters, MACs busy per cycle per tile, and the memory steps as
-    run."""
+    """Outputs, each tile's counters, MACs busy per cycle per tile, the memory steps as
+    run, and the outputs of an output block."""
 
     output: np.ndarray
     counts: list[Counts]
     busy: list[np.ndarray]
     steps: Steps | None
+    width: int  # outputs of an output block
 
     def total(self, key: str) -> int:
         """A counter summed over the tiles."""
@@ -310,15 +315,17 @@ class EmulatorRun:
         return max(c.cycles for c in self.counts)
 
 
-def run_tiles(layer: ConvLayer, x, w, bias, p: Params, mem=None) -> EmulatorRun:
+def run_tiles(layer: ConvLayer, x, w, bias, p: Params, mem=None,
+              width: int | None = None) -> EmulatorRun:
     """Split the work units across ``p.tiles`` tiles and run each to the end, each tile
     with its own memories ``mem`` (``own_memory``; None: unbounded and nothing timed:
-    the steps then carry no DRAM fetches)."""
+    the steps then carry no DRAM fetches), in output blocks of ``width`` outputs (the
+    compiler's choice; None: as many as the MACs hold)."""
     filter_capacity = math.inf if mem is None else usable_bytes(mem.filter_sram_kb, mem)
     integer = np.issubdtype(np.asarray(x).dtype, np.integer)
     out = np.zeros(layer.output_shape, np.int64 if integer else np.float32)
-    units = work_units(layer, p.macs, filter_capacity)
-    subset = min(layer.Kg, p.macs)
+    subset = min(layer.Kg, p.macs if width is None else width)
+    units = work_units(layer, subset, filter_capacity)
     subsets = min(p.bus_inputs, p.macs // subset)
     counts = []
     for t in range(p.tiles):
@@ -326,7 +333,7 @@ def run_tiles(layer: ConvLayer, x, w, bias, p: Params, mem=None) -> EmulatorRun:
         counts.append(Tile(layer, x, w, bias, out, p).run(share, subsets, subset))
     output = check_int32(out, layer.name) if integer else out
     steps = None if mem is None else logged_steps(layer, counts, mem)
-    return EmulatorRun(output, counts, [np.array(c.busy) for c in counts], steps)
+    return EmulatorRun(output, counts, [np.array(c.busy) for c in counts], steps, subset)
 
 
 def layer_stats(layer: ConvLayer, arch, run: EmulatorRun) -> stats.LayerStats:
@@ -343,14 +350,17 @@ def layer_stats(layer: ConvLayer, arch, run: EmulatorRun) -> stats.LayerStats:
                "bus_slots": run.cycles * p.bus_inputs * p.tiles,
                "weight_words": run.total("words"),
                "weight_stall_cycles": run.total("weight_stalls"),
-               "drain_stall_cycles": run.total("drain_stalls")})
+               "drain_stall_cycles": run.total("drain_stalls"),
+               "narrowed_block_layers": int(run.width < min(layer.Kg, p.macs))})
     return stats.price(layer, counts, run.steps, arch)
 
 
-def emulate(layer: ConvLayer, x, w, bias, arch) -> tuple[np.ndarray, stats.LayerStats]:
+def emulate(layer: ConvLayer, x, w, bias, arch,
+            width: int | None = None) -> tuple[np.ndarray, stats.LayerStats]:
     """(outputs, LayerStats) of the layer on the emulated tiles of ``arch``'s
-    ``[group-tile]`` section, each with its own narrow and wide memory."""
-    run = run_tiles(layer, x, w, bias, arch.params(Params), own_memory(arch))
+    ``[group-tile]`` section, each with its own narrow and wide memory, in output blocks of
+    ``width`` outputs (the compiler's choice; None: as many as the MACs hold)."""
+    run = run_tiles(layer, x, w, bias, arch.params(Params), own_memory(arch), width)
     return run.output, layer_stats(layer, arch, run)
 
 
