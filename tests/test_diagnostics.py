@@ -108,6 +108,11 @@ def test_dilated_grid_shows_hidden_loads_pixel_sets_and_zero_taps(capsys, tmp_pa
     assert skipped > 0  # the dilated layers' inserted zeros are skipped
     assert _shown(text, "zero taps skipped") == (
         f"{skipped:,} of {inserted:,} zero-inserted steps ({_pct(skipped, inserted)})")
+    shortened = t["shortened_run_layers"]
+    assert shortened > 0  # dilated layers whose tall pixel sets load slower than they step
+    assert _shown(text, "shortened tap runs") == (
+        f"{shortened:,} layers: runs shorter than the grid holds, whose smaller pixel sets "
+        "load sooner")
 
 
 @pytest.mark.parametrize("arch", ["systolic-32x32-ws"])

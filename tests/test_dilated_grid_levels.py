@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from strategies import conv_layers, tensors
 from test_dilated_grid import arch_with, machines
 
+import npusim
 from npusim.dataflows import dilated_grid, get, shift_grid
 from npusim.emulate import dilated_grid as emu
 from npusim.ir import ConvLayer
@@ -127,3 +128,45 @@ def test_the_emulator_accumulates_int8_exactly_past_float32s_integers():
     exact = float(np.sum(x.astype(np.float64) * w.astype(np.float64)))
     assert exact > 2 ** 24
     assert float(np.asarray(out).ravel()[0]) == exact
+
+
+def test_run_lengths_by_hand():
+    """A 3-tap axis at R = 6 with 2 lanes on a 16-unit grid: a run of t taps needs
+    6 (t - 1) + 2 units, so 3 fit (14 units); the planner weighs 3, 2 (runs of 2 + 1) and
+    1. At R = 1 only the longest. The emulator's runs capped at ``most`` taps."""
+    assert shift_grid.run_lengths(3, 6, 16, 2, 3, 7) == (3, 2, 1)
+    assert shift_grid.run_lengths(3, 1, 16, 2, 3, 7) == (3,)
+    assert shift_grid.run_lengths(7, 2, 16, 2, 7, 7) == (7, 4, 3, 2, 1)  # ceil(7 / runs)
+    assert shift_grid.run_lengths(3, 8, 16, 2, 3, 7) == (1,)  # beyond the shifter's reach
+    assert emu.tap_runs(3, 6, 16, 2, 3, 7) == [(0, 3)]
+    assert emu.tap_runs(3, 6, 16, 2, 3, 7, most=2) == [(0, 2), (2, 1)]
+    assert emu.tap_runs(3, 6, 16, 2, 3, 7, most=1) == [(0, 1), (1, 1), (2, 1)]
+
+
+@pytest.mark.parametrize("bandwidth", ["unlimited", 0.5])
+@pytest.mark.parametrize("preset, layer", [
+    ("dilated-grid-2x2-h3", ConvLayer(1, 1, 14, 14, 1, 3, 3, padding=6, dilation=6)),
+    ("dilated-grid-2x2-h3", ConvLayer(1, 2, 12, 12, 1, 3, 3, padding=(3, 3, 1, 1),
+                                      dilation=(3, 1))),
+    ("dilated-grid-2x2", ConvLayer(1, 1, 12, 12, 2, 3, 3, padding=2, dilation=2)),
+], ids=["h3-d6", "h3-d3x1", "flat-d2"])
+def test_the_planners_tap_runs_are_the_emulators_fastest(preset, layer, bandwidth):
+    """On a dilated layer the planner weighs every run length of ``run_lengths``; the
+    emulator runs the layer in each, and the planner's choice takes its fewest cycles
+    (the longest runs among equals); the machine's emulate is the emulator in it, and the
+    compute floors the planner orders them by are under the emulator's cycles."""
+    arch = npusim.load_arch(preset).with_memory(dram_bytes_per_cycle=bandwidth)
+    p = arch.params(dilated_grid.Params)
+    x, w, _ = tensors(layer, 4)
+    cycles = {}
+    for lengths in dilated_grid.run_lengths(layer, p):
+        cycles[lengths] = emu.emulate_stats(layer, x, w, None, arch, lengths)[1].cycles
+        axes = dilated_grid.plan(layer, p, lengths)
+        assert dilated_grid.count(layer, p, axes).cycles <= cycles[lengths]
+    assert len(cycles) > 1
+    chosen, stats = dilated_grid.compiled(layer, arch)
+    fastest = min(cycles.values())
+    assert stats.cycles == cycles[chosen] == fastest
+    assert chosen == next(k for k in cycles if cycles[k] == fastest)  # longest first
+    levels_agree(layer, x, w, None, arch)
+    assert stats.extra["shortened_run_layers"] == int(chosen != next(iter(cycles)))

@@ -8,7 +8,7 @@ from strategies import rel_err
 
 from npusim import load_arch, reference
 from npusim.dataflows import dilation_rates as dr
-from npusim.dataflows.dilated_grid import count
+from npusim.dataflows.dilated_grid import compiled, count, plan
 from npusim.errors import InputError
 from npusim.ir import ConvLayer
 
@@ -36,9 +36,11 @@ def test_each_map_gets_its_own_rate(emulate):
     p = preset.params("dilated-grid")
     groups = [ConvLayer(1, 2, 11, 9, rates.count(r), 3, 3, padding=r, dilation=r)
               for r in sorted(set(rates))]  # the maps of one rate run as one layer
-    assert stats.cycles == sum(count(layer, p).cycles for layer in groups)
+    # each in the tap runs the planner keeps stall-free (shorter ones at R = 4 and 7)
+    assert stats.cycles == sum(count(layer, p, plan(layer, p, compiled(layer, stall_free)[0]))
+                               .cycles for layer in groups)
     _, finite = dr.conv_rates(x, w, b, rates, arch=preset, emulate=emulate)
-    assert finite.compute_cycles == stats.cycles <= finite.cycles
+    assert stats.cycles <= finite.compute_cycles <= finite.cycles
     assert stats.extra["steps"] == 5 * 2 * 9 * 6 * 5  # 9 taps x 2 maps x 6 x 5 tiles
     assert stats.macs == 5 * 2 * 9 * 11 * 9
 

@@ -128,4 +128,4 @@ def check_bandwidth_sweep(layers, arch, dataflow, mapped_by_bandwidth=False):
 def test_bandwidth_sweep_on_dilated_segnet(preset):
     g = segnet.build(size=96)
     check_bandwidth_sweep([g.layers[n.name] for n in g.conv_nodes], npusim.load_arch(preset),
-                          "dilated-grid")
+                          "dilated-grid", mapped_by_bandwidth=True)

@@ -14,7 +14,9 @@ would take (R(X-1)+1) (R(Y-1)+1)).
 
 Mapping. Outputs are cut into M x N tiles of adjacent stride-1 positions (a stride s
 keeps every s-th). A filter axis whose pixel span does not fit the grid, or whose taps
-exceed the coefficient storage, is cut into runs (``shift_grid.axis_chunks``); each
+exceed the coefficient storage, is cut into runs (``shift_grid.axis_chunks``); on a
+dilated axis the planner (``compiled``) may cut shorter runs than fit, whose pixel sets
+span fewer never-multiplied rows, where the layer takes fewer cycles so; each
 (row run, column run) is one pass: load its pixel set (``set_h x set_w`` pixels, one
 row segment of up to ``load_pixels_per_cycle`` pixels per cycle), then step its taps.
 Loop order (outer to inner), ``loop_order = "tile-major"``::
@@ -78,9 +80,10 @@ class Axis:
 
 
 def axis(size: int, pad: int, taps: int, rate: int, stride: int, out: int, tile: int,
-         grid: int, coef: int, reach: int) -> Axis:
-    """Plan one axis: ``size`` input pixels after ``pad`` padding, ``out`` strided outputs."""
-    chunks = shift_grid.axis_chunks(taps, rate, grid, tile, coef, reach)
+         grid: int, coef: int, reach: int, longest: int | None = None) -> Axis:
+    """Plan one axis: ``size`` input pixels after ``pad`` padding, ``out`` strided outputs,
+    in tap runs of the most taps a pixel set holds, or ``longest`` where fewer."""
+    chunks = shift_grid.axis_chunks(taps, rate, grid, tile, coef, reach, longest)
     dense = (out - 1) * stride + 1
     tiles = math.ceil(dense / tile)
     set_len = tuple(rate * (t - 1) + tile for _, t in chunks)
@@ -110,14 +113,25 @@ def first_loads(size: int, pad: int, tile: int, tiles: int, offsets, lengths) ->
     return np.bincount(earliest[earliest < tiles], minlength=tiles)
 
 
-def plan(layer: ConvLayer, p: Params) -> tuple[Axis, Axis]:
-    """Row and column plans of ``layer`` on the grid."""
+def plan(layer: ConvLayer, p: Params,
+         longest: tuple[int | None, int | None] = (None, None)) -> tuple[Axis, Axis]:
+    """Row and column plans of ``layer`` on the grid, in tap runs of at most ``longest``
+    (rows, columns; None: the most a pixel set holds)."""
     (dh, dw), (sh, sw) = layer.dilation, layer.stride
     rows = axis(layer.H, layer.padding[0], layer.R, dh, sh, layer.P, p.mac_rows, p.grid_rows,
-                p.coef_rows, p.reach)
+                p.coef_rows, p.reach, longest[0])
     cols = axis(layer.W, layer.padding[2], layer.S, dw, sw, layer.Q, p.mac_cols, p.grid_cols,
-                p.coef_cols, p.reach)
+                p.coef_cols, p.reach, longest[1])
     return rows, cols
+
+
+def run_lengths(layer: ConvLayer, p: Params) -> list[tuple[int, int]]:
+    """The (row, column) tap-run lengths the planner weighs for ``layer``, the longest
+    first (``shift_grid.run_lengths``: shorter runs only on a dilated axis)."""
+    (dh, dw) = layer.dilation
+    rows = shift_grid.run_lengths(layer.R, dh, p.grid_rows, p.mac_rows, p.coef_rows, p.reach)
+    cols = shift_grid.run_lengths(layer.S, dw, p.grid_cols, p.mac_cols, p.coef_cols, p.reach)
+    return [(r, c) for r in rows for c in cols]
 
 
 @dataclass(frozen=True)
@@ -319,16 +333,40 @@ def steps(layer: ConvLayer, p: Params, axes: tuple[Axis, Axis] | None = None) ->
         sram_bytes=(loaded + coefs) * elem + written + reread)
 
 
-def layer_stats(layer: ConvLayer, arch) -> stats.LayerStats:
-    """The fast model's LayerStats of ``layer``, priced by ``stats.price``: useful MACs the
-    layer's, every lane of every step a product, mapped multiplier-cycles those on stride-1
-    positions inside the map; SRAM: every real pixel written into the grid, every
+def compiled(layer: ConvLayer, arch) -> tuple[tuple[int, int], stats.LayerStats]:
+    """The tap-run lengths the planner keeps for ``layer`` on ``arch`` (rows, columns) and
+    the layer's stats in them: of ``run_lengths``, those of fewest cycles with the memory's
+    stalls (the longest at equal cycles). The runs are weighed in order of their compute
+    cycles (``count``, a floor of their cycles), and a plan whose compute alone exceeds the
+    best cycles so far is not priced."""
+    p = arch.params(Params)
+    plans = {lengths: plan(layer, p, lengths) for lengths in run_lengths(layer, p)}
+    if len(plans) == 1:  # an undilated layer: its longest runs
+        (lengths, axes), = plans.items()
+        return lengths, layer_stats(layer, arch, axes)
+    floors = {lengths: count(layer, p, axes).cycles for lengths, axes in plans.items()}
+    best = None
+    for lengths in sorted(plans, key=floors.get):  # the longest first among equal floors
+        if best is not None and floors[lengths] > best[1].cycles:
+            break
+        st = layer_stats(layer, arch, plans[lengths], lengths != next(iter(plans)))
+        if best is None or (st.cycles, -sum(lengths)) < (best[1].cycles, -sum(best[0])):
+            best = lengths, st
+    return best
+
+
+def layer_stats(layer: ConvLayer, arch, axes: tuple[Axis, Axis] | None = None,
+                shortened: bool = False) -> stats.LayerStats:
+    """The fast model's LayerStats of ``layer`` in the plan ``axes`` (None: the longest
+    runs; ``shortened``: the planner cut shorter ones), priced by ``stats.price``: useful
+    MACs the layer's, every lane of every step a product, mapped multiplier-cycles those on
+    stride-1 positions inside the map; SRAM: every real pixel written into the grid, every
     coefficient into the coefficient storage, every output (element bytes) and partial sum
     (``ACC_BYTES``) written or read. DRAM and stalls: the memory model on ``steps``.
     Bytes, cycles, pJ."""
     p = arch.params(Params)
     elem = element_bytes(layer.dtype)
-    axes = rows, cols = plan(layer, p)
+    axes = rows, cols = axes or plan(layer, p)
     c = count(layer, p, axes)
     zi = zero_inserted(layer)  # same outputs, so the same tiles, each stepping every tap
     zero_steps = layer.N * layer.K * layer.Cg * rows.tiles * cols.tiles * zi.R * zi.S
@@ -338,7 +376,7 @@ def layer_stats(layer: ConvLayer, arch) -> stats.LayerStats:
         * cols.dense, products=c.steps * p.macs, sram_ifmap_bytes=c.ifmap_reads * elem,
         sram_filter_bytes=c.coef_reads * elem,
         sram_ofmap_bytes=c.output_writes * elem + (c.psum_writes + c.psum_reads) * ACC_BYTES,
-        extra=extra(c, zero_steps))
+        extra={**extra(c, zero_steps), "shortened_run_layers": int(shortened)})
     return stats.price(layer, counts, steps(layer, p, axes), arch)
 
 
@@ -378,13 +416,14 @@ class DilatedGrid(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
-        return layer_stats(layer, arch)
+        return compiled(layer, arch)[1]
 
     def emulate(self, layer, x, w, bias, arch):
-        """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``)."""
+        """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``),
+        in the tap runs the planner chose (``compiled``)."""
         from ..emulate.dilated_grid import emulate_stats
 
-        return emulate_stats(layer, x, w, bias, arch)
+        return emulate_stats(layer, x, w, bias, arch, compiled(layer, arch)[0])
 
     def hardware(self, arch, dtype):
         """The pixel storage grid and the coefficient storage (each twice over when
@@ -401,9 +440,11 @@ class DilatedGrid(Machine):
 
     def diagnostics(self, total: stats.LayerStats) -> list[tuple[str, str]]:
         """Pixel-set load cycles the double buffer did not hide, the MAC unit's cycles moving
-        registers to and from the result memory, the pixel sets loaded, and the zero taps
-        of the zero-inserted kernels the grid skipped."""
+        registers to and from the result memory, the pixel sets loaded, the zero taps of
+        the zero-inserted kernels the grid skipped, and the layers the planner ran in
+        shorter tap runs than fit (``compiled``)."""
         e = total.extra
+        shortened = int(e.get("shortened_run_layers", 0))
         skipped, inserted = e.get("skipped_zero_taps", 0), e.get("zero_inserted_steps", 0)
         return [("load cycles not hidden", f"{int(e.get('load_stall_cycles', 0)):,} of "
                                            f"{int(e.get('load_cycles', 0)):,} load cycles"),
@@ -411,4 +452,7 @@ class DilatedGrid(Machine):
                                          f"written {int(e.get('psum_writes', 0)):,})"),
                 ("pixel sets", f"{int(e.get('pixel_sets', 0)):,}"),
                 ("zero taps skipped", f"{int(skipped):,} of {int(inserted):,} "
-                                      f"zero-inserted steps ({percent(skipped, inserted)})")]
+                                      f"zero-inserted steps ({percent(skipped, inserted)})"),
+                ("shortened tap runs",
+                 f"{shortened:,} layer{'s' if shortened != 1 else ''}: runs shorter than the "
+                 "grid holds, whose smaller pixel sets load sooner")]

@@ -95,13 +95,33 @@ def shifter_links(rows: int, cols: int, shifter: str, levels: int) -> int:
     return rows * cols * 4 * len(shift_distances(shifter, levels))
 
 
-def axis_chunks(taps: int, rate: int, grid: int, tile: int, coef: int,
-                reach: int) -> list[tuple[int, int]]:
-    """Cut one filter axis of ``taps`` taps into runs (first tap, count) that one pixel set
-    holds: a run of t taps needs ``rate (t - 1) + tile`` grid units and t coefficient units;
-    a rate beyond the shifter's ``reach`` cannot be stepped, so each tap is its own run."""
+def longest_run(taps: int, rate: int, grid: int, tile: int, coef: int, reach: int) -> int:
+    """Taps of the longest run one pixel set holds on an axis: a run of t taps needs
+    ``rate (t - 1) + tile`` grid units and t coefficient units; a rate beyond the
+    shifter's ``reach`` cannot be stepped, so each tap is its own run."""
     if rate > reach:
-        size = 1
-    else:
-        size = max(1, min(coef, (grid - tile) // rate + 1))
+        return 1
+    return max(1, min(taps, coef, (grid - tile) // rate + 1))
+
+
+def axis_chunks(taps: int, rate: int, grid: int, tile: int, coef: int, reach: int,
+                longest: int | None = None) -> list[tuple[int, int]]:
+    """Cut one filter axis of ``taps`` taps into runs (first tap, count) of the most taps
+    one pixel set holds (``longest_run``), or of ``longest`` taps where that is fewer."""
+    size = longest_run(taps, rate, grid, tile, coef, reach)
+    size = size if longest is None else max(1, min(size, longest))
     return [(start, min(size, taps - start)) for start in range(0, taps, size)]
+
+
+def run_lengths(taps: int, rate: int, grid: int, tile: int, coef: int,
+                reach: int) -> tuple[int, ...]:
+    """Run lengths a planner weighs on one axis, longest first: the longest that fits and,
+    on a dilated axis (``rate`` > 1), each shorter one that cuts the taps into more runs
+    (``ceil(taps / runs)``). A longer run steps more taps per pixel set but its set spans
+    ``rate`` more rows or columns per tap, most of them never multiplied; at rate 1 the
+    sets of consecutive taps overlap and the longest run loads the fewest pixels."""
+    most = longest_run(taps, rate, grid, tile, coef, reach)
+    if rate == 1:
+        return (most,)
+    return tuple(sorted({-(-taps // runs) for runs in range(1, taps + 1)} & set(
+        range(1, most + 1)), reverse=True))

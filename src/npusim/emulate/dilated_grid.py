@@ -19,7 +19,11 @@ is derived here from the datapath rules, every event is counted as it happens (S
 reads and writes per operand, MACs, products, stalls), and the ``LayerStats`` are built
 from those counts through ``stats.price``. It shares with ``dataflows.dilated_grid``
 only the problem (``ConvLayer``), the ``Params`` and the plain ``Counts`` record; the
-tests compare the two on every field.
+tests compare the two on every field. The planner's one choice, how many taps at most a
+run takes on each axis (shorter runs load smaller pixel sets at a large dilation), comes
+with the layer as a program would: the machine's ``emulate`` passes the fast model's
+``compiled`` lengths, and the tests hold that choice to this emulator's cycles at the
+other lengths.
 
 ``edge`` chooses what a unit on the grid's border takes when its source lies outside:
 'wrap' (the opposite border: the grid is a torus, the machine's scheme) or 'zero'
@@ -89,17 +93,18 @@ def reach(p: Params) -> int:
     return 2 if p.shifter == "flat" else sum(1 << k for k in range(p.levels))
 
 
-def tap_runs(taps: int, rate: int, grid: int, lanes: int, coef: int,
-             longest: int) -> list[tuple[int, int]]:
+def tap_runs(taps: int, rate: int, grid: int, lanes: int, coef: int, longest: int,
+             most: int | None = None) -> list[tuple[int, int]]:
     """(first tap, taps) of the runs one filter axis is stepped in: a run grows while its
     next tap still fits: its pixel set (``lanes`` outputs plus ``rate`` per further tap)
-    in the grid, its coefficients in the coefficient storage; a rate the shifter cannot
-    step (beyond ``longest``) makes every tap a run of its own."""
+    in the grid, its coefficients in the coefficient storage, and it has fewer than
+    ``most`` taps (the planner's cap, None: none); a rate the shifter cannot step (beyond
+    ``longest``) makes every tap a run of its own."""
     runs, start = [], 0
     while start < taps:
         n = 1
         while (rate <= longest and start + n < taps and n < coef
-               and rate * n + lanes <= grid):
+               and rate * n + lanes <= grid and (most is None or n < most)):
             n += 1
         runs.append((start, n))
         start += n
@@ -126,16 +131,25 @@ class Job:
     step: tuple                      # the memory step it belongs to
 
 
-def jobs(layer: ConvLayer, p: Params) -> list[Job]:
-    """Every pass of the layer in machine order. Tile-major: n, k, tile, input map, row
-    run, column run (a tile's MAC registers accumulate every input map). Map-major
-    (Fig. 15): n, k, input map, tile, runs (each input map sweeps every tile, starting
-    from the previous map's partial sums)."""
+def axis_runs(layer: ConvLayer, p: Params,
+              most: tuple[int | None, int | None] = (None, None)) -> tuple[list, list]:
+    """The row and column tap runs of ``layer``, each at most ``most`` taps long."""
+    (dh, dw), (m, nn) = layer.dilation, (p.mac_rows, p.mac_cols)
+    return (tap_runs(layer.R, dh, p.grid_rows, m, p.coef_rows, reach(p), most[0]),
+            tap_runs(layer.S, dw, p.grid_cols, nn, p.coef_cols, reach(p), most[1]))
+
+
+def jobs(layer: ConvLayer, p: Params,
+         most: tuple[int | None, int | None] = (None, None)) -> list[Job]:
+    """Every pass of the layer in machine order, in tap runs of at most ``most`` taps
+    (rows, columns). Tile-major: n, k, tile, input map, row run, column run (a tile's MAC
+    registers accumulate every input map). Map-major (Fig. 15): n, k, input map, tile,
+    runs (each input map sweeps every tile, starting from the previous map's partial
+    sums)."""
     (dh, dw), (sh, sw), (m, nn) = layer.dilation, layer.stride, (p.mac_rows, p.mac_cols)
     tiles_y = math.ceil(((layer.P - 1) * sh + 1) / m)
     tiles_x = math.ceil(((layer.Q - 1) * sw + 1) / nn)
-    rows = tap_runs(layer.R, dh, p.grid_rows, m, p.coef_rows, reach(p))
-    cols = tap_runs(layer.S, dw, p.grid_cols, nn, p.coef_cols, reach(p))
+    rows, cols = axis_runs(layer, p, most)
     runs = [(a, th, b, tw) for a, th in rows for b, tw in cols]
     cg = layer.C // layer.groups
     map_major = p.loop_order == "map-major"
@@ -388,14 +402,16 @@ def write_tile(m: Machine, job: Job) -> None:
 
 
 def run(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
-        edge: str = "wrap") -> tuple[Machine, int]:
-    """Run ``layer`` cycle by cycle: (the machine after its last cycle, cycles)."""
+        edge: str = "wrap", most: tuple[int | None, int | None] = (None, None)
+        ) -> tuple[Machine, int]:
+    """Run ``layer`` cycle by cycle in tap runs of at most ``most`` taps (rows, columns;
+    the planner's): (the machine after its last cycle, cycles)."""
     if edge not in EDGES:
         raise ConfigError(f"edge={edge!r}: must be one of {', '.join(EDGES)}")
     integer = np.issubdtype(x.dtype, np.integer)
     m = Machine(layer, p, x, w, bias, edge, np.int64 if integer else np.float32)
     moving = math.ceil(p.mac_rows * p.mac_cols / p.result_words_per_cycle)
-    queue, nxt, active, shadow, cycles, busy = jobs(layer, p), 0, None, None, 0, 0
+    queue, nxt, active, shadow, cycles, busy = jobs(layer, p, most), 0, None, None, 0, 0
     for job in queue[:1]:
         m.log.step(job, layer, m.map_major)
     while active or shadow or nxt < len(queue) or busy:
@@ -457,8 +473,9 @@ def logged_steps(m: Machine, cycles: int) -> Steps:
                  sram_bytes=log.sram)
 
 
-def layer_stats(m: Machine, cycles: int, arch) -> stats.LayerStats:
-    """LayerStats from the machine's own counters and logged steps, via ``stats.price``."""
+def layer_stats(m: Machine, cycles: int, arch, shortened: bool = False) -> stats.LayerStats:
+    """LayerStats from the machine's own counters and logged steps, via ``stats.price``
+    (``shortened``: its tap runs were cut shorter than its pixel sets hold)."""
     c, L, elem = m.counts, m.layer, m.elem
     dh, dw = L.dilation
     zero_steps = c["steps"] // (L.R * L.S) * (dh * (L.R - 1) + 1) * (dw * (L.S - 1) + 1)
@@ -468,7 +485,8 @@ def layer_stats(m: Machine, cycles: int, arch) -> stats.LayerStats:
              "pixels_loaded": c["pixels_loaded"], "psum_writes": c["psum_writes"],
              "psum_reads": c["psum_reads"], "pixel_shift_ops": m.shifter.ops,
              "output_tiles": c["tiles"], "zero_inserted_steps": zero_steps,
-             "skipped_zero_taps": zero_steps - c["steps"]}
+             "skipped_zero_taps": zero_steps - c["steps"],
+             "shortened_run_layers": int(shortened)}
     priced = stats.Counts(
         NAME, macs=c["macs"], dense_macs=L.N * L.K * L.P * L.Q * (L.C // L.groups) * L.R * L.S,
         multipliers=m.p.mac_rows * m.p.mac_cols, mapped_pe_cycles=c["mapped"],
@@ -492,11 +510,15 @@ def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
     return outputs(m), counts(m, cycles), logged_steps(m, cycles)
 
 
-def emulate_stats(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias,
-                  arch) -> tuple[np.ndarray, stats.LayerStats]:
-    """(outputs, LayerStats) of ``layer`` on ``arch`` from the emulator alone."""
-    m, cycles = run(layer, x, w, bias, arch.params(Params))
-    return outputs(m), layer_stats(m, cycles, arch)
+def emulate_stats(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, arch,
+                  most: tuple[int | None, int | None] = (None, None)
+                  ) -> tuple[np.ndarray, stats.LayerStats]:
+    """(outputs, LayerStats) of ``layer`` on ``arch`` from the emulator alone, in tap runs
+    of at most ``most`` taps (rows, columns: the planner's choice, given with the layer)."""
+    p = arch.params(Params)
+    m, cycles = run(layer, x, w, bias, p, most=most)
+    shortened = axis_runs(layer, p, most) != axis_runs(layer, p)
+    return outputs(m), layer_stats(m, cycles, arch, shortened)
 
 
 def work_estimate(layer: ConvLayer, p: Params) -> int:
