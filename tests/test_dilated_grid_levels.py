@@ -138,6 +138,9 @@ def test_run_lengths_by_hand():
     assert shift_grid.run_lengths(3, 1, 16, 2, 3, 7) == (3,)
     assert shift_grid.run_lengths(7, 2, 16, 2, 7, 7) == (7, 4, 3, 2, 1)  # ceil(7 / runs)
     assert shift_grid.run_lengths(3, 8, 16, 2, 3, 7) == (1,)  # beyond the shifter's reach
+    # 5 taps at R = 2 on an 8-unit grid with a 4-unit coefficient storage: the longest run
+    # is 4 (4 + 1), which no even cut gives (5, 3 + 2, 2 + 2 + 1, ...): it is weighed first
+    assert shift_grid.run_lengths(5, 2, 8, 2, 4, 2) == (4, 3, 2, 1)
     assert emu.tap_runs(3, 6, 16, 2, 3, 7) == [(0, 3)]
     assert emu.tap_runs(3, 6, 16, 2, 3, 7, most=2) == [(0, 2), (2, 1)]
     assert emu.tap_runs(3, 6, 16, 2, 3, 7, most=1) == [(0, 1), (1, 1), (2, 1)]
@@ -170,3 +173,17 @@ def test_the_planners_tap_runs_are_the_emulators_fastest(preset, layer, bandwidt
     assert chosen == next(k for k in cycles if cycles[k] == fastest)  # longest first
     levels_agree(layer, x, w, None, arch)
     assert stats.extra["shortened_run_layers"] == int(chosen != next(iter(cycles)))
+
+
+def test_a_plan_whose_longest_run_is_no_even_cut_agrees_on_both_levels():
+    """5 x 5 at R = 2 on an 8 x 3 grid, 4 x 1 coefficients (a case hypothesis found): the
+    longest rows run 4 + 1, the planner's shorter cut 3 + 2; both levels say whether the
+    kept runs are shorter than the longest by their own runs."""
+    layer = ConvLayer(1, 1, 9, 9, 1, 5, 5, dilation=2)
+    p = dilated_grid.Params(grid_rows=8, grid_cols=3, coef_rows=4, coef_cols=1, mac_rows=2,
+                            mac_cols=1, shifter="flat", levels=1, load_pixels_per_cycle=1,
+                            double_buffer=False, coef_loads_per_cycle=1,
+                            result_words_per_cycle=1)
+    x, w, _ = tensors(layer, 5)
+    for bandwidth in ("unlimited", 0.3):
+        levels_agree(layer, x, w, None, small_memory(p, bandwidth, 64, True))

@@ -116,12 +116,13 @@ def axis_chunks(taps: int, rate: int, grid: int, tile: int, coef: int, reach: in
 def run_lengths(taps: int, rate: int, grid: int, tile: int, coef: int,
                 reach: int) -> tuple[int, ...]:
     """Run lengths a planner weighs on one axis, longest first: the longest that fits and,
-    on a dilated axis (``rate`` > 1), each shorter one that cuts the taps into more runs
-    (``ceil(taps / runs)``). A longer run steps more taps per pixel set but its set spans
-    ``rate`` more rows or columns per tap, most of them never multiplied; at rate 1 the
-    sets of consecutive taps overlap and the longest run loads the fewest pixels."""
+    on a dilated axis (``rate`` > 1), each shorter one that cuts the taps into runs as even
+    as their number allows (``ceil(taps / runs)``). A longer run steps more taps per pixel
+    set but its set spans ``rate`` more rows or columns per tap, most of them never
+    multiplied; at rate 1 the sets of consecutive taps overlap and the longest run loads
+    the fewest pixels."""
     most = longest_run(taps, rate, grid, tile, coef, reach)
     if rate == 1:
         return (most,)
-    return tuple(sorted({-(-taps // runs) for runs in range(1, taps + 1)} & set(
-        range(1, most + 1)), reverse=True))
+    even = {-(-taps // runs) for runs in range(1, taps + 1)}
+    return (most, *sorted((n for n in even if n < most), reverse=True))
