@@ -34,13 +34,39 @@ def test_systolic_estimate_is_the_emulators_own_clock(preset):
     assert get("systolic").emulate_steps(layer, arch) == run.busy_cycles * per_cycle
 
 
-def test_dilated_grid_estimate_is_the_emulators_own_clock():
-    arch = load_arch("dilated-grid-2x2")
-    layer = ConvLayer(1, 2, 9, 9, 2, 3, 3, padding=2, dilation=2, name="d")
+@pytest.mark.parametrize("preset, dilation", [("dilated-grid-2x2", 2),
+                                               ("dilated-grid-2x2-h3", 6)])
+def test_dilated_grid_estimate_is_the_emulators_own_clock(preset, dilation):
+    """In the tap runs the planner chose (at R = 6 on the h3 grid, shorter than fit)."""
+    arch = load_arch(preset)
+    layer = ConvLayer(1, 2, 13, 13, 2, 3, 3, padding=dilation, dilation=dilation, name="d")
     x = np.ones(layer.input_shape, np.float32)
+    most, = get("dilated-grid").mapping(layer, arch)
     _, counts, _ = dilated_grid.emulate(layer, x, np.ones(layer.weight_shape, np.float32),
-                                        None, arch.params("dilated-grid"))
+                                        None, arch.params("dilated-grid"), most=most)
     assert get("dilated-grid").emulate_steps(layer, arch) == 64 * counts.cycles
+
+
+def test_group_tile_estimate_counts_the_emulators_operations_in_narrowed_blocks():
+    """A 3x3 conv 64 -> 128 on 4 x 4 in int8 at 2 bytes/cycle: its 64-output blocks (36 KiB)
+    do not stay in the 32 KiB active half, and the compiler runs 56-output blocks. The
+    estimate is 6 steps per emulator operation, counted from the emulator's own run in
+    those blocks: per step and tap a tick, per lane and tap a weight load and a broadcast,
+    per output a value shifted out."""
+    from npusim.emulate.group_tile import own_memory, run_tiles
+
+    arch = load_arch("group-tile-64mac").with_memory(dram_bytes_per_cycle=2.0)
+    layer = ConvLayer(1, 64, 4, 4, 128, 3, 3, padding=1, dtype="int8", name="g")
+    width, = get("group-tile").mapping(layer, arch)
+    assert width == 56
+    rng = np.random.default_rng(3)
+    x = rng.integers(-9, 9, layer.input_shape).astype(np.int8)
+    w = rng.integers(-9, 9, layer.weight_shape).astype(np.int8)
+    run = run_tiles(layer, x, w, None, arch.params("group-tile"), own_memory(arch), width)
+    taps = layer.Cg * layer.R * layer.S
+    step_taps = sum(len(c.log) for c in run.counts) * taps
+    operations = step_taps + 2 * run.total("broadcasts") + run.total("written")
+    assert get("group-tile").emulate_steps(layer, arch) == 6 * operations
 
 
 def test_sparse_pairs_estimate_bounds_the_processor_ticks():

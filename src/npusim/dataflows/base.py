@@ -146,12 +146,19 @@ class Machine:
         """Outputs and stats from the cycle emulator; a machine without one refuses."""
         raise NpusimError(f"dataflow {self.name!r} has no cycle emulator; use mode 'run'")
 
+    def mapping(self, layer: ConvLayer, arch) -> tuple:
+        """The compiler's choices for ``layer`` on ``arch`` that the cycle emulator takes
+        with the layer, as hardware takes a program: none by default (group-tile's output
+        block width, dilated-grid's tap-run lengths)."""
+        return ()
+
     def emulate_steps(self, layer: ConvLayer, arch) -> int:
         """The cycle emulator's estimated work on ``layer``, in emulator steps of about 1 us
-        (docs/cli.md): ``work_estimate`` of ``npusim.emulate.<this machine's module>``."""
+        (docs/cli.md): ``work_estimate`` of ``npusim.emulate.<this machine's module>``, in
+        the layer's ``mapping``."""
         module = type(self).__module__.rsplit(".", 1)[1]
         emulator = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.emulate.{module}")
-        return emulator.work_estimate(layer, arch.params(self.Params))
+        return emulator.work_estimate(layer, arch.params(self.Params), *self.mapping(layer, arch))
 
     def hardware(self, arch, dtype: str):
         """What the machine is built of on ``arch`` for ``dtype`` (``area.Hardware``), for

@@ -418,12 +418,16 @@ class DilatedGrid(Machine):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
         return compiled(layer, arch)[1]
 
+    def mapping(self, layer, arch) -> tuple[tuple[int, int]]:
+        """The tap-run lengths the planner chose (``compiled``)."""
+        return (compiled(layer, arch)[0],)
+
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle grid (``npusim.emulate.dilated_grid``),
-        in the tap runs the planner chose (``compiled``)."""
+        in the tap runs the planner chose."""
         from ..emulate.dilated_grid import emulate_stats
 
-        return emulate_stats(layer, x, w, bias, arch, compiled(layer, arch)[0])
+        return emulate_stats(layer, x, w, bias, arch, *self.mapping(layer, arch))
 
     def hardware(self, arch, dtype):
         """The pixel storage grid and the coefficient storage (each twice over when

@@ -663,12 +663,16 @@ class GroupTile(Machine):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
         return compiled(layer, arch)[1]
 
+    def mapping(self, layer, arch) -> tuple[int]:
+        """The output-block width the compiler chose (``compiled``)."""
+        return (compiled(layer, arch)[0],)
+
     def emulate(self, layer, x, w, bias, arch):
         """Outputs and costs from the cycle-by-cycle tiles (``npusim.emulate.group_tile``),
-        in the output blocks the compiler chose (``compiled``)."""
+        in the output blocks the compiler chose."""
         from ..emulate.group_tile import emulate
 
-        return emulate(layer, x, w, bias, arch, compiled(layer, arch)[0])
+        return emulate(layer, x, w, bias, arch, *self.mapping(layer, arch))
 
     def hardware(self, arch, dtype):
         """Per tile: its MAC cells with a weight register, a sum register and a shift

@@ -503,10 +503,11 @@ def outputs(m: Machine) -> np.ndarray:
 
 
 def emulate(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, p: Params,
-            edge: str = "wrap") -> tuple[np.ndarray, Counts, Steps]:
-    """Run ``layer`` cycle by cycle: (outputs, counts, the memory steps as run). float32
-    in/out, int8 in, int32 out."""
-    m, cycles = run(layer, x, w, bias, p, edge)
+            edge: str = "wrap", most: tuple[int | None, int | None] = (None, None)
+            ) -> tuple[np.ndarray, Counts, Steps]:
+    """Run ``layer`` cycle by cycle in tap runs of at most ``most`` taps: (outputs, counts,
+    the memory steps as run). float32 in/out, int8 in, int32 out."""
+    m, cycles = run(layer, x, w, bias, p, edge, most)
     return outputs(m), counts(m, cycles), logged_steps(m, cycles)
 
 
@@ -521,10 +522,11 @@ def emulate_stats(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias, arch,
     return outputs(m), layer_stats(m, cycles, arch, shortened)
 
 
-def work_estimate(layer: ConvLayer, p: Params) -> int:
-    """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md): its clock
-    cycles (the fast model's count, exact), each one grid load and one MAC step with its
-    shifts: 64 steps (measured: 52-80 us a cycle)."""
-    from ..dataflows.dilated_grid import count
+def work_estimate(layer: ConvLayer, p: Params,
+                  most: tuple[int | None, int | None] = (None, None)) -> int:
+    """Estimated work of ``emulate`` in tap runs of at most ``most`` taps (emulator steps of
+    about 1 us, docs/cli.md): its clock cycles (the fast model's count, exact), each one
+    grid load and one MAC step with its shifts: 64 steps (measured: 52-80 us a cycle)."""
+    from ..dataflows.dilated_grid import count, plan
 
-    return 64 * count(layer, p).cycles
+    return 64 * count(layer, p, plan(layer, p, most)).cycles

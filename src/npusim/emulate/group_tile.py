@@ -364,13 +364,15 @@ def emulate(layer: ConvLayer, x, w, bias, arch,
     return run.output, layer_stats(layer, arch, run)
 
 
-def work_estimate(layer: ConvLayer, p: Params) -> int:
-    """Estimated work of ``emulate`` (emulator steps of about 1 us, docs/cli.md): every
-    step of ``subsets`` work units visits each tap (c, r, s), loading and firing one lane
-    per unit and ticking once (an operation each); every output is then shifted out one
-    value at a time (one more). An operation is 6 steps (measured: 5.5-6.6 us)."""
-    size = min(layer.Kg, p.macs)
+def work_estimate(layer: ConvLayer, p: Params, width: int | None = None) -> int:
+    """Estimated work of ``emulate`` in output blocks of ``width`` outputs (None: as many
+    as the MACs hold), in emulator steps of about 1 us (docs/cli.md): every step of
+    ``subsets`` work units visits each tap (c, r, s), loading and firing one lane per unit
+    and ticking once (an operation each); every output is then shifted out one value at a
+    time (one more). An operation is 6 steps (measured: 5.5-6.6 us)."""
+    size = min(layer.Kg, p.macs if width is None else width)
     units = layer.N * layer.P * layer.Q * layer.groups * -(-layer.Kg // size)
     subsets = min(p.bus_inputs, p.macs // size)
     taps = layer.Cg * layer.R * layer.S
-    return 6 * (-(-units // subsets) * taps * (2 * subsets + 1) + units * size)
+    outputs = layer.N * layer.K * layer.P * layer.Q
+    return 6 * (-(-units // subsets) * taps * (2 * subsets + 1) + outputs)
