@@ -134,13 +134,15 @@ def test_per_mac_bus_mode_feeds_a_depthwise_layer_in_parallel():
 
 def test_cycles_are_the_slower_of_macs_and_weight_bandwidth():
     """A full 3x3 conv, 64 outputs: int8 weights fill 16 words a tap (MAC-bound); float32
-    weights are a word each, 64 words a tap on a 16-word wide memory (4 cycles a tap)."""
+    weights are a word each, 64 words a tap on a 16-word wide memory (4 cycles a tap). A
+    128 KiB wide memory keeps the float32 block (36 KiB) whole, so no narrower one is
+    weighed."""
     base = ConvLayer(1, 16, 4, 4, 64, 3, 3, padding=1)
     df = npusim.dataflows.get(NAME)
     taps, pixels = 16 * 9, 16
     for dtype, per_tap in (("int8", 1), ("float32", 4)):
-        st_ = df.estimate(base.with_dtype(dtype), None, None, arch_with("unlimited",
-                                                                  wide_words_per_cycle=16))
+        st_ = df.estimate(base.with_dtype(dtype), None, None, arch_with(
+            "unlimited", wide_words_per_cycle=16, wide_kb=128))
         assert st_.cycles == pixels * taps * per_tap + math.ceil(64 / 16)
         assert st_.extra["weight_stall_cycles"] == pixels * taps * (per_tap - 1)
     narrow = df.estimate(base.with_dtype("int8"), None, None,

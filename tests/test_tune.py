@@ -101,8 +101,9 @@ def test_filling_rule_matches_the_patent_example():
 
 def test_filling_rule_follows_the_weight_bandwidth():
     """A wide memory of 8 words (32 int8 weights a cycle) under 64 MACs: group size 64 takes
-    two cycles a tap, so 32 is as fast as any and the largest such: g = 8 for 256."""
-    narrow = Params(macs=64, wide_words_per_cycle=8)
+    two cycles a tap, so 32 is as fast as any and the largest such: g = 8 for 256. The
+    wide memory (128 KiB) keeps a 64-output block (36 KiB) whole."""
+    narrow = Params(macs=64, wide_words_per_cycle=8, wide_kb=128)
     assert tune.filling_groups(256, 256, narrow) == 8
     assert tune.broadcast_cycles(64, narrow) == 2 and tune.broadcast_cycles(32, narrow) == 1
     assert tune.filling_groups(256, 256, Params(macs=64), elem=4) == 16  # float32: 16 a cycle

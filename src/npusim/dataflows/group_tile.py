@@ -110,15 +110,23 @@ def control(layer: ConvLayer, p: Params, width: int | None = None) -> Control:
 
 def block_widths(layer: ConvLayer, p: Params, mem) -> tuple[int, ...]:
     """Output-block widths (outputs a MAC subset holds) the compiler weighs for ``layer`` on
-    a tile with memories ``mem`` (``tile_buffers``): as many as the MACs hold
-    (``min(Kg, macs)``) and, where that block's weights exceed the wide memory's active
-    half, the most outputs whose weights fit it. A block that does not fit is fetched again
-    for every step; a narrower one leaves MACs idle but is fetched once per chunk
-    (``unit_order``). Which is faster depends on the DRAM: ``compiled`` times both."""
+    a tile with memories ``mem`` (``tile_buffers``), the full one first: as many as the MACs
+    hold (``min(Kg, macs)``) and, where that block's weights exceed the wide memory's active
+    half, the most outputs whose weights fit it, and that many rounded down to whole
+    deliveries of the wide memory (the weights it reads a cycle for a step's subsets: a tap
+    of 21 float32 outputs waits 2 cycles for its words where 16 take 1). A block that does
+    not fit is fetched again for every step; a narrower one leaves MACs idle but is fetched
+    once per chunk (``unit_order``). Which is fastest depends on the DRAM: ``compiled``
+    times them."""
     full = min(layer.Kg, p.macs)
-    kernel = layer.Cg * layer.R * layer.S * element_bytes(layer.dtype)  # one output's bytes
-    fits = int(min(full, wide_capacity(mem) // kernel))
-    return (full,) if full <= fits or fits < 1 else (full, fits)
+    elem = element_bytes(layer.dtype)
+    fits = int(min(full, wide_capacity(mem) // (layer.Cg * layer.R * layer.S * elem)))
+    if full <= fits or fits < 1:
+        return (full,)
+    subsets = min(p.bus_inputs, p.macs // fits)
+    per_cycle = max(1, p.wide_words_per_cycle * WORD_BYTES // elem // subsets)  # weights
+    whole = fits // per_cycle * per_cycle
+    return (full, fits) if whole in (0, fits) else (full, fits, whole)
 
 
 def unit_widths(ctl: Control, units: np.ndarray) -> np.ndarray:
@@ -403,19 +411,21 @@ def memory_steps(layer: ConvLayer, p: Params, mem, width: int | None = None) -> 
 def compiled(layer: ConvLayer, arch) -> tuple[int, stats.LayerStats]:
     """The output-block width the compiler keeps for ``layer`` on ``arch`` and the layer's
     stats at it: of ``block_widths``, the one of fewest cycles with the memory's stalls
-    (the full block at equal cycles). The width of the lower ``cycles_floor`` is timed
-    first, and the other only where its floor is not above those cycles."""
+    (the wider at equal cycles). Widths are timed in order of their ``cycles_floor``, and
+    one whose floor is above the fewest cycles so far is not."""
     p, mem = arch.params(Params), tile_buffers(arch)
     widths = block_widths(layer, p, mem)
     if len(widths) == 1:
         return widths[0], at_width(layer, arch, widths[0])
     floors = {width: cycles_floor(layer, p, mem, width) for width in widths}
-    first, second = sorted(widths, key=floors.get)  # the full block first on equal floors
-    runs = {first: at_width(layer, arch, first)}
-    if floors[second] <= runs[first].cycles:
-        runs[second] = at_width(layer, arch, second)
-    width = min(runs, key=lambda w: (runs[w].cycles, w != widths[0]))
-    return width, runs[width]
+    best = None
+    for width in sorted(widths, key=floors.get):  # the wider first on equal floors
+        if best is not None and floors[width] > best[1].cycles:
+            break
+        st = at_width(layer, arch, width)
+        if best is None or (st.cycles, -width) < (best[1].cycles, -best[0]):
+            best = width, st
+    return best
 
 
 def cycles_floor(layer: ConvLayer, p: Params, mem, width: int) -> float:
