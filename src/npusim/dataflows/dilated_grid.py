@@ -344,21 +344,23 @@ def compiled(layer: ConvLayer, arch) -> tuple[tuple[int, int], stats.LayerStats]
     if len(plans) == 1:  # an undilated layer: its longest runs
         (lengths, axes), = plans.items()
         return lengths, layer_stats(layer, arch, axes)
-    floors = {lengths: count(layer, p, axes).cycles for lengths, axes in plans.items()}
+    counted = {lengths: count(layer, p, axes) for lengths, axes in plans.items()}
     best = None
-    for lengths in sorted(plans, key=floors.get):  # the longest first among equal floors
-        if best is not None and floors[lengths] > best[1].cycles:
+    for lengths in sorted(plans, key=lambda k: counted[k].cycles):  # longest first if equal
+        if best is not None and counted[lengths].cycles > best[1].cycles:
             break
-        st = layer_stats(layer, arch, plans[lengths], lengths != next(iter(plans)))
+        st = layer_stats(layer, arch, plans[lengths], lengths != next(iter(plans)),
+                         counted[lengths])
         if best is None or (st.cycles, -sum(lengths)) < (best[1].cycles, -sum(best[0])):
             best = lengths, st
     return best
 
 
 def layer_stats(layer: ConvLayer, arch, axes: tuple[Axis, Axis] | None = None,
-                shortened: bool = False) -> stats.LayerStats:
+                shortened: bool = False, counted: Counts | None = None) -> stats.LayerStats:
     """The fast model's LayerStats of ``layer`` in the plan ``axes`` (None: the longest
-    runs; ``shortened``: the planner cut shorter ones), priced by ``stats.price``: useful
+    runs; ``shortened``: the planner cut shorter ones; ``counted``: its ``count``, if
+    already made), priced by ``stats.price``: useful
     MACs the layer's, every lane of every step a product, mapped multiplier-cycles those on
     stride-1 positions inside the map; SRAM: every real pixel written into the grid, every
     coefficient into the coefficient storage, every output (element bytes) and partial sum
@@ -367,7 +369,7 @@ def layer_stats(layer: ConvLayer, arch, axes: tuple[Axis, Axis] | None = None,
     p = arch.params(Params)
     elem = element_bytes(layer.dtype)
     axes = rows, cols = axes or plan(layer, p)
-    c = count(layer, p, axes)
+    c = counted or count(layer, p, axes)
     zi = zero_inserted(layer)  # same outputs, so the same tiles, each stepping every tap
     zero_steps = layer.N * layer.K * layer.Cg * rows.tiles * cols.tiles * zi.R * zi.S
     counts = stats.Counts(
