@@ -15,7 +15,13 @@ share (the region counts per region geometry, the jobs per processing-unit count
 per buffer sizes, the counts and steps per machine): a memory point prices kept steps on its
 memory; a units point counts its schedule, loop order and steps again (they follow its units).
 Target (issue 13): <= 0.3.
-Run: python bench/bench_sweep.py [--rounds N]
+
+Then, for one preset of every machine (``--machines``), the same memories grid point by point
+in this process, after its first point: each later point's time (reuse.estimate: the kept masks
+priced on the point's arch, with what the machine kept in each conv's memo) over one simulate
+of the same network on the preset, median over the 49 later points, the simulate's best of 3
+(issue 15: no fixed costs a sweep pays again).
+Run: python bench/bench_sweep.py [--rounds N] [--machines PRESET ...]
 """
 
 from __future__ import annotations
@@ -73,12 +79,50 @@ def timed_sweep(text: str) -> tuple[int, int, float, float, float]:
     return int(out[0]), int(out[1]), float(out[2]), float(out[3]), whole
 
 
+MACHINE_PRESETS = ("systolic-32x32-ws", "dilated-grid-2x2-h3", "group-tile-64mac",
+                   "input-reuse-1024", "sparse-pairs-32x32")
+SRAM_KB = (64, 128, 256, 512, 1024)  # the memories sweep's grid (SWEEPS["memories"])
+DRAM_BYTES_PER_CYCLE = tuple(range(8, 81, 8))
+
+
+def later_points(preset: str, graph, x) -> tuple[float, float]:
+    """(median seconds of a later point of the memories grid on ``preset``, in this process,
+    the masks and the machine's memo kept from the grid's first point; best seconds of one
+    simulate of the same network on ``preset``)."""
+    import dataclasses
+    import statistics
+
+    from npusim.arch import load_arch
+    from npusim.dse import reuse
+
+    base = load_arch(preset)
+    reuse._masks.clear()
+    times = []
+    for kb in SRAM_KB:
+        for bw in DRAM_BYTES_PER_CYCLE:
+            arch = dataclasses.replace(base, memory=dataclasses.replace(
+                base.memory, ifmap_sram_kb=kb, dram_bytes_per_cycle=float(bw)))
+            start = time.perf_counter()
+            reuse.estimate(("resnet18", 0.3, 1, 0), graph, x, arch, "float32")
+            times.append(time.perf_counter() - start)
+    one = best_time(lambda: npusim.simulate(graph, x, base, mode="estimate"))
+    return statistics.median(times[1:]), one
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=1, help="sweeps of each kind, each paired "
                     "with a fresh one-simulate time (default 1)")
+    ap.add_argument("--machines", nargs="*", default=MACHINE_PRESETS, metavar="PRESET",
+                    help="presets whose later memories points are timed in this process "
+                         "(default: one of every machine; none: skip)")
     args = ap.parse_args()
     _, graph, x = prepared("resnet18", 0.3, 1, 0)
+    for preset in args.machines:
+        point, one = later_points(preset, graph, x)
+        print(f"resnet18 memories grid on {preset}, a later point in one process: npusim "
+              f"{point * 1e3:.1f} ms, one simulate(estimate) {one * 1e3:.1f} ms, ratio "
+              f"{point / one:.2f}x (target: <= 0.3)")
     for _ in range(args.rounds):
         for name, params in SWEEPS.items():
             t_one = best_time(lambda: npusim.simulate(graph, x, "input-reuse-1024",

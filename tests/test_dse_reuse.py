@@ -13,24 +13,91 @@ from npusim.dse.runner import prepared
 from npusim.simulate import simulate
 
 
-@pytest.mark.parametrize(("preset", "changes", "dtype"), [
-    ("sparse-pairs-32x32", [{}, {"memory": {"ifmap_sram_kb": 8}}, {"clock_mhz": 500.0}], "int8"),
-    ("input-reuse-1024", [{}, {"vector": {"lanes": 4}}, {"energy": {"sram_byte_pj": 9.0}}],
-     "float32"),
+def changed(base, change: dict):
+    """``base`` with ``change`` made: a value of the arch, or of one of its sections (the
+    memory, the energy table, a machine's parameters) by field."""
+    sections = dict(base.sections)
+    top = {}
+    for key, value in change.items():
+        if key in sections:
+            sections[key] = dataclasses.replace(sections[key], **value)
+        else:
+            top[key] = (dataclasses.replace(getattr(base, key), **value)
+                        if isinstance(value, dict) else value)
+    return dataclasses.replace(base, sections=sections, **top)
+
+
+def bandwidth(bytes_per_cycle: float) -> dict:
+    return {"memory": {"dram_bytes_per_cycle": bytes_per_cycle}}
+
+
+@pytest.mark.parametrize(("preset", "model", "changes", "dtype"), [
+    ("sparse-pairs-32x32", "mtcnn-pnet",
+     [{}, {"memory": {"ifmap_sram_kb": 8}}, {"clock_mhz": 500.0}, bandwidth(1.0),
+      {"sparse-pairs": {"processor_groups": 2}}, bandwidth(64.0)], "int8"),
+    ("input-reuse-1024", "mtcnn-pnet",
+     [{}, {"vector": {"lanes": 4}}, {"energy": {"sram_byte_pj": 9.0}}], "float32"),
+    # dilated-segnet: layers whose output blocks the group-tile compiler narrows (0 to 8 of
+    # them on these points), and whose tap runs the dilated-grid planner shortens (0 to 3)
+    ("group-tile-64mac", "dilated-segnet",
+     [{}, bandwidth(1.0), bandwidth(64.0), {"group-tile": {"wide_kb": 8}},
+      {"group-tile": {"wide_kb": 16}}, bandwidth(2.0), {"memory": {"double_buffered": False}},
+      {}], "float32"),
+    ("dilated-grid-2x2-h3", "dilated-segnet",
+     [{}, bandwidth(0.5), bandwidth(64.0), {"dilated-grid": {"coef_rows": 1}}, bandwidth(0.5),
+      {"memory": {"ifmap_sram_kb": 4}}, {}], "float32"),
+    ("systolic-32x32-os", "mtcnn-pnet",
+     [{}, bandwidth(2.0), {"systolic": {"cols": 8}}, {"memory": {"filter_sram_kb": 2}},
+      bandwidth(64.0), {}], "int8"),
 ])
-def test_reused_masks_price_like_a_fresh_simulate(preset, changes, dtype):
-    _, graph, x = prepared("mtcnn-pnet", 0.5, 1, 0)
+def test_reused_masks_price_like_a_fresh_simulate(preset, model, changes, dtype):
+    _, graph, x = prepared(model, 0.5, 1, 0)
     base = load_arch(preset)
     reuse._masks.clear()
     for change in changes:
-        arch = dataclasses.replace(base, **{k: (dataclasses.replace(getattr(base, k), **v)
-                                                if isinstance(v, dict) else v)
-                                            for k, v in change.items()})
-        got = reuse.estimate(("mtcnn-pnet", 0.5, 1, 0), graph, x, arch, dtype)
+        arch = changed(base, change)
+        got = reuse.estimate((model, 0.5, 1, 0), graph, x, arch, dtype)
         want = simulate(graph, x, arch, mode="estimate", dtype=dtype)
         assert got.layers == want.layers
         assert got.total == want.total
     assert len(reuse._masks) == 1  # one recording, reused by the later points
+
+
+@pytest.mark.parametrize(("preset", "module", "counter", "again"), [
+    ("sparse-pairs-32x32", "sparse_pairs", "schedule",
+     [{"sparse-pairs": {"processor_groups": 2}}]),
+    ("group-tile-64mac", "group_tile", "memory_steps",
+     [{"memory": {"double_buffered": False}}, {"group-tile": {"wide_kb": 8}}]),
+    ("dilated-grid-2x2-h3", "dilated_grid", "steps", [{"dilated-grid": {"coef_rows": 1}}]),
+    ("systolic-32x32-ws", "systolic", "fold_steps", [{"systolic": {"rows": 16}}]),
+])
+def test_a_point_of_other_dram_clock_or_energy_counts_nothing_again(monkeypatch, preset, module,
+                                                                   counter, again):
+    """What a machine counts from a conv's masks or shape and its own parameters (group-tile:
+    and its tiles' buffer sizes) is kept in the conv's memo: a later point that changes only
+    the DRAM, the clock or the energy table prices it and counts nothing; one that changes
+    what it follows counts again."""
+    import importlib
+
+    machine = importlib.import_module(f"npusim.dataflows.{module}")
+    calls = []
+    counted = getattr(machine, counter)
+    monkeypatch.setattr(machine, counter, lambda *a, **k: calls.append(1) or counted(*a, **k))
+    key = ("dilated-segnet", 0.5, 1, 0)
+    _, graph, x = prepared(*key)
+    base = load_arch(preset)
+    reuse._masks.clear()
+    reuse.estimate(key, graph, x, base, "float32")
+    first = len(calls)
+    assert first >= len(graph.layers)
+    for change in (bandwidth(3.0), {"clock_mhz": 250.0}, {"energy": {"dram_byte_pj": 1.0}},
+                   {"memory": {"dram_latency_cycles": 40}}):
+        reuse.estimate(key, graph, x, changed(base, change), "float32")
+    assert len(calls) == first
+    for change in again:
+        before = len(calls)
+        reuse.estimate(key, graph, x, changed(base, change), "float32")
+        assert len(calls) >= before + len(graph.layers)
 
 
 SWEEP = """

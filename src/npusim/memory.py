@@ -381,6 +381,15 @@ def usable_bytes(kib: int, memory) -> float:
     return kib * 1024 / (2 if memory.double_buffered else 1)
 
 
+def residency(memory) -> tuple:
+    """What of ``memory`` its residency rules read (``traffic``): the three buffers' sizes
+    and whether they are double buffered. Steps' DRAM bytes follow from them and the steps
+    alone, so what a machine derives from them holds on any memory of the same residency
+    (a sweep's points that change only the DRAM, clock or energy)."""
+    return (memory.ifmap_sram_kb, memory.filter_sram_kb, memory.ofmap_sram_kb,
+            memory.double_buffered)
+
+
 def traffic(steps: Steps, memory) -> dict[str, np.ndarray]:
     """Per step, the DRAM bytes the residency rules move: ``ifmap`` and ``filter`` fetched
     before the step, ``psum_in`` read back before it, ``ofmap_out`` written after it."""

@@ -59,7 +59,7 @@ from ..ir import ConvLayer
 from ..memory import Steps
 from ..reference import pad_input, tap_window
 from . import shift_grid
-from .base import Machine, element_bytes, percent, register
+from .base import Machine, Memo, element_bytes, percent, register
 
 NAME = "dilated-grid"
 ACC_BYTES = 4  # a partial sum in the result memory: int32 or float32 accumulator (bytes)
@@ -333,34 +333,38 @@ def steps(layer: ConvLayer, p: Params, axes: tuple[Axis, Axis] | None = None) ->
         sram_bytes=(loaded + coefs) * elem + written + reread)
 
 
-def compiled(layer: ConvLayer, arch) -> tuple[tuple[int, int], stats.LayerStats]:
+def compiled(layer: ConvLayer, arch,
+             memo: Memo | None = None) -> tuple[tuple[int, int], stats.LayerStats]:
     """The tap-run lengths the planner keeps for ``layer`` on ``arch`` (rows, columns) and
     the layer's stats in them: of ``run_lengths``, those of fewest cycles with the memory's
     stalls (the longest at equal cycles). The runs are weighed in order of their compute
     cycles (``count``, a floor of their cycles), and a plan whose compute alone exceeds the
-    best cycles so far is not priced."""
+    best cycles so far is not priced. The plans, their counts and their steps follow the
+    machine alone (``Params``): ``memo`` (the layer's) keeps them for later archs."""
     p = arch.params(Params)
-    plans = {lengths: plan(layer, p, lengths) for lengths in run_lengths(layer, p)}
-    if len(plans) == 1:  # an undilated layer: its longest runs
-        (lengths, axes), = plans.items()
-        return lengths, layer_stats(layer, arch, axes)
-    counted = {lengths: count(layer, p, axes) for lengths, axes in plans.items()}
+    memo = Memo() if memo is None else memo
+    plans = memo.get(("plans", p), lambda: {
+        lengths: (axes, count(layer, p, axes))
+        for lengths, axes in ((k, plan(layer, p, k)) for k in run_lengths(layer, p))})
+    longest = next(iter(plans))
     best = None
-    for lengths in sorted(plans, key=lambda k: counted[k].cycles):  # longest first if equal
-        if best is not None and counted[lengths].cycles > best[1].cycles:
+    for lengths in sorted(plans, key=lambda k: plans[k][1].cycles):  # longest first if equal
+        if best is not None and plans[lengths][1].cycles > best[1].cycles:
             break
-        st = layer_stats(layer, arch, plans[lengths], lengths != next(iter(plans)),
-                         counted[lengths])
+        axes, counted = plans[lengths]
+        st = layer_stats(layer, arch, axes, lengths != longest, counted,
+                         memo.get(("plan steps", p, lengths), lambda a=axes: steps(layer, p, a)))
         if best is None or (st.cycles, -sum(lengths)) < (best[1].cycles, -sum(best[0])):
             best = lengths, st
     return best
 
 
 def layer_stats(layer: ConvLayer, arch, axes: tuple[Axis, Axis] | None = None,
-                shortened: bool = False, counted: Counts | None = None) -> stats.LayerStats:
+                shortened: bool = False, counted: Counts | None = None,
+                st: Steps | None = None) -> stats.LayerStats:
     """The fast model's LayerStats of ``layer`` in the plan ``axes`` (None: the longest
-    runs; ``shortened``: the planner cut shorter ones; ``counted``: its ``count``, if
-    already made), priced by ``stats.price``: useful
+    runs; ``shortened``: the planner cut shorter ones; ``counted`` and ``st``: its
+    ``count`` and ``steps``, if already made), priced by ``stats.price``: useful
     MACs the layer's, every lane of every step a product, mapped multiplier-cycles those on
     stride-1 positions inside the map; SRAM: every real pixel written into the grid, every
     coefficient into the coefficient storage, every output (element bytes) and partial sum
@@ -379,7 +383,7 @@ def layer_stats(layer: ConvLayer, arch, axes: tuple[Axis, Axis] | None = None,
         sram_filter_bytes=c.coef_reads * elem,
         sram_ofmap_bytes=c.output_writes * elem + (c.psum_writes + c.psum_reads) * ACC_BYTES,
         extra={**extra(c, zero_steps), "shortened_run_layers": int(shortened)})
-    return stats.price(layer, counts, steps(layer, p, axes), arch)
+    return stats.price(layer, counts, steps(layer, p, axes) if st is None else st, arch)
 
 
 def dilated_conv(layer: ConvLayer, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
@@ -419,6 +423,10 @@ class DilatedGrid(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the grid steps every real tap, so they depend on shapes, not masks."""
         return compiled(layer, arch)[1]
+
+    def estimate_memo(self, layer, x_mask, w_mask, arch, memo: Memo):
+        """``estimate``, the plans, their counts and steps kept in ``memo`` (``compiled``)."""
+        return compiled(layer, arch, memo)[1]
 
     def mapping(self, layer, arch) -> tuple[tuple[int, int]]:
         """The tap-run lengths the planner chose (``compiled``)."""

@@ -63,7 +63,7 @@ from ..ir import ConvLayer
 from ..jit import njit
 from ..parallel import in_parallel
 from ..reference import pad_input
-from .base import Machine, element_bytes, percent, register
+from .base import Machine, Memo, element_bytes, percent, register
 
 NAME = "group-tile"
 WORD_BYTES = 4  # the wide memory's word: 32 bits
@@ -408,21 +408,22 @@ def memory_steps(layer: ConvLayer, p: Params, mem, width: int | None = None) -> 
                     for lo, hi in tile_ranges(ctl.units, p.tiles) if hi > lo])
 
 
-def compiled(layer: ConvLayer, arch) -> tuple[int, stats.LayerStats]:
+def compiled(layer: ConvLayer, arch, memo: Memo | None = None) -> tuple[int, stats.LayerStats]:
     """The output-block width the compiler keeps for ``layer`` on ``arch`` and the layer's
     stats at it: of ``block_widths``, the one of fewest cycles with the memory's stalls
     (the wider at equal cycles). Widths are timed in order of their ``cycles_floor``, and
-    one whose floor is above the fewest cycles so far is not."""
+    one whose floor is above the fewest cycles so far is not. ``memo`` (the layer's) keeps
+    each width's schedule and steps for later archs (``at_width``)."""
     p, mem = arch.params(Params), tile_buffers(arch)
     widths = block_widths(layer, p, mem)
     if len(widths) == 1:
-        return widths[0], at_width(layer, arch, widths[0])
+        return widths[0], at_width(layer, arch, widths[0], memo)
     floors = {width: cycles_floor(layer, p, mem, width) for width in widths}
     best = None
     for width in sorted(widths, key=floors.get):  # the wider first on equal floors
         if best is not None and floors[width] > best[1].cycles:
             break
-        st = at_width(layer, arch, width)
+        st = at_width(layer, arch, width, memo)
         if best is None or (st.cycles, -width) < (best[1].cycles, -best[0]):
             best = width, st
     return best
@@ -446,12 +447,16 @@ def cycles_floor(layer: ConvLayer, p: Params, mem, width: int) -> float:
     return max(compute, steps * smallest * ctl.taps * elem / mem.dram_bytes_per_cycle)
 
 
-def at_width(layer: ConvLayer, arch, width: int) -> stats.LayerStats:
-    """The layer's stats in output blocks of ``width`` outputs."""
+def at_width(layer: ConvLayer, arch, width: int, memo: Memo | None = None) -> stats.LayerStats:
+    """The layer's stats in output blocks of ``width`` outputs. Its schedule, reads and
+    memory steps follow the machine and the tiles' buffer sizes alone (not the DRAM, clock
+    or energy: ``memory.residency``), and ``memo`` (the layer's) keeps them by those."""
     p, mem = arch.params(Params), tile_buffers(arch)
-    return layer_stats(layer, arch, schedule(layer, p, wide_capacity(mem), width),
-                       narrow_reads(layer, control(layer, p, width)),
-                       memory_steps(layer, p, mem, width), width)
+    memo = Memo() if memo is None else memo
+    s, reads, st = memo.get(("widths", p, memory.residency(mem), width), lambda: (
+        schedule(layer, p, wide_capacity(mem), width),
+        narrow_reads(layer, control(layer, p, width)), memory_steps(layer, p, mem, width)))
+    return layer_stats(layer, arch, s, reads, st, width)
 
 
 def wide_capacity(mem) -> float:
@@ -672,6 +677,10 @@ class GroupTile(Machine):
     def estimate(self, layer, x_mask, w_mask, arch):
         """The costs; the tile multiplies zeros like any value, so they follow the shapes."""
         return compiled(layer, arch)[1]
+
+    def estimate_memo(self, layer, x_mask, w_mask, arch, memo: Memo):
+        """``estimate``, each block width's schedule and steps kept in ``memo`` (``at_width``)."""
+        return compiled(layer, arch, memo)[1]
 
     def mapping(self, layer, arch) -> tuple[int]:
         """The output-block width the compiler chose (``compiled``)."""

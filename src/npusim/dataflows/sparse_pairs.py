@@ -53,7 +53,7 @@ from ..parallel import in_parallel
 from ..reference import pad_input
 from ..stats import Counted, Counts, LayerStats, price
 from . import bitmap
-from .base import Machine, element_bytes, register, share
+from .base import Machine, Memo, element_bytes, register, share
 from .sparse_layout import Layout, layout
 
 NAME = "sparse-pairs"
@@ -436,6 +436,15 @@ class SparsePairs(Machine):
 
     def estimate(self, layer, x_mask, w_mask, arch):
         return layer_stats(layer, arch, self.count(layer, x_mask, w_mask, arch))
+
+    def estimate_memo(self, layer, x_mask, w_mask, arch, memo: Memo):
+        """``estimate``, the counts and steps kept in ``memo`` per machine (``Params``): they
+        follow the masks and the machine alone, so a point that changes only the memory,
+        clock or energy prices kept steps."""
+        p = arch.params(Params)
+        kept = memo.get(("counted", p), lambda: counted(
+            layer, arch, schedule(layer, x_mask, w_mask, p)))
+        return price(layer, *kept, arch)
 
     def count(self, layer, x_mask, w_mask, arch) -> Schedule:
         return schedule(layer, x_mask, w_mask, arch.params(Params))

@@ -33,7 +33,7 @@ from ..arch.sections.systolic import Systolic as Params  # the arch file section
 from ..ir import ConvLayer
 from ..memory import Steps, used_input_pixels
 from ..stats import Counts, LayerStats, price
-from .base import Machine, element_bytes, floor_products, percent, register
+from .base import Machine, Memo, element_bytes, floor_products, percent, register
 
 
 @dataclass(frozen=True)
@@ -303,14 +303,24 @@ class Systolic(Machine):
                           run.words)
         return run.output, price(layer, emulated, run.steps, arch, scalesim_timing(layer, arch))
 
-    def stats(self, layer: ConvLayer, arch) -> LayerStats:
+    def estimate_memo(self, layer, x_mask, w_mask, arch, memo: Memo):
+        """``estimate``, the counts and fold steps kept in ``memo`` per array (``Params``)."""
+        return self.stats(layer, arch, memo)
+
+    def stats(self, layer: ConvLayer, arch, memo: Memo | None = None) -> LayerStats:
         """Costs of the layer: cycles (through the memory model), utilisation, SRAM/DRAM
-        bytes, energy (pJ)."""
-        m = gemm_mapping(layer, arch.params(Params))
-        steps = fold_steps(layer, m, element_bytes(layer.dtype))
-        counted = counts(layer, arch, m.folds, m.busy_cycles, m.mapped_pe_busy_cycles,
-                         sram_words(layer, m))
+        bytes, energy (pJ). What follows the array alone, its counts and fold steps, ``memo``
+        (the layer's) keeps for later archs."""
+        p = arch.params(Params)
+        memo = Memo() if memo is None else memo
+        counted, steps = memo.get(("folds", p), lambda: self.folds(layer, arch))
         return price(layer, counted, steps, arch, scalesim_timing(layer, arch))
+
+    def folds(self, layer: ConvLayer, arch) -> tuple[Counts, Steps]:
+        """What the array counts of the layer, and its fold steps for the memory model."""
+        m = gemm_mapping(layer, arch.params(Params))
+        return (counts(layer, arch, m.folds, m.busy_cycles, m.mapped_pe_busy_cycles,
+                       sram_words(layer, m)), fold_steps(layer, m, element_bytes(layer.dtype)))
 
     def hardware(self, arch, dtype):
         """rows x cols PEs, each a MAC with an input, a weight and an accumulator register
