@@ -16,11 +16,12 @@ per buffer sizes, the counts and steps per machine): a memory point prices kept 
 memory; a units point counts its schedule, loop order and steps again (they follow its units).
 Target (issue 13): <= 0.3.
 
-Then, for one preset of every machine (``--machines``), the same memories grid point by point
-in this process, after its first point: each later point's time (reuse.estimate: the kept masks
-priced on the point's arch, with what the machine kept in each conv's memo) over one simulate
-of the same network on the preset, median over the 49 later points, the simulate's best of 3
-(issue 15: no fixed costs a sweep pays again).
+Then, for one preset of every machine and the hybrid (``--machines``), the same memories grid
+point by point in this process, after its first point: each later point's time
+(reuse.estimate: the kept masks priced on the point's arch, with what each machine kept in
+each conv's memo; on the hybrid, every member's costs and the choice among them) over one
+simulate of the same network on the preset, median over the 49 later points, the simulate's
+best of 3 (issue 15: no fixed costs a sweep pays again).
 Run: python bench/bench_sweep.py [--rounds N] [--machines PRESET ...]
 """
 
@@ -80,7 +81,7 @@ def timed_sweep(text: str) -> tuple[int, int, float, float, float]:
 
 
 MACHINE_PRESETS = ("systolic-32x32-ws", "dilated-grid-2x2-h3", "group-tile-64mac",
-                   "input-reuse-1024", "sparse-pairs-32x32")
+                   "input-reuse-1024", "sparse-pairs-32x32", "hybrid-3x1024")
 SRAM_KB = (64, 128, 256, 512, 1024)  # the memories sweep's grid (SWEEPS["memories"])
 DRAM_BYTES_PER_CYCLE = tuple(range(8, 81, 8))
 

@@ -18,9 +18,10 @@ def changed(base, change: dict):
     memory, the energy table, a machine's parameters) by field."""
     sections = dict(base.sections)
     top = {}
+    fields = {f.name for f in dataclasses.fields(base)}
     for key, value in change.items():
-        if key in sections:
-            sections[key] = dataclasses.replace(sections[key], **value)
+        if key not in fields:  # a section, the arch's or its defaults
+            sections[key] = dataclasses.replace(base.params(key), **value)
         else:
             top[key] = (dataclasses.replace(getattr(base, key), **value)
                         if isinstance(value, dict) else value)
@@ -49,10 +50,22 @@ def bandwidth(bytes_per_cycle: float) -> dict:
     ("systolic-32x32-os", "mtcnn-pnet",
      [{}, bandwidth(2.0), {"systolic": {"cols": 8}}, {"memory": {"filter_sram_kb": 2}},
       bandwidth(64.0), {}], "int8"),
+    # the hybrid: its members' choices (and so the inputs' moves between them) change with
+    # the objective and the memory; with 8 processing units and a 1 KiB first buffer,
+    # input-reuse cannot run 6 of dilated-segnet's convs, and still takes 2 of the others
+    (("hybrid-3x1024", {"hybrid": {"machines": ("input-reuse", "group-tile", "sparse-pairs",
+                                                "dilated-grid")}}), "dilated-segnet",
+     [{}, {"hybrid": {"objective": "energy"}}, bandwidth(1.0),
+      {"hybrid": {"objective": "energy"}, "input-reuse": {"first_buffer_kb": 1,
+                                                          "processing_units": 8}},
+      {"hybrid": {"objective": "energy-delay"}}, {"group-tile": {"wide_kb": 8}}, {}],
+     "float32"),
+    ("hybrid-3x1024", "mtcnn-pnet", [{}, bandwidth(2.0), {"clock_mhz": 300.0}], "int8"),
 ])
 def test_reused_masks_price_like_a_fresh_simulate(preset, model, changes, dtype):
+    preset, first = preset if isinstance(preset, tuple) else (preset, {})
     _, graph, x = prepared(model, 0.5, 1, 0)
-    base = load_arch(preset)
+    base = changed(load_arch(preset), first)
     reuse._masks.clear()
     for change in changes:
         arch = changed(base, change)
@@ -60,6 +73,8 @@ def test_reused_masks_price_like_a_fresh_simulate(preset, model, changes, dtype)
         want = simulate(graph, x, arch, mode="estimate", dtype=dtype)
         assert got.layers == want.layers
         assert got.total == want.total
+        assert [(p.layer, p.machine.name, p.source) for p in got.placements] == [
+            (p.layer, p.machine.name, p.source) for p in want.placements]
     assert len(reuse._masks) == 1  # one recording, reused by the later points
 
 
@@ -70,13 +85,14 @@ def test_reused_masks_price_like_a_fresh_simulate(preset, model, changes, dtype)
      [{"memory": {"double_buffered": False}}, {"group-tile": {"wide_kb": 8}}]),
     ("dilated-grid-2x2-h3", "dilated_grid", "steps", [{"dilated-grid": {"coef_rows": 1}}]),
     ("systolic-32x32-ws", "systolic", "fold_steps", [{"systolic": {"rows": 16}}]),
+    ("hybrid-3x1024", "sparse_pairs", "schedule", [{"sparse-pairs": {"processor_groups": 2}}]),
 ])
 def test_a_point_of_other_dram_clock_or_energy_counts_nothing_again(monkeypatch, preset, module,
                                                                    counter, again):
     """What a machine counts from a conv's masks or shape and its own parameters (group-tile:
-    and its tiles' buffer sizes) is kept in the conv's memo: a later point that changes only
-    the DRAM, the clock or the energy table prices it and counts nothing; one that changes
-    what it follows counts again."""
+    and its tiles' buffer sizes) is kept in the conv's memo, a hybrid's members' each in its
+    own: a later point that changes only the DRAM, the clock or the energy table prices it and
+    counts nothing; one that changes what it follows counts again."""
     import importlib
 
     machine = importlib.import_module(f"npusim.dataflows.{module}")

@@ -2,31 +2,35 @@
 
 In mode estimate the activations come from the dense engine and a conv's costs from
 ``Dataflow.estimate`` on the non-zero masks of its input and weights; neither the activations
-nor the masks depend on the arch (``Dataflow.masks`` takes the tensors alone). The first point of
-a (model, density, batch, seed, dtype, dataflow) in a worker runs the network once through
-``simulate``'s own node loop, keeping each conv's masks; every later point only prices the kept
-masks on its arch, layer by layer, with the same calls ``simulate`` makes, so its stats are
-those ``simulate`` would give.
+nor the masks depend on the arch (``Dataflow.masks`` takes the tensors alone, and every
+machine that reads masks takes the same). The first point of a (model, density, batch, seed,
+dtype, machines) in a worker runs the network once through ``simulate``'s own node loop,
+keeping each conv's masks; it and every later point then price the kept masks on their arch,
+layer by layer, with the calls ``simulate`` makes (a hybrid's members each cost every conv
+they can run, and ``simulate``'s own choice places it), so their stats are those ``simulate``
+would give.
 
-Each conv's masks come with a ``Memo``: a machine that can (``Dataflow.estimate_memo``) keeps
-there what it counted from the masks (or the shape) that other archs share (input-reuse: the
-regions' work per region geometry and processing units, the loop order per buffer sizes, the
-counts and steps per machine; sparse-pairs: the counts and steps per machine; group-tile: each
-output-block width's schedule and steps per machine and tile buffers; dilated-grid: the plans,
-their counts and steps per machine; systolic: the counts and fold steps per array), so a point
-that changes only the memory prices kept steps, and one that changes the units counts only
-what the units change.
+Each conv's masks come with a ``Memo`` per machine: a machine that can
+(``Dataflow.estimate_memo``) keeps there what it counted from the masks (or the shape) that
+other archs share (input-reuse: the regions' work per region geometry and processing units,
+the loop order per buffer sizes, the counts and steps per machine; sparse-pairs: the counts
+and steps per machine; group-tile: each output-block width's schedule and steps per machine
+and tile buffers; dilated-grid: the plans, their counts and steps per machine; systolic: the
+counts and fold steps per array), so a point that changes only the memory prices kept steps,
+and one that changes the units counts only what the units change.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import ops
-from ..dataflows.base import Memo
+from ..dataflows.base import Machine, Memo
+from ..ir import ConvLayer
 
 KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
 # Memo entries kept per conv and kind (a ResNet-18's region work for one geometry is about
@@ -41,83 +45,106 @@ LIMITS = {"counts": 4, "work": 10, "ordered": 10, "queue": 20, "steps": 10, "blo
 _masks: OrderedDict = OrderedDict()
 
 
-class _Recorder:
-    """A dataflow that keeps the masks ``estimate`` is called with, in call order."""
+class _MaskRecorder:
+    """The one machine of a walk that counts nothing: it keeps each conv's layer and masks
+    (``Dataflow.masks``': the input's and the weights' non-zeros, or none when no machine of
+    the point reads them), in node order, and accepts every conv (each machine is checked
+    when the masks are priced)."""
 
-    def __init__(self, df):
-        self.df, self.kept = df, []
+    name = "masks"
 
-    def __getattr__(self, name):
-        return getattr(self.df, name)
+    def __init__(self, reads_masks: bool):
+        self.reads_masks, self.kept = reads_masks, []
 
-    def estimate(self, layer, x_mask, w_mask, arch):
+    def supports(self, layer, arch) -> None:
+        return None
+
+    def masks(self, x, w) -> tuple:
+        return Machine.masks(self, x, w)
+
+    def estimate(self, layer, x_mask, w_mask, arch) -> None:
         for m in (x_mask, w_mask):
             if isinstance(m, np.ndarray):
                 m.setflags(write=False)  # kept for later points: no caller may change them
-        memo = Memo(LIMITS)
-        self.kept.append((layer, x_mask, w_mask, memo))
-        return self.df.estimate_memo(layer, x_mask, w_mask, arch, memo)
+        self.kept.append((layer, x_mask, w_mask))
 
-    count = estimate  # the parts of ``estimate`` (``Dataflow.count``): all in the first
 
-    def to_price(self, layer, arch, counted):
-        return counted
+@dataclass(frozen=True, eq=False)
+class _Conv:
+    """A conv of the plan: its layer, masks (None where no machine reads them) and a ``Memo``
+    per machine, by name, made as each first prices it."""
+
+    layer: ConvLayer
+    x_mask: np.ndarray | None
+    w_mask: np.ndarray | None
+    memos: dict = field(default_factory=dict)
 
 
 def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None):
-    """``simulate(graph, x, arch, mode='estimate', dtype=dtype)``'s ``SimResult``, the masks
-    reused from an earlier call with the same ``key`` (which must name the model, density, batch,
-    seed and input: everything ``x`` and the weights depend on)."""
-    from ..dataflows import get
-    from ..simulate import SimResult
+    """``simulate(graph, x, arch, mode='estimate', dtype=dtype, dataflow=dataflow)``'s
+    ``SimResult`` (without outputs), the masks reused from an earlier call with the same
+    ``key`` (which must name the model, density, batch, seed and input: everything ``x`` and
+    the weights depend on) and machines."""
+    from ..simulate import RunConfig, SimResult
 
-    df = get(dataflow or arch.dataflow)
+    cfg = RunConfig.of(arch, dataflow, mode="estimate", dtype=dtype)
     start = time.perf_counter()
-    full = (*key, dtype, df.name)
+    full = (*key, dtype, tuple(df.name for df in cfg.machines))
     if full in _masks:
         _masks.move_to_end(full)
-        stats = _priced(_masks[full], df, arch)
     else:
-        stats, kept = _recorded(graph, x, df, arch, dtype)
-        _masks[full] = _plan(graph, kept, dtype)
+        _masks[full] = _plan(graph, _recorded(graph, x, cfg), dtype)
         while len(_masks) > KEEP:
             _masks.popitem(last=False)
-    return SimResult(None, stats, arch, "estimate", dtype, df.name, time.perf_counter() - start)
+    stats, placements = _priced(graph, _masks[full], cfg)
+    return SimResult(None, stats, cfg.arch, "estimate", dtype, cfg.name,
+                     time.perf_counter() - start, placements=placements)
 
 
-def _recorded(graph, x, df, arch, dtype: str):
-    """One whole estimate run: (its stats, each conv's layer, masks and memo in node order)."""
+def _recorded(graph, x, cfg) -> list:
+    """One walk of the network in mode estimate (the dense engine's activations): each conv's
+    layer and masks, in node order."""
     from ..simulate import RunConfig, _Costs, _run_nodes
 
-    recorder = _Recorder(df)
+    recorder = _MaskRecorder(any(df.reads_masks for df in cfg.machines))
     with _Costs(background=False) as costs:
-        _, stats, _ = _run_nodes(graph, x, RunConfig(arch, (recorder,), "estimate", dtype),
-                                 costs)
-    return [costs.result(s) for s in stats], recorder.kept
+        _run_nodes(graph, x, RunConfig(cfg.arch, (recorder,), "estimate", cfg.dtype), costs)
+    return recorder.kept
 
 
 def _plan(graph, kept: list, dtype: str) -> list:
-    """Per node, in order: a conv's (layer, masks, memo) as recorded, or a vector op's counts
+    """Per node, in order: a conv's ``_Conv``, or a vector op's counts
     (``simulate.vector_work``: they follow the shapes alone)."""
     from ..simulate import vector_work
 
     convs = iter(kept)
-    return [next(convs) if isinstance(node.op, ops.Conv) else
+    return [_Conv(*next(convs)) if isinstance(node.op, ops.Conv) else
             vector_work(node.name, node.op, [graph.shapes[n] for n in node.inputs],
                         graph.shapes[node.name], dtype) for node in graph.nodes]
 
 
-def _priced(plan: list, df, arch) -> list:
-    """Each node's stats on ``arch`` from its ``_plan`` entry: a conv's by ``df`` from its kept
-    masks, a vector op's counts priced."""
-    from ..simulate import check_supports, vector_priced
+def _priced(graph, plan: list, cfg) -> tuple[list, list]:
+    """Each node's stats on ``cfg.arch`` from its ``_plan`` entry, and a hybrid's placements:
+    a conv's by its machine (``check_supports``: refused, naming it, where it cannot run),
+    or on a hybrid by every member that can run it and ``simulate``'s choice among them
+    (``_decide``: with the moves of inputs between members), each from the kept masks and
+    its memo; a vector op's counts priced."""
+    from ..simulate import _Costs, _decide, _Undecided, check_supports, vector_priced
 
+    single = len(cfg.machines) == 1
     stats = []
     for entry in plan:
-        if isinstance(entry[-1], Memo):  # a conv: (layer, x_mask, w_mask, memo)
-            layer, x_mask, w_mask, memo = entry
-            check_supports(df, layer, arch)
-            stats.append(df.estimate_memo(layer, x_mask, w_mask, arch, memo))
-        else:
-            stats.append(vector_priced(entry, arch))
-    return stats
+        if not isinstance(entry, _Conv):
+            stats.append(vector_priced(entry, cfg.arch))
+            continue
+        layer = entry.layer
+        if single:
+            check_supports(cfg.machines[0], layer, cfg.arch)
+        costs = {df.name: df.estimate_memo(
+            layer, *((entry.x_mask, entry.w_mask) if df.reads_masks else (None, None)),
+            cfg.arch, entry.memos.setdefault(df.name, Memo(LIMITS)))
+            for df in cfg.machines if df.supports(layer, cfg.arch) is None}
+        stats.append(costs[cfg.machines[0].name] if single else _Undecided(layer, costs))
+    if single:
+        return stats, []
+    return _decide(graph, stats, cfg, _Costs(background=False))

@@ -24,7 +24,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from ..arch.sections import HYBRID
 from ..errors import NpusimError
 from ..parallel import cores
 from . import reuse
@@ -86,8 +85,7 @@ def _simulate(task: Task):
     kind, model, x = prepared(task.model, task.density, task.batch, task.seed, task.model_digest)
     if kind == "shapes":
         return simulate_shapes(model, arch, dtype=task.dtype)
-    if task.mode == "estimate" and arch.dataflow != HYBRID:  # the first point's masks priced
-        # on this arch (a hybrid's members each count every conv: simulate places them)
+    if task.mode == "estimate":  # the first point's masks priced on this arch
         key = (task.model, task.model_digest, task.density, task.batch, task.seed)
         return reuse.estimate(key, model, x, arch, task.dtype)
     return simulate(model, x, arch, mode=task.mode, dtype=task.dtype)
