@@ -21,7 +21,8 @@ point by point in this process, after its first point: each later point's time
 (reuse.estimate: the kept masks priced on the point's arch, with what each machine kept in
 each conv's memo; on the hybrid, every member's costs and the choice among them) over one
 simulate of the same network on the preset, median over the 49 later points, the simulate's
-best of 3 (issue 15: no fixed costs a sweep pays again).
+best of 3 (issue 15: no fixed costs a sweep pays again); and the same for a units grid of
+the preset's own (``UNITS``: two of its machine's parameters, 3 x 3 points, 8 later).
 Run: python bench/bench_sweep.py [--rounds N] [--machines PRESET ...]
 """
 
@@ -84,13 +85,51 @@ MACHINE_PRESETS = ("systolic-32x32-ws", "dilated-grid-2x2-h3", "group-tile-64mac
                    "input-reuse-1024", "sparse-pairs-32x32", "hybrid-3x1024")
 SRAM_KB = (64, 128, 256, 512, 1024)  # the memories sweep's grid (SWEEPS["memories"])
 DRAM_BYTES_PER_CYCLE = tuple(range(8, 81, 8))
+# each preset's units grid: two of its machine's parameters (the hybrid: of two members), 3 x 3
+UNITS = {
+    "systolic-32x32-ws": {"systolic": {"rows": (16, 32, 64), "cols": (16, 32, 64)}},
+    "dilated-grid-2x2-h3": {"dilated-grid": {"grid_rows": (6, 8, 12), "grid_cols": (6, 8, 12)}},
+    "group-tile-64mac": {"group-tile": {"macs": (16, 32, 64), "tiles": (1, 2, 4)}},
+    "input-reuse-1024": {"input-reuse": {"operation_units": (4, 8, 16),
+                                         "processing_units": (2, 4, 8)}},
+    "sparse-pairs-32x32": {"sparse-pairs": {"processor_groups": (8, 16, 32),
+                                            "processors_per_group": (8, 16, 32)}},
+    "hybrid-3x1024": {"sparse-pairs": {"processor_groups": (8, 16, 32)},
+                      "group-tile": {"macs": (16, 32, 64)}},
+}
 
 
-def later_points(preset: str, graph, x) -> tuple[float, float]:
-    """(median seconds of a later point of the memories grid on ``preset``, in this process,
-    the masks and the machine's memo kept from the grid's first point; best seconds of one
-    simulate of the same network on ``preset``)."""
+def memories_grid(base) -> list:
+    """``base`` at every ifmap SRAM size and DRAM bandwidth of the memories grid."""
     import dataclasses
+
+    return [dataclasses.replace(base, memory=dataclasses.replace(
+        base.memory, ifmap_sram_kb=kb, dram_bytes_per_cycle=float(bw)))
+        for kb in SRAM_KB for bw in DRAM_BYTES_PER_CYCLE]
+
+
+def units_grid(base) -> list:
+    """``base`` at every combination of its preset's ``UNITS`` values."""
+    import dataclasses
+    import itertools
+
+    fields = [(section, name, values) for section, params in UNITS[base.name].items()
+              for name, values in params.items()]
+    archs = []
+    for combo in itertools.product(*(values for _, _, values in fields)):
+        sections = dict(base.sections)
+        for (section, name, _), value in zip(fields, combo, strict=True):
+            sections[section] = dataclasses.replace(base.params(section)
+                                                    if section not in sections
+                                                    else sections[section], **{name: value})
+        archs.append(dataclasses.replace(base, sections=sections))
+    return archs
+
+
+def later_points(preset: str, graph, x, grid) -> tuple[float, float]:
+    """(median seconds of a later point of ``grid(base)`` on ``preset``'s arch, in this
+    process, the masks and the machines' memos kept from the grid's first point; best seconds
+    of one simulate of the same network on ``preset``)."""
     import statistics
 
     from npusim.arch import load_arch
@@ -99,13 +138,10 @@ def later_points(preset: str, graph, x) -> tuple[float, float]:
     base = load_arch(preset)
     reuse._masks.clear()
     times = []
-    for kb in SRAM_KB:
-        for bw in DRAM_BYTES_PER_CYCLE:
-            arch = dataclasses.replace(base, memory=dataclasses.replace(
-                base.memory, ifmap_sram_kb=kb, dram_bytes_per_cycle=float(bw)))
-            start = time.perf_counter()
-            reuse.estimate(("resnet18", 0.3, 1, 0), graph, x, arch, "float32")
-            times.append(time.perf_counter() - start)
+    for arch in grid(base):
+        start = time.perf_counter()
+        reuse.estimate(("resnet18", 0.3, 1, 0), graph, x, arch, "float32")
+        times.append(time.perf_counter() - start)
     one = best_time(lambda: npusim.simulate(graph, x, base, mode="estimate"))
     return statistics.median(times[1:]), one
 
@@ -120,10 +156,11 @@ def main() -> None:
     args = ap.parse_args()
     _, graph, x = prepared("resnet18", 0.3, 1, 0)
     for preset in args.machines:
-        point, one = later_points(preset, graph, x)
-        print(f"resnet18 memories grid on {preset}, a later point in one process: npusim "
-              f"{point * 1e3:.1f} ms, one simulate(estimate) {one * 1e3:.1f} ms, ratio "
-              f"{point / one:.2f}x (target: <= 0.3)")
+        for name, grid in (("memories", memories_grid), ("units", units_grid)):
+            point, one = later_points(preset, graph, x, grid)
+            print(f"resnet18 {name} grid on {preset}, a later point in one process: npusim "
+                  f"{point * 1e3:.1f} ms, one simulate(estimate) {one * 1e3:.1f} ms, ratio "
+                  f"{point / one:.2f}x (target: <= 0.3)")
     for _ in range(args.rounds):
         for name, params in SWEEPS.items():
             t_one = best_time(lambda: npusim.simulate(graph, x, "input-reuse-1024",

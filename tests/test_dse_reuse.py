@@ -61,6 +61,9 @@ def bandwidth(bytes_per_cycle: float) -> dict:
       {"hybrid": {"objective": "energy-delay"}}, {"group-tile": {"wide_kb": 8}}, {}],
      "float32"),
     ("hybrid-3x1024", "mtcnn-pnet", [{}, bandwidth(2.0), {"clock_mhz": 300.0}], "int8"),
+    # ResNet-18's repeated blocks: convs of one geometry share the shape-costed machines' memos
+    ("group-tile-32mac", "resnet18", [{}, bandwidth(3.0), {"group-tile": {"macs": 16}}, {}],
+     "float32"),
 ])
 def test_reused_masks_price_like_a_fresh_simulate(preset, model, changes, dtype):
     preset, first = preset if isinstance(preset, tuple) else (preset, {})
@@ -76,6 +79,25 @@ def test_reused_masks_price_like_a_fresh_simulate(preset, model, changes, dtype)
         assert [(p.layer, p.machine.name, p.source) for p in got.placements] == [
             (p.layer, p.machine.name, p.source) for p in want.placements]
     assert len(reuse._masks) == 1  # one recording, reused by the later points
+
+
+def test_convs_of_one_geometry_are_counted_once_a_point(monkeypatch):
+    """A machine whose costs follow the shapes counts each geometry of a network once a
+    point: ResNet-18's 21 convs are 12 geometries, whose counts every conv of it prices."""
+    from npusim.dataflows import systolic
+    from npusim.simulate import _unnamed
+
+    calls = []
+    counted = systolic.fold_steps
+    monkeypatch.setattr(systolic, "fold_steps",
+                        lambda layer, *a: calls.append(_unnamed(layer)) or counted(layer, *a))
+    key = ("resnet18", 0.5, 1, 0)
+    _, graph, x = prepared(*key)
+    geometries = {_unnamed(layer) for layer in graph.layers.values()}
+    assert (len(graph.layers), len(geometries)) == (21, 12)
+    reuse._masks.clear()
+    reuse.estimate(key, graph, x, load_arch("systolic-32x32-ws"), "float32")
+    assert sorted(calls) == sorted(geometries)
 
 
 @pytest.mark.parametrize(("preset", "module", "counter", "again"), [

@@ -72,12 +72,21 @@ class _MaskRecorder:
 @dataclass(frozen=True, eq=False)
 class _Conv:
     """A conv of the plan: its layer, masks (None where no machine reads them) and a ``Memo``
-    per machine, by name, made as each first prices it."""
+    per machine, by name, made as each first prices it: ``memos`` the conv's own, for the
+    machines that read masks; ``shared`` one dict for every conv of the plan with the same
+    geometry, for the machines whose costs follow the shapes alone (a ResNet's repeated
+    blocks are counted once a point)."""
 
     layer: ConvLayer
     x_mask: np.ndarray | None
     w_mask: np.ndarray | None
+    shared: dict
     memos: dict = field(default_factory=dict)
+
+    def memo(self, df) -> Memo:
+        """``df``'s memo for this conv."""
+        return (self.memos if df.reads_masks else self.shared).setdefault(df.name,
+                                                                           Memo(LIMITS))
 
 
 def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None):
@@ -115,10 +124,14 @@ def _recorded(graph, x, cfg) -> list:
 def _plan(graph, kept: list, dtype: str) -> list:
     """Per node, in order: a conv's ``_Conv``, or a vector op's counts
     (``simulate.vector_work``: they follow the shapes alone)."""
-    from ..simulate import vector_work
+    from ..simulate import _unnamed, vector_work
 
-    convs = iter(kept)
-    return [_Conv(*next(convs)) if isinstance(node.op, ops.Conv) else
+    convs, shared = iter(kept), {}
+
+    def conv(layer, x_mask, w_mask) -> _Conv:
+        return _Conv(layer, x_mask, w_mask, shared.setdefault(_unnamed(layer), {}))
+
+    return [conv(*next(convs)) if isinstance(node.op, ops.Conv) else
             vector_work(node.name, node.op, [graph.shapes[n] for n in node.inputs],
                         graph.shapes[node.name], dtype) for node in graph.nodes]
 
@@ -142,7 +155,7 @@ def _priced(graph, plan: list, cfg) -> tuple[list, list]:
             check_supports(cfg.machines[0], layer, cfg.arch)
         costs = {df.name: df.estimate_memo(
             layer, *((entry.x_mask, entry.w_mask) if df.reads_masks else (None, None)),
-            cfg.arch, entry.memos.setdefault(df.name, Memo(LIMITS)))
+            cfg.arch, entry.memo(df))
             for df in cfg.machines if df.supports(layer, cfg.arch) is None}
         stats.append(costs[cfg.machines[0].name] if single else _Undecided(layer, costs))
     if single:
