@@ -100,6 +100,30 @@ def test_convs_of_one_geometry_are_counted_once_a_point(monkeypatch):
     assert sorted(calls) == sorted(geometries)
 
 
+def test_sparse_pairs_counts_a_convs_pairs_once_for_every_point(monkeypatch):
+    """Sparse-pairs' pair counts follow the masks alone: a sweep counts each conv's once,
+    whatever its points change (the processors' units, the memory, the clock)."""
+    from npusim import bitconv
+
+    calls = []
+    counted = bitconv.pair_counts
+    monkeypatch.setattr(bitconv, "pair_counts", lambda *a: calls.append(1) or counted(*a))
+    key = ("mtcnn-pnet", 0.5, 1, 0)
+    _, graph, x = prepared(*key)
+    base = load_arch("sparse-pairs-32x32")
+    reuse._masks.clear()
+    counted_by_reuse = 0
+    for change in ({}, {"sparse-pairs": {"processor_groups": 4}}, bandwidth(2.0),
+                   {"sparse-pairs": {"processors_per_group": 8, "grouping": "in-order"}},
+                   {"clock_mhz": 200.0}):
+        before = len(calls)
+        got = reuse.estimate(key, graph, x, changed(base, change), "int8")
+        counted_by_reuse += len(calls) - before
+        assert got.layers == simulate(graph, x, changed(base, change), mode="estimate",
+                                      dtype="int8").layers
+    assert counted_by_reuse == len(graph.layers)
+
+
 @pytest.mark.parametrize(("preset", "module", "counter", "again"), [
     ("sparse-pairs-32x32", "sparse_pairs", "schedule",
      [{"sparse-pairs": {"processor_groups": 2}}]),

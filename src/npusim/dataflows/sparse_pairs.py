@@ -164,12 +164,15 @@ def _totals(chunk_cycles, busy, occupied, groups):  # pragma: no cover
     return group_cycles, processor_cycles, cycles, mapped, pairs
 
 
-def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params) -> Schedule:
-    """The fast model: every count of the machine from the masks, by array operations."""
+def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params,
+             pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Schedule:
+    """The fast model: every count of the machine from the masks, by array operations;
+    ``pairs``: the masks' ``pair_counts``, if counted already (they follow the masks alone,
+    not the machine)."""
     w_words = bitconv.pack_weights(layer, w_mask)
     nnz = bitconv.kernel_ones(w_words)
     lay = layout(layer, nnz, p)
-    per, field_ones = bitconv.pair_counts(layer, x_mask, w_words)
+    per, field_ones = pairs or bitconv.pair_counts(layer, x_mask, w_words)
     chunk_cycles, unit_busy = _units(layer, per, lay, scan_cycles(layer, p))
     group_cycles, processor_cycles, cycles, mapped, pairs = _totals(
         chunk_cycles, unit_busy, lay.occupied, p.processor_groups)
@@ -440,10 +443,16 @@ class SparsePairs(Machine):
     def estimate_memo(self, layer, x_mask, w_mask, arch, memo: Memo):
         """``estimate``, the counts and steps kept in ``memo`` per machine (``Params``): they
         follow the masks and the machine alone, so a point that changes only the memory,
-        clock or energy prices kept steps."""
+        clock or energy prices kept steps; and the pair counts, which follow the masks
+        alone (K x N*P*Q int32, the size of the layer's output), kept for every machine."""
         p = arch.params(Params)
+
+        def pairs():
+            return memo.get(("pairs",), lambda: bitconv.pair_counts(
+                layer, x_mask, bitconv.pack_weights(layer, w_mask)))
+
         kept = memo.get(("counted", p), lambda: counted(
-            layer, arch, schedule(layer, x_mask, w_mask, p)))
+            layer, arch, schedule(layer, x_mask, w_mask, p, pairs())))
         return price(layer, *kept, arch)
 
     def count(self, layer, x_mask, w_mask, arch) -> Schedule:

@@ -13,11 +13,11 @@ would give.
 Each conv's masks come with a ``Memo`` per machine: a machine that can
 (``Dataflow.estimate_memo``) keeps there what it counted from the masks (or the shape) that
 other archs share (input-reuse: the regions' work per region geometry and processing units,
-the loop order per buffer sizes, the counts and steps per machine; sparse-pairs: the counts
-and steps per machine; group-tile: each output-block width's schedule and steps per machine
-and tile buffers; dilated-grid: the plans, their counts and steps per machine; systolic: the
-counts and fold steps per array), so a point that changes only the memory prices kept steps,
-and one that changes the units counts only what the units change.
+the loop order per buffer sizes, the counts and steps per machine; sparse-pairs: its pair
+counts, and the counts and steps per machine; group-tile: each output-block width's schedule
+and steps per machine and tile buffers; dilated-grid: the plans, their counts and steps per
+machine; systolic: the counts and fold steps per array), so a point that changes only the
+memory prices kept steps, and one that changes the units counts only what the units change.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ KEEP = 4  # mask sets kept per worker (a ResNet-18's are about 30 MB)
 # Group-tile's widths (one to three a conv and arch) hold steps of every group of work units:
 # MobileNetV2's in float32, 166 MiB for one arch; dilated-grid's plan steps 17 MiB for
 # ResNet-50's, the systolic array's folds 11 MiB for VGG-16's; sparse-pairs' counts and steps
-# (a few steps a conv) are small
+# (a few steps a conv) are small, its pair counts (one, 4 bytes an output) 9 MiB for ResNet-18
 LIMITS = {"counts": 4, "work": 10, "ordered": 10, "queue": 20, "steps": 10, "blocks": 2,
-          "counted": 10, "widths": 6, "plans": 10, "plan steps": 6, "folds": 10}
+          "counted": 10, "widths": 6, "plans": 10, "plan steps": 6, "folds": 10, "pairs": 1}
 _masks: OrderedDict = OrderedDict()
 
 
