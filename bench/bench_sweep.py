@@ -47,9 +47,11 @@ densities = [0.3]
 mode = "estimate"
 [parameters]
 """
+SRAM_KB = (64, 128, 256, 512, 1024)  # the memories grid, here and in ``memories_grid``
+DRAM_BYTES_PER_CYCLE = tuple(range(8, 81, 8))
 SWEEPS = {
-    "memories": '"memory.ifmap_sram_kb" = [64, 128, 256, 512, 1024]\n'
-                '"memory.dram_bytes_per_cycle" = {start = 8, stop = 80, step = 8}\n',
+    "memories": f'"memory.ifmap_sram_kb" = {list(SRAM_KB)}\n'
+                f'"memory.dram_bytes_per_cycle" = {list(DRAM_BYTES_PER_CYCLE)}\n',
     "units": '"input-reuse.operation_units" = [4, 8, 16, 32, 64]\n'
              '"input-reuse.processing_units" = {start = 1, stop = 10, step = 1}\n',
 }
@@ -83,8 +85,6 @@ def timed_sweep(text: str) -> tuple[int, int, float, float, float]:
 
 MACHINE_PRESETS = ("systolic-32x32-ws", "dilated-grid-2x2-h3", "group-tile-64mac",
                    "input-reuse-1024", "sparse-pairs-32x32", "hybrid-3x1024")
-SRAM_KB = (64, 128, 256, 512, 1024)  # the memories sweep's grid (SWEEPS["memories"])
-DRAM_BYTES_PER_CYCLE = tuple(range(8, 81, 8))
 # each preset's units grid: two of its machine's parameters (the hybrid: of two members), 3 x 3
 UNITS = {
     "systolic-32x32-ws": {"systolic": {"rows": (16, 32, 64), "cols": (16, 32, 64)}},
@@ -151,8 +151,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="sweeps of each kind, each paired "
                     "with a fresh one-simulate time (default 1)")
     ap.add_argument("--machines", nargs="*", default=MACHINE_PRESETS, metavar="PRESET",
-                    help="presets whose later memories points are timed in this process "
-                         "(default: one of every machine; none: skip)")
+                    help="presets whose later memories and units points are timed in this "
+                         "process (default: one of every machine and the hybrid; none: skip)")
     args = ap.parse_args()
     _, graph, x = prepared("resnet18", 0.3, 1, 0)
     for preset in args.machines:

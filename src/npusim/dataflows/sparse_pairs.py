@@ -165,14 +165,14 @@ def _totals(chunk_cycles, busy, occupied, groups):  # pragma: no cover
 
 
 def schedule(layer: ConvLayer, x_mask: np.ndarray, w_mask: np.ndarray, p: Params,
-             pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Schedule:
+             counted_pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Schedule:
     """The fast model: every count of the machine from the masks, by array operations;
-    ``pairs``: the masks' ``pair_counts``, if counted already (they follow the masks alone,
-    not the machine)."""
+    ``counted_pairs``: the masks' ``bitconv.pair_counts``, if counted already (they follow
+    the masks alone, not the machine)."""
     w_words = bitconv.pack_weights(layer, w_mask)
     nnz = bitconv.kernel_ones(w_words)
     lay = layout(layer, nnz, p)
-    per, field_ones = pairs or bitconv.pair_counts(layer, x_mask, w_words)
+    per, field_ones = counted_pairs or bitconv.pair_counts(layer, x_mask, w_words)
     chunk_cycles, unit_busy = _units(layer, per, lay, scan_cycles(layer, p))
     group_cycles, processor_cycles, cycles, mapped, pairs = _totals(
         chunk_cycles, unit_busy, lay.occupied, p.processor_groups)

@@ -84,9 +84,11 @@ class _Conv:
     memos: dict = field(default_factory=dict)
 
     def memo(self, df) -> Memo:
-        """``df``'s memo for this conv."""
-        return (self.memos if df.reads_masks else self.shared).setdefault(df.name,
-                                                                           Memo(LIMITS))
+        """``df``'s memo for this conv (made on its first call)."""
+        memos = self.memos if df.reads_masks else self.shared
+        if df.name not in memos:
+            memos[df.name] = Memo(LIMITS)
+        return memos[df.name]
 
 
 def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None):
