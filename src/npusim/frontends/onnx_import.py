@@ -30,6 +30,7 @@ the onnxruntime fallback, the outputs).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from . import lowering as rules
-from . import onnx_file
+from . import onnx_file, onnx_spelled
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
 from .onnx_model import (
@@ -48,6 +49,7 @@ from .onnx_model import (
     constant,
     fold_small_constants,
     inferred_shapes,
+    inline_static_ifs,
 )
 from .onnx_ops import CONVERTERS, supported_ops
 
@@ -95,10 +97,15 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
     build, ir_of = Lowering(), m.ir_of
     ir_of[input_name] = "input"
     needed, names = _needed(model, _output_names(model), fallback), _names(model)
+    spelled = onnx_spelled.find(model, m)
+    inside = {j for s in spelled.values() for j in s.inside}
     for i, proto in enumerate(model.graph.node):
-        if i not in needed or not m.depends.intersection(proto.output):
+        if i not in needed or i in inside or not m.depends.intersection(proto.output):
             continue
         c = OnnxNode(proto, names[i], m, build)
+        if i in spelled:
+            _convert_spelled(c, spelled[i], model, needed, fallback)
+            continue
         if proto.op_type not in CONVERTERS:
             _refuse(c, model, needed, fallback, None)
             continue
@@ -134,6 +141,20 @@ def _convert_node(c: OnnxNode, model, needed: set) -> None:
         _carry_pad(m, proto, result)
         return
     _add_nodes(c, result)
+
+
+def _convert_spelled(c: OnnxNode, spelled: onnx_spelled.Spelled, model, needed: set,
+                     fallback: bool) -> None:
+    """The one IR op of a spelled-out pattern (``onnx_spelled``) whose last node is ``c``,
+    reading the pattern's source."""
+    m = c.model
+    _place_pads(c)  # a pad still owed on the source (its readers here cannot absorb it)
+    try:
+        m.ir_of[c.proto.output[0]] = c.build.add(c.name, spelled.op,
+                                                 (m.ir_of.get(spelled.source, spelled.source),),
+                                                 c.out_shape)
+    except (_Refusal, LayerError) as e:
+        _refuse(c, model, needed, fallback, str(e))
 
 
 def _place_pads(c: OnnxNode) -> bool:
@@ -263,8 +284,12 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     onnx_file.check(skeleton, path)
     m.shapes = inferred_shapes(onnx_file.infer(skeleton, path))
     for _ in range(MAX_SHAPE_PASSES):  # constants computed from shapes (chunk's Slice ends,
-        if not fold_small_constants(model, m):  # a Reshape's target from Shape and Concat)
-            break  # make more shapes known, which may make more such constants foldable
+        # a Reshape's target from Shape and Concat, an If's condition) make more shapes
+        # known, which may make more such constants foldable
+        if inline_static_ifs(model, m):
+            m = dataclasses.replace(analyse(model, path, value_info.name), shapes=m.shapes)
+        elif not fold_small_constants(model, m):
+            break
         m.shapes = inferred_shapes(onnx_file.infer(onnx_file.skeleton(model), path))
     build, ir_of = _convert(model, m, value_info.name, fallback)
     if build.refused:

@@ -183,11 +183,11 @@ def analyse(model, path: Path, input_name: str) -> Model:
     producers = {out: n for n in g.node for out in n.output}
     depends = {input_name}
     for n in g.node:  # a tensor's Shape is a constant: every shape is static here
-        if n.op_type not in ("Shape", "Size") and any(i in depends for i in n.input):
+        if n.op_type not in ("Shape", "Size") and any(i in depends for i in reads(n)):
             depends.update(n.output)
     readers: dict[str, list[str]] = {}
     for n in g.node:
-        for t in n.input:
+        for t in reads(n):
             readers.setdefault(t, []).append(n.op_type)
     for out in g.output:
         readers.setdefault(out.name, []).append("the graph's output")
@@ -195,6 +195,98 @@ def analyse(model, path: Path, input_name: str) -> Model:
                  depends, readers)
 
 
+
+
+def reads(node) -> list[str]:
+    """Every tensor ``node`` reads: its inputs, then what its subgraphs (an ``If``'s
+    branches, a ``Loop``'s body) read from the graph around them, which no input names."""
+    outer: list[str] = []
+    for graph in _subgraphs(node):
+        outer += [t for t in sorted(_outer_reads(graph)) if t not in outer]
+    return [*node.input, *outer]
+
+
+def _subgraphs(node) -> list:
+    from onnx import AttributeProto
+
+    graphs = []
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            graphs.append(a.g)
+        elif a.type == AttributeProto.GRAPHS:
+            graphs.extend(a.graphs)
+    return graphs
+
+
+def _outer_reads(graph) -> set[str]:
+    """The tensors ``graph``'s nodes read that neither it nor its nodes make."""
+    made = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    outer = set()
+    for n in graph.node:
+        outer.update(t for t in reads(n) if t and t not in made)
+        made.update(n.output)
+    return outer
+
+
+def inline_static_ifs(model, m: Model) -> int:
+    """Replace each ``If`` whose condition is a constant with the nodes of the branch it
+    takes (TorchScript's export of ``squeeze(dim)`` is an ``If`` on whether that axis has
+    size 1, which the static shapes decide): the branch's tensors renamed under the
+    ``If``'s name, its outputs passed to the ``If``'s by ``Identity`` nodes. An ``If``
+    whose condition is not known, or whose branch holds initialisers or subgraphs of its
+    own, stays (and is refused by name). Returns how many were replaced; ``m`` must then
+    be analysed again."""
+    kept, inlined = [], 0
+    for node in model.graph.node:
+        branch = _static_branch(m, node) if node.op_type == "If" else None
+        if branch is None:
+            kept.append(node)
+            continue
+        kept.extend(_inlined(branch, node))
+        inlined += 1
+    if inlined:
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+    return inlined
+
+
+def _static_branch(m: Model, node):
+    """The branch an ``If`` takes when its condition is a constant, else None."""
+    from onnx import helper
+
+    try:
+        cond = constant(m, node.input[0])
+    except _Refusal:
+        return None
+    if cond.size != 1:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    branch = attrs["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+    if len(branch.initializer) or any(_subgraphs(n) for n in branch.node) \
+            or len(branch.output) != len(node.output):
+        return None
+    return branch
+
+
+def _inlined(branch, node) -> list:
+    """``branch``'s nodes as nodes of the graph around ``node`` (an ``If``), its tensors
+    renamed ``<If>/<tensor>``, and one ``Identity`` per output."""
+    from onnx import NodeProto, helper
+
+    prefix = f"{node.name or node.output[0]}/"
+    rename = {t: prefix + t for n in branch.node for t in n.output if t}
+    nodes = []
+    for n in branch.node:
+        copy = NodeProto()
+        copy.CopyFrom(n)
+        copy.name = prefix + (n.name or n.op_type)
+        copy.input[:] = [rename.get(t, t) for t in n.input]
+        copy.output[:] = [rename.get(t, t) for t in n.output]
+        nodes.append(copy)
+    for k, (inner, out) in enumerate(zip(branch.output, node.output, strict=True)):
+        nodes.append(helper.make_node("Identity", [rename.get(inner.name, inner.name)], [out],
+                                      name=f"{prefix}output{k}"))
+    return nodes
 
 
 def fold_small_constants(model, m: Model) -> int:
