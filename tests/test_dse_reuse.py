@@ -85,15 +85,15 @@ def test_convs_of_one_geometry_are_counted_once_a_point(monkeypatch):
     """A machine whose costs follow the shapes counts each geometry of a network once a
     point: ResNet-18's 21 convs are 12 geometries, whose counts every conv of it prices."""
     from npusim.dataflows import systolic
-    from npusim.simulate import _unnamed
+    from npusim.simulate import layer_geometry
 
     calls = []
     counted = systolic.fold_steps
     monkeypatch.setattr(systolic, "fold_steps",
-                        lambda layer, *a: calls.append(_unnamed(layer)) or counted(layer, *a))
+                        lambda layer, *a: calls.append(layer_geometry(layer)) or counted(layer, *a))
     key = ("resnet18", 0.5, 1, 0)
     _, graph, x = prepared(*key)
-    geometries = {_unnamed(layer) for layer in graph.layers.values()}
+    geometries = {layer_geometry(layer) for layer in graph.layers.values()}
     assert (len(graph.layers), len(geometries)) == (21, 12)
     reuse._masks.clear()
     reuse.estimate(key, graph, x, load_arch("systolic-32x32-ws"), "float32")

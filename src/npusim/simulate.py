@@ -182,7 +182,7 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
     handle, the hybrid's ``Placement`` or None). ``masks(df)`` gives ``df.estimate``'s
     masks; ``source`` names the machine whose buffers hold the layer's input (None: DRAM).
     A hybrid in mode estimate, whose costs may wait (``_Costs.batch_bytes``), chooses after
-    the walk: no machine yet, and an ``_Undecided`` for the rest (``_decide``)."""
+    the walk: no machine yet, and an ``Undecided`` for the rest (``decide``)."""
     if len(cfg.machines) == 1:
         df = cfg.machines[0]
         check_supports(df, layer, cfg.arch)
@@ -190,7 +190,7 @@ def _place(cfg: RunConfig, layer: ConvLayer, masks, source: str | None, costs: _
             return df, lambda: shape_costs(df, layer, cfg.arch), None
         return df, lambda: costs.submit(df, layer, *masks(df), cfg.arch), None
     if cfg.mode == "estimate" and costs.batch_bytes:  # outputs by the engine: choose later
-        undecided = _Undecided(layer, {
+        undecided = Undecided(layer, {
             df.name: _member_costs(df, layer, masks, cfg.arch, costs.submit)
             for df in cfg.machines if df.supports(layer, cfg.arch) is None})
         return None, lambda: undecided, undecided
@@ -244,15 +244,15 @@ def kept_costs(arch: Arch, key, count: Callable[[], LayerStats]) -> LayerStats:
 
 
 # every field of a conv but its name: what its costs on a shape-costed machine follow
-_unnamed = operator.attrgetter(*[f.name for f in dataclasses.fields(ConvLayer)
-                                 if f.name != "name"])
+layer_geometry = operator.attrgetter(*[f.name for f in dataclasses.fields(ConvLayer)
+                                       if f.name != "name"])
 
 
 def shape_costs(df: Dataflow, layer: ConvLayer, arch: Arch) -> LayerStats:
     """``df.estimate`` of ``layer`` for a machine whose costs follow the shapes alone
     (``reads_masks`` False), counted once per geometry and dtype on ``arch``
     (``kept_costs``) and renamed for each layer."""
-    key = (df.name, type(layer), _unnamed(layer))
+    key = (df.name, type(layer), layer_geometry(layer))
     st = kept_costs(arch, key, lambda: df.estimate(layer, None, None, arch))
     return st.renamed(layer.name)
 
@@ -411,8 +411,8 @@ def simulate(model: Graph, input: np.ndarray, arch: Arch | str | None = None, *,
     with _Costs(background=cfg.background, batch_bytes=BATCH_BYTES,
                 counting=walk.counted if walk else None) as costs:
         values, stats, placements = _run_nodes(model, x, cfg, costs, keep_outputs, walk)
-        if any(isinstance(st, _Undecided) for st in stats):
-            stats, placements = _decide(model, stats, cfg, costs)
+        if any(isinstance(st, Undecided) for st in stats):
+            stats, placements = decide(model, stats, cfg, costs.result)
         stats = [costs.result(st) for st in stats]
     return SimResult(values[model.output_name], stats, cfg.arch, mode, dtype, cfg.name,
                      time.perf_counter() - start, values if keep_outputs else {},
@@ -559,11 +559,19 @@ def _worker():
     return ThreadPoolExecutor(1, "npusim-costs")
 
 
+def walk_stats(model: Graph, x, cfg: RunConfig) -> list:
+    """Every node of ``model`` on ``x`` by ``cfg``, each conv's costs counted at once in this
+    thread: the stats (or a hybrid's ``Undecided``), one per node and per move. For a
+    caller that keeps what ``cfg``'s machines are given (``dse.reuse``'s masks)."""
+    with _Costs(background=False) as costs:
+        return _run_nodes(model, x, cfg, costs)[1]
+
+
 def _run_nodes(model: Graph, x, cfg: RunConfig, costs: _Costs, keep_outputs: bool = False,
                progress: Callable[[int, int, str], None] | None = None):
     """Every node in order: (values still live, one LayerStats or handle per node and per
     transfer, the hybrid's ``Placement`` per conv; a hybrid's conv not yet placed is its
-    ``_Undecided``, and its move and placement come from ``_decide``). A vector op's output
+    ``Undecided``, and its move and placement come from ``decide``). A vector op's output
     stays with the machine that holds its first input (``holder``: node -> machine name,
     None for DRAM)."""
     from . import ops  # a network's (a run of bare shapes defines no op: see ``ir``)
@@ -610,10 +618,10 @@ def _held(holder: dict[str, str | None], node) -> str | None:
 def _record(stats: list, placements: list, placed, cfg: RunConfig) -> str | None:
     """Keep a hybrid's placement of a conv and, before the conv's own stats, the stats of
     its input's move; the name of the machine that now holds the conv's output (None for a
-    conv not yet placed: ``_decide`` follows the holders again once it is)."""
+    conv not yet placed: ``decide`` follows the holders again once it is)."""
     if placed is None:
         return cfg.machines[0].name
-    if isinstance(placed, _Undecided):
+    if isinstance(placed, Undecided):
         return None
     placements.append(placed)
     if placed.transfer is not None:
@@ -622,32 +630,34 @@ def _record(stats: list, placements: list, placed, cfg: RunConfig) -> str | None
 
 
 @dataclass(eq=False)
-class _Undecided:
+class Undecided:
     """A hybrid's conv in mode estimate, walked before its member is chosen (its outputs are
     the dense engine's whichever runs it): its layer and each member that can run it, by
     name, with its stats or their handle (``_member_costs``), counted with the other layers'
-    after the walk, as on one machine (``_Costs``); ``_decide`` then chooses."""
+    after the walk, as on one machine (``_Costs``); ``decide`` then chooses."""
 
     layer: ConvLayer
     members: dict[str, object]
 
 
-def _decide(model: Graph, stats: list, cfg: RunConfig, costs: _Costs) -> tuple[list, list]:
-    """A hybrid's choices in mode estimate, made after the walk (``_Undecided``), in network
+def decide(model: Graph, stats: list, cfg: RunConfig,
+           result: Callable[[object], LayerStats] = lambda st: st) -> tuple[list, list]:
+    """A hybrid's choices in mode estimate, made after the walk (``Undecided``), in network
     order as the walk makes them in the other modes, the holders followed as it follows
     them: the walk's stats (one per node) with each conv's replaced by the move of its
-    input, if any, and its chosen member's stats; and the placements."""
+    input, if any, and its chosen member's stats; and the placements. ``result`` turns a
+    member's entry into its stats (``_Costs.result`` of a handle; default: the stats)."""
     from .hybrid import place
 
     holder: dict[str, str | None] = {model.input_name: None}
     decided: list = []
     placements: list = []
     for node, st in zip(model.nodes, stats, strict=True):
-        if not isinstance(st, _Undecided):
+        if not isinstance(st, Undecided):
             holder[node.name] = _held(holder, node)
             decided.append(st)
             continue
-        placed = place(st.layer, cfg.machines, lambda df, st=st: costs.result(st.members[df.name]),
+        placed = place(st.layer, cfg.machines, lambda df, st=st: result(st.members[df.name]),
                        holder[node.inputs[0]], cfg.arch, cfg.objective)
         holder[node.name] = _record(decided, placements, placed, cfg)
         decided.append(placed.stats)

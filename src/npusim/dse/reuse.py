@@ -115,23 +115,22 @@ def estimate(key: tuple, graph, x, arch, dtype: str, dataflow: str | None = None
 def _recorded(graph, x, cfg) -> list:
     """One walk of the network in mode estimate (the dense engine's activations): each conv's
     layer and masks, in node order."""
-    from ..simulate import RunConfig, _Costs, _run_nodes
+    from ..simulate import RunConfig, walk_stats
 
     recorder = _MaskRecorder(any(df.reads_masks for df in cfg.machines))
-    with _Costs(background=False) as costs:
-        _run_nodes(graph, x, RunConfig(cfg.arch, (recorder,), "estimate", cfg.dtype), costs)
+    walk_stats(graph, x, RunConfig(cfg.arch, (recorder,), "estimate", cfg.dtype))
     return recorder.kept
 
 
 def _plan(graph, kept: list, dtype: str) -> list:
     """Per node, in order: a conv's ``_Conv``, or a vector op's counts
     (``simulate.vector_work``: they follow the shapes alone)."""
-    from ..simulate import _unnamed, vector_work
+    from ..simulate import layer_geometry, vector_work
 
     convs, shared = iter(kept), {}
 
     def conv(layer, x_mask, w_mask) -> _Conv:
-        return _Conv(layer, x_mask, w_mask, shared.setdefault(_unnamed(layer), {}))
+        return _Conv(layer, x_mask, w_mask, shared.setdefault(layer_geometry(layer), {}))
 
     return [conv(*next(convs)) if isinstance(node.op, ops.Conv) else
             vector_work(node.name, node.op, [graph.shapes[n] for n in node.inputs],
@@ -142,9 +141,9 @@ def _priced(graph, plan: list, cfg) -> tuple[list, list]:
     """Each node's stats on ``cfg.arch`` from its ``_plan`` entry, and a hybrid's placements:
     a conv's by its machine (``check_supports``: refused, naming it, where it cannot run),
     or on a hybrid by every member that can run it and ``simulate``'s choice among them
-    (``_decide``: with the moves of inputs between members), each from the kept masks and
+    (``decide``: with the moves of inputs between members), each from the kept masks and
     its memo; a vector op's counts priced."""
-    from ..simulate import _Costs, _decide, _Undecided, check_supports, vector_priced
+    from ..simulate import Undecided, check_supports, decide, vector_priced
 
     single = len(cfg.machines) == 1
     stats = []
@@ -159,7 +158,7 @@ def _priced(graph, plan: list, cfg) -> tuple[list, list]:
             layer, *((entry.x_mask, entry.w_mask) if df.reads_masks else (None, None)),
             cfg.arch, entry.memo(df))
             for df in cfg.machines if df.supports(layer, cfg.arch) is None}
-        stats.append(costs[cfg.machines[0].name] if single else _Undecided(layer, costs))
+        stats.append(costs[cfg.machines[0].name] if single else Undecided(layer, costs))
     if single:
         return stats, []
-    return _decide(graph, stats, cfg, _Costs(background=False))
+    return decide(graph, stats, cfg)
