@@ -10,6 +10,7 @@ gives the right network ratio. Energy comes from one function, ``energy_pj``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
@@ -161,16 +162,21 @@ def total(stats: list[LayerStats], name: str = "total") -> LayerStats:
         for s in stats[1:]:
             a = a + getattr(s, f.name)
         values[f.name] = a
-    extra: dict = {}
-    for i, s in enumerate(stats):
-        for k, v in s.extra.items():
-            if k in extra:
-                continue
-            acc = v if i == 0 else _merge(k, 0, v)  # a key missing before counts as 0
-            for later in stats[i + 1:]:
-                acc = _merge(k, acc, later.extra.get(k, 0))
-            extra[k] = acc
+    keys = dict.fromkeys(k for s in stats for k in s.extra)  # in order of first appearance
+    extra = {k: _folded(k, [s.extra[k] for s in stats if k in s.extra], len(stats))
+             for k in keys}
     return LayerStats(**values, extra=extra).renamed(name)
+
+
+def _folded(key: str, present: list, layers: int):
+    """``_merge`` of an ``extra`` key's values over ``layers`` layers, in order, ``present``
+    being those of the layers that have it (a layer without it counts as 0): a sum, a
+    maximum (with 0 if a layer lacks it) or unit tuples added in turn."""
+    if key.startswith("peak_"):
+        return max(present) if len(present) == layers else max(0, *present)
+    if key.endswith("_by_unit"):
+        return functools.reduce(functools.partial(_merge, key), present)
+    return sum(present)
 
 
 def energy_pj(arch, *, macs: int, sram_bytes: int, dram_bytes: int, dtype: str,
