@@ -131,6 +131,30 @@ def test_store_of_another_spec_or_version_is_refused(tmp_path):
     assert len(rows) == 9 and {r["version"] for r in rows} == {__version__}
 
 
+@pytest.mark.parametrize("change, said", [
+    (("[4, 16, 64]", "[4, 16]"), "parameter 'systolic.rows' [4, 16, 64] in the store, "
+                                 "[4, 16] given"),
+    (('"systolic.cols"', '"memory.ifmap_sram_kb"'),
+     "parameter 'memory.ifmap_sram_kb' none in the store, [8, 32, 0] given; parameter "
+     "'systolic.cols' [8, 32, 0] in the store, none given"),
+    (('objectives = ["cycles", "utilisation"]', 'objectives = ["cycles", "energy"]\n'
+      'dtype = "int8"'), 'dtype "float32" in the store, "int8" given; objectives '
+     '["cycles", "utilisation"] in the store, ["cycles", "energy"] given'),
+    (('base = "systolic-32x32-ws"', 'base = "systolic-32x32-os"'), "the base arch differs"),
+])
+def test_another_spec_is_refused_saying_what_changed(tmp_path, change, said):
+    """The store keeps its spec's facts: the refusal names each change, as stored and as
+    given, in one line, and the store is left as it was."""
+    sweep(write_spec(tmp_path), tmp_path / "s.db", workers=1)
+    kept = (tmp_path / "s.db").read_bytes()
+    other = write_spec(tmp_path, SMALL.replace(*change), "other.toml")
+    r = npusim("sweep", other, "--store", tmp_path / "s.db")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"holds the results of another sweep spec ({tmp_path / 'sweep.toml'}: {said}); " \
+        in r.stderr
+    assert (tmp_path / "s.db").read_bytes() == kept
+
+
 def test_a_store_that_cannot_be_written_is_refused_before_any_point(tmp_path, monkeypatch):
     """A read-only store (here opened so by SQLite itself: file modes do not bind root) or a
     folder that takes no new file: one error, no point run, the store as it was."""
@@ -199,6 +223,27 @@ def test_someone_elses_sqlite_database_is_refused_and_left_as_it_is(tmp_path, ta
     assert r.returncode == 2 and "not an npusim results store (no sweep in it)" in r.stderr
     sweep(load_spec(spec), empty, workers=1)
     assert len(Store.read(empty).rows()) > 0
+
+
+@pytest.mark.parametrize("schema, found", [
+    (["CREATE VIEW answers AS SELECT 42 AS answer"], "(its views: answers)"),
+    (["CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+      "CREATE TABLE points (x)", "CREATE INDEX mine ON points (x)"],
+     "(its indexes: mine; its tables: meta, points)")])
+def test_a_database_of_views_or_indexes_of_its_own_is_not_a_store(tmp_path, schema, found):
+    """A database holding only a view (no table) was taken for an empty one, and the sweep
+    wrote its tables into it."""
+    theirs = tmp_path / "theirs.db"
+    with sqlite3.connect(theirs) as db:
+        for statement in schema:
+            db.execute(statement)
+    db.close()
+    before = theirs.read_bytes()
+    r = npusim("sweep", write_spec(tmp_path, SMALL), "--store", theirs)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"theirs.db: a SQLite database that is not an npusim results store {found}" \
+        in r.stderr
+    assert theirs.read_bytes() == before
 
 
 def test_cli_sweep_export_csv(tmp_path):

@@ -106,15 +106,19 @@ class SweepSpec:
         """Every dimension of the space: the parameters, then ``model`` and ``density``."""
         return {**self.parameters, "model": self.models, "density": self.densities}
 
-    def digest(self) -> str:
-        """SHA-256 of everything that decides a point's result (not [search]: a store can grow
-        from a grid to a random or NSGA-II search of the same space)."""
+    def facts(self) -> dict:
+        """Everything that decides a point's result, as JSON values (not [search]: a store can
+        grow from a grid to a random or NSGA-II search of the same space)."""
         facts = {"base_text": self.base_text, "parameters": self.parameters,
                  "models": self.models, "model_digests": self.model_digests,
                  "densities": self.densities, "dtype": self.dtype, "batch": self.batch,
                  "mode": self.mode, "seed": self.seed, "objectives": self.objectives,
                  "constraints": [dataclasses.astuple(c) for c in self.constraints]}
-        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+        return json.loads(json.dumps(facts, sort_keys=True))
+
+    def digest(self) -> str:
+        """SHA-256 of ``facts``."""
+        return hashlib.sha256(json.dumps(self.facts(), sort_keys=True).encode()).hexdigest()
 
     def arch_text(self, params: Mapping[str, Any]) -> str:
         """The base arch's TOML with ``params`` (dotted keys) set."""

@@ -2,9 +2,9 @@
 
 Each point is written in its own transaction as it finishes, so a driver killed at any moment
 leaves every finished point stored and none half-written; the same command then resumes,
-skipping them. The ``meta`` table holds the spec (text and digest) and the npusim version that
-wrote the store: a store from another spec or version is refused, as is a file that is not a
-whole SQLite database.
+skipping them. The ``meta`` table holds the spec (its facts and digest) and the npusim version
+that wrote the store: a store from another spec (saying what changed) or version is refused, as
+is a file that is not a whole SQLite database or holds anything of someone else's.
 """
 
 from __future__ import annotations
@@ -60,13 +60,16 @@ class Store:
                 store.db.executemany("INSERT INTO meta VALUES (?, ?)", [
                     ("schema", str(SCHEMA)), ("version", __version__),
                     ("spec_digest", spec.digest()), ("spec_where", spec.where),
+                    ("spec_facts", json.dumps(spec.facts(), sort_keys=True)),
                     ("objectives", json.dumps(spec.objectives))])
             return store
         store._check_version(meta)
         if meta.get("spec_digest") != spec.digest():
+            changed = spec_changes(json.loads(meta["spec_facts"]), spec.facts()) \
+                if "spec_facts" in meta else "the spec's text is not kept in this store"
             raise SweepError(f"{path}: this store holds the results of another sweep spec "
-                             f"({meta.get('spec_where', '?')}); a store holds one spec's points: "
-                             "give another --store file, or rerun that spec")
+                             f"({meta.get('spec_where', '?')}: {changed}); a store holds one "
+                             "spec's points: give another --store file, or rerun that spec")
         return store
 
     @classmethod
@@ -141,6 +144,38 @@ class Store:
         self.db.close()
 
 
+FACT_NAMES = {"base_text": "the base arch", "model_digests": "the model files' contents"}
+SHOWN = 60  # characters of a value shown in a change
+
+
+def spec_changes(stored: dict, given: dict) -> str:
+    """What differs between the facts (``SweepSpec.facts``) of the spec a store was written
+    for and of ``given``: each changed parameter and each other changed fact, as the store
+    has it and as given (one line)."""
+    changes = []
+    theirs, ours = stored.get("parameters", {}), given.get("parameters", {})
+    for key in sorted({*theirs, *ours}):
+        if theirs.get(key) != ours.get(key):
+            changes.append(f"parameter {key!r} {_shown(theirs.get(key))} in the store, "
+                           f"{_shown(ours.get(key))} given")
+    for key in sorted({*stored, *given} - {"parameters"}):
+        if stored.get(key) != given.get(key):
+            name = FACT_NAMES.get(key, key)
+            changes.append(f"{name} differ" if key == "model_digests" else
+                           f"{name} differs" if key == "base_text" else
+                           f"{name} {_shown(stored.get(key))} in the store, "
+                           f"{_shown(given.get(key))} given")
+    return "; ".join(changes) or "the same facts, another digest"
+
+
+def _shown(value) -> str:
+    """A fact's value in a message: 'none' when absent, else its JSON, cut at ``SHOWN``."""
+    if value is None:
+        return "none"
+    text = json.dumps(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN - 3]}..."
+
+
 def _json(value) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -197,15 +232,24 @@ def _check_writable(db: sqlite3.Connection, path: Path) -> None:
             from None
 
 
+OURS = {("table", "meta"), ("table", "points"), ("index", "points_seq")}
+PLURAL = {"table": "tables", "index": "indexes", "view": "views", "trigger": "triggers"}
+
+
 def _check_ours(db: sqlite3.Connection, path: Path) -> None:
-    """Refuse a SQLite database that holds tables other than a store's, or tables of a
-    store's names with other columns (someone else's database: npusim adds nothing to
-    it); an empty database is a store to start."""
-    tables = _tables(db)
-    if not tables:
+    """Refuse a SQLite database that holds anything other than a store's tables and index
+    (tables, views, triggers, indexes of its own), or tables of a store's names with other
+    columns (someone else's database: npusim adds nothing to it); an empty database is a
+    store to start."""
+    objects = {(kind, name) for kind, name in db.execute(
+        "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")}
+    if not objects:
         return
-    if tables != {"meta", "points"}:
-        found = f"its tables: {', '.join(sorted(tables))}"
+    tables = {name for kind, name in objects if kind == "table"}
+    if not objects <= OURS or tables != {"meta", "points"}:
+        found = "; ".join(f"its {PLURAL.get(kind, kind)}: "
+                          f"{', '.join(sorted(n for k, n in objects if k == kind))}"
+                          for kind in sorted({k for k, _ in objects}))
     else:
         columns = {name: tuple(row[1] for row in db.execute(f"PRAGMA table_info({name})"))
                    for name in ("meta", "points")}
