@@ -65,6 +65,11 @@ SPELLED = [  # (module, exporter, the one op's type, its fields)
     *[(lambda: nn.LocalResponseNorm(4, alpha=0.05, beta=0.6, k=2.0), exporter,
        "LocalResponseNorm", dict(size=4, alpha=0.05, beta=0.6, k=2.0, before=2)) for exporter in
       ("dynamo", "torchscript")],
+    # 10 x 9 into windows of 4 rows (starting 0, 3, 6) and 3 or 2 columns, overlapping
+    (lambda: nn.AdaptiveAvgPool2d((3, 4)), "dynamo", "AdaptivePool", dict(size=(3, 4),
+                                                                           kind="avg")),
+    (lambda: nn.AdaptiveAvgPool2d((3, 8)), "dynamo", "AdaptivePool", dict(size=(3, 8),
+                                                                           kind="avg")),
 ]
 
 
@@ -79,7 +84,8 @@ def test_a_spelled_out_op_imports_as_one_op(make, exporter, kind, fields, tmp_pa
     assert [type(n.op).__name__ for n in graph.nodes] == ["Conv", kind]
     op = graph.nodes[-1].op
     for field, want in fields.items():
-        assert getattr(op, field) == pytest.approx(want, rel=1e-6), field
+        assert getattr(op, field) == (want if isinstance(want, str) else
+                                      pytest.approx(want, rel=1e-6)), field
     if kind == "Softplus":  # the threshold's select is taken both ways
         pre = net[0](torch.from_numpy(X)).detach().numpy() * op.beta
         assert (pre > op.threshold).any() and (pre < op.threshold).any()
@@ -91,14 +97,14 @@ def test_a_spelled_out_op_imports_as_one_op(make, exporter, kind, fields, tmp_pa
 # ---- written by hand: what is and is not the pattern -----------------------------------
 
 
-def write(tmp_path, nodes, inits, in_shape=(2, 6, 5, 4), outputs=("y",)) -> str:
+def write(tmp_path, nodes, inits, in_shape=(2, 6, 5, 4), opset=17, name="m") -> str:
     graph = helper.make_graph(
         nodes, "m", [helper.make_tensor_value_info("x", FLOAT, list(in_shape))],
-        [helper.make_tensor_value_info(o, FLOAT, None) for o in outputs],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     model = onnx.shape_inference.infer_shapes(helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
-    path = tmp_path / "m.onnx"
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8))
+    path = tmp_path / f"{name}.onnx"
     onnx.save(model, str(path))
     return str(path)
 
@@ -163,6 +169,43 @@ def test_softplus_whose_select_is_the_other_way_round_stays_refused(tmp_path):
     with pytest.raises(ModelError) as e:
         from_onnx(path)
     assert "Greater x1 ('greater')" in str(e.value) and "Where x1 ('where')" in str(e.value)
+
+
+def test_adaptive_windows_of_unequal_lengths_stay_refused(tmp_path):
+    """7 rows into 5 windows (2, 2, 3, 2, 2 long): the dynamo exporter masks the short
+    windows (Where) and adds the taps one by one; that is not the pattern, and it is refused
+    naming its nodes (``from_torch`` reads the module)."""
+    net = conv_then(nn.AdaptiveAvgPool2d((5, 5)))
+    path = export(net, photo((1, 3, 7, 7)), tmp_path / "m.onnx", "dynamo")
+    with pytest.raises(ModelError) as e:
+        from_onnx(path)
+    assert "GatherND x1" in str(e.value) and "Where x2" in str(e.value)
+
+
+def gathered_mean(tmp_path, idx: np.ndarray, name: str) -> str:
+    """The adaptive-mean pattern's nodes by hand, gathering the windows ``idx``."""
+    return write(tmp_path, [
+        helper.make_node("Transpose", ["x"], ["hwnc"], name="there", perm=[2, 3, 0, 1]),
+        helper.make_node("GatherND", ["hwnc", "idx"], ["taps"], name="gather"),
+        helper.make_node("Transpose", ["taps"], ["nc"], name="back", perm=[4, 5, 0, 1, 2, 3]),
+        helper.make_node("ReduceMean", ["nc", "axes"], ["y"], name="mean", keepdims=0)],
+        {"idx": idx.astype(np.int64), "axes": np.array([-3, -1], np.int64)},
+        in_shape=(1, 2, 10, 9), opset=18, name=name)
+
+
+def test_gathered_windows_other_than_adaptive_ones_stay_refused(tmp_path):
+    """The windows one row lower than PyTorch's are refused; PyTorch's are one op."""
+    rows = np.array([[0, 1, 2, 3], [3, 4, 5, 6], [6, 7, 8, 9]])  # 10 rows into 3 of 4
+    cols = np.array([[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8]])  # 9 columns into 4 of 3
+    idx = np.stack(np.broadcast_arrays(rows[:, :, None, None], cols[None, None]), axis=-1)
+    lower = np.minimum(idx + [1, 0], [9, 8])
+    with pytest.raises(ModelError, match=r"GatherND x1 \('gather'\)"):
+        from_onnx(gathered_mean(tmp_path, lower, "lower"))
+    ok = gathered_mean(tmp_path, idx, "adaptive")
+    x = photo((1, 2, 10, 9))
+    graph = from_onnx(ok)
+    assert [type(n.op).__name__ for n in graph.nodes] == ["AdaptivePool"]
+    assert rel_err(simulate(graph, x).output, onnxruntime_output(ok, x)) < 1e-6
 
 
 # ---- If ------------------------------------------------------------------------------

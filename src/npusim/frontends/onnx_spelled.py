@@ -15,6 +15,12 @@ express alone, found on the ONNX graph and imported as the one IR op they comput
   ``Div(x, Pow(Add(Mul(., alpha), k), beta))``. As ``ops.LocalResponseNorm`` with the
   pad's window (front = the pad before).
 
+- ``nn.AdaptiveAvgPool2d((P, Q))`` whose windows along each axis are of one length but do
+  not tile it, as the dynamo exporter writes it (the TorchScript one refuses):
+  ``ReduceMean(Transpose(GatherND(Transpose(x, (2, 3, 0, 1)), idx), (4, 5, 0, 1, 2, 3)),
+  axes (3, 5))``, ``idx`` (P x kh x Q x kw x 2) the rows and columns of each window. Taken
+  when ``idx`` holds exactly PyTorch's adaptive windows of x; as ``ops.AdaptivePool``.
+
 A pattern is taken only whole and only when the nodes inside it are read by nothing else
 (a ``Shape`` of one of them reads no value: shapes are static here), so that nothing
 needs a value the IR does not compute; its last node's output may be read by anything.
@@ -114,7 +120,8 @@ def find(model, m: Model) -> dict[int, Spelled]:
     """Every pattern of the module notes in the graph, by the index of its last node."""
     g, found = _Graph(model, m), {}
     for i, node in enumerate(g.nodes):
-        match = {"Where": _softplus, "Div": _local_response_norm}.get(node.op_type)
+        match = {"Where": _softplus, "Div": _local_response_norm,
+                 "ReduceMean": _adaptive_mean}.get(node.op_type)
         spelled = match(g, i) if match else None
         if spelled is not None and g.read_only_inside(set(spelled.inside), i):
             found[i] = spelled
@@ -228,3 +235,40 @@ def _zero_pads(g: _Graph, pad: int) -> list[int] | None:
     if fill is None or pads is None or fill.size != 1 or float(fill.reshape(-1)[0]) != 0:
         return None
     return [int(p) for p in pads.reshape(-1)] if pads.size == 10 else None
+
+
+def _adaptive_mean(g: _Graph, i: int) -> Spelled | None:
+    """``ReduceMean`` over the windows a ``GatherND`` of constant indices gathered from x
+    (see the module notes), else None."""
+    a = g.attrs(i)
+    axes = g.value(g.nodes[i].input[1]) if len(g.nodes[i].input) > 1 else a.get("axes")
+    back = g.made(g.nodes[i].input[0], "Transpose")
+    gather = None if back is None else g.made(g.nodes[back].input[0], "GatherND")
+    there = None if gather is None else g.made(g.nodes[gather].input[0], "Transpose")
+    if there is None or axes is None or a.get("keepdims", 1) != 0 \
+            or sorted(int(x) % 6 for x in np.reshape(axes, -1)) != [3, 5] \
+            or list(g.attrs(back).get("perm", ())) != [4, 5, 0, 1, 2, 3] \
+            or list(g.attrs(there).get("perm", ())) != [2, 3, 0, 1] \
+            or g.attrs(gather).get("batch_dims", 0) != 0:
+        return None
+    x, idx = g.nodes[there].input[0], g.value(g.nodes[gather].input[1])
+    shape = g.shape(x)
+    if x not in g.m.depends or shape is None or len(shape) != 4 or idx is None \
+            or idx.ndim != 5 or idx.shape[-1] != 2:
+        return None
+    p, kh, q, kw, _ = idx.shape
+    rows, cols = _windows(shape[2], p, kh), _windows(shape[3], q, kw)
+    if rows is None or cols is None or not (idx[..., 0] == rows[:, :, None, None]).all() \
+            or not (idx[..., 1] == cols[None, None]).all():
+        return None
+    return Spelled(ops.AdaptivePool((p, q), "avg"), x, frozenset((there, gather, back)))
+
+
+def _windows(size: int, out: int, length: int) -> np.ndarray | None:
+    """The pixels of PyTorch's ``out`` adaptive windows over ``size`` (out x length), when
+    every window is ``length`` long, else None."""
+    o = np.arange(out)
+    start, end = o * size // out, -(-(o + 1) * size // out)
+    if not np.all(end - start == length):
+        return None
+    return start[:, None] + np.arange(length)
