@@ -834,12 +834,18 @@ class FakeQuant(Op):
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
            "max": np.maximum, "min": np.minimum, "pow": np.power}
+# comparisons: a mask, 1.0 where it holds and 0.0 elsewhere (the IR carries float32 only)
+_COMPARE = {"greater": np.greater, "less": np.less, "greater_equal": np.greater_equal,
+            "less_equal": np.less_equal, "equal": np.equal, "not_equal": np.not_equal}
+_BINARY.update(_COMPARE)
 
 
 @dataclass(frozen=True, eq=False)
 class Elementwise(Op):
     """``a <kind> b`` with NumPy broadcasting, ``kind`` one of add, sub, mul, div, max, min,
-    pow.
+    pow, or a comparison (greater, less, greater_equal, less_equal, equal, not_equal) whose
+    result is a mask of 1.0 and 0.0 (a framework's bool tensor, carried as float32: ``Where``
+    reads it, and a logical and / or / not is a mul / max / 1 - x of it).
 
     Two inputs, or one and the constant ``const`` (``const <kind> x`` when ``const_first``,
     else ``x <kind> const``). A squeeze-excitation scale is ``mul`` of an N x C x H x W map by
@@ -856,17 +862,58 @@ class Elementwise(Op):
                              f"{', '.join(_BINARY)}")
         _expect_inputs(in_shapes, 2 if self.const is None else 1, name, f"Elementwise {self.kind}")
         shapes = list(in_shapes) + ([] if self.const is None else [np.shape(self.const)])
-        try:
-            return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-        except ValueError:
-            raise LayerError(f"{name}: {self.kind} of shapes {shapes} that do not broadcast "
-                             "(NumPy rules)") from None
+        return _broadcast(shapes, name, self.kind)
 
     def __call__(self, *xs):
         if self.const is not None:
             c = np.asarray(self.const, np.float32)
             xs = (c, xs[0]) if self.const_first else (xs[0], c)
         return _BINARY[self.kind](xs[0], xs[1]).astype(np.float32, copy=False)
+
+
+def _broadcast(shapes: list, name: str, what: str) -> Shape:
+    """The shape ``shapes`` broadcast to (NumPy rules), or a ``LayerError`` naming them."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise LayerError(f"{name}: {what} of shapes {shapes} that do not broadcast (NumPy "
+                         "rules)") from None
+
+
+@dataclass(frozen=True, eq=False)
+class Where(Op):
+    """``a`` where ``cond`` is non-zero, else ``b`` (ONNX ``Where``, ``torch.where``), NumPy
+    broadcasting: ``cond`` a mask of 1.0 and 0.0 (a comparison's ``Elementwise``). Each of
+    ``cond``, ``a``, ``b`` is a computed input, in that order, or the constant given here.
+    Cost: one select per output element."""
+
+    cond: np.ndarray | None = None
+    a: np.ndarray | None = None
+    b: np.ndarray | None = None
+
+    def _operands(self, xs) -> list:
+        rest = iter(xs)
+        return [next(rest) if c is None else np.asarray(c, np.float32)
+                for c in (self.cond, self.a, self.b)]
+
+    def out_shape(self, in_shapes, name):
+        given = (self.cond, self.a, self.b)
+        _expect_inputs(in_shapes, sum(c is None for c in given), name, "Where")
+        computed = iter(in_shapes)
+        return _broadcast([next(computed) if c is None else np.shape(c) for c in given], name,
+                          "Where")
+
+    def __call__(self, *xs):
+        cond, a, b = self._operands(xs)
+        return np.where(np.asarray(cond) != 0, a, b).astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class Sign(Op):
+    """-1, 0 or 1 by the sign of x (0 at zero): one op."""
+
+    def __call__(self, x):
+        return np.sign(x)
 
 
 # ---- reductions and data movement -------------------------------------------------------
@@ -1231,7 +1278,8 @@ OPS: dict[str, type] = {
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
     "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs, "gelu": Gelu,
     "clip": Clip, "fakequant": FakeQuant,
-    "elementwise": Elementwise, "matmul": MatMul, "reduce": Reduce, "broadcast": Broadcast,
+    "elementwise": Elementwise, "where": Where, "sign": Sign, "matmul": MatMul,
+    "reduce": Reduce, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,
     "pad": Pad,

@@ -185,8 +185,22 @@ def _reshape(op: ops.Reshape):
 
 
 _TORCH_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-                 "max": torch.maximum, "min": torch.minimum, "pow": torch.pow} \
+                 "max": torch.maximum, "min": torch.minimum, "pow": torch.pow,
+                 **{kind: lambda a, b, fn=fn: fn(a, b).float() for kind, fn in (
+                     ("greater", torch.gt), ("less", torch.lt), ("greater_equal", torch.ge),
+                     ("less_equal", torch.le), ("equal", torch.eq), ("not_equal", torch.ne))}} \
     if torch is not None else {}
+
+
+def _where(op: ops.Where):
+    """torch.where on the mask's non-zeros, constants in their places."""
+    given = [None if c is None else _tensor(c) for c in (op.cond, op.a, op.b)]
+
+    def where(*xs):
+        rest = iter(xs)
+        cond, a, b = (next(rest) if c is None else c for c in given)
+        return torch.where(cond != 0, a, b)
+    return where
 
 
 def _elementwise(op: ops.Elementwise):
@@ -324,6 +338,8 @@ def _function(op, out_shape):
         ops.FakeQuant: lambda: _fake_quant(op, len(out_shape)),
         ops.LocalResponseNorm: lambda: _local_response_norm(op),
         ops.Elementwise: lambda: _elementwise(op),
+        ops.Where: lambda: _where(op),
+        ops.Sign: lambda: torch.sign,
         ops.MatMul: lambda: torch.matmul,
         ops.Reduce: lambda: _reduce(op),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),

@@ -160,11 +160,15 @@ def _global_max_pool(c: OnnxNode) -> ops.Op:
 
 
 _ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
-          "Pow": "pow"}
+          "Pow": "pow", "Greater": "greater", "Less": "less", "GreaterOrEqual": "greater_equal",
+          "LessOrEqual": "less_equal", "Equal": "equal",
+          # of two masks (1.0 / 0.0: a comparison's bool result as the IR carries it)
+          "And": "mul", "Or": "max", "Xor": "not_equal"}
 
 
 def _arith(c: OnnxNode) -> ops.Op:
-    """Add, Sub, Mul, Div, Max, Min of two inputs with broadcasting; a constant operand is a
+    """Add, Sub, Mul, Div, Max, Min, Pow, a comparison (its bool result a mask of 1.0 and
+    0.0) or And / Or / Xor of masks, of two inputs with broadcasting; a constant operand is a
     per-channel affine where it can be (``lowering.with_constant``)."""
     if len(c.proto.input) != 2:
         raise _Refusal(f"{len(c.proto.input)} inputs: the IR computes {c.op_type} of two")
@@ -178,6 +182,18 @@ def _arith(c: OnnxNode) -> ops.Op:
         raise _Refusal(f"constant operand of element type {element_name(const.dtype)}: must "
                        "be float")
     return rules.with_constant(kind, c.shape(data[0]), const, const_first=not first)
+
+
+def _where(c: OnnxNode) -> ops.Op:
+    """Where(cond, a, b): a constant operand (a masked fill's value, a fixed mask) held in
+    the op as float32 (a bool mask as 1.0 and 0.0)."""
+    given = [None if t in c.model.depends else c.const(i) for i, t in enumerate(c.proto.input)]
+    for name, value in zip(("condition", "X", "Y"), given, strict=True):
+        if value is not None and not (np.issubdtype(value.dtype, np.floating)
+                                      or value.dtype == np.bool_):
+            raise _Refusal(f"constant {name} of element type {element_name(value.dtype)}: "
+                           "must be bool or float")
+    return ops.Where(*(None if v is None else v.astype(np.float32) for v in given))
 
 
 def _concat(c: OnnxNode) -> ops.Op:
@@ -375,16 +391,21 @@ def _dropout(c: OnnxNode):
 
 
 FLOAT_TYPES = (1, 11)  # onnx.TensorProto FLOAT, DOUBLE: hold a float32 value exactly
+BOOL = 9  # onnx.TensorProto BOOL
 
 
 def _cast(c: OnnxNode):
     """A Cast of a computed tensor to FLOAT or DOUBLE passes its float32 values on unchanged
-    (a torch export writes one for ``x.float()``, ``x.to(torch.float32)``); to any other
-    type it would round or truncate them."""
+    (a torch export writes one for ``x.float()``, ``x.to(torch.float32)``, and of a mask,
+    whose 1.0 and 0.0 are its bools' values); to BOOL it is ``x != 0`` (a mask stays itself);
+    to any other type it would round or truncate them."""
     to = c.attr("to")
+    if to == BOOL:
+        return rules.with_constant("not_equal", c.in_shape(0), np.float32(0))
     if to not in FLOAT_TYPES:
         raise _Refusal(f"to={onnx_file.element_type(to)}: the IR computes in float32; a cast "
-                       "of a computed tensor to FLOAT or DOUBLE passes on its values")
+                       "of a computed tensor to FLOAT or DOUBLE passes on its values, to BOOL "
+                       "tests them against 0")
     return c.proto.input[0]
 
 
@@ -504,7 +525,10 @@ CONVERTERS = {
     "Sigmoid": (lambda c: ops.Sigmoid(), 1), "Tanh": (lambda c: ops.Tanh(), 1),
     "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
     "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),
-    "Sqrt": (lambda c: ops.Sqrt(), 1),
+    "Sqrt": (lambda c: ops.Sqrt(), 1), "Sign": (lambda c: ops.Sign(), 1),
+    "Not": (lambda c: rules.with_constant("sub", c.in_shape(0), np.float32(1),
+                                          const_first=True), 1),
+    "Where": (_where, None),
     "Reciprocal": (lambda c: rules.with_constant("div", c.in_shape(0), np.float32(1),
                                                  const_first=True), 1),
     "Neg": (lambda c: rules.with_constant("mul", c.in_shape(0), np.float32(-1)), 1),

@@ -22,6 +22,7 @@ lowering rules is ``torch_ops``'s, and the rules themselves are ``lowering``'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -44,7 +45,7 @@ except ImportError as e:  # pragma: no cover - torch is an optional extra
 
 from . import torch_inplace, torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
-from .torch_table import kind_and_converter, supported_ops  # noqa: E402
+from .torch_table import MASK_READERS, kind_and_converter, supported_ops  # noqa: E402
 
 DEFAULT_INPUT_SHAPE = (1, 3, 224, 224)
 
@@ -264,6 +265,13 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
+        masks = [r.name for r in _refs(args, kwargs) if r.dtype == "bool"]
+        if masks and kind not in MASK_READERS:
+            build.refuse_fallback(kind, n.name, f"it reads {', '.join(masks)}, a bool mask (a "
+                                  "comparison's result), which npusim carries as 1.0 and 0.0: "
+                                  "torch.where, the logical ops, a product, .float() and "
+                                  "layout calls read one", "the mask would reach it as numbers")
+            continue
         shape = info[n].shape
         result, why = _converted(conv, Call(n.name, shape, build, info[n].parts), args, kwargs)
         if why is not None and _pending(args, kwargs):  # a pad its reader cannot absorb: its
@@ -280,7 +288,10 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
                                       info[n].dtype)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)
             continue
-        if isinstance(result, (Ref, Parts)):  # a pass-through, or parts read by getitem
+        if isinstance(result, Ref):  # a pass-through: its element type is the call's
+            info[n] = dataclasses.replace(result, dtype=info[n].dtype)  # (mask.float())
+            continue
+        if isinstance(result, Parts):  # parts read by getitem
             info[n] = result
             continue
         build.place(n.name, result, [r.name for r in _refs(args, kwargs)], shape)

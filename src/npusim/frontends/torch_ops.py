@@ -212,6 +212,47 @@ def negate(c, input):
     return rules.with_constant("mul", computed(input).shape, np.float32(-1))
 
 
+def where(c, condition, input=None, other=None, *, out=None):
+    """``torch.where(condition, input, other)``: the mask (a comparison's bool result, which
+    the IR carries as 1.0 and 0.0) selects; a number or constant tensor operand is held in
+    the op. ``torch.where(condition)`` alone gives indices: refused."""
+    if input is None or other is None:
+        raise _Refusal("torch.where(condition) alone gives the mask's indices; the IR selects "
+                       "between two values: torch.where(condition, input, other)")
+    given = (condition, input, other)
+    for value in given:
+        if isinstance(value, Ref):
+            computed(value)
+    op = ops.Where(*(None if isinstance(v, Ref) else constant(v, "a constant operand")
+                     for v in given))
+    return op, tuple(v.name for v in given if isinstance(v, Ref))
+
+
+def logical(kind: str):
+    """``torch.logical_and`` / ``_or`` / ``_xor`` and ``&``, ``|``, ``^`` of two masks (a
+    comparison's bool results, 1.0 and 0.0 in the IR): a product, a maximum, an inequality."""
+    def convert(c, input, other, *, out=None):
+        for value in (input, other):
+            mask(value)
+        return rules.binary(kind, [input.shape, other.shape])
+    return convert
+
+
+def logical_not(c, input, *, out=None):
+    """``torch.logical_not``, ``~mask`` of a mask: 1 - it."""
+    return rules.with_constant("sub", mask(input).shape, np.float32(1), const_first=True)
+
+
+def mask(x) -> Ref:
+    """``x`` as a computed bool tensor (a comparison's result)."""
+    computed(x)
+    if x.dtype != "bool":
+        raise _Refusal(f"its input is {x.dtype}, not a bool mask: npusim reads logical ops of "
+                       "comparisons' results (and, on numbers, they would test them against "
+                       "zero)")
+    return x
+
+
 def rsqrt(c, input):
     """``torch.rsqrt``: a square root, then one divided by it."""
     x = computed(input)

@@ -35,6 +35,8 @@ from .torch_ops import (
     leaky_relu,
     linear,
     local_response_norm,
+    logical,
+    logical_not,
     matmul,
     max_pool2d,
     negate,
@@ -48,6 +50,7 @@ from .torch_ops import (
     softplus,
     square,
     unary,
+    where,
 )
 from .torch_shape_ops import (
     attribute,
@@ -186,6 +189,18 @@ _FUNCTIONS = _table(
     (arith("mul"), operator.mul, operator.imul, torch.mul, torch.multiply),
     (arith("div"), operator.truediv, operator.itruediv, torch.div, torch.divide),
     (arith("max"), torch.maximum),
+    (arith("greater"), operator.gt, torch.gt, torch.greater),
+    (arith("less"), operator.lt, torch.lt, torch.less),
+    (arith("greater_equal"), operator.ge, torch.ge, torch.greater_equal),
+    (arith("less_equal"), operator.le, torch.le, torch.less_equal),
+    (arith("equal"), operator.eq, torch.eq),
+    (arith("not_equal"), operator.ne, torch.ne, torch.not_equal),
+    (where, torch.where),
+    (logical("mul"), torch.logical_and, operator.and_),
+    (logical("max"), torch.logical_or, operator.or_),
+    (logical("not_equal"), torch.logical_xor, operator.xor),
+    (logical_not, torch.logical_not, operator.invert),
+    (unary(ops.Sign), torch.sign),
     (arith("min"), torch.minimum),
     (unary(ops.Sigmoid), torch.sigmoid, F.sigmoid),
     (unary(ops.HardSigmoid), F.hardsigmoid),
@@ -240,7 +255,11 @@ _METHODS = {
     "relu": relu, "clamp": clamp, "clip": clamp,
     "clamp_min": clamp_min, "clamp_max": clamp_max, "neg": negate, "pow": arith("pow"),
     "sqrt": unary(ops.Sqrt), "rsqrt": rsqrt, "exp": unary(ops.Exp), "log": unary(ops.Log),
-    "abs": unary(ops.Abs),
+    "abs": unary(ops.Abs), "sign": unary(ops.Sign),
+    "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
+    "le": arith("less_equal"), "eq": arith("equal"), "ne": arith("not_equal"),
+    "logical_not": logical_not, "logical_and": logical("mul"), "logical_or": logical("max"),
+    "logical_xor": logical("not_equal"),
     "add": arith("add"), "sub": arith("sub"),
     "mul": arith("mul"), "div": arith("div"),
     "sigmoid": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
@@ -298,6 +317,20 @@ def _function_name(fn) -> str:
 def _module_name(cls: type) -> str:
     return f"nn.{cls.__name__}" if cls.__module__.startswith("torch.nn") \
         else f"{cls.__module__}.{cls.__qualname__}"
+
+
+# the calls that may read a bool mask (a comparison's result, 1.0 and 0.0 in the IR) and give
+# what torch gives on the bool tensor: the select, the logical ops, a product, a conversion to
+# float32, and layout; any other reader (a sum of two masks is their OR in torch) is refused
+MASK_READERS = frozenset({
+    "torch.where", "torch.logical_and", "torch.logical_or", "torch.logical_xor",
+    "torch.logical_not", "operator.and_", "operator.or_", "operator.xor", "operator.invert",
+    "Tensor.logical_and", "Tensor.logical_or", "Tensor.logical_xor", "Tensor.logical_not",
+    "operator.mul", "torch.mul", "Tensor.mul", "Tensor.float", "Tensor.to", "Tensor.type_as",
+    "Tensor.type", "operator.getitem", "Tensor.view", "Tensor.reshape", "Tensor.flatten",
+    "Tensor.unsqueeze", "Tensor.squeeze", "Tensor.permute", "Tensor.expand",
+    "Tensor.expand_as", "torch.flatten", "torch.reshape", "torch.unsqueeze", "torch.squeeze",
+    "torch.permute"})
 
 
 def supported_ops() -> list[str]:
