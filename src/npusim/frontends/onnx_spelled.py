@@ -1,11 +1,11 @@
-"""Ops that torch's exporters spell out as several ONNX nodes, some of which the IR cannot
-express alone, found on the ONNX graph and imported as the one IR op they compute.
+"""Ops that torch's exporters spell out as several ONNX nodes, which the IR would take one by
+one (costed as their parts) or not at all (a 5-D view, a gather of pixels), found on the ONNX
+graph and imported as the one IR op they compute.
 
 - ``nn.Softplus(beta, threshold)``, as the dynamo exporter writes it:
   ``Where(Greater(t, threshold), x, s)``, with ``t = x`` and ``s = Softplus(x)`` for beta
   1, else ``t = Mul(x, beta)`` and ``s = Div(Softplus(t), beta)``: PyTorch's rule, x
-  itself where beta x passes the threshold (a comparison's result is not a float tensor,
-  which the IR carries). As ``ops.Softplus(beta, threshold)``.
+  itself where beta x passes the threshold. As ``ops.Softplus(beta, threshold)``.
 - ``nn.LocalResponseNorm(size, alpha, beta, k)``, as both exporters write it (PyTorch's
   ``local_response_norm`` on a 4-D input): ``Mul(x, x)``, a ``Reshape`` to N x 1 x C x H x
   W, a ``Pad`` of that view's channel axis (``size // 2`` before, ``(size - 1) // 2``
