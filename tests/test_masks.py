@@ -72,18 +72,21 @@ def test_sign_is_torchs():
 
 class Masked(nn.Module):
     """A conv, then what a user writes with masks: a select against a threshold, a masked
-    product, a logical and / or / not, a sign, a select with a number."""
+    product, a logical and / or / not, a sign, a select with a number, masked fills by a
+    computed mask and by a constant one (a buffer, as Swin's attention mask)."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.register_buffer("fixed", torch.arange(8 * 9 * 8).reshape(1, 8, 9, 8) % 3 == 0)
 
     def forward(self, x):
         t = self.conv(x)
         band = (t > -0.2) & ~(t >= 0.3)
         y = torch.where(band, t, torch.sign(t) * t.abs().sqrt())
         y = y * (t != 0).float() + torch.where(torch.logical_or(t < -0.5, t > 0.5), 0.25, y)
+        y = y.masked_fill(y < -0.6, -0.75).masked_fill(self.fixed, 0.125)
         return torch.where(y <= 0.1, y * 0.5, y) - (y == y.amax(1, keepdim=True)).float()
 
 

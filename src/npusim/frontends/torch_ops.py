@@ -228,6 +228,12 @@ def where(c, condition, input=None, other=None, *, out=None):
     return op, tuple(v.name for v in given if isinstance(v, Ref))
 
 
+def masked_fill(c, input, mask, value):
+    """``x.masked_fill(mask, value)``: ``value`` where the mask holds, else x (a ``Where``);
+    a mask that is a constant (a buffer, as Swin's attention mask) is held in the op."""
+    return where(c, mask, value, input)
+
+
 def logical(kind: str):
     """``torch.logical_and`` / ``_or`` / ``_xor`` and ``&``, ``|``, ``^`` of two masks (a
     comparison's bool results, 1.0 and 0.0 in the IR): a product, a maximum, an inequality."""

@@ -37,6 +37,7 @@ from .torch_ops import (
     local_response_norm,
     logical,
     logical_not,
+    masked_fill,
     matmul,
     max_pool2d,
     negate,
@@ -196,6 +197,7 @@ _FUNCTIONS = _table(
     (arith("equal"), operator.eq, torch.eq),
     (arith("not_equal"), operator.ne, torch.ne, torch.not_equal),
     (where, torch.where),
+    (masked_fill, torch.masked_fill),
     (logical("mul"), torch.logical_and, operator.and_),
     (logical("max"), torch.logical_or, operator.or_),
     (logical("not_equal"), torch.logical_xor, operator.xor),
@@ -259,7 +261,7 @@ _METHODS = {
     "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
     "le": arith("less_equal"), "eq": arith("equal"), "ne": arith("not_equal"),
     "logical_not": logical_not, "logical_and": logical("mul"), "logical_or": logical("max"),
-    "logical_xor": logical("not_equal"),
+    "logical_xor": logical("not_equal"), "masked_fill": masked_fill,
     "add": arith("add"), "sub": arith("sub"),
     "mul": arith("mul"), "div": arith("div"),
     "sigmoid": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
@@ -323,8 +325,9 @@ def _module_name(cls: type) -> str:
 # what torch gives on the bool tensor: the select, the logical ops, a product, a conversion to
 # float32, and layout; any other reader (a sum of two masks is their OR in torch) is refused
 MASK_READERS = frozenset({
-    "torch.where", "torch.logical_and", "torch.logical_or", "torch.logical_xor",
-    "torch.logical_not", "operator.and_", "operator.or_", "operator.xor", "operator.invert",
+    "torch.where", "torch.masked_fill", "Tensor.masked_fill", "torch.logical_and",
+    "torch.logical_or", "torch.logical_xor", "torch.logical_not", "operator.and_",
+    "operator.or_", "operator.xor", "operator.invert",
     "Tensor.logical_and", "Tensor.logical_or", "Tensor.logical_xor", "Tensor.logical_not",
     "operator.mul", "torch.mul", "Tensor.mul", "Tensor.float", "Tensor.to", "Tensor.type_as",
     "Tensor.type", "operator.getitem", "Tensor.view", "Tensor.reshape", "Tensor.flatten",
