@@ -173,14 +173,39 @@ def test_softplus_whose_select_is_the_other_way_round_is_its_own_nodes(tmp_path)
     assert rel_err(simulate(graph, x).output, onnxruntime_output(path, x)) < 1e-6
 
 
-def test_adaptive_windows_of_unequal_lengths_stay_refused(tmp_path):
-    """7 rows into 5 windows (2, 2, 3, 2, 2 long): the dynamo exporter gathers the longest
-    window (GatherND), masks the short ones (Where) and adds the taps one by one; that is
-    not the pattern, and the gather is refused (``from_torch`` reads the module)."""
-    net = conv_then(nn.AdaptiveAvgPool2d((5, 5)))
-    path = export(net, photo((1, 3, 7, 7)), tmp_path / "m.onnx", "dynamo")
-    with pytest.raises(ModelError, match=r"unsupported ops: GatherND x1 \('node_GatherND"):
-        from_onnx(path)
+@pytest.mark.parametrize("size, out", [((7, 7), (5, 5)), ((32, 32), (7, 7)), ((10, 9), (4, 5))])
+def test_adaptive_windows_of_unequal_lengths_import_as_their_nodes(size, out, tmp_path):
+    """7 rows into 5 windows (2, 2, 3, 2, 2 long), VGG's 7 x 7 pool on a 32 x 32 map: the
+    dynamo exporter gathers the longest window (GatherND), masks the short ones (Where) and
+    adds the taps one by one; not the pattern, it imports node by node, judged by
+    onnxruntime and by the module in float64."""
+    net = conv_then(nn.AdaptiveAvgPool2d(out))
+    x = photo((2, 3, *size)) * 4 - 2
+    path = export(net, x, tmp_path / "m.onnx", "dynamo")
+    graph = from_onnx(path)
+    kinds = {type(n.op).__name__ for n in graph.nodes}
+    assert {"GatherND", "Where"} <= kinds and "AdaptivePool" not in kinds
+    out_ = simulate(graph, x).output
+    assert rel_err(out_, onnxruntime_output(path, x)) < 1e-6
+    assert rel_err(out_, float64_output(net, x)) < 1e-6
+
+
+def test_gather_nd_by_constant_indices_is_onnxruntimes(tmp_path):
+    """Negative indices count from the end; index tuples of one axis keep the rest."""
+    x = photo((2, 6, 5, 4))
+    for k, idx in ((2, np.array([[[0, -1], [1, 2]], [[-2, 0], [1, 1]]])),
+                   (1, np.array([[1], [0], [-1]]))):
+        path = write(tmp_path, [helper.make_node("GatherND", ["x", "idx"], ["y"], name="g")],
+                     {"idx": idx.astype(np.int64)}, in_shape=x.shape, name=f"k{k}")
+        graph = from_onnx(path)
+        assert [type(n.op).__name__ for n in graph.nodes] == ["GatherND"]
+        assert np.array_equal(simulate(graph, x).output, onnxruntime_output(path, x))
+    out_of_range = write(tmp_path, [helper.make_node("GatherND", ["x", "idx"], ["y"],
+                                                     name="g")],
+                         {"idx": np.array([[2, 0]], np.int64)}, in_shape=x.shape, name="bad")
+    with pytest.raises(ModelError, match=r"GatherND x1 \(node 'g': indices out of range for "
+                                         r"the axes \(2, 6\)\)"):
+        from_onnx(out_of_range)
 
 
 def gathered_mean(tmp_path, idx: np.ndarray, name: str) -> str:
@@ -194,19 +219,20 @@ def gathered_mean(tmp_path, idx: np.ndarray, name: str) -> str:
         in_shape=(1, 2, 10, 9), opset=18, name=name)
 
 
-def test_gathered_windows_other_than_adaptive_ones_stay_refused(tmp_path):
-    """The windows one row lower than PyTorch's are refused; PyTorch's are one op."""
+def test_gathered_windows_other_than_adaptive_ones_are_not_an_adaptive_pool(tmp_path):
+    """PyTorch's windows are one AdaptivePool; windows one row lower are the gather and the
+    mean they are. Both judged by onnxruntime."""
     rows = np.array([[0, 1, 2, 3], [3, 4, 5, 6], [6, 7, 8, 9]])  # 10 rows into 3 of 4
     cols = np.array([[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8]])  # 9 columns into 4 of 3
     idx = np.stack(np.broadcast_arrays(rows[:, :, None, None], cols[None, None]), axis=-1)
-    lower = np.minimum(idx + [1, 0], [9, 8])
-    with pytest.raises(ModelError, match=r"GatherND x1 \('gather'\)"):
-        from_onnx(gathered_mean(tmp_path, lower, "lower"))
-    ok = gathered_mean(tmp_path, idx, "adaptive")
     x = photo((1, 2, 10, 9))
-    graph = from_onnx(ok)
-    assert [type(n.op).__name__ for n in graph.nodes] == ["AdaptivePool"]
-    assert rel_err(simulate(graph, x).output, onnxruntime_output(ok, x)) < 1e-6
+    for windows, kinds in ((idx, ["AdaptivePool"]),
+                           (np.minimum(idx + [1, 0], [9, 8]),
+                            ["Transpose", "GatherND", "Transpose", "Reduce"])):
+        path = gathered_mean(tmp_path, windows, kinds[0])
+        graph = from_onnx(path)
+        assert [type(n.op).__name__ for n in graph.nodes] == kinds
+        assert rel_err(simulate(graph, x).output, onnxruntime_output(path, x)) < 1e-6
 
 
 # ---- If ------------------------------------------------------------------------------

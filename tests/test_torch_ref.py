@@ -62,6 +62,7 @@ def every_op_graph():
     t = g.elementwise(t, kind="sub", const=w(6, 1, 1), const_first=True, name="c_minus_x")
     over = g.elementwise(t, kind="greater_equal", const=np.float32(0.1), name="at_least")
     t = g.where(over, g.sign(t, name="sign"), b=np.float32(-0.25), name="select")
+    g.gathernd(t, indices=np.array([[[1, 0], [0, 2]], [[1, 1], [0, 0]]]), name="gather_nd")
     g.matmul(t, g.transpose(t, perm=(0, 1, 3, 2), name="t_hw"), name="gram")  # two computed
     q = g.transpose(t, perm=(0, 2, 3, 1), name="to_nhwc")
     q = g.transpose(g.layernorm(q, weight=w(6) + 1, bias=w(6), name="ln"), perm=(0, 3, 1, 2),

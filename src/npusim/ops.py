@@ -1042,6 +1042,33 @@ class Transpose(Op):
         return np.ascontiguousarray(np.transpose(x, self.perm))
 
 
+@dataclass(frozen=True, eq=False)
+class GatherND(Op):
+    """ONNX ``GatherND`` (``batch_dims`` 0) by constant ``indices``: each output element is
+    the input's at an index tuple over its first k axes (``indices``: ... x k, non-negative),
+    the remaining axes kept: output shape ``indices.shape[:-1] + x.shape[k:]``. The dynamo
+    exporter gathers an adaptive pool's windows so. A data move: one op per output
+    element."""
+
+    indices: np.ndarray
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "GatherND")
+        shape, idx = in_shapes[0], np.asarray(self.indices)
+        k = idx.shape[-1] if idx.ndim else 0
+        if idx.ndim < 1 or not 1 <= k <= len(shape) or not np.issubdtype(idx.dtype, np.integer):
+            raise LayerError(f"{name}: GatherND indices of shape {idx.shape}: need integer "
+                             f"index tuples of 1 to {len(shape)} axes (the last axis)")
+        if idx.size and (idx.min() < 0 or np.any(idx.reshape(-1, k).max(axis=0)
+                                                  >= np.asarray(shape[:k]))):
+            raise LayerError(f"{name}: GatherND indices out of range for the axes {shape[:k]}")
+        return tuple(int(d) for d in idx.shape[:-1]) + tuple(shape[k:])
+
+    def __call__(self, x):
+        idx = np.asarray(self.indices)
+        return np.ascontiguousarray(x[tuple(idx[..., i] for i in range(idx.shape[-1]))])
+
+
 @dataclass(frozen=True)
 class Slice(Op):
     """``x[start:stop:step]`` along ``axis`` (Python slice rules, step >= 1); Split and chunk
@@ -1280,7 +1307,7 @@ OPS: dict[str, type] = {
     "clip": Clip, "fakequant": FakeQuant,
     "elementwise": Elementwise, "where": Where, "sign": Sign, "matmul": MatMul,
     "reduce": Reduce, "broadcast": Broadcast,
-    "transpose": Transpose, "slice": Slice,
+    "transpose": Transpose, "slice": Slice, "gathernd": GatherND,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,
     "pad": Pad,
     "zeroinsert": ZeroInsert,

@@ -192,6 +192,12 @@ _TORCH_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": to
     if torch is not None else {}
 
 
+def _gather_nd(op: ops.GatherND):
+    """The input at each index tuple over its first axes (advanced indexing)."""
+    idx = torch.from_numpy(np.asarray(op.indices, np.int64))
+    return lambda x: x[tuple(idx[..., i] for i in range(idx.shape[-1]))]
+
+
 def _where(op: ops.Where):
     """torch.where on the mask's non-zeros, constants in their places."""
     given = [None if c is None else _tensor(c) for c in (op.cond, op.a, op.b)]
@@ -345,6 +351,7 @@ def _function(op, out_shape):
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
         ops.Slice: lambda: _slice(op),
+        ops.GatherND: lambda: _gather_nd(op),
         ops.LayerNorm: lambda: _layer_norm(op),
         ops.GroupNorm: lambda: _group_norm(op),
         ops.Pad: lambda: _pad(op),

@@ -310,6 +310,22 @@ def _gather(c: OnnxNode):
     return _indexed(c, rules.index(x, parts, c.out_shape))
 
 
+def _gather_nd(c: OnnxNode) -> ops.Op:
+    """GatherND by constant indices (``batch_dims`` 0; negative indices counted from the
+    end): ``ops.GatherND``."""
+    if c.attr("batch_dims", 0) != 0:
+        raise _Refusal(f"batch_dims={c.attr('batch_dims')}: the IR gathers with batch_dims 0")
+    x, idx = c.in_shape(0), np.asarray(c.const(1))
+    if not np.issubdtype(idx.dtype, np.integer) or idx.ndim < 1 or not 1 <= idx.shape[-1] \
+            <= len(x):
+        raise _Refusal(f"indices of shape {idx.shape} and type {element_name(idx.dtype)}")
+    k = idx.shape[-1]
+    bound = np.asarray(x[:k], np.int64)
+    if np.any((idx < -bound) | (idx >= bound)):
+        raise _Refusal(f"indices out of range for the axes {x[:k]}")
+    return ops.GatherND((idx % bound).astype(np.int64))
+
+
 def _indexed(c: OnnxNode, steps: list):
     """A node built as ``steps`` on its first input (a pass-through when there are none)."""
     if not steps:
@@ -547,7 +563,7 @@ CONVERTERS = {
     "Upsample": (_resize, 1), "Softmax": (_softmax, 1),
     "LogSoftmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
     "Dropout": (_dropout, 1), "Cast": (_cast, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
-    "Gather": (_gather, 1),
+    "Gather": (_gather, 1), "GatherND": (_gather_nd, 1),
     "QuantizeLinear": (_quantize, 1), "DequantizeLinear": (_dequantize, 1),
 }
 
