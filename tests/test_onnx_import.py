@@ -418,6 +418,45 @@ def test_branches_concat_add_reshape_flatten_identity_whole_slice_dropout(tmp_pa
                                "Softmax"]
 
 
+@pytest.mark.parametrize("op, broadcast, count, kinds", [
+    ("Sum", False, 3, ["Relu", "Sigmoid", "Add"]),
+    ("Sum", True, 2, ["Relu", "Sigmoid", "Reduce", "Elementwise"]),
+    ("Sum", False, 1, ["Identity"]),  # the input itself: the graph's output names it
+    ("Mean", False, 3, ["Relu", "Sigmoid", "Add", "BatchNorm"]),
+])
+def test_variadic_sum_and_mean(tmp_path, op, broadcast, count, kinds):
+    """Sum of any number of inputs (the ONNX model zoo's Caffe2 ResNet-50 adds its residuals
+    so), Mean likewise: judged by onnxruntime."""
+    parts = [node("Relu", ["x"], "r"), node("Sigmoid", ["x"], "s"),
+             node("ReduceMean", ["s"], "m", axes=[2, 3], keepdims=1)]
+    inputs = (["r", "m"] if broadcast else ["x", "r", "s"])[:count]
+    path = write(tmp_path, [*parts, node(op, inputs)], {})
+    x = photo((1, 3, 12, 11)) - 0.5
+    graph = check(path, x)
+    assert op_kinds(graph) == kinds
+
+
+def test_a_sum_of_three_that_broadcast_is_refused(tmp_path):
+    path = write(tmp_path, [node("ReduceMean", ["x"], "m", axes=[2, 3], keepdims=1),
+                            node("Relu", ["x"], "r"), node("Sum", ["x", "r", "m"])], {})
+    with pytest.raises(ModelError, match=r"Sum x1 \(node 'sum_y': 3 inputs of shapes "
+                                         r"\[\(1, 3, 12, 11\), \(1, 3, 12, 11\), \(1, 3, 1, 1\)\]"):
+        from_onnx(path)
+
+
+@pytest.mark.parametrize("name", ["light_resnet50", "light_shufflenet"])
+def test_the_onnx_model_zoos_caffe2_networks_import(name):
+    """The onnx package's small copies of the model zoo's ResNet-50 and ShuffleNet (their
+    layers as the zoo has them, weights made constant): residual Sums, ShuffleNet's
+    channel shuffle, Gemm and Softmax, judged by onnxruntime."""
+    path = Path(onnx.__file__).parent / "backend/test/data/light" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not in this onnx wheel")
+    graph = from_onnx(path, batch=1)
+    assert "Add" in op_kinds(graph)
+    check(path, photo(graph.input_shape))
+
+
 # ---- pooling ----------------------------------------------------------------------------
 
 

@@ -184,6 +184,30 @@ def _arith(c: OnnxNode) -> ops.Op:
     return rules.with_constant(kind, c.shape(data[0]), const, const_first=not first)
 
 
+def _sum(c: OnnxNode):
+    """Sum / Mean of any number of computed tensors (Caffe2's residual adds in the ONNX model
+    zoo's ResNet-50 and ShuffleNet): one passes on, tensors of one shape are an ``Add`` (a
+    Mean then scaled by 1 / k), two of different shapes a broadcasting ``Elementwise``."""
+    data = [t for t in c.proto.input if t]
+    if any(t not in c.model.depends for t in data):
+        raise _Refusal("a constant operand: the IR sums tensors computed from the input")
+    shapes = [c.shape(t) for t in data]
+    if len(data) == 1:
+        return c.proto.input[0]
+    if all(s == shapes[0] for s in shapes):
+        total = ops.Add()
+    elif len(data) == 2:
+        total = rules.binary("add", shapes)
+    else:
+        raise _Refusal(f"{len(data)} inputs of shapes {shapes}: the IR adds several tensors of "
+                       "one shape, or two that broadcast")
+    if c.op_type == "Sum":
+        return total
+    summed = c.build.add(f"{c.name}_sum", total, tuple(c.model.ir_of.get(t, t) for t in data),
+                         c.out_shape)
+    return rules.with_constant("mul", c.out_shape, np.float32(1 / len(data))), (summed,)
+
+
 def _where(c: OnnxNode) -> ops.Op:
     """Where(cond, a, b): a constant operand (a masked fill's value, a fixed mask) held in
     the op as float32 (a bool mask as 1.0 and 0.0)."""
@@ -552,6 +576,7 @@ CONVERTERS = {
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
     "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
+    "Sum": (_sum, None), "Mean": (_sum, None),
     **{kind: (_reduce, 1) for kind in _REDUCE_KINDS},
     "Expand": (_expand, 1), "Tile": (_tile, 1), "Transpose": (_transpose, 1), "Selu": (_selu, 1),
     "Split": (_split, 1), "DepthToSpace": (_blocks(rules.depth_to_space), 1),
