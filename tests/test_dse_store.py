@@ -53,6 +53,37 @@ def test_rerun_resumes_and_a_grown_search_runs_only_new_points(tmp_path):
     assert len(Store.read(tmp_path / "s.db").rows()) == 9
 
 
+def test_the_driver_holds_no_points_stats_while_a_sweep_runs(tmp_path, monkeypatch):
+    """A point's result (its totals and per-layer stats: about 40 KB for ResNet-18's convs)
+    was held by the driver until the sweep ended, in the pool's finished futures and in what
+    the search keeps, and a resume read every stored row whole: 100,000 points needed some
+    9 GB. The driver's Python memory, traced while 128 points run on the pool of 2 workers,
+    now grows by less than 2 KB a point, and a resume reads no row's stats."""
+    import tracemalloc
+
+    from npusim.dse.runner import PoolRunner, check_workloads, run_sweep
+
+    spec = load_spec(write_spec(tmp_path, SMALL.replace('"test.csv"', '"Resnet18.csv"')
+                                .replace("[4, 16, 64]", "{start = 4, stop = 64, step = 4}")
+                                .replace("[8, 32, 0]", "{start = 8, stop = 64, step = 8}")))
+    check_workloads(spec)
+    held = []
+    store, runner = Store.open(tmp_path / "s.db", spec), PoolRunner(2)
+    tracemalloc.start()
+    try:
+        out = run_sweep(spec, store, runner,
+                        lambda done, failed, total: held.append(tracemalloc.get_traced_memory()[0]))
+    finally:
+        tracemalloc.stop()
+        runner.close()
+        store.close()
+    assert out.ran == 128 and out.failed == 0
+    assert (max(held) - held[2]) / out.ran < 2000
+    monkeypatch.setattr(Store, "rows", lambda self: pytest.fail("a resume read rows whole"))
+    again = sweep(spec, tmp_path / "s.db", workers=2)
+    assert (again.ran, again.skipped) == (0, 128)
+
+
 def test_two_sweeps_on_one_store_share_its_points(tmp_path):
     """Two sweeps of one spec into one store (two terminals, a job array) both run the
     first point; the second to store it died on the key's UNIQUE constraint (a traceback,

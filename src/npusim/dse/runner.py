@@ -29,6 +29,7 @@ from ..parallel import cores
 from . import reuse
 from .search import run_search
 from .spec import SweepError, SweepSpec, point_key, total_key
+from .store import point_outcome
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _blas_limits = None  # a pool worker's BLAS thread limit (``_worker_init``)
@@ -189,7 +190,7 @@ class PoolRunner:
                                  f"or out of memory: {cores()} cores' workers share this "
                                  "machine's memory); the points finished are stored: rerun "
                                  "to resume, with --workers 1 if memory is short") from None
-            yield futures[f], result
+            yield futures.pop(f), result  # a finished future holds its result: let it go
 
     def submit(self, fn, *args):
         """``fn(*args)`` on a worker (the pool is forked from the driver as it is now, if
@@ -276,19 +277,23 @@ class DaskRunner:
     def map(self, tasks: list[Task]) -> Iterator[tuple[int, dict]]:
         from distributed import as_completed as dask_completed
 
-        futures = [self.client.submit(run_task, t, pure=False) for t in tasks]
-        index = {f.key: i for i, f in enumerate(futures)}
+        live = {}  # key -> (index, future) of the points not yet read: a future the client
+        for i, task in enumerate(tasks):  # holds keeps its result in the cluster's memory
+            f = self.client.submit(run_task, task, pure=False)
+            live[f.key] = (i, f)
         try:
-            for f in dask_completed(futures):
+            for f in dask_completed([f for _, f in live.values()]):
                 try:
                     result = f.result()
                 except Exception as e:  # noqa: BLE001  (run_task itself never raises)
                     raise SweepError(f"the Dask cluster lost a point ({type(e).__name__}: "
                                      f"{_line(str(e))}); the points finished are stored: rerun "
                                      "to resume") from None
-                yield index[f.key], result
+                i, _ = live.pop(f.key)
+                f.release()
+                yield i, result
         finally:
-            self.client.cancel(futures)
+            self.client.cancel([f for _, f in live.values()])
 
     def close(self) -> None:
         self.client.close()
@@ -334,7 +339,8 @@ def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) 
     """Run ``spec``'s search into ``store`` (``store.Store``) on ``runner``; points already in
     the store are not run again, but for those whose run crashed (status ``error``: out of
     memory, a worker's fault), which a resume runs again. Each point is stored as it
-    finishes, so an interrupted sweep keeps everything finished."""
+    finishes, so an interrupted sweep keeps everything finished; the driver keeps of each
+    only its outcome (``store.point_outcome``: status and objectives), not its stats."""
     outcome = SweepOutcome()
     done = {key: row for key, row in store.done().items()  # a crashed point runs again
             if row["status"] != "error"}
@@ -353,7 +359,7 @@ def run_sweep(spec: SweepSpec, store, runner, progress: Progress | None = None) 
         for i, result in runner.map(tasks):
             result = finish(spec, result)
             store.add(todo[keys[i]], result)
-            done[keys[i]] = result
+            done[keys[i]] = point_outcome(result["status"], result.get("objectives"))
             outcome.ran += 1
             outcome.failed += result["status"] != "ok"
             if progress:

@@ -96,8 +96,22 @@ class Store:
         return dict(self.db.execute("SELECT key, value FROM meta"))
 
     def done(self) -> dict[str, dict]:
-        """Stored points by key."""
-        return {r["key"]: r for r in self.rows()}
+        """Each stored point's outcome by key: its ``status`` and ``objectives``, all that a
+        search reads (not its totals and layers, tens of KB a point: a driver resuming a
+        large sweep would hold them all)."""
+        out = {}
+        for key, seq, status, objectives in self.db.execute(
+                "SELECT key, seq, status, objectives FROM points ORDER BY seq"):
+            try:
+                objectives = json.loads(objectives) if objectives is not None else None
+            except (json.JSONDecodeError, TypeError) as e:
+                raise SweepError(f"{self.path}: row {seq} is damaged (objectives: {e}); move "
+                                 "the store away and rerun to start a new one") from None
+            if status == "ok" and not isinstance(objectives, dict):
+                raise SweepError(f"{self.path}: row {seq} is damaged (an ok point without its "
+                                 "objectives); move the store away and rerun to start a new one")
+            out[key] = point_outcome(status, objectives)
+        return out
 
     def add(self, point: dict, result: dict) -> None:
         """Store one finished point in its own transaction, numbered next (one statement:
@@ -174,6 +188,11 @@ def _shown(value) -> str:
         return "none"
     text = json.dumps(value)
     return text if len(text) <= SHOWN else f"{text[:SHOWN - 3]}..."
+
+
+def point_outcome(status: str, objectives: dict | None) -> dict:
+    """What a search keeps of a point: its status and objective values."""
+    return {"status": status, "objectives": objectives}
 
 
 def _json(value) -> str | None:
