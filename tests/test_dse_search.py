@@ -184,3 +184,25 @@ def test_pareto_plot_axes_name_their_units(tmp_path, monkeypatch):
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("area (mm^2; minimise)", "energy (pJ; minimise)")
     assert axis_label("utilisation") == "utilisation (0..1; maximise)"
     assert axis_label("dram_ifmap_bytes") == "dram_ifmap_bytes (bytes; minimise)"
+
+
+@pytest.mark.parametrize("strategy", ["grid", "random"])
+def test_grid_and_random_points_come_in_batches(strategy, tmp_path, monkeypatch):
+    """A large grid is handed to the runner a batch at a time (its points and tasks were all
+    built at once: a 1,000,000-point grid held them all in the driver); every point is
+    asked once, in the strategy's order, and the sweep stores each."""
+    from dse_helpers import SMALL
+
+    import npusim.dse.search as search
+
+    monkeypatch.setattr(search, "BATCH", 4)
+    text = SMALL + ('[search]\nstrategy = "random"\nbudget = 7\n' if strategy == "random"
+                    else "")
+    spec = load_spec(write_spec(tmp_path, text))
+    asked: list[list[dict]] = []
+    run_search(spec, lambda points: asked.append(points) or [None] * len(points))
+    want = list(grid(spec)) if strategy == "grid" else search.random_points(spec)
+    assert [len(b) for b in asked] == ([4, 4, 1] if strategy == "grid" else [4, 3])
+    assert [p for b in asked for p in b] == want
+    out = sweep(spec, tmp_path / "s.db", workers=1)
+    assert out.ran == len(want) == len(Store.read(tmp_path / "s.db").rows())

@@ -4,11 +4,13 @@ A point is a dict of one value per dimension (the arch parameters, ``model``, ``
 Every strategy is driven the same way: ``run_search(spec, evaluate)`` hands ``evaluate`` a
 batch of points and gets back, in the same order, each point's objective values (a tuple,
 minimised or maximised as ``spec.sense``) or None for a point without them (infeasible,
-failed). The grid and random search are one batch; NSGA-II asks one generation at a time.
+failed). The grid and random search come in batches of ``BATCH`` points, so that a large
+grid's points and tasks are never all held at once; NSGA-II asks one generation at a time.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable, Iterator
 
@@ -20,6 +22,7 @@ MAX_TRIALS_PER_POINT = 20  # NSGA-II trials per budgeted point before it stops a
 MUTATION_PROB = 0.2
 
 Evaluate = Callable[[list[dict]], list[tuple | None]]
+BATCH = 4096  # grid or random points handed to ``evaluate`` at once
 
 
 def point_at(spec: SweepSpec, index: int) -> dict:
@@ -50,11 +53,14 @@ def run_search(spec: SweepSpec, evaluate: Evaluate) -> None:
     NSGA-II budget of the whole grid (or more) runs the grid."""
     strategy = spec.search.strategy
     if strategy == "grid" or spec.points_planned == spec.grid_size:  # a budget of the whole grid
-        evaluate(list(grid(spec)))
+        points = grid(spec)
     elif strategy == "random":
-        evaluate(random_points(spec))
+        points = iter(random_points(spec))
     else:
         nsga2(spec, evaluate)
+        return
+    while batch := list(itertools.islice(points, BATCH)):
+        evaluate(batch)
 
 
 def nsga2(spec: SweepSpec, evaluate: Evaluate) -> None:
