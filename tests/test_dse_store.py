@@ -172,6 +172,8 @@ def test_store_of_another_spec_or_version_is_refused(tmp_path):
       'dtype = "int8"'), 'dtype "float32" in the store, "int8" given; objectives '
      '["cycles", "utilisation"] in the store, ["cycles", "energy"] given'),
     (('base = "systolic-32x32-ws"', 'base = "systolic-32x32-os"'), "the base arch differs"),
+    (('"test.csv"', '"Resnet18.csv"'), 'models ["test.csv"] in the store, ["Resnet18.csv"] '
+                                       "given"),
 ])
 def test_another_spec_is_refused_saying_what_changed(tmp_path, change, said):
     """The store keeps its spec's facts: the refusal names each change, as stored and as
