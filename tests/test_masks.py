@@ -126,18 +126,25 @@ def test_masks_through_onnx_equal_onnxruntime(exporter, tmp_path):
 
 @pytest.mark.parametrize("module", [nn.Threshold(0.1, 20.0), nn.Hardshrink(0.5),
                                     nn.Softshrink(0.5)], ids=lambda m: type(m).__name__)
-def test_shrinks_and_threshold_as_the_dynamo_exporter_writes_them(module, tmp_path):
-    """Written as comparisons, Where (and Sign) by the default exporter."""
+def test_shrinks_and_threshold_through_both_importers(module, tmp_path):
+    """From torch: a comparison and a Where (Softshrink: x less x clamped); from the file of
+    the default exporter: its comparisons, Where and Sign. Both against the module in
+    float64."""
     x = masked_input()
+    torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), module).eval()
     path = tmp_path / "m.onnx"
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()), \
             redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=True)
-    out = simulate(from_onnx(path), x).output
     with torch.no_grad():
-        assert rel_err(out, net.double()(t64(x)).numpy()) < 1e-5
+        want = net.double()(t64(x)).numpy()
+    assert rel_err(simulate(from_onnx(path), x).output, want) < 1e-5
+    graph = from_torch(net.float(), x)
+    assert type(graph.nodes[-1].op).__name__ == ("Elementwise" if isinstance(module, nn.Softshrink)
+                                                 else "Where")
+    assert rel_err(simulate(graph, x).output, want) < 1e-5
 
 
 @pytest.mark.parametrize("forward, refused", [

@@ -228,6 +228,35 @@ def where(c, condition, input=None, other=None, *, out=None):
     return op, tuple(v.name for v in given if isinstance(v, Ref))
 
 
+def threshold(c, input, threshold, value, inplace=False):
+    """``nn.Threshold``, ``F.threshold``: x where x > threshold, else ``value`` (a comparison,
+    then a ``Where``)."""
+    x = computed(input)
+    above = c.build.add(f"{c.name}_above", rules.with_constant(
+        "greater", x.shape, np.float32(number(threshold, "threshold"))), (x.name,), x.shape)
+    return ops.Where(b=np.float32(number(value, "value"))), (above, x.name)
+
+
+def hardshrink(c, input, lambd=0.5):
+    """``nn.Hardshrink``, ``F.hardshrink``: x where |x| > lambd, else 0 (a magnitude, a
+    comparison, a ``Where``)."""
+    x = computed(input)
+    size = c.build.add(f"{c.name}_abs", ops.Abs(), (x.name,), x.shape)
+    above = c.build.add(f"{c.name}_above", rules.with_constant(
+        "greater", x.shape, np.float32(number(lambd, "lambd"))), (size,), x.shape)
+    return ops.Where(b=np.float32(0)), (above, x.name)
+
+
+def softshrink(c, input, lambd=0.5):
+    """``nn.Softshrink``, ``F.softshrink``: x - lambd above lambd, x + lambd below -lambd,
+    else 0: x less x clamped to [-lambd, lambd]."""
+    x, bound = computed(input), float(number(lambd, "lambd"))
+    if bound < 0:
+        raise _Refusal(f"lambd={bound}: must be >= 0")
+    inside = c.build.add(f"{c.name}_clamp", ops.Clip(-bound, bound), (x.name,), x.shape)
+    return ops.Elementwise("sub"), (x.name, inside)
+
+
 def masked_fill(c, input, mask, value):
     """``x.masked_fill(mask, value)``: ``value`` where the mask holds, else x (a ``Where``);
     a mask that is a constant (a buffer, as Swin's attention mask) is held in the op."""
