@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import __version__
@@ -22,6 +23,7 @@ SCHEMA = 1
 STATUSES = ("ok", "infeasible", "error")
 COLUMNS = ("key", "seq", "params", "model", "density", "version", "status", "reason",
            "totals", "objectives", "layers", "seconds")
+JSON_COLUMNS = frozenset({"params", "density", "totals", "objectives", "layers"})
 _CREATE = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS points (
@@ -99,19 +101,8 @@ class Store:
         """Each stored point's outcome by key: its ``status`` and ``objectives``, all that a
         search reads (not its totals and layers, tens of KB a point: a driver resuming a
         large sweep would hold them all)."""
-        out = {}
-        for key, seq, status, objectives in self.db.execute(
-                "SELECT key, seq, status, objectives FROM points ORDER BY seq"):
-            try:
-                objectives = json.loads(objectives) if objectives is not None else None
-            except (json.JSONDecodeError, TypeError) as e:
-                raise SweepError(f"{self.path}: row {seq} is damaged (objectives: {e}); move "
-                                 "the store away and rerun to start a new one") from None
-            if status == "ok" and not isinstance(objectives, dict):
-                raise SweepError(f"{self.path}: row {seq} is damaged (an ok point without its "
-                                 "objectives); move the store away and rerun to start a new one")
-            out[key] = point_outcome(status, objectives)
-        return out
+        return {row["key"]: point_outcome(row["status"], row["objectives"])
+                for row in self._decoded(("key", "seq", "status", "objectives"))}
 
     def add(self, point: dict, result: dict) -> None:
         """Store one finished point in its own transaction, numbered next (one statement:
@@ -133,26 +124,30 @@ class Store:
                             "WHERE points.status = 'error'", row)
 
     def rows(self) -> list[dict]:
-        """Every stored point in the order stored, JSON columns decoded; a row whose JSON
-        does not decode, or an ok row without its totals, is refused naming the store and
-        the row (its file was damaged)."""
-        cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY seq")
-        out = []
-        for values in cur:
-            row = dict(zip(COLUMNS, values, strict=True))
-            try:
-                for k in ("params", "density", "totals", "objectives", "layers"):
+        """Every stored point in the order stored, JSON columns decoded (``_decoded``)."""
+        return list(self._decoded(COLUMNS))
+
+    def _decoded(self, columns) -> Iterator[dict]:
+        """The stored points in the order stored, ``columns`` of each (``seq`` and ``status``
+        among them), the JSON ones decoded; a row whose JSON does not decode, or an ok row
+        without its totals or objectives (those read), is refused naming the store and the
+        row (its file was damaged)."""
+        for values in self.db.execute(f"SELECT {', '.join(columns)} FROM points ORDER BY seq"):
+            row = dict(zip(columns, values, strict=True))
+            for k in JSON_COLUMNS & row.keys():
+                try:
                     row[k] = json.loads(row[k]) if row[k] is not None else None
-            except (json.JSONDecodeError, TypeError) as e:
-                raise SweepError(f"{self.path}: row {row['seq']} is damaged ({k}: {e}); move "
-                                 "the store away and rerun to start a new one") from None
-            if row["status"] == "ok" and not (isinstance(row["totals"], dict)
-                                              and isinstance(row["objectives"], dict)):
-                raise SweepError(f"{self.path}: row {row['seq']} is damaged (an ok point "
-                                 "without its totals); move the store away and rerun to start "
-                                 "a new one")
-            out.append(row)
-        return out
+                except (json.JSONDecodeError, TypeError) as e:
+                    raise self._damaged(row["seq"], f"{k}: {e}") from None
+            lacking = [k for k in ("totals", "objectives") if k in row
+                       and not isinstance(row[k], dict)]
+            if row["status"] == "ok" and lacking:
+                raise self._damaged(row["seq"], f"an ok point without its {lacking[0]}")
+            yield row
+
+    def _damaged(self, seq: int, why: str) -> SweepError:
+        return SweepError(f"{self.path}: row {seq} is damaged ({why}); move the store away and "
+                          "rerun to start a new one")
 
     def close(self) -> None:
         self.db.close()

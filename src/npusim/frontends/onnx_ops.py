@@ -162,8 +162,7 @@ def _global_max_pool(c: OnnxNode) -> ops.Op:
 _ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
           "Pow": "pow", "Greater": "greater", "Less": "less", "GreaterOrEqual": "greater_equal",
           "LessOrEqual": "less_equal", "Equal": "equal",
-          # of two masks (1.0 / 0.0: a comparison's bool result as the IR carries it)
-          "And": "mul", "Or": "max", "Xor": "not_equal"}
+          **{op: rules.LOGICAL[op.lower()] for op in ("And", "Or", "Xor")}}
 
 
 def _arith(c: OnnxNode) -> ops.Op:
@@ -441,7 +440,7 @@ def _cast(c: OnnxNode):
     to any other type it would round or truncate them."""
     to = c.attr("to")
     if to == BOOL:
-        return rules.with_constant("not_equal", c.in_shape(0), np.float32(0))
+        return rules.nonzero(c.in_shape(0))
     if to not in FLOAT_TYPES:
         raise _Refusal(f"to={onnx_file.element_type(to)}: the IR computes in float32; a cast "
                        "of a computed tensor to FLOAT or DOUBLE passes on its values, to BOOL "
@@ -566,8 +565,7 @@ CONVERTERS = {
     "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
     "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),
     "Sqrt": (lambda c: ops.Sqrt(), 1), "Sign": (lambda c: ops.Sign(), 1),
-    "Not": (lambda c: rules.with_constant("sub", c.in_shape(0), np.float32(1),
-                                          const_first=True), 1),
+    "Not": (lambda c: rules.logical_not(c.in_shape(0)), 1),
     "Where": (_where, None),
     "Reciprocal": (lambda c: rules.with_constant("div", c.in_shape(0), np.float32(1),
                                                  const_first=True), 1),

@@ -263,19 +263,20 @@ def masked_fill(c, input, mask, value):
     return where(c, mask, value, input)
 
 
-def logical(kind: str):
-    """``torch.logical_and`` / ``_or`` / ``_xor`` and ``&``, ``|``, ``^`` of two masks (a
-    comparison's bool results, 1.0 and 0.0 in the IR): a product, a maximum, an inequality."""
+def logical(op: str):
+    """``torch.logical_and`` / ``_or`` / ``_xor`` and ``&``, ``|``, ``^`` (``op``: and, or,
+    xor) of two masks (a comparison's bool results, 1.0 and 0.0 in the IR):
+    ``lowering.LOGICAL``."""
     def convert(c, input, other, *, out=None):
         for value in (input, other):
             mask(value)
-        return rules.binary(kind, [input.shape, other.shape])
+        return rules.binary(rules.LOGICAL[op], [input.shape, other.shape])
     return convert
 
 
 def logical_not(c, input, *, out=None):
     """``torch.logical_not``, ``~mask`` of a mask: 1 - it."""
-    return rules.with_constant("sub", mask(input).shape, np.float32(1), const_first=True)
+    return rules.logical_not(mask(input).shape)
 
 
 def mask(x) -> Ref:

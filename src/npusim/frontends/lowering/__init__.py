@@ -21,11 +21,14 @@ from ... import ops
 from ...errors import LayerError, ModelError
 from ...ir import Graph, Node, fold_batchnorm
 from .elementwise import (
+    LOGICAL,
     SELU_ALPHA,
     SELU_SCALE,
     binary,
     channel_values,
     clip,
+    logical_not,
+    nonzero,
     per_channel,
     selu,
     with_constant,
@@ -59,14 +62,15 @@ from .shape import (
     transpose,
 )
 
-__all__ = ["Lowering", "NO_PAD", "Pending", "Refusal", "SELU_ALPHA", "SELU_SCALE", "avg_pool",
+__all__ = ["LOGICAL", "Lowering", "NO_PAD", "Pending", "Refusal", "SELU_ALPHA", "SELU_SCALE",
+           "avg_pool",
            "batch_norm", "binary",
            "broadcast_to",
            "cancel_transposes", "channel_shuffle", "channel_values", "clip", "concat", "conv",
            "depth_to_space",
            "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "index", "layer_norm",
-           "max_pool",
+           "logical_not", "max_pool", "nonzero",
            "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "selu",
            "softmax",
            "space_to_depth", "split", "swap_axes", "tile", "transpose", "transposed_padding",

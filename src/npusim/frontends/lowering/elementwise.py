@@ -1,5 +1,6 @@
 """Elementwise rules: clamps as ReLU/ReLU6/Clip, constants as per-channel affines (foldable
-into the conv before them) or broadcasting ``Elementwise`` ops, two computed operands."""
+into the conv before them) or broadcasting ``Elementwise`` ops, two computed operands, and the
+logical ops of masks (a comparison's bool result, 1.0 and 0.0 in the IR) as arithmetic."""
 
 from __future__ import annotations
 
@@ -64,6 +65,20 @@ def with_constant(kind: str, x_shape, const, const_first: bool = False) -> ops.O
         scale = flat if kind == "mul" else (1 / flat.astype(np.float64)).astype(np.float32)
         return ops.BatchNorm(scale, np.zeros_like(flat))
     return ops.Elementwise(kind, c, const_first)
+
+
+# the ``Elementwise`` kind of a logical op of two masks: and, or, xor of 1.0 / 0.0 values
+LOGICAL = {"and": "mul", "or": "max", "xor": "not_equal"}
+
+
+def logical_not(x_shape) -> ops.Op:
+    """``not`` of a mask: 1 - it."""
+    return with_constant("sub", x_shape, np.float32(1), const_first=True)
+
+
+def nonzero(x_shape) -> ops.Op:
+    """``x != 0`` as a mask (a cast to bool; a mask stays itself)."""
+    return with_constant("not_equal", x_shape, np.float32(0))
 
 
 def binary(kind: str, shapes) -> ops.Op:
