@@ -58,7 +58,7 @@ def test_the_driver_holds_no_points_stats_while_a_sweep_runs(tmp_path, monkeypat
     was held by the driver until the sweep ended, in the pool's finished futures and in what
     the search keeps, and a resume read every stored row whole: 100,000 points needed some
     9 GB. The driver's Python memory, traced while 128 points run on the pool of 2 workers,
-    now grows by less than 2 KB a point, and a resume reads no row's stats."""
+    ends less than 2 KB a point above where it was early, and a resume reads no row's stats."""
     import tracemalloc
 
     from npusim.dse.runner import PoolRunner, check_workloads, run_sweep
@@ -78,7 +78,9 @@ def test_the_driver_holds_no_points_stats_while_a_sweep_runs(tmp_path, monkeypat
         runner.close()
         store.close()
     assert out.ran == 128 and out.failed == 0
-    assert (max(held) - held[2]) / out.ran < 2000
+    # The least of the last 16 samples: a result that arrived while the driver was busy is
+    # held until it is read, and on a loaded machine several are at once (a transient peak).
+    assert (min(held[-16:]) - held[2]) / out.ran < 2000
     monkeypatch.setattr(Store, "rows", lambda self: pytest.fail("a resume read rows whole"))
     again = sweep(spec, tmp_path / "s.db", workers=2)
     assert (again.ran, again.skipped) == (0, 128)
