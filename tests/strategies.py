@@ -1,4 +1,5 @@
-"""Hypothesis strategies shared by the tests: random valid ConvLayers and their tensors."""
+"""Hypothesis strategies shared by the tests: random valid ConvLayers and their tensors; and
+the tests' shared inputs and exports (a photo, an ONNX file as torch's exporters write it)."""
 
 import numpy as np
 from hypothesis import strategies as st
@@ -69,3 +70,20 @@ def photo(shape) -> np.ndarray:
     rgb = images.load_image("chelsea", (h, w))
     channels = [rgb[i % 3] if (i // 3) % 2 == 0 else rgb[i % 3, :, ::-1] for i in range(c)]
     return np.repeat(np.stack(channels)[None], n, axis=0).astype(np.float32)
+
+
+def export_onnx(net, x: np.ndarray, path, exporter: str = "dynamo"):
+    """``net`` on ``x`` as ONNX at ``path`` by torch's dynamo exporter (its default) or its
+    TorchScript one (opset 17), the exporters' warnings and prints kept out of the output."""
+    import io
+    import warnings
+    from contextlib import redirect_stderr, redirect_stdout
+
+    import torch
+
+    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), \
+            redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=exporter == "dynamo",
+                          **({} if exporter == "dynamo" else {"opset_version": 17}))
+    return path

@@ -4,9 +4,6 @@
 (against onnxruntime); a mask read where torch's bool arithmetic differs from the floats'
 is refused, naming it."""
 
-import io
-import warnings
-from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
@@ -14,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
-from strategies import photo, rel_err  # noqa: E402
+from strategies import export_onnx, photo, rel_err  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -110,13 +107,7 @@ def test_masks_through_from_torch_equal_the_module_in_float64():
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_masks_through_onnx_equal_onnxruntime(exporter, tmp_path):
     x = masked_input()
-    path = tmp_path / "masked.onnx"
-    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), \
-            redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Masked().eval(), (torch.from_numpy(x),), str(path),
-                          dynamo=exporter == "dynamo",
-                          **({} if exporter == "dynamo" else {"opset_version": 17}))
+    path = export_onnx(Masked().eval(), x, tmp_path / "masked.onnx", exporter)
     graph = from_onnx(path)
     assert {"Where", "Sign"} <= {type(n.op).__name__ for n in graph.nodes}
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -133,11 +124,7 @@ def test_shrinks_and_threshold_through_both_importers(module, tmp_path):
     x = masked_input()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), module).eval()
-    path = tmp_path / "m.onnx"
-    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), \
-            redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=True)
+    path = export_onnx(net, x, tmp_path / "m.onnx")
     with torch.no_grad():
         want = net.double()(t64(x)).numpy()
     assert rel_err(simulate(from_onnx(path), x).output, want) < 1e-5

@@ -680,10 +680,6 @@ def refusal_cases():
         ([node("Conv", ["x", "x"])], {}, r"input 'x' is computed from the graph input"),
         ([node("Concat", ["x", "c"], axis=1)], {"c": weights(1, 1, 12, 11)},
          r"concatenates a constant"),
-        ([node("Slice", ["x", "lo", "hi", "axes", "steps"])],
-         {"lo": np.array([5], np.int64), "hi": np.array([0], np.int64),
-          "axes": np.array([2], np.int64), "steps": np.array([-1], np.int64)},
-         r"step -1 on axis 2: the IR slices with step >= 1"),
         ([node("Reshape", ["x", "s"])], {"s": np.array([-1], np.int64)},
          r"reshapes \(1, 3, 12, 11\) to \(396,\): the IR keeps the batch axis first"),
         ([node("Dropout", ["x", "ratio", "train"])],
@@ -774,7 +770,7 @@ def test_refusal_groups_by_op_type_with_counts_and_three_names(tmp_path):
         "parameters: Softmax x1 (node 'softmax_y': softmax over the batch axis) "
         "(fallback=True, --fallback: compute them in the source framework). Supported: Abs, "
         "Add, ")
-    assert "\n" not in text and len(text) < 1100  # most of it the 72 supported types
+    assert "\n" not in text and len(text) < 1200  # most of it the 86 supported types
 
 
 def test_element_types_are_named(tmp_path):

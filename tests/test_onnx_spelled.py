@@ -4,9 +4,6 @@ they compute. Exported files are judged by onnxruntime and by the exported modul
 float64; decompositions written by hand that differ from the patterns stay refused, naming
 their nodes."""
 
-import io
-import warnings
-from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from strategies import export_onnx as export  # noqa: E402
 from strategies import photo, rel_err  # noqa: E402
 
 from npusim import simulate  # noqa: E402
@@ -23,19 +21,6 @@ from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 
 nn = torch.nn
 FLOAT = TensorProto.FLOAT
-
-
-def export(net, x: np.ndarray, path, exporter: str):
-    """``net`` as ONNX by torch's dynamo exporter (the default) or its TorchScript one."""
-    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), \
-            redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=True)
-        else:
-            torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=False,
-                              opset_version=17)
-    return path
 
 
 def onnxruntime_output(path, x):

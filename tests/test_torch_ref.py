@@ -52,6 +52,10 @@ def every_op_graph():
     t = g.log(g.exp(g.abs(t, name="abs"), name="exp"), name="log")
     t = g.gelu(g.gelu(g.erf(t, name="erf"), name="gelu"), approximate="tanh", name="gelu_t")
     t = g.clip(t, -0.5, 0.3, name="clip")
+    g.elu(t, 1.5, input_scale=1 / 1.5, name="celu")
+    for mode in ("floor", "ceil", "nearest", "trunc"):
+        g.round(g.elementwise(t, kind="mul", const=np.float32(5.0), name=f"times5_{mode}"),
+                mode=mode, name=f"round_{mode}")
     g.localresponsenorm(t, size=4, alpha=0.05, beta=0.75, k=1.5, front=1, name="lrn")
     g.fakequant(t, scale=np.float32([0.01, 0.02, 0.005, 0.03, 0.01, 0.04]),
                 zero_point=np.int8([0, 3, -7, 0, 1, 0]), name="fake_quant")
@@ -69,6 +73,8 @@ def every_op_graph():
                     name="to_nchw")
     q = g.slice(g.groupnorm(q, groups=2, weight=w(6) + 1, bias=w(6), name="gn"), axis=1,
                 start=1, stop=5, step=2, name="slice")
+    g.slice(g.slice(q, axis=3, start=-1, stop=None, step=-1, name="flip_w"), axis=2, start=3,
+            stop=0, step=-2, name="back_h")
     q = g.sqrt(g.elementwise(g.elementwise(q, kind="pow", const=np.float32(2), name="square"),
                              kind="add", const=np.float32(1), name="plus1"), name="sqrt")
     q = g.pad(g.pad(q, padding=(1, 0, 1, 0), mode="reflect", name="pad_reflect"),

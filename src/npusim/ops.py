@@ -663,15 +663,20 @@ class Mish(Op):
 
 @dataclass(frozen=True)
 class Elu(Op):
-    """``x`` where x > 0, else ``alpha (exp(x) - 1)``: a compare and select, exp, a subtract,
-    a multiply."""
+    """``x`` where x > 0, else ``alpha (exp(x * input_scale) - 1)``: a compare and select,
+    exp, a subtract, a multiply (and a multiply more when ``input_scale`` is not 1). CELU
+    of ``alpha`` is the ``input_scale`` 1 / alpha (PyTorch computes both as its ``elu``)."""
 
     alpha: float = 1.0
-    ops_per_element = 4
+    input_scale: float = 1.0
+
+    @property
+    def ops_per_element(self) -> int:
+        return 4 if self.input_scale == 1.0 else 5
 
     def __call__(self, x):
-        negative = self.alpha * np.expm1(np.minimum(np.asarray(x, np.float64), 0.0))
-        return np.where(x > 0, x, negative).astype(x.dtype, copy=False)
+        scaled = np.minimum(np.asarray(x, np.float64), 0.0) * self.input_scale
+        return np.where(x > 0, x, self.alpha * np.expm1(scaled)).astype(x.dtype, copy=False)
 
 
 @dataclass(frozen=True)
@@ -908,6 +913,24 @@ class Where(Op):
         return np.where(np.asarray(cond) != 0, a, b).astype(np.float32, copy=False)
 
 
+ROUNDINGS = {"floor": np.floor, "ceil": np.ceil, "nearest": np.rint, "trunc": np.trunc}
+
+
+@dataclass(frozen=True)
+class Round(Op):
+    """``x`` to an integer value: down (``floor``), up (``ceil``), to the nearest with ties to
+    even (``nearest``: ONNX ``Round``, ``torch.round``) or toward zero (``trunc``). One op."""
+
+    mode: str = "nearest"
+
+    def __post_init__(self):
+        if self.mode not in ROUNDINGS:
+            raise LayerError(f"Round mode {self.mode!r}: one of {', '.join(ROUNDINGS)}")
+
+    def __call__(self, x):
+        return ROUNDINGS[self.mode](x)
+
+
 @dataclass(frozen=True)
 class Sign(Op):
     """-1, 0 or 1 by the sign of x (0 at zero): one op."""
@@ -1071,8 +1094,9 @@ class GatherND(Op):
 
 @dataclass(frozen=True)
 class Slice(Op):
-    """``x[start:stop:step]`` along ``axis`` (Python slice rules, step >= 1); Split and chunk
-    are one Slice per part. A data move: one op per output element."""
+    """``x[start:stop:step]`` along ``axis`` (Python slice rules; a negative step walks back,
+    ``step`` -1 over the whole axis is a flip); Split and chunk are one Slice per part. A data
+    move: one op per output element."""
 
     axis: int = 1
     start: int = 0
@@ -1080,14 +1104,16 @@ class Slice(Op):
     step: int = 1
 
     def _slice(self, size: int) -> slice:
-        return slice(*slice(self.start, self.stop, self.step).indices(size))
+        """The slice in non-negative bounds (a stop of None: past the start of the axis)."""
+        start, stop, step = slice(self.start, self.stop, self.step).indices(size)
+        return slice(start, None if stop < 0 else stop, step)
 
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Slice")
         shape = in_shapes[0]
         axis = _axes(self.axis, len(shape), name, "Slice")[0]
-        if self.step < 1:
-            raise LayerError(f"{name}: Slice step {self.step}: must be >= 1")
+        if self.step == 0:
+            raise LayerError(f"{name}: Slice step 0: must be non-zero")
         size = len(range(*self._slice(shape[axis]).indices(shape[axis])))
         if size < 1:
             raise LayerError(f"{name}: Slice {self.start}:{self.stop}:{self.step} of axis {axis} "
@@ -1305,7 +1331,7 @@ OPS: dict[str, type] = {
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
     "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs, "gelu": Gelu,
     "clip": Clip, "fakequant": FakeQuant,
-    "elementwise": Elementwise, "where": Where, "sign": Sign, "matmul": MatMul,
+    "elementwise": Elementwise, "where": Where, "sign": Sign, "round": Round, "matmul": MatMul,
     "reduce": Reduce, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice, "gathernd": GatherND,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,

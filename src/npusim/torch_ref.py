@@ -254,11 +254,13 @@ def _local_response_norm(op: ops.LocalResponseNorm):
     return fn
 
 
-def _slice(op: ops.Slice):
-    def fn(x):
-        axis = op.axis % x.ndim
-        return x[(slice(None),) * axis + (slice(op.start, op.stop, op.step),)]
-    return fn
+def _slice(op: ops.Slice, in_shape):
+    """torch indexes with positive steps only: a negative step selects its indices."""
+    axis = op.axis % len(in_shape)
+    if op.step > 0:
+        return lambda x: x[(slice(None),) * axis + (slice(op.start, op.stop, op.step),)]
+    taken = torch.tensor(range(in_shape[axis])[op.start:op.stop:op.step], dtype=torch.long)
+    return lambda x: x.index_select(axis, taken)
 
 
 def _layer_norm(op: ops.LayerNorm):
@@ -309,6 +311,8 @@ def _module(op, in_shapes, out_shape) -> nn.Module:
         return PRelu(op)
     if isinstance(op, ops.AdaptivePool):
         return Fn(_adaptive_pool(op, in_shapes[0]))
+    if isinstance(op, ops.Slice):
+        return Fn(_slice(op, in_shapes[0]))
     return Fn(_function(op, out_shape))
 
 
@@ -335,7 +339,9 @@ def _function(op, out_shape):
         ops.Exp: lambda: torch.exp,
         ops.Log: lambda: torch.log,
         ops.Abs: lambda: torch.abs,
-        ops.Elu: lambda: (lambda x: F.elu(x, op.alpha)),
+        ops.Elu: lambda: (lambda x: torch.ops.aten.elu(x, op.alpha, 1.0, op.input_scale)),
+        ops.Round: lambda: {"floor": torch.floor, "ceil": torch.ceil, "nearest": torch.round,
+                            "trunc": torch.trunc}[op.mode],
         ops.Tanh: lambda: torch.tanh,
         ops.Erf: lambda: torch.erf,
         ops.Sqrt: lambda: torch.sqrt,
@@ -350,7 +356,6 @@ def _function(op, out_shape):
         ops.Reduce: lambda: _reduce(op),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
-        ops.Slice: lambda: _slice(op),
         ops.GatherND: lambda: _gather_nd(op),
         ops.LayerNorm: lambda: _layer_norm(op),
         ops.GroupNorm: lambda: _group_norm(op),

@@ -299,7 +299,8 @@ def _split(c: OnnxNode) -> list:
 
 
 def _slice(c: OnnxNode):
-    """Slice: a chain of single-axis Slices (step >= 1); a pass-through if it keeps all."""
+    """Slice: a chain of single-axis Slices (a negative step: back along the axis, as
+    PyTorch's exporters write ``flip``); a pass-through if it keeps all."""
     x = c.in_shape(0)
     if c.model.opset < 10:
         starts, ends, axes, steps = c.attr("starts"), c.attr("ends"), c.attr("axes"), None
@@ -565,6 +566,9 @@ CONVERTERS = {
     "HardSigmoid": (lambda c: ops.HardSigmoid(c.attr("alpha", 0.2), c.attr("beta", 0.5)), 1),
     "HardSwish": (lambda c: ops.HardSwish(), 1), "Erf": (lambda c: ops.Erf(), 1),
     "Sqrt": (lambda c: ops.Sqrt(), 1), "Sign": (lambda c: ops.Sign(), 1),
+    "Floor": (lambda c: ops.Round("floor"), 1), "Ceil": (lambda c: ops.Round("ceil"), 1),
+    "Round": (lambda c: ops.Round("nearest"), 1),
+    "Celu": (lambda c: rules.celu(c.attr("alpha", 1.0)), 1),
     "Not": (lambda c: rules.logical_not(c.in_shape(0)), 1),
     "Where": (_where, None),
     "Reciprocal": (lambda c: rules.with_constant("div", c.in_shape(0), np.float32(1),

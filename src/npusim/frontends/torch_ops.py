@@ -373,6 +373,22 @@ def elu(c, input, alpha=1.0, inplace=False):
     return ops.Elu(number(alpha, "alpha"))
 
 
+def celu(c, input, alpha=1.0, inplace=False):
+    """``F.celu`` / ``nn.CELU`` / ``torch.celu``: ``rules.celu``."""
+    computed(input)
+    return rules.celu(number(alpha, "alpha"))
+
+
+def rounding(mode: str):
+    """The converter of ``torch.floor`` / ``ceil`` / ``trunc`` / ``fix`` / ``round`` (and
+    ``round``'s ``decimals``): ``rules.rounding``."""
+    def convert(c, input, *, decimals=0):
+        x = computed(input)
+        steps = rules.rounding(mode, int(number(decimals, "decimals")), x.shape)
+        return steps[0] if len(steps) == 1 else c.build.steps(c.name, steps, x.name)
+    return convert
+
+
 def selu(c, input, inplace=False):
     """``F.selu`` / ``nn.SELU``: ``rules.selu`` at PyTorch's constants."""
     x = computed(input)

@@ -265,7 +265,7 @@ def pad(c, input, pad, mode="constant", value=None):
 
 
 def getitem(c, input, index):
-    """A part of chunk / split; ``x[...]`` of start:stop:step slices (step >= 1), integers
+    """A part of chunk / split; ``x[...]`` of start:stop:step slices, integers
     (their axis dropped), None (a new axis) and one ``...``: ``rules.index``, a Slice per
     axis it cuts (chained) and a Reshape when the rank changes; a pass-through if it keeps
     the whole tensor."""
@@ -280,6 +280,22 @@ def getitem(c, input, index):
     x = computed(input)
     steps = rules.index(x.shape, index_slices(index, x.shape), c.out_shape)
     return c.build.steps(c.name, steps, x.name) if steps else x
+
+
+def flip(c, input, *dims):
+    """``torch.flip(x, dims)`` / ``x.flip(*dims)``: ``x[..., ::-1, ...]`` on each axis of
+    ``dims`` (``getitem``: a Slice of step -1 an axis)."""
+    x = computed(input)
+    axes = dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
+    parts = [slice(None)] * len(x.shape)
+    for d in axes:
+        parts[int(d) % len(x.shape)] = slice(None, None, -1)
+    return getitem(c, x, tuple(parts))
+
+
+def flip_axis(axis: int):
+    """The converter of ``torch.fliplr`` (axis 1) and ``torch.flipud`` (axis 0)."""
+    return lambda c, input: flip(c, input, [axis])
 
 
 def select(c, input, dim, index):

@@ -18,6 +18,7 @@ from .torch_ops import (
     arith,
     avg_pool2d,
     batch_norm,
+    celu,
     clamp,
     clamp_max,
     clamp_min,
@@ -46,6 +47,7 @@ from .torch_ops import (
     reciprocal,
     relu,
     relu6,
+    rounding,
     rrelu,
     rsqrt,
     selu,
@@ -66,6 +68,8 @@ from .torch_shape_ops import (
     expand,
     extreme,
     extremes,
+    flip,
+    flip_axis,
     getitem,
     interpolate,
     linalg_norm,
@@ -102,6 +106,7 @@ _MODULES = {
     nn.Mish: lambda c, m, x: unary(ops.Mish)(c, x),
     nn.Softplus: lambda c, m, x: softplus(c, x, m.beta, m.threshold),
     nn.ELU: lambda c, m, x: elu(c, x, m.alpha),
+    nn.CELU: lambda c, m, x: celu(c, x, m.alpha),
     nn.SELU: lambda c, m, x: selu(c, x),
     nn.RReLU: lambda c, m, x: rrelu(c, x, m.lower, m.upper, m.training),
     nn.Tanh: lambda c, m, x: unary(ops.Tanh)(c, x),
@@ -212,6 +217,14 @@ _FUNCTIONS = _table(
     (logical("xor"), torch.logical_xor, operator.xor),
     (logical_not, torch.logical_not, operator.invert),
     (unary(ops.Sign), torch.sign),
+    (rounding("floor"), torch.floor),
+    (rounding("ceil"), torch.ceil),
+    (rounding("nearest"), torch.round),
+    (rounding("trunc"), torch.trunc, torch.fix),
+    (celu, F.celu, torch.celu),
+    (flip, torch.flip),
+    (flip_axis(1), torch.fliplr),
+    (flip_axis(0), torch.flipud),
     (arith("min"), torch.minimum),
     (unary(ops.Sigmoid), torch.sigmoid, F.sigmoid),
     (unary(ops.HardSigmoid), F.hardsigmoid),
@@ -266,7 +279,9 @@ _METHODS = {
     "relu": relu, "clamp": clamp, "clip": clamp,
     "clamp_min": clamp_min, "clamp_max": clamp_max, "neg": negate, "pow": arith("pow"),
     "sqrt": unary(ops.Sqrt), "rsqrt": rsqrt, "exp": unary(ops.Exp), "log": unary(ops.Log),
-    "abs": unary(ops.Abs), "sign": unary(ops.Sign),
+    "abs": unary(ops.Abs), "sign": unary(ops.Sign), "floor": rounding("floor"),
+    "ceil": rounding("ceil"), "round": rounding("nearest"), "trunc": rounding("trunc"),
+    "fix": rounding("trunc"), "flip": flip, "fliplr": flip_axis(1), "flipud": flip_axis(0),
     "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
     "le": arith("less_equal"), "eq": arith("equal"), "ne": arith("not_equal"),
     "logical_not": logical_not, "logical_and": logical("and"), "logical_or": logical("or"),
@@ -297,7 +312,8 @@ _METHODS = {
 # calls (``transpose_``, ``squeeze_``), which change a tensor's shape without its data
 IN_PLACE = ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "erf",
             "square", "reciprocal", "clamp", "clip", "clamp_min", "clamp_max", "pow", "selu",
-            "add", "sub", "mul", "div", "hardtanh", "leaky_relu", "elu")
+            "add", "sub", "mul", "div", "hardtanh", "leaky_relu", "elu", "celu", "floor",
+            "ceil", "round", "trunc", "fix")
 
 
 def _add_in_place_forms() -> None:

@@ -25,11 +25,13 @@ from .elementwise import (
     SELU_ALPHA,
     SELU_SCALE,
     binary,
+    celu,
     channel_values,
     clip,
     logical_not,
     nonzero,
     per_channel,
+    rounding,
     selu,
     with_constant,
 )
@@ -64,15 +66,15 @@ from .shape import (
 
 __all__ = ["LOGICAL", "Lowering", "NO_PAD", "Pending", "Refusal", "SELU_ALPHA", "SELU_SCALE",
            "avg_pool",
-           "batch_norm", "binary",
+           "batch_norm", "binary", "celu",
            "broadcast_to",
            "cancel_transposes", "channel_shuffle", "channel_values", "clip", "concat", "conv",
            "depth_to_space",
            "exact_upsample",
            "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "index", "layer_norm",
            "logical_not", "max_pool", "nonzero",
-           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "sampling_weights", "selu",
-           "softmax",
+           "not_absorbed", "pad", "per_channel", "reduce", "reshape", "rounding",
+           "sampling_weights", "selu", "softmax",
            "space_to_depth", "split", "swap_axes", "tile", "transpose", "transposed_padding",
            "upsample_to", "with_constant"]
 

@@ -50,6 +50,28 @@ def selu(x_shape, alpha: float = SELU_ALPHA, scale: float = SELU_SCALE) -> list[
     return [ops.Elu(float(alpha)), with_constant("mul", x_shape, np.float32(scale))]
 
 
+def celu(alpha: float) -> ops.Elu:
+    """CELU: ``x`` where x > 0, else ``alpha (exp(x / alpha) - 1)``, an ELU of input scale
+    1 / alpha (as PyTorch computes it)."""
+    if float(alpha) == 0.0:
+        raise Refusal("alpha=0: CELU divides by alpha")
+    return ops.Elu(float(alpha), 1.0 / float(alpha))
+
+
+def rounding(mode: str, decimals: int = 0, x_shape=None) -> list[ops.Op]:
+    """``floor`` / ``ceil`` / ``round`` / ``trunc`` (``Round`` of that mode); ``round`` to
+    ``decimals`` places as PyTorch does it: times 10**decimals, rounded, divided by it
+    (float32, and the other way round for negative ``decimals``)."""
+    op = ops.Round(mode)
+    if decimals == 0:
+        return [op]
+    if mode != "nearest":
+        raise Refusal(f"decimals={decimals} with {mode}: only round takes decimals")
+    ten = np.float32(10.0 ** abs(decimals))
+    scale, unscale = ("mul", "div") if decimals > 0 else ("div", "mul")
+    return [with_constant(scale, x_shape, ten), op, with_constant(unscale, x_shape, ten)]
+
+
 def with_constant(kind: str, x_shape, const, const_first: bool = False) -> ops.Op:
     """``x <kind> const`` (``const <kind> x`` when ``const_first``): a per-channel affine
     (``BatchNorm``, foldable into the conv before it) for x + c, x - c, x * c, c * x, c + x and

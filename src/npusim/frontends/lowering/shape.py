@@ -56,21 +56,20 @@ def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
 
 
 def index(x_shape, parts, out_shape) -> list[ops.Op]:
-    """``x[parts]`` (one slice an axis, step >= 1), then ``out_shape`` (the source's: an
-    integer index drops its axis, a new axis adds one): a Slice per axis it cuts and a
-    Reshape when the rank changes (``reshape``: the batch axis stays first), none when the
-    tensor is kept as it is (torch's indexing and ``select``, ONNX Slice and Gather)."""
+    """``x[parts]`` (one slice an axis; a negative step walks back: a flip), then
+    ``out_shape`` (the source's: an integer index drops its axis, a new axis adds one): a
+    Slice per axis it cuts and a Reshape when the rank changes (``reshape``: the batch axis
+    stays first), none when the tensor is kept as it is (torch's indexing and ``select``,
+    ONNX Slice and Gather)."""
     cuts, shape = [], list(x_shape)
     for axis, (part, size) in enumerate(zip(parts, x_shape, strict=True)):
         start, stop, step = part.indices(size)
-        if step < 1:
-            raise Refusal(f"step {step} on axis {axis}: the IR slices with step >= 1")
         if (start, stop, step) == (0, size, 1):
             continue
         shape[axis] = len(range(start, stop, step))
         if shape[axis] == 0:
             raise Refusal(f"takes nothing of axis {axis} of {tuple(x_shape)}")
-        cuts.append(ops.Slice(axis, start, stop, step))
+        cuts.append(ops.Slice(axis, start, None if stop < 0 else stop, step))
     if tuple(shape) != tuple(out_shape):
         cuts.append(reshape(tuple(shape), out_shape))
     return cuts
