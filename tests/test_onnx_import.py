@@ -513,7 +513,8 @@ def test_upsample_opset_9(tmp_path):
     ("linear", "asymmetric", r"mode='linear' with coordinate_transformation_mode='asymmetric' "
                              r"and nearest_mode='round_prefer_floor' from \(5, 4\) to \(10, 8\) "
                              r"samples differently from the IR's Upsample"),
-    ("cubic", "half_pixel", r"mode='cubic': the IR resamples 'nearest' or 'linear' only"),
+    ("cubic", "asymmetric", r"mode='cubic' with coordinate_transformation_mode='asymmetric' "
+                            r"and cubic_coeff_a=-0.75 from \(5, 4\) to \(10, 8\)"),
     ("nearest", "tf_crop_and_resize", r"coordinate_transformation_mode='tf_crop_and_resize'"),
 ])
 def test_resize_modes_the_ir_lacks_are_refused(tmp_path, mode, transform, message):

@@ -217,7 +217,8 @@ def test_conv_shape_rule_matches_torch(stride, pad, dil, groups):
     (ops.MaxPool(5), [(1, 2, 3, 3)], r"a: pool window 5x5 does not fit input 3x3"),
     (ops.PRelu(np.ones(3)), [(1, 2, 3, 3)], r"a: PRelu has 3 slopes"),
     (ops.Reshape((7, -1)), [(1, 2, 3, 3)], r"a: cannot reshape \(1, 2, 3, 3\)"),
-    (ops.Upsample(2, "bicubic"), [(1, 2, 3, 3)], r"a: Upsample mode 'bicubic'"),
+    (ops.Upsample(2, "lanczos"), [(1, 2, 3, 3)], r"a: Upsample mode 'lanczos': one of "
+                                                 r"nearest, bilinear, bicubic"),
     (ops.Conv(rand(4, 3, 3, 3)), [(1, 2, 5, 5)], r"a: weight has 3 input channels per group"),
 ])
 def test_shape_errors_name_the_node(op, shapes, match):

@@ -216,8 +216,9 @@ def refusal_cases():
         (Lambda(lambda x: x[:, :, 10:]), x4, r"operator.getitem x1 \(node 'getitem': takes "
                                              r"nothing of axis 2 of \(1, 3, 9, 9\)"),
         (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="circular")), x4, r"mode='circular'"),
-        (Lambda(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic")), x4,
-         r"mode='bicubic': the IR resamples 'nearest', 'bilinear' \(no antialias\) or 'area'"),
+        (Lambda(lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
+         x4, r"mode='bilinear', antialias: the IR resamples 'nearest', 'bilinear', 'bicubic' "
+             r"\(no antialias\) or 'area'"),
         (Lambda(lambda x: torch.softmax(x, 0)), x4, r"softmax over the batch axis"),
         (Lambda(lambda x: torch.add(x, x, alpha=2)), x4, r"alpha=2: only a plain sum"),
         (nn.Sequential(nn.BatchNorm2d(3, track_running_stats=False)), x4,

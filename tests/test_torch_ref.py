@@ -88,6 +88,8 @@ def every_op_graph():
     u = g.upsample(s, 1.5, mode="bilinear", align_corners=False, name="up_bilinear")
     v = g.upsample(s, size=(5, 7), mode="bilinear", align_corners=True, name="up_aligned")
     n = g.upsample(v, 2.5, mode="nearest", name="up_nearest")
+    g.upsample(v, size=(9, 4), mode="bicubic", name="up_bicubic")
+    g.upsample(s, 1.5, mode="bicubic", align_corners=True, name="up_bicubic_aligned")
     m = g.conv(n, w(6, 6, 3, 3), w(6), stride=(2, 3), padding=(1, 0), name="conv_down")
     m = g.adaptiveavgpool(m, (3, 2), name="adaptive_avg")  # 6 x 5 -> 3 x 2: unequal windows
     m = g.adaptivemaxpool(m, (4, 3), name="adaptive_max")  # 3 x 2 -> 4 x 3: repeated ones

@@ -482,9 +482,31 @@ def _bilinear_axis(in_size: int, out_size: int, align_corners: bool, step: float
     return lo, hi, (src - lo).astype(np.float32)
 
 
+CUBIC_A = -0.75  # the cubic convolution's coefficient: PyTorch's, and ONNX Resize's default
+
+
+def _cubic_axis(in_size: int, out_size: int, align_corners: bool, step: float):
+    """Source indices and weights (each 4 x out_size) of 1-D bicubic resampling, PyTorch's:
+    Keys' cubic convolution of ``CUBIC_A`` over the 4 pixels around each source position,
+    half-pixel centres (not clamped at 0) unless ``align_corners``, indices beyond the axis
+    read its edge pixel."""
+    dst = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        src = dst * ((in_size - 1) / (out_size - 1)) if out_size > 1 else np.zeros(out_size)
+    else:
+        src = (dst + 0.5) * step - 0.5
+    left = np.floor(src)
+    t, a = src - left, CUBIC_A
+    taps = np.clip(left.astype(np.int64) + np.arange(-1, 3)[:, None], 0, in_size - 1)
+    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1  # noqa: E731  |d| <= 1
+    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # noqa: E731  1 < |d| < 2
+    return taps, np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)])
+
+
 @dataclass(frozen=True)
 class Upsample(Op):
-    """Resize H, W by an integer-or-float ``scale`` (or to ``size``), nearest or bilinear."""
+    """Resize H, W by an integer-or-float ``scale`` (or to ``size``): ``nearest``,
+    ``bilinear`` or ``bicubic`` (PyTorch's sampling of each)."""
 
     scale: object = 2
     mode: str = "nearest"
@@ -494,9 +516,9 @@ class Upsample(Op):
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Upsample")
         _expect_4d(in_shapes[0], name, "Upsample")
-        if self.mode not in ("nearest", "bilinear"):
-            raise LayerError(f"{name}: Upsample mode {self.mode!r}: must be 'nearest' or "
-                             "'bilinear'")
+        if self.mode not in UPSAMPLE_OPS:
+            raise LayerError(f"{name}: Upsample mode {self.mode!r}: one of "
+                             f"{', '.join(UPSAMPLE_OPS)}")
         n, c, h, w = in_shapes[0]
         if self.size is not None:
             return (n, c, int(self.size[0]), int(self.size[1]))
@@ -505,7 +527,7 @@ class Upsample(Op):
 
     @property
     def ops_per_element(self):
-        return 1 if self.mode == "nearest" else 7  # 4 multiplies + 3 adds per output pixel
+        return UPSAMPLE_OPS[self.mode]
 
     def _steps(self, h, w, p, q):
         """Input pixels per output pixel on each axis: 1/scale, or in/out when sized."""
@@ -522,10 +544,19 @@ class Upsample(Op):
             rows = np.minimum(np.floor(np.arange(p) * step_h).astype(np.int64), h - 1)
             cols = np.minimum(np.floor(np.arange(q) * step_w).astype(np.int64), w - 1)
             return x[:, :, rows][:, :, :, cols]
+        if self.mode == "bicubic":
+            rows, wr = _cubic_axis(h, p, self.align_corners, step_h)
+            cols, wc = _cubic_axis(w, q, self.align_corners, step_w)
+            tall = sum(x[:, :, r] * k[:, None] for r, k in zip(rows, wr, strict=True))
+            return sum(tall[..., c] * k for c, k in zip(cols, wc, strict=True)).astype(x.dtype)
         r0, r1, fr = _bilinear_axis(h, p, self.align_corners, step_h)
         c0, c1, fc = _bilinear_axis(w, q, self.align_corners, step_w)
         top = x[:, :, r0] * (1 - fr)[:, None] + x[:, :, r1] * fr[:, None]
         return (top[..., c0] * (1 - fc) + top[..., c1] * fc).astype(x.dtype)
+
+
+# vector ops per output pixel: a copy; 4 taps (4 multiplies, 3 adds); 16 taps (16, 15)
+UPSAMPLE_OPS = {"nearest": 1, "bilinear": 7, "bicubic": 31}
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ def _upsample(op: ops.Upsample, out_shape):
            else {"scale_factor": op.scale})
     if op.mode == "nearest":
         return lambda x: F.interpolate(x, mode="nearest", **how)
-    return lambda x: F.interpolate(x, mode="bilinear", align_corners=op.align_corners, **how)
+    return lambda x: F.interpolate(x, mode=op.mode, align_corners=op.align_corners, **how)
 
 
 def _reshape(op: ops.Reshape):

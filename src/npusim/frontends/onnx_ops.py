@@ -521,8 +521,8 @@ def _resize(c: OnnxNode) -> ops.Op:
         rounding = c.attr("nearest_mode", "round_prefer_floor")
         _refuse_resize_extras(c)
     mode = {"bilinear": "linear"}.get(mode, mode)
-    if mode not in ("nearest", "linear"):
-        raise _Refusal(f"mode={mode!r}: the IR resamples 'nearest' or 'linear' only")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise _Refusal(f"mode={mode!r}: the IR resamples 'nearest', 'linear' or 'cubic'")
     return _resample(c, mode, transform, rounding, scales)
 
 
@@ -535,21 +535,26 @@ def _refuse_resize_extras(c: OnnxNode) -> None:
         raise _Refusal(f"axes={c.attr('axes')}: give scales or sizes for all 4 axes")
 
 
+IR_RESAMPLING = {"nearest": "nearest", "linear": "bilinear", "cubic": "bicubic"}
+
+
 def _resample(c: OnnxNode, mode: str, transform: str, rounding: str, scales) -> ops.Op:
     x, out = _data_input(c, 4), c.out_shape
     if x[:2] != out[:2]:
         raise _Refusal(f"resizes {x} to {out}: the IR resizes H and W only")
     scales = (out[2] / x[2], out[3] / x[3]) if scales is None or len(scales) == 0 \
         else tuple(float(s) for s in scales[2:])
-    want = [rules.sampling_weights(n, m, s, mode, transform, rounding)
+    cubic_a = c.attr("cubic_coeff_a", ops.CUBIC_A)
+    want = [rules.sampling_weights(n, m, s, mode, transform, rounding, cubic_a)
             for n, m, s in zip(x[2:], out[2:], scales, strict=True)]
-    op = rules.exact_upsample(x[2:], out[2:], "nearest" if mode == "nearest" else "bilinear",
-                              want, scales)
+    op = rules.exact_upsample(x[2:], out[2:], IR_RESAMPLING[mode], want, scales)
     if op is not None:
         return op
+    detail = f"cubic_coeff_a={cubic_a:g}" if mode == "cubic" else f"nearest_mode={rounding!r}"
     raise _Refusal(f"mode={mode!r} with coordinate_transformation_mode={transform!r} and "
-                   f"nearest_mode={rounding!r} from {x[2:]} to {out[2:]} samples differently "
-                   "from the IR's Upsample (nearest: floor(dst * in/out); linear: half-pixel "
+                   f"{detail} from {x[2:]} to {out[2:]} samples differently "
+                   "from the IR's Upsample (nearest: floor(dst * in/out); linear, cubic "
+                   f"({ops.CUBIC_A:g}): half-pixel "
                    "or align_corners)")
 
 

@@ -216,9 +216,9 @@ def interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_co
     (_, _, h, w), (_, _, p, q) = computed(input, 4).shape, c.out_shape
     if mode == "area":  # PyTorch's area resampling is its adaptive average pool
         return adaptive_avg_pool2d(c, input, (p, q))
-    if mode not in ("nearest", "bilinear") or antialias:
+    if mode not in ("nearest", "bilinear", "bicubic") or antialias:
         raise _Refusal(f"mode={mode!r}{', antialias' if antialias else ''}: the IR resamples "
-                       "'nearest', 'bilinear' (no antialias) or 'area'")
+                       "'nearest', 'bilinear', 'bicubic' (no antialias) or 'area'")
     if scale_factor is not None and not recompute_scale_factor:
         op = ops.Upsample(scale_factor, mode, bool(align_corners))  # samples at 1/scale
     else:
@@ -233,9 +233,9 @@ def check_resampling(op: ops.Upsample, hw, torch_fn) -> None:
     x = np.random.default_rng(0).standard_normal((1, 1, *hw)).astype(np.float32)
     want = torch_fn(torch.from_numpy(x)).numpy()
     if not np.allclose(op(x), want, rtol=0, atol=1e-5):
-        raise _Refusal("the IR's Upsample (nearest: floor(dst * step); bilinear: half-pixel or "
-                       "align_corners; step = 1/scale, or in/out for a size) samples this size "
-                       "and scale differently")
+        raise _Refusal("the IR's Upsample (nearest: floor(dst * step); bilinear, bicubic: "
+                       "half-pixel or align_corners; step = 1/scale, or in/out for a size) "
+                       "samples this size and scale differently")
 
 
 def softmax(log: bool = False):

@@ -15,7 +15,7 @@ from .refusal import Refusal
 
 def upsample_to(hw, pq, mode: str, align_corners: bool) -> ops.Upsample:
     """Resampling H x W (``hw``) to ``pq``: by integer factors where they divide, else to
-    the size itself ('nearest' or 'bilinear')."""
+    the size itself ('nearest', 'bilinear' or 'bicubic')."""
     if all(o % i == 0 for i, o in zip(hw, pq, strict=True)):
         return ops.Upsample((pq[0] // hw[0], pq[1] // hw[1]), mode, bool(align_corners))
     return ops.Upsample(1, mode, bool(align_corners), tuple(pq))
@@ -31,11 +31,11 @@ def ir_weights(op: ops.Upsample, n_in: int, n_out: int, scale: float) -> np.ndar
 
 
 def exact_upsample(hw, pq, mode: str, want, scales=None) -> ops.Upsample | None:
-    """The first IR Upsample from ``hw`` to ``pq`` ('nearest'; 'bilinear' half-pixel, then
-    align_corners) whose sampling weights are ``want`` (one n_out x n_in matrix per axis),
-    or None if none is: by integer factors or to the size (``upsample_to``), else by the
-    source's own ``scales`` (per axis; a scale such as 1.5 samples at 1/1.5 input pixels a
-    step, where the size 16 of 11 samples at 11/16)."""
+    """The first IR Upsample from ``hw`` to ``pq`` ('nearest'; 'bilinear' or 'bicubic'
+    half-pixel, then align_corners) whose sampling weights are ``want`` (one n_out x n_in
+    matrix per axis), or None if none is: by integer factors or to the size
+    (``upsample_to``), else by the source's own ``scales`` (per axis; a scale such as 1.5
+    samples at 1/1.5 input pixels a step, where the size 16 of 11 samples at 11/16)."""
     by_scale = scales is not None and all(
         s > 0 and int(np.floor(n * s)) == m for n, m, s in zip(hw, pq, scales, strict=True))
     for align in (False,) if mode == "nearest" else (False, True):
@@ -69,9 +69,12 @@ ROUNDINGS = {
 
 
 def sampling_weights(n_in: int, n_out: int, scale: float, mode: str, transform: str,
-                     rounding: str) -> np.ndarray:
-    """Sampling weights along one axis (n_out x n_in) of ``mode`` 'nearest' or 'linear' with
-    a coordinate ``transform`` and nearest ``rounding`` of ``TRANSFORMS``, ``ROUNDINGS``."""
+                     rounding: str, cubic_a: float = ops.CUBIC_A) -> np.ndarray:
+    """Sampling weights along one axis (n_out x n_in) of ``mode`` 'nearest', 'linear' or
+    'cubic' with a coordinate ``transform`` and nearest ``rounding`` of ``TRANSFORMS``,
+    ``ROUNDINGS``; 'cubic' is the cubic convolution of ``cubic_a`` over the 4 pixels around
+    each source position, a pixel beyond the axis read as its edge (ONNX Resize's
+    ``exclude_outside`` 0)."""
     if transform not in TRANSFORMS or rounding not in ROUNDINGS:
         raise Refusal(f"coordinate_transformation_mode={transform!r}, nearest_mode={rounding!r}:"
                       f" supported are {', '.join(TRANSFORMS)} and {', '.join(ROUNDINGS)}")
@@ -79,6 +82,14 @@ def sampling_weights(n_in: int, n_out: int, scale: float, mode: str, transform: 
     rows, weights = np.arange(n_out), np.zeros((n_out, n_in))
     if mode == "nearest":
         weights[rows, np.clip(ROUNDINGS[rounding](src, scale), 0, n_in - 1).astype(int)] = 1
+        return weights
+    if mode == "cubic":
+        left = np.floor(src)
+        for k in range(-1, 3):
+            d = np.abs(src - (left + k))  # 0 <= d < 2: the tap's distance
+            kernel = np.where(d <= 1, ((cubic_a + 2) * d - (cubic_a + 3)) * d * d + 1,
+                              ((cubic_a * d - 5 * cubic_a) * d + 8 * cubic_a) * d - 4 * cubic_a)
+            np.add.at(weights, (rows, np.clip(left + k, 0, n_in - 1).astype(int)), kernel)
         return weights
     src = np.clip(src, 0, n_in - 1)
     lo = np.floor(src).astype(int)
