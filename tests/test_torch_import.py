@@ -472,6 +472,22 @@ def test_local_response_norm_and_channel_shuffle_import(module):
     assert "LocalResponseNorm" in op_kinds(graph) or "Transpose" in op_kinds(graph)
 
 
+@pytest.mark.parametrize("pool", [
+    nn.LPPool2d(2, 3, stride=2), nn.LPPool2d(1, (2, 3)), nn.LPPool2d(3.0, 2, ceil_mode=True),
+    Lambda(lambda x: F.lp_pool2d(x, 2.5, (3, 2), stride=(1, 2)))], ids=str)
+def test_power_average_pools_import_as_the_steps_pytorch_takes(pool):
+    """``nn.LPPool2d`` / ``F.lp_pool2d``: x ** p, the window's average times its area, then
+    ** (1 / p) (PyTorch's own definition), against the module in float64."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), pool).eval()
+    x = photo((2, 3, 11, 9))
+    graph = from_torch(net, x)
+    assert "Pool" in op_kinds(graph)
+    with torch.no_grad():
+        want = net.double()(torch.from_numpy(x).double()).numpy()
+    assert rel_err(simulate(graph, x).output, want) < 1e-5
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: x.var(1, keepdim=True) + torch.var(x, 1, True, True),
     lambda x: torch.std(x, (2, 3), keepdim=True, unbiased=False) + x.var(dim=1, correction=0)

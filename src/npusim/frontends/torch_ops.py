@@ -428,6 +428,20 @@ def avg_pool2d(c, input, kernel_size, stride=None, padding=0, ceil_mode=False,
                           pending)
 
 
+def lp_pool2d(c, input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """``F.lp_pool2d`` / ``nn.LPPool2d`` as PyTorch defines it: x ** p, the window's average
+    (no padding) times the window's area, then ** (1 / p)."""
+    x = computed(input, 4)
+    p, (kh, kw) = number(norm_type, "norm_type"), pair(kernel_size, "kernel_size", c.name)
+    if p == 0:
+        raise _Refusal("norm_type=0: the pool takes the p-th root")
+    steps = [rules.with_constant("pow", x.shape, np.float32(p)),
+             rules.avg_pool((kh, kw), stride or None, 0, ceil_mode, True),
+             rules.with_constant("mul", x.shape, np.float32(kh * kw)),
+             rules.with_constant("pow", x.shape, np.float32(1.0 / p))]
+    return c.build.steps(c.name, steps, x.name)
+
+
 def adaptive_avg_pool2d(c, input, output_size):
     (h, w), (p, q) = computed(input, 4).shape[2:], c.out_shape[2:]
     if (p, q) == (1, 1):
