@@ -70,7 +70,8 @@ def test_sign_is_torchs():
 class Masked(nn.Module):
     """A conv, then what a user writes with masks: a select against a threshold, a masked
     product, a logical and / or / not, a sign, a select with a number, masked fills by a
-    computed mask and by a constant one (a buffer, as Swin's attention mask)."""
+    computed mask and by a constant one (a buffer, as Swin's attention mask), comparisons
+    of masks (with a mask, a flipped mask, a number)."""
 
     def __init__(self):
         super().__init__()
@@ -84,6 +85,8 @@ class Masked(nn.Module):
         y = torch.where(band, t, torch.sign(t) * t.abs().sqrt())
         y = y * (t != 0).float() + torch.where(torch.logical_or(t < -0.5, t > 0.5), 0.25, y)
         y = y.masked_fill(y < -0.6, -0.75).masked_fill(self.fixed, 0.125)
+        agree = ((t > 0) == (t.flip(3) > 0)) & ((t < 0.2) != band) | ((t > 0.4) > 0.5)
+        y = torch.where(agree, y, -y)
         return torch.where(y <= 0.1, y * 0.5, y) - (y == y.amax(1, keepdim=True)).float()
 
 

@@ -269,8 +269,9 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         if masks and kind not in MASK_READERS:
             build.refuse_fallback(kind, n.name, f"it reads {', '.join(masks)}, a bool mask (a "
                                   "comparison's result), which npusim carries as 1.0 and 0.0: "
-                                  "torch.where, the logical ops, a product, .float() and "
-                                  "layout calls read one", "the mask would reach it as numbers")
+                                  "torch.where, the logical ops, a comparison, a product, "
+                                  ".float() and layout calls read one",
+                                  "the mask would reach it as numbers")
             continue
         shape = info[n].shape
         result, why = _converted(conv, Call(n.name, shape, build, info[n].parts), args, kwargs)

@@ -362,7 +362,11 @@ MASK_READERS = frozenset({
     "Tensor.type", "operator.getitem", "Tensor.view", "Tensor.reshape", "Tensor.flatten",
     "Tensor.unsqueeze", "Tensor.squeeze", "Tensor.permute", "Tensor.expand",
     "Tensor.expand_as", "torch.flatten", "torch.reshape", "torch.unsqueeze", "torch.squeeze",
-    "torch.permute"})
+    "torch.permute", "torch.flip", "Tensor.flip",
+    # a comparison promotes a bool to the other operand's type: True as 1, False as 0
+    *(f"{space}.{name}" for space in ("operator", "torch", "Tensor")
+      for name in ("eq", "ne", "gt", "lt", "ge", "le")),
+    "torch.greater", "torch.less", "torch.greater_equal", "torch.less_equal", "torch.not_equal"})
 
 
 def supported_ops() -> list[str]:
