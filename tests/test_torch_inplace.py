@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from cli_helpers import run_cli  # noqa: E402
-from strategies import photo, rel_err  # noqa: E402
+from strategies import export_onnx, photo, rel_err  # noqa: E402
 from torch import nn  # noqa: E402
 
 from npusim import simulate  # noqa: E402
@@ -268,24 +268,31 @@ class Mean(nn.Module):
         return self.c(x).mean()
 
 
-def test_outputs_npusim_does_not_compute_alone_are_refused_saying_why(tmp_path):
-    import warnings
+def test_a_pad_returned_is_a_pad_node_and_a_0d_output_is_refused(tmp_path):
+    """A constant pad's output is folded into the conv reading it; returned as well, it is
+    a Pad node of its own (it was refused), from torch and from either exporter's file."""
+    import onnxruntime as ort
 
     from npusim.frontends.onnx_import import from_onnx
 
-    x = torch.from_numpy(photo((1, 3, 6, 7)))
-    with pytest.raises(ModelError, match=r"output 'output1' of forward is F.pad's output, which "
-                                         r"npusim folds into the conv or pool that reads it"):
-        from_torch(PadOut(), x)
+    x = photo((1, 3, 6, 7))
+    net = PadOut().eval()
+    graph = from_torch(net, x)
+    assert [type(n.op).__name__ for n in graph.nodes] == ["Conv", "Pad"]
+    conv, padded = (t.detach().numpy() for t in net(torch.from_numpy(x)))
+    got = simulate(graph, x).named_outputs
+    assert np.array_equal(got["output1"], padded) and rel_err(got["output0"], conv) < 1e-6
     with pytest.raises(ModelError, match=r"forward returns a 0-d tensor .* keep a dimension"):
-        from_torch(Mean(), x)
-    path = tmp_path / "pad.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(PadOut().eval(), (x,), str(path), dynamo=False, input_names=["x"])
-    with pytest.raises(ModelError, match=r"is a constant Pad's output, which npusim folds into "
-                                         r"the conv or pool that reads it"):
-        from_onnx(path)
+        from_torch(Mean(), torch.from_numpy(x))
+    for exporter in ("torchscript", "dynamo"):
+        path = export_onnx(net, x, tmp_path / f"{exporter}.onnx", exporter)
+        graph = from_onnx(path)
+        assert sorted(type(n.op).__name__ for n in graph.nodes) == ["Conv", "Pad"]
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        want = session.run(None, {session.get_inputs()[0].name: x})
+        got = simulate(graph, x).named_outputs
+        for out, ref in zip(session.get_outputs(), want, strict=True):
+            assert rel_err(got[out.name], ref) < 1e-6, out.name
 
 
 def test_an_imported_model_at_a_batch_gets_one_photo_a_sample():

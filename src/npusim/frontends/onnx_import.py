@@ -294,11 +294,13 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     build, ir_of = _convert(model, m, value_info.name, fallback)
     if build.refused:
         raise build.refusal(str(path), supported_ops())
+    producer = {t: n.name or t for n in model.graph.node for t in n.output}
     for out in _output_names(model):
-        if out in m.pending:
-            raise ModelError(f"{path}: output {out!r} is a constant Pad's output, which npusim "
-                             "folds into the conv or pool that reads it and does not compute "
-                             "alone; a graph output must be a tensor computed from it")
+        pending = m.pending.pop(out, None)
+        if pending:  # no reader absorbs it: a Pad node of its own, named as its ONNX node
+            ir_of[out] = build.add(producer[out], ops.Pad(pending.pads, "constant",
+                                                          pending.fill),
+                                   (ir_of.get(out, out),), m.shapes.get(out))
         if out not in ir_of:
             raise ModelError(f"{path}: output {out!r} is not computed from input "
                              f"{value_info.name!r}")

@@ -339,7 +339,7 @@ def _refs(args, kwargs) -> list[Ref]:
     return found
 
 
-def _output(gm, info: dict, name: str) -> dict[str, str]:
+def _output(gm, info: dict, name: str, build: Lowering) -> dict[str, str]:
     """What forward returns, as label -> IR node in order: one tensor (labelled by its
     node), a tuple or list (labels 'output0', 'output1'...) or a dict (its keys)."""
     (value,) = [n.args[0] for n in gm.graph.nodes if n.op == "output"]
@@ -350,22 +350,22 @@ def _output(gm, info: dict, name: str) -> dict[str, str]:
     elif isinstance(value, (tuple, list)):
         items = [(f"output{i}", v) for i, v in enumerate(value)]
     else:
-        ref = _output_ref(value, info, name, "forward returns")
+        ref = _output_ref(value, info, name, "forward returns", build)
         return {ref.name: ref.name}
     if not items:
         raise ModelError(f"{name}: forward returns an empty {type(value).__name__}; npusim "
                          "networks return tensors computed from the input")
-    return {label: _output_ref(v, info, name, f"output {label!r} of forward is").name
+    return {label: _output_ref(v, info, name, f"output {label!r} of forward is", build).name
             for label, v in items}
 
 
-def _output_ref(value, info: dict, name: str, what: str) -> Ref:
-    """The ``Ref`` of one returned value, which must be a tensor computed from the input."""
+def _output_ref(value, info: dict, name: str, what: str, build: Lowering) -> Ref:
+    """The ``Ref`` of one returned value, which must be a tensor computed from the input (a
+    constant pad no reader absorbed made an IR ``Pad`` node)."""
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
-    if isinstance(ref, Ref) and ref.pad:
-        raise ModelError(f"{name}: {what} F.pad's output, which npusim folds into the conv or "
-                         "pool that reads it and does not compute alone; return a tensor "
-                         "computed from it")
+    if isinstance(ref, Ref) and ref.pad:  # no reader absorbs it: a Pad node of its own
+        ref = Ref(build.add(value.name, ops.Pad(ref.pad.pads, "constant", ref.pad.fill),
+                            (ref.name,), ref.shape), ref.shape)
     if isinstance(ref, Ref) and not ref.shape:
         raise ModelError(f"{name}: {what} a 0-d tensor (or a tuple of them); npusim imports "
                          "PyTorch outputs that keep the batch axis: keep a dimension "
@@ -467,7 +467,7 @@ def _imported(module, x, name: str, fallback: bool) -> Graph:
     build = _convert(gm, info, fallback)
     if build.refused:
         raise build.refusal(name, supported_ops())
-    return build.graph(tuple(x.shape), _output(gm, info, name), name, "PyTorch gives")
+    return build.graph(tuple(x.shape), _output(gm, info, name, build), name, "PyTorch gives")
 
 
 # ---- file.py:factory --------------------------------------------------------------------
