@@ -110,6 +110,16 @@ def _matmul(c: OnnxNode):
     return c.build.linear(c.name, c.model.ir_of.get(a, a), c.in_shape(0), w.T, None)
 
 
+def _einsum(c: OnnxNode):
+    """Einsum: ``Lowering.einsum`` of its computed inputs (a constant one given by value)."""
+    names = list(c.proto.input)
+    weights = [None if t in c.model.depends else c.weight(i) for i, t in enumerate(names)]
+    return c.build.einsum(c.name, c.attr("equation"),
+                          [c.model.ir_of.get(t, t) for t in names if t in c.model.depends],
+                          [c.shape(t) if w is None else w.shape
+                           for t, w in zip(names, weights, strict=True)], weights)
+
+
 def _clip(c: OnnxNode) -> ops.Op:
     if c.model.opset < 11:
         lo, hi = c.attr("min"), c.attr("max")
@@ -561,7 +571,7 @@ def _resample(c: OnnxNode, mode: str, transform: str, rounding: str, scales) -> 
 # op type -> (converter, how many leading inputs are data; None = all)
 CONVERTERS = {
     "Conv": (_conv, 1), "ConvTranspose": (_conv_transpose, 1), "Gemm": (_gemm, 1),
-    "MatMul": (_matmul, None),
+    "MatMul": (_matmul, None), "Einsum": (_einsum, None),
     "Relu": (lambda c: ops.Relu(), 1), "PRelu": (_prelu, 1),
     "LeakyRelu": (lambda c: ops.LeakyRelu(c.attr("alpha", 0.01)), 1), "Clip": (_clip, 1),
     "Elu": (lambda c: ops.Elu(c.attr("alpha", 1.0)), 1), "Softplus": (lambda c: ops.Softplus(), 1),

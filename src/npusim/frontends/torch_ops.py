@@ -173,6 +173,20 @@ def matmul(c, input, other):
     return c.build.linear(c.name, x.name, x.shape, w.T, None)
 
 
+def einsum(c, equation, *operands):
+    """``torch.einsum`` (operands given one by one or as one list): ``Lowering.einsum`` of
+    the computed ones (a constant one given by value)."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    refs = [computed(x) for x in operands if isinstance(x, Ref)]
+    weights = [None if isinstance(x, Ref) else constant(x, f"operand {i}")
+               for i, x in enumerate(operands)]
+    shapes = [x.shape if isinstance(x, Ref) else w.shape
+              for x, w in zip(operands, weights, strict=True)]
+    result = c.build.einsum(c.name, str(equation), [r.name for r in refs], shapes, weights)
+    return refs[0] if isinstance(result, str) else result
+
+
 def batch_norm(c, input, running_mean, running_var, weight=None, bias=None, training=False,
                 momentum=0.1, eps=1e-5):
     computed(input)

@@ -7,8 +7,9 @@ refuses parameters the IR cannot express with a ``Refusal`` saying which. The ru
 concept: ``elementwise`` (clamps, constants as per-channel affines, broadcasting),
 ``padding`` (a constant pad absorbed by the conv or pool reading it; conv and pooling),
 ``shape`` (reshape, transpose, concat, split), ``norms`` (batch, layer, group norm, softmax,
-reductions), ``resize`` (Upsample and the exact-sampling check), ``fuse`` (patterns joined
-after lowering: ONNX's spelled-out GELU and hard swish, transposes that cancel).
+reductions), ``resize`` (Upsample and the exact-sampling check), ``einsum`` (an equation as
+a sum, a transpose, a MatMul or a linear layer), ``fuse`` (patterns joined after lowering:
+ONNX's spelled-out GELU and hard swish, transposes that cancel).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from ... import ops
 from ...errors import LayerError, ModelError
 from ...ir import Graph, Node, fold_batchnorm
+from . import einsum as einsum_rules
 from .elementwise import (
     LOGICAL,
     SELU_ALPHA,
@@ -176,6 +178,42 @@ class Lowering:
         """``chain`` of ``op_list`` on ``x`` for node ``name``, the inner nodes named
         ``<name>_step<k>`` (``<name>_<k>`` may be the name a framework gives another node)."""
         return self.chain([f"{name}_step{k}" for k in range(len(op_list) - 1)], op_list, x)
+
+    def einsum(self, name: str, equation: str, xs, shapes, weights):
+        """``torch.einsum`` / ONNX ``Einsum`` (``lowering.einsum``) of operands ``xs`` (IR
+        names of the computed ones; ``shapes``; ``weights[i]``: operand i's value when it is
+        a constant, else None): an (op, inputs) pair for node ``name``, or the input's name
+        when it passes through. Inner nodes are ``<name>_a<k>``, ``<name>_b<k>`` (each
+        operand's arrangement) and ``<name>_matmul``."""
+        labels, out = einsum_rules.parse(equation, shapes)
+        computed = [w is None for w in weights]
+        if len(labels) == 2 and not all(computed):
+            as_in_out = einsum_rules.linear_plan(*labels, out) if computed[0] else None
+            if as_in_out is None:
+                raise Refusal(f"equation {equation!r} by a constant: the IR takes a computed "
+                              "tensor by a constant matrix over its last axis "
+                              "('...c,cd->...d')")
+            w = np.asarray(weights[1], np.float32)
+            return self.linear(name, xs[0], shapes[0], w.T if as_in_out else w, None)
+        if not all(computed) or len(labels) > 2:
+            raise Refusal(f"equation {equation!r}: the IR takes einsum of one or two computed "
+                          "tensors, or of a computed tensor by a constant matrix")
+        if len(labels) == 1:
+            steps = einsum_rules.arrange(labels[0], out, out, shapes[0])[0]
+            return self.steps(name, steps, xs[0]) if steps else xs[0]
+        left, right, after = einsum_rules.product_plan(labels, out, shapes)
+        a = self._each(f"{name}_a", left, xs[0])
+        b = self._each(f"{name}_b", right, xs[1])
+        if not after:
+            return ops.MatMul(), (a, b)
+        return self.steps(name, after, self.add(f"{name}_matmul", ops.MatMul(), (a, b)))
+
+    def _each(self, prefix: str, op_list, x: str) -> str:
+        """``op_list`` applied to ``x`` as nodes ``<prefix>0``, ``<prefix>1``...; the last
+        node's name (``x`` when there is none)."""
+        for k, op in enumerate(op_list):
+            x = self.add(f"{prefix}{k}", op, (x,))
+        return x
 
     def conv_transpose(self, name: str, x: str, weight, bias, stride, padding,
                        output_padding, groups: int) -> tuple[ops.Op, tuple[str, ...]]:
