@@ -185,7 +185,7 @@ class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
-        self.act = nn.Softsign()
+        self.act = nn.CrossMapLRN2d(3)
 
     def forward(self, x):
         return torch.sin(self.act(self.conv(x)))[:, [0, 2]]
@@ -195,8 +195,8 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
     with pytest.raises(ModelError) as err:
         from_torch(Unsupported(), photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.Softsign x1 ('act'), "
-                           "torch.sin x1 ('sin'); unsupported parameters: "
+    assert text.startswith("Unsupported: cannot import: unsupported ops: nn.CrossMapLRN2d x1 "
+                           "('act'), torch.sin x1 ('sin'); unsupported parameters: "
                            "operator.getitem x1 (node 'getitem': indexing (1, 4, 6, 6) with "
                            "(slice(None, None, None), [0, 2]): the IR indexes with "
                            "start:stop:step slices")
@@ -799,11 +799,11 @@ def test_unsupported_parameters_are_refused_by_name(module, x, message):
 
 def test_refusals_are_collected_into_one_message():
     net = nn.Sequential(nn.Conv2d(3, 4, 3, padding_mode="circular", padding=1),
-                        nn.Softmax(dim=0), nn.Softsign())
+                        nn.Softmax(dim=0), nn.CrossMapLRN2d(3))
     with pytest.raises(ModelError) as err:
         from_torch(net, photo((1, 3, 8, 8)))
     text = str(err.value)
-    assert "unsupported ops: nn.Softsign x1 ('_2')" in text
+    assert "unsupported ops: nn.CrossMapLRN2d x1 ('_2')" in text
     assert "nn.Conv2d x1 (node '_0': padding_mode='circular'" in text
     assert "nn.Softmax x1 (node '_1': softmax over the batch axis" in text
 

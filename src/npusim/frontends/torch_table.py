@@ -12,6 +12,7 @@ from torch import nn
 
 from .. import ops
 from . import torch_qat
+from .torch_composites import exp_log, glu, logsigmoid, roll, rot90, softmin, softsign, tanhshrink
 from .torch_ops import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
@@ -110,6 +111,11 @@ _MODULES = {
     nn.LPPool2d: lambda c, m, x: lp_pool2d(c, x, m.norm_type, m.kernel_size, m.stride,
                                            m.ceil_mode),
     nn.ELU: lambda c, m, x: elu(c, x, m.alpha),
+    nn.Softsign: lambda c, m, x: softsign(c, x),
+    nn.Tanhshrink: lambda c, m, x: tanhshrink(c, x),
+    nn.LogSigmoid: lambda c, m, x: logsigmoid(c, x),
+    nn.Softmin: lambda c, m, x: softmin(c, x, m.dim),
+    nn.GLU: lambda c, m, x: glu(c, x, m.dim),
     nn.CELU: lambda c, m, x: celu(c, x, m.alpha),
     nn.SELU: lambda c, m, x: selu(c, x),
     nn.RReLU: lambda c, m, x: rrelu(c, x, m.lower, m.upper, m.training),
@@ -228,6 +234,15 @@ _FUNCTIONS = _table(
     (celu, F.celu, torch.celu),
     (lp_pool2d, F.lp_pool2d),
     (einsum, torch.einsum),
+    (softsign, F.softsign),
+    (tanhshrink, F.tanhshrink),
+    (logsigmoid, F.logsigmoid),
+    (softmin, F.softmin),
+    (glu, F.glu),
+    *((exp_log(name), getattr(torch, name)) for name in ("expm1", "log1p", "log2", "log10",
+                                                          "exp2")),
+    (roll, torch.roll),
+    (rot90, torch.rot90),
     (flip, torch.flip),
     (flip_axis(1), torch.fliplr),
     (flip_axis(0), torch.flipud),
@@ -287,6 +302,8 @@ _METHODS = {
     "sqrt": unary(ops.Sqrt), "rsqrt": rsqrt, "exp": unary(ops.Exp), "log": unary(ops.Log),
     "abs": unary(ops.Abs), "sign": unary(ops.Sign), "floor": rounding("floor"),
     "ceil": rounding("ceil"), "round": rounding("nearest"), "trunc": rounding("trunc"),
+    "expm1": exp_log("expm1"), "log1p": exp_log("log1p"), "log2": exp_log("log2"),
+    "log10": exp_log("log10"), "exp2": exp_log("exp2"), "roll": roll, "rot90": rot90,
     "fix": rounding("trunc"), "flip": flip, "fliplr": flip_axis(1), "flipud": flip_axis(0),
     "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
     "le": arith("less_equal"), "eq": arith("equal"), "ne": arith("not_equal"),

@@ -202,13 +202,13 @@ class Lowering:
             steps = einsum_rules.arrange(labels[0], out, out, shapes[0])[0]
             return self.steps(name, steps, xs[0]) if steps else xs[0]
         left, right, after = einsum_rules.product_plan(labels, out, shapes)
-        a = self._each(f"{name}_a", left, xs[0])
-        b = self._each(f"{name}_b", right, xs[1])
+        a = self.sequence(f"{name}_a", left, xs[0])
+        b = self.sequence(f"{name}_b", right, xs[1])
         if not after:
             return ops.MatMul(), (a, b)
         return self.steps(name, after, self.add(f"{name}_matmul", ops.MatMul(), (a, b)))
 
-    def _each(self, prefix: str, op_list, x: str) -> str:
+    def sequence(self, prefix: str, op_list, x: str) -> str:
         """``op_list`` applied to ``x`` as nodes ``<prefix>0``, ``<prefix>1``...; the last
         node's name (``x`` when there is none)."""
         for k, op in enumerate(op_list):
