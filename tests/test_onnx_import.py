@@ -674,8 +674,10 @@ def test_unsupported_ops_and_parameters_share_one_message(tmp_path):
 def refusal_cases():
     w = {"w": weights(4, 3, 3, 3)}
     return [
-        ([node("Pad", ["x", "pads"], "p", mode="wrap"), node("Conv", ["p", "w"])],
-         w | {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, r"mode='wrap'"),
+        ([node("Pad", ["x", "pads"], "p", mode="reflect"), node("Conv", ["p", "w"])],
+         w | {"pads": np.array([0, 1, 0, 0, 0, 1, 0, 0], np.int64)},
+         r"pads=\[0, 1, 0, 0, 0, 1, 0, 0\], mode='reflect': only constant, reflect, edge or "
+         r"wrap, non-negative padding of H and W"),
         ([node("Flatten", ["x"], "f"), node("Gemm", ["f", "b"], transA=1)],
          {"b": weights(1, 5)}, r"transA=1: the IR keeps the batch on axis 0"),
         ([node("Conv", ["x", "x"])], {}, r"input 'x' is computed from the graph input"),

@@ -206,16 +206,18 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones():
 def refusal_cases():
     x4 = photo((1, 3, 9, 9))
     return [
-        (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular")), x4,
-         r"nn.Conv2d x1 \(node '_0': padding_mode='circular' with padding=\(1, 1\): the "
-         "modes are "),
+        (nn.Sequential(nn.Conv2d(3, 4, 3, padding="same", padding_mode="circular")), x4,
+         r"nn.Conv2d x1 \(node '_0': padding_mode='circular' with padding='same': give the "
+         "padding as integers"),
         (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
                                            "the batch axis first"),
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
         (Lambda(lambda x: x[:, :, 10:]), x4, r"operator.getitem x1 \(node 'getitem': takes "
                                              r"nothing of axis 2 of \(1, 3, 9, 9\)"),
-        (Lambda(lambda x: F.pad(x, (1, 1, 1, 1), mode="circular")), x4, r"mode='circular'"),
+        (Lambda(lambda x: F.pad(x, (-1, 0, 0, 0))), x4, r"pad=\(-1, 0, 0, 0\), mode='constant': "
+                                                     r"only constant, reflect, replicate or "
+                                                     r"circular, non-negative padding"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),
          x4, r"mode='bilinear', antialias: the IR resamples 'nearest', 'bilinear', 'bicubic' "
              r"\(no antialias\) or 'area'"),
@@ -798,7 +800,7 @@ def test_unsupported_parameters_are_refused_by_name(module, x, message):
 
 
 def test_refusals_are_collected_into_one_message():
-    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding_mode="circular", padding=1),
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding_mode="circular", padding="same"),
                         nn.Softmax(dim=0), nn.CrossMapLRN2d(3))
     with pytest.raises(ModelError) as err:
         from_torch(net, photo((1, 3, 8, 8)))

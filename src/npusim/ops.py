@@ -1180,13 +1180,15 @@ class ZeroInsert(Op):
         return out
 
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+              "circular": "wrap"}
 
 
 @dataclass(frozen=True)
 class Pad(Op):
     """H, W padded by ``padding`` (top, bottom, left, right) pixels: ``constant`` (``value``),
-    ``reflect`` (mirrored, the edge not repeated) or ``replicate`` (the edge repeated). The
+    ``reflect`` (mirrored, the edge not repeated), ``replicate`` (the edge repeated) or
+    ``circular`` (the map wrapped around: the top pad is its last rows; a panorama's). The
     padding a conv or pool absorbs never becomes this op; a constant pad its reader cannot
     absorb does. A data move: one op per output element."""
 
@@ -1204,6 +1206,9 @@ class Pad(Op):
                              f"{', '.join(_PAD_MODES)}")
         if self.mode == "reflect" and (max(t, b) >= shape[-2] or max(l, r) >= shape[-1]):
             raise LayerError(f"{name}: reflect padding {self.padding} must be smaller than the "
+                             f"map {shape[-2]}x{shape[-1]}")
+        if self.mode == "circular" and (max(t, b) > shape[-2] or max(l, r) > shape[-1]):
+            raise LayerError(f"{name}: circular padding {self.padding} must be at most the "
                              f"map {shape[-2]}x{shape[-1]}")
         return shape[:-2] + (shape[-2] + t + b, shape[-1] + l + r)
 

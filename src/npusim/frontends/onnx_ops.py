@@ -424,13 +424,14 @@ def _pad(c: OnnxNode) -> rules.Pending | ops.Op:
             raise _Refusal("Pad with axes: give pads for all 4 axes")
     pads = [int(p) for p in pads]
     mode = c.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge") or len(pads) != 8 or min(pads) < 0 \
-            or any(pads[i] for i in (0, 1, 4, 5)):
-        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect or edge, "
+    if mode not in ("constant", "reflect", "edge", "wrap") or len(pads) != 8 \
+            or min(pads) < 0 or any(pads[i] for i in (0, 1, 4, 5)):
+        raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect, edge or wrap, "
                        "non-negative padding of H and W of a 4-D tensor is supported")
     pending = c.model.pending.get(c.proto.input[0], rules.NO_PAD)
     return rules.pad((pads[2], pads[6], pads[3], pads[7]),
-                     {"edge": "replicate"}.get(mode, mode), float(fill), pending)
+                     {"edge": "replicate", "wrap": "circular"}.get(mode, mode), float(fill),
+                     pending)
 
 
 def _dropout(c: OnnxNode):

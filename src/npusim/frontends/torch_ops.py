@@ -123,9 +123,9 @@ def conv_module(c, m, x, weight=None, bias=None):
     bias = m.bias if bias is None else bias
     if m.padding_mode == "zeros":
         return conv2d(c, x, weight, bias, m.stride, m.padding, m.dilation, m.groups)
-    if m.padding_mode not in ("reflect", "replicate") or isinstance(m.padding, str):
-        raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: the modes "
-                       "are 'zeros', 'reflect' and 'replicate' with integer padding")
+    if isinstance(m.padding, str):
+        raise _Refusal(f"padding_mode={m.padding_mode!r} with padding={m.padding!r}: give the "
+                       "padding as integers")
     (ph, pw), x = pair(m.padding, "padding", c.name), computed(x, 4)
     edge_pad = rules.pad((ph, ph, pw, pw), m.padding_mode, 0.0, rules.NO_PAD)
     padded = c.build.add(f"{c.name}pad", edge_pad, (x.name,))

@@ -254,9 +254,9 @@ def pad(c, input, pad, mode="constant", value=None):
     fill = 0.0 if value is None else float(value)
     pad = [int(p) for p in pad]
     if min(pad) < 0 or any(pad[4:]) or len(pad) % 2 or mode not in ("constant", "reflect",
-                                                                     "replicate"):
-        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect or replicate, "
-                       "non-negative padding of H and W is supported")
+                                                                     "replicate", "circular"):
+        raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect, replicate or "
+                       "circular, non-negative padding of H and W is supported")
     left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
     result = rules.pad((top, bottom, left, right), mode, fill, x.pad)
     if isinstance(result, rules.Pending):

@@ -162,6 +162,7 @@ _MODULES = {
     nn.ZeroPad2d: lambda c, m, x: pad(c, x, m.padding, "constant", 0.0),
     nn.ReflectionPad2d: lambda c, m, x: pad(c, x, m.padding, "reflect"),
     nn.ReplicationPad2d: lambda c, m, x: pad(c, x, m.padding, "replicate"),
+    nn.CircularPad2d: lambda c, m, x: pad(c, x, m.padding, "circular"),
     **{cls: lambda c, m, x: interpolate(c, x, m.size, m.scale_factor, m.mode, m.align_corners,
                                          m.recompute_scale_factor)
        for cls in (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)},

@@ -47,7 +47,7 @@ def not_absorbed(source: str) -> Refusal:
 
 def pad(pads: Padding, mode: str, fill: float, pending: Pending) -> Pending | ops.Pad:
     """A pad of (top, bottom, left, right) pixels: constant, held (``Pending``) for the
-    reader to absorb; reflect or replicate, its own ``Pad`` op."""
+    reader to absorb; reflect, replicate or circular, its own ``Pad`` op."""
     if mode == "constant":
         return pending.then(pads, fill)
     if pending:

@@ -1,0 +1,70 @@
+"""Circular padding (a panorama's wrap-around, ``padding_mode='circular'``): the IR's ``Pad``
+of mode ``circular`` against ``F.pad`` in float64; a network of it through ``from_torch``
+(against the module in float64) and through ONNX as both of torch's exporters write it
+(TorchScript: Slices and Concats; dynamo: ``Pad`` of mode ``wrap``), against onnxruntime."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+from strategies import export_onnx, photo, rel_err  # noqa: E402
+
+from npusim import ops, simulate  # noqa: E402
+from npusim.frontends.onnx_import import from_onnx  # noqa: E402
+from npusim.frontends.torch_import import from_torch  # noqa: E402
+from npusim.report.check import check  # noqa: E402
+
+nn, F = torch.nn, torch.nn.functional
+X = photo((2, 3, 8, 9))
+X[1] = X[1, :, ::-1]
+
+
+@pytest.mark.parametrize("padding", [(1, 1, 1, 1), (0, 3, 2, 0), (8, 8, 9, 9), (2, 0, 0, 5)])
+def test_circular_pad_is_torchs(padding):
+    t, b, left, r = padding
+    want = F.pad(torch.from_numpy(X).double(), (left, r, t, b), mode="circular").numpy()
+    op = ops.Pad(padding, "circular")
+    assert op.out_shape([X.shape], "p") == want.shape
+    assert np.array_equal(op(X), want.astype(np.float32))
+    assert op.vector_ops([X.shape], want.shape) == want.size  # a data move
+
+
+def test_a_circular_pad_wider_than_the_map_is_refused():
+    with pytest.raises(ops.LayerError, match=r"p: circular padding \(0, 0, 10, 0\) must be at "
+                                             r"most the map 8x9"):
+        ops.Pad((0, 0, 10, 0), "circular").out_shape([X.shape], "p")
+
+
+class Wrapped(nn.Module):
+    """A conv of circular padding, a CircularPad2d and an F.pad of mode circular."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=(1, 2), padding_mode="circular")
+        self.pad = nn.CircularPad2d((2, 1, 0, 3))
+
+    def forward(self, x):
+        return F.pad(self.pad(self.conv(x)), (1, 1, 1, 1), mode="circular")
+
+
+def test_circular_padding_through_from_torch_equals_the_module_in_float64():
+    net = Wrapped().eval()
+    graph = from_torch(net, X)
+    assert [type(n.op).__name__ for n in graph.nodes] == ["Pad", "Conv", "Pad", "Pad"]
+    result = simulate(graph, X, "systolic-32x32-ws", keep_outputs=True)
+    with torch.no_grad():
+        want = net.double()(torch.from_numpy(X).double()).numpy()
+    assert rel_err(result.output, want) < 1e-6
+    assert check(graph, X, result).passed
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_circular_padding_through_onnx_equals_onnxruntime(exporter, tmp_path):
+    path = export_onnx(Wrapped().eval(), X, tmp_path / "wrapped.onnx", exporter)
+    graph = from_onnx(path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = session.run(None, {session.get_inputs()[0].name: X})[0]
+    assert rel_err(simulate(graph, X, "dilated-grid-2x2").output, want) < 1e-6
