@@ -215,7 +215,7 @@ def refusal_cases():
         (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
         (Lambda(lambda x: x[:, :, 10:]), x4, r"operator.getitem x1 \(node 'getitem': takes "
                                              r"nothing of axis 2 of \(1, 3, 9, 9\)"),
-        (Lambda(lambda x: F.pad(x, (-1, 0, 0, 0))), x4, r"pad=\(-1, 0, 0, 0\), mode='constant': "
+        (Lambda(lambda x: F.pad(x, (-1, 1, 0, 0))), x4, r"pad=\(-1, 1, 0, 0\), mode='constant': "
                                                      r"only constant, reflect, replicate or "
                                                      r"circular, non-negative padding"),
         (Lambda(lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)),

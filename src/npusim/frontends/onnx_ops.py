@@ -424,11 +424,17 @@ def _pad(c: OnnxNode) -> rules.Pending | ops.Op:
             raise _Refusal("Pad with axes: give pads for all 4 axes")
     pads = [int(p) for p in pads]
     mode = c.attr("mode", "constant")
+    pending = c.model.pending.get(c.proto.input[0], rules.NO_PAD)
+    if mode == "constant" and len(pads) == 8 and min(pads) < 0 <= -max(pads) \
+            and not any(pads[i] for i in (0, 1, 4, 5)):
+        return c.build.steps(c.name, rules.crop((pads[2], pads[6], pads[3], pads[7]),
+                                                c.in_shape(0), pending),
+                             c.model.ir_of.get(c.proto.input[0], c.proto.input[0]))
     if mode not in ("constant", "reflect", "edge", "wrap") or len(pads) != 8 \
             or min(pads) < 0 or any(pads[i] for i in (0, 1, 4, 5)):
         raise _Refusal(f"pads={pads}, mode={mode!r}: only constant, reflect, edge or wrap, "
-                       "non-negative padding of H and W of a 4-D tensor is supported")
-    pending = c.model.pending.get(c.proto.input[0], rules.NO_PAD)
+                       "non-negative padding of H and W of a 4-D tensor, or a crop (no "
+                       "positive pad), is supported")
     return rules.pad((pads[2], pads[6], pads[3], pads[7]),
                      {"edge": "replicate", "wrap": "circular"}.get(mode, mode), float(fill),
                      pending)

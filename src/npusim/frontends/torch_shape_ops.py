@@ -249,15 +249,21 @@ def softmax(log: bool = False):
 
 
 def pad(c, input, pad, mode="constant", value=None):
-    """F.pad: held on the tensor until a conv or pooling absorbs it (see ``pending_pad``)."""
+    """F.pad: held on the tensor until a conv or pooling absorbs it (see ``pending_pad``);
+    negative pads alone, a crop (``rules.crop``)."""
     x = input if isinstance(input, Ref) else computed(input)
     fill = 0.0 if value is None else float(value)
     pad = [int(p) for p in pad]
+    left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
+    if mode == "constant" and min(pad) < 0 <= -max(pad) and not any(pad[4:]) \
+            and len(pad) % 2 == 0:
+        return c.build.steps(c.name, rules.crop((top, bottom, left, right), x.shape, x.pad),
+                             x.name)
     if min(pad) < 0 or any(pad[4:]) or len(pad) % 2 or mode not in ("constant", "reflect",
                                                                      "replicate", "circular"):
         raise _Refusal(f"pad={tuple(pad)}, mode={mode!r}: only constant, reflect, replicate or "
-                       "circular, non-negative padding of H and W is supported")
-    left, right, top, bottom = (pad + [0, 0, 0, 0])[:4]
+                       "circular, non-negative padding of H and W, or a crop (no positive "
+                       "pad) is supported")
     result = rules.pad((top, bottom, left, right), mode, fill, x.pad)
     if isinstance(result, rules.Pending):
         return Ref(x.name, c.out_shape, result)

@@ -1,5 +1,6 @@
 """Padding: a constant pad held until the conv or pool reading it absorbs it into its own
-padding; reflect and replicate pads as their own op; the readers that absorb one."""
+padding; reflect, replicate and circular pads as their own op; negative pads as the crops
+they are; the readers that absorb one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from ... import ops
 from ...geometry import Padding, add_padding
 from .refusal import Refusal
+from .shape import index
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,18 @@ def not_absorbed(source: str) -> Refusal:
     """The refusal of a reader that cannot absorb the pending pad ``source`` ('F.pad', 'Pad')."""
     return Refusal(f"its input comes from {source}; the IR takes explicit padding only into "
                    "a conv (zeros), max pooling (-inf) or average pooling (zeros, counted)")
+
+
+def crop(pads: Padding, x_shape, pending: Pending) -> list[ops.Op]:
+    """A pad of (top, bottom, left, right) pixels none of which is positive: the map cropped
+    by that many (``F.pad`` and ONNX ``Pad`` with negative pads; a U-Net's skip cropped to
+    the upsampled map), as Slices (``shape.index``)."""
+    if pending:
+        raise not_absorbed("a pad")
+    t, b, left, r = (-int(p) for p in pads)
+    h, w = x_shape[-2:]
+    parts = [slice(None)] * (len(x_shape) - 2) + [slice(t, h - b), slice(left, w - r)]
+    return index(x_shape, parts, (*x_shape[:-2], h - t - b, w - left - r))
 
 
 def pad(pads: Padding, mode: str, fill: float, pending: Pending) -> Pending | ops.Pad:

@@ -1,7 +1,9 @@
-"""Circular padding (a panorama's wrap-around, ``padding_mode='circular'``): the IR's ``Pad``
-of mode ``circular`` against ``F.pad`` in float64; a network of it through ``from_torch``
-(against the module in float64) and through ONNX as both of torch's exporters write it
-(TorchScript: Slices and Concats; dynamo: ``Pad`` of mode ``wrap``), against onnxruntime."""
+"""Circular padding (a panorama's wrap-around, ``padding_mode='circular'``) and negative pads
+(crops: a U-Net's skip cropped to the upsampled map). The IR's ``Pad`` of mode ``circular``
+against ``F.pad`` in float64; networks of each through ``from_torch`` (against the module in
+float64) and through ONNX as both of torch's exporters write them (circular, TorchScript:
+Slices and Concats, dynamo: ``Pad`` of mode ``wrap``; a crop: Slices, or a ``Pad`` of
+negative pads), against onnxruntime."""
 
 import numpy as np
 import pytest
@@ -68,3 +70,52 @@ def test_circular_padding_through_onnx_equals_onnxruntime(exporter, tmp_path):
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = session.run(None, {session.get_inputs()[0].name: X})[0]
     assert rel_err(simulate(graph, X, "dilated-grid-2x2").output, want) < 1e-6
+
+
+class Cropped(nn.Module):
+    """Crops by negative pads: all four sides, some sides (a module), and a crop of a
+    zero-padded map (the pad is placed as its own node first)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.crop = nn.ZeroPad2d((-1, 0, -2, -1))
+
+    def forward(self, x):
+        t = self.conv(x)
+        parts = [F.pad(t, (-1, -1, -1, -1)), self.crop(t), F.pad(F.pad(t, (2, 2, 2, 2)),
+                                                                 (-1, 0, -3, -1))]
+        return torch.cat([p.flatten(1) for p in parts], 1)
+
+
+def test_crops_through_from_torch_equal_the_module_in_float64():
+    net = Cropped().eval()
+    graph = from_torch(net, X)
+    assert {type(n.op).__name__ for n in graph.nodes} == {"Conv", "Slice", "Pad", "Flatten",
+                                                           "Concat"}
+    result = simulate(graph, X, "sparse-pairs-32x32", keep_outputs=True)
+    with torch.no_grad():
+        want = net.double()(torch.from_numpy(X).double()).numpy()
+    assert rel_err(result.output, want) < 1e-6
+    assert check(graph, X, result).passed
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_crops_through_onnx_equal_onnxruntime(exporter, tmp_path):
+    path = export_onnx(Cropped().eval(), X, tmp_path / "cropped.onnx", exporter)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = session.run(None, {session.get_inputs()[0].name: X})[0]
+    assert rel_err(simulate(from_onnx(path), X).output, want) < 1e-6
+
+
+def test_a_pad_that_crops_one_side_and_pads_another_is_refused():
+    from npusim.errors import ModelError
+
+    class Mixed(nn.Module):
+        def forward(self, x):
+            return F.pad(x, (-1, 2, 0, 0))
+
+    with pytest.raises(ModelError, match=r"pad=\(-1, 2, 0, 0\), mode='constant': .*or a crop "
+                                         r"\(no positive pad\)"):
+        from_torch(Mixed(), X)
