@@ -256,6 +256,17 @@ def _reduce(c: OnnxNode) -> ops.Op:
                         bool(c.attr("keepdims", 1)), c.in_shape(0))
 
 
+def _log_sum_exp(c: OnnxNode):
+    """ReduceLogSumExp (axes as attribute, or input 1 from opset 18): ``Lowering.log_sum_exp``."""
+    axes = c.const(1) if c.model.opset >= 18 else c.attr("axes")
+    if axes is None or len(axes) == 0:
+        if c.attr("noop_with_empty_axes", 0):
+            raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
+        axes = range(len(c.in_shape(0)))
+    return c.build.log_sum_exp(c.name, _steps_input(c), c.in_shape(0), [int(a) for a in axes],
+                               bool(c.attr("keepdims", 1)))
+
+
 def _expand(c: OnnxNode) -> ops.Op | str:
     """Expand to a constant shape: a Broadcast to the shape inference gives (the input
     itself when nothing repeats)."""
@@ -601,7 +612,7 @@ CONVERTERS = {
     "GlobalMaxPool": (_global_max_pool, 1),
     **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
     "Sum": (_sum, None), "Mean": (_sum, None),
-    **{kind: (_reduce, 1) for kind in _REDUCE_KINDS},
+    **{kind: (_reduce, 1) for kind in _REDUCE_KINDS}, "ReduceLogSumExp": (_log_sum_exp, 1),
     "Expand": (_expand, 1), "Tile": (_tile, 1), "Transpose": (_transpose, 1), "Selu": (_selu, 1),
     "Split": (_split, 1), "DepthToSpace": (_blocks(rules.depth_to_space), 1),
     "SpaceToDepth": (_blocks(rules.space_to_depth), 1), "Flatten": (_reshape, 1),

@@ -100,6 +100,12 @@ def _dims(dim, x: Ref) -> list[int] | range:
     return range(len(x.shape)) if dim is None else [dim] if isinstance(dim, int) else dim
 
 
+def logsumexp(c, input, dim, keepdim=False):
+    """``torch.logsumexp`` / ``x.logsumexp``: ``Lowering.log_sum_exp`` over ``dim``."""
+    x = computed(input)
+    return c.build.log_sum_exp(c.name, x.name, x.shape, list(_dims(dim, x)), bool(keepdim))
+
+
 _NORM_KINDS = {1: "l1", 2: "l2", "fro": "l2"}
 
 

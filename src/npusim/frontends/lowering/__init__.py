@@ -210,6 +210,22 @@ class Lowering:
             return ops.MatMul(), (a, b)
         return self.steps(name, after, self.add(f"{name}_matmul", ops.MatMul(), (a, b)))
 
+    def log_sum_exp(self, name: str, x: str, x_shape, axes, keepdims: bool):
+        """``torch.logsumexp`` / ONNX ``ReduceLogSumExp`` over ``axes`` as PyTorch computes it:
+        the maximum m over them (kept), log(sum(exp(x - m))) + m (and the axes then dropped
+        unless ``keepdims``); an (op, inputs) pair for node ``name``."""
+        top = reduce("max", axes, True, x_shape)
+        m = self.add(f"{name}_max", top, (x,))
+        shifted = self.add(f"{name}_shifted", ops.Elementwise("sub"), (x, m))
+        total = reduce("sum", top.axes, True, x_shape)
+        logged = self.sequence(f"{name}_log", [ops.Exp(), total, ops.Log()], shifted)
+        kept = top.out_shape([tuple(x_shape)], name)
+        if keepdims:
+            return ops.Elementwise("add"), (logged, m)
+        joined = self.add(f"{name}_kept", ops.Elementwise("add"), (logged, m))
+        return reshape(kept, tuple(n for i, n in enumerate(kept) if i not in top.axes)), \
+            (joined,)
+
     def sequence(self, prefix: str, op_list, x: str) -> str:
         """``op_list`` applied to ``x`` as nodes ``<prefix>0``, ``<prefix>1``...; the last
         node's name (``x`` when there is none)."""
