@@ -87,3 +87,20 @@ def export_onnx(net, x: np.ndarray, path, exporter: str = "dynamo"):
         torch.onnx.export(net, (torch.from_numpy(x),), str(path), dynamo=exporter == "dynamo",
                           **({} if exporter == "dynamo" else {"opset_version": 17}))
     return path
+
+
+def onnxruntime_output(path, x: np.ndarray) -> np.ndarray:
+    """The first output of the ONNX file at ``path`` on ``x``, by onnxruntime (CPU)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def float64_output(net, x: np.ndarray) -> np.ndarray:
+    """``net`` (a torch module, made float64 in place) on ``x`` in float64: the reference an
+    import is judged by."""
+    import torch
+
+    with torch.no_grad():
+        return net.double()(torch.from_numpy(np.asarray(x, np.float64))).numpy()

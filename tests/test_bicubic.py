@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from strategies import export_onnx, photo, rel_err  # noqa: E402
+from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -59,8 +59,7 @@ def test_a_bicubic_network_through_from_torch_equals_the_module_in_float64():
     ups = [n.op for n in graph.nodes if isinstance(n.op, ops.Upsample)]
     assert [(u.mode, u.align_corners) for u in ups] == [("bicubic", False), ("bicubic", True)]
     result = simulate(graph, X, "systolic-32x32-ws", keep_outputs=True)
-    with torch.no_grad():
-        want = net.double()(torch.from_numpy(X).double()).numpy()
+    want = float64_output(net, X)
     assert rel_err(result.output, want) < 1e-6
     assert check(graph, X, result).passed
 
@@ -72,8 +71,7 @@ def test_a_bicubic_network_through_onnx_equals_onnxruntime(exporter, tmp_path):
              if n.op_type == "Resize" for a in n.attribute if a.name == "mode"]
     assert modes == [b"cubic", b"cubic"]
     graph = from_onnx(path)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = session.run(None, {session.get_inputs()[0].name: X})[0]
+    want = onnxruntime_output(path, X)
     assert rel_err(simulate(graph, X, "group-tile-32mac").output, want) < 1e-6
 
 
@@ -98,8 +96,7 @@ def test_a_cubic_resize_written_by_hand_equals_onnxruntime(tmp_path, transform, 
     path = resize(tmp_path, transform, out_hw)
     graph = from_onnx(path)
     assert [type(n.op).__name__ for n in graph.nodes] == ["Upsample"]
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    assert rel_err(simulate(graph, X).output, session.run(None, {"x": X})[0]) < 1e-6
+    assert rel_err(simulate(graph, X).output, onnxruntime_output(path, X)) < 1e-6
 
 
 @pytest.mark.parametrize("transform, attrs, reason", [

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
-from strategies import export_onnx, photo, rel_err  # noqa: E402
+from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
 
 from npusim import simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -51,11 +51,6 @@ class Einsum(nn.Module):
         return torch.einsum(self.equation, *operands).flatten(1)
 
 
-def float64_output(net, x):
-    with torch.no_grad():
-        return net.double()(torch.from_numpy(x).double()).numpy()
-
-
 @pytest.mark.parametrize("equation", list(EQUATIONS))
 def test_einsum_through_from_torch_equals_the_module_in_float64(equation):
     net = Einsum(equation, as_list=equation.startswith(" ")).eval()
@@ -74,8 +69,7 @@ def test_einsum_through_from_torch_equals_the_module_in_float64(equation):
 def test_einsum_through_onnx_equals_onnxruntime(equation, exporter, tmp_path):
     path = export_onnx(Einsum(equation).eval(), X, tmp_path / "e.onnx", exporter)
     assert "Einsum" in {n.op_type for n in onnx.load(str(path)).graph.node}
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = session.run(None, {session.get_inputs()[0].name: X})[0]
+    want = onnxruntime_output(path, X)
     assert rel_err(simulate(from_onnx(path), X).output, want) < 1e-6
 
 

@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from strategies import export_onnx as export  # noqa: E402
-from strategies import photo, rel_err  # noqa: E402
+from strategies import float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
 
 from npusim import simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -21,16 +21,6 @@ from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 
 nn = torch.nn
 FLOAT = TensorProto.FLOAT
-
-
-def onnxruntime_output(path, x):
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: x})[0]
-
-
-def float64_output(net, x):
-    with torch.no_grad():
-        return net.double()(torch.from_numpy(x).double()).numpy()
 
 
 def conv_then(act: nn.Module) -> nn.Module:

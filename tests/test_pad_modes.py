@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
-from strategies import export_onnx, photo, rel_err  # noqa: E402
+from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
@@ -57,8 +57,7 @@ def test_circular_padding_through_from_torch_equals_the_module_in_float64():
     graph = from_torch(net, X)
     assert [type(n.op).__name__ for n in graph.nodes] == ["Pad", "Conv", "Pad", "Pad"]
     result = simulate(graph, X, "systolic-32x32-ws", keep_outputs=True)
-    with torch.no_grad():
-        want = net.double()(torch.from_numpy(X).double()).numpy()
+    want = float64_output(net, X)
     assert rel_err(result.output, want) < 1e-6
     assert check(graph, X, result).passed
 
@@ -67,8 +66,7 @@ def test_circular_padding_through_from_torch_equals_the_module_in_float64():
 def test_circular_padding_through_onnx_equals_onnxruntime(exporter, tmp_path):
     path = export_onnx(Wrapped().eval(), X, tmp_path / "wrapped.onnx", exporter)
     graph = from_onnx(path)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = session.run(None, {session.get_inputs()[0].name: X})[0]
+    want = onnxruntime_output(path, X)
     assert rel_err(simulate(graph, X, "dilated-grid-2x2").output, want) < 1e-6
 
 
@@ -95,8 +93,7 @@ def test_crops_through_from_torch_equal_the_module_in_float64():
     assert {type(n.op).__name__ for n in graph.nodes} == {"Conv", "Slice", "Pad", "Flatten",
                                                            "Concat"}
     result = simulate(graph, X, "sparse-pairs-32x32", keep_outputs=True)
-    with torch.no_grad():
-        want = net.double()(torch.from_numpy(X).double()).numpy()
+    want = float64_output(net, X)
     assert rel_err(result.output, want) < 1e-6
     assert check(graph, X, result).passed
 
@@ -104,8 +101,7 @@ def test_crops_through_from_torch_equal_the_module_in_float64():
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_crops_through_onnx_equal_onnxruntime(exporter, tmp_path):
     path = export_onnx(Cropped().eval(), X, tmp_path / "cropped.onnx", exporter)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = session.run(None, {session.get_inputs()[0].name: X})[0]
+    want = onnxruntime_output(path, X)
     assert rel_err(simulate(from_onnx(path), X).output, want) < 1e-6
 
 

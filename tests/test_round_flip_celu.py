@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
-from strategies import export_onnx, photo, rel_err  # noqa: E402
+from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -105,11 +105,6 @@ class Rounded(nn.Module):
         return torch.cat(parts, 1)
 
 
-def float64_output(net, x):
-    with torch.no_grad():
-        return net.double()(t64(x)).numpy()
-
-
 def test_rounding_celu_and_flips_through_from_torch_equal_the_module_in_float64():
     x = exact_input()
     net = Rounded().eval()
@@ -136,8 +131,7 @@ def test_rounding_celu_and_flips_through_onnx_equal_onnxruntime(exporter, tmp_pa
     assert {"Floor", "Ceil", "Round", "Celu", "Slice"} <= written
     graph = from_onnx(path)
     assert any(isinstance(n.op, ops.Slice) and n.op.step < 0 for n in graph.nodes)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = session.run(None, {session.get_inputs()[0].name: x})[0]
+    want = onnxruntime_output(path, x)
     assert rel_err(simulate(graph, x, "input-reuse-1024").output, want) < 1e-6
 
 
