@@ -80,6 +80,7 @@ def every_op_graph():
     q = g.pad(g.pad(q, padding=(1, 0, 1, 0), mode="reflect", name="pad_reflect"),
               padding=(0, 2, 1, 1), mode="replicate", name="pad_replicate")
     q = g.pad(q, padding=(1, 1, 0, 0), value=-2.0, name="pad_constant")
+    g.pad(q, padding=(2, 0, 1, 3), mode="circular", name="pad_circular")
     q = g.zeroinsert(q, stride=(2, 3), name="zeros")
     g.reduce(q, kind="max", axes=(1,), keepdims=False, name="max_c")
     g.reduce(q, kind="min", axes=(2, 3), name="min_hw")
