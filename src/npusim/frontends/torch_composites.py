@@ -82,8 +82,6 @@ def roll(c, input, shifts, dims=None):
         raise _Refusal("rolls the flattened tensor: give dims")
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    if len(shifts) != len(dims):
-        raise _Refusal(f"shifts {shifts} and dims {dims} differ in length")
     name, result = x.name, x
     moves = [(int(number(s, "shifts")), int(d) % len(x.shape)) for s, d in zip(shifts, dims,
                                                                                 strict=True)]

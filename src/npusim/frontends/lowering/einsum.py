@@ -100,7 +100,7 @@ def product_plan(labels: list[str], out: str, shapes):
     """For two computed operands: the steps of each (to batch x M x K and batch x K x N),
     and the steps after their MatMul (to the output), as ``(left, right, after)``."""
     a, b = labels
-    n = sizes(labels, shapes)
+    size = sizes(labels, shapes)
     if not a[0] == b[0] == out[0]:
         raise Refusal(f"operands {a!r}, {b!r} and output {out!r} do not share their first "
                       "label: the batch axis stays first")
@@ -108,14 +108,14 @@ def product_plan(labels: list[str], out: str, shapes):
     rows = [c for c in out if c in a and c not in b]
     cols = [c for c in out if c in b and c not in a]
     shared = [c for c in a if c in b and c not in out]
-    dims = [n[c] for c in batch]
-    m, k, cnt = (int(np.prod([n[c] for c in group])) for group in (rows, shared, cols))
+    dims = [size[c] for c in batch]
+    m, k, n = (int(np.prod([size[c] for c in group])) for group in (rows, shared, cols))
     left, _, shape_a = arrange(a, out + b, "".join(batch + rows + shared), shapes[0])
     right, _, shape_b = arrange(b, out + a, "".join(batch + shared + cols), shapes[1])
     left = then_reshape(left, shape_a, (*dims, m, k))
-    right = then_reshape(right, shape_b, (*dims, k, cnt))
+    right = then_reshape(right, shape_b, (*dims, k, n))
     natural = "".join(batch + rows + cols)
-    after = then_reshape([], (*dims, m, cnt), tuple(n[c] for c in natural))
+    after = then_reshape([], (*dims, m, n), tuple(size[c] for c in natural))
     if natural != out:
         after.append(transpose([natural.index(c) for c in out], len(out)))
     return left, right, after
