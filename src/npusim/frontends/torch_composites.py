@@ -1,8 +1,9 @@
 """PyTorch functions that are several of the IR's ops, each as PyTorch defines it: the
 activations ``softsign``, ``tanhshrink``, ``logsigmoid``, ``softmin`` and ``glu``; ``expm1``,
-``log1p``, ``log2``, ``log10`` and ``exp2``; and the data moves ``roll`` (Swin's shifted
-windows) and ``rot90``. Torch's exporters write each as those ops in an ONNX file, which
-imports already; these are the same graphs from ``from_torch``. Inner nodes are named
+``log1p``, ``log2``, ``log10`` and ``exp2``; ``frac``, ``remainder``, ``floor_divide``,
+``lerp``, ``addcmul`` and ``diff``; and the data moves ``roll`` (Swin's shifted windows) and
+``rot90``. Torch's exporters write each as those ops in an ONNX file, which imports
+already; these are the same graphs from ``from_torch``. Inner nodes are named
 ``<node>_<part><k>``."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from .. import ops
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
-from .torch_ops import computed, number
+from .torch_ops import arith, computed, number
 
 
 def _const(kind: str, x, value: float) -> ops.Op:
@@ -114,3 +115,67 @@ def rot90(c, input, k=1, dims=(0, 1)):
     if turns != 2:
         steps.append(rules.swap_axes(a, b, ndim))
     return c.build.steps(c.name, steps, x.name)
+
+
+def frac(c, input):
+    """``torch.frac``: x - trunc(x)."""
+    x = computed(input)
+    return ops.Elementwise("sub"), (x.name, c.build.sequence(f"{c.name}_trunc",
+                                                            [ops.Round("trunc")], x.name))
+
+
+def remainder(c, input, other):
+    """``torch.remainder`` / ``%`` by a number b: x - floor(x / b) b (the sign of b's)."""
+    x, b = computed(input), number(other, "other")
+    if b == 0:
+        raise _Refusal("the remainder of a division by 0")
+    multiple = c.build.sequence(f"{c.name}_floor", [_const("div", x, b), ops.Round("floor"),
+                                                    _const("mul", x, b)], x.name)
+    return ops.Elementwise("sub"), (x.name, multiple)
+
+
+def lerp(c, input, end, weight):
+    """``torch.lerp`` by a number w, as PyTorch computes it: start + w (end - start) for
+    w < 0.5, else end - (1 - w) (end - start)."""
+    start, end, w = computed(input), computed(end), number(weight, "weight")
+    delta = c.build.add(f"{c.name}_delta", rules.binary("sub", [end.shape, start.shape]),
+                        (end.name, start.name))
+    shape = tuple(np.broadcast_shapes(end.shape, start.shape))
+    near, scale = (start, w) if w < 0.5 else (end, 1 - w)
+    step = c.build.sequence(f"{c.name}_step", [rules.with_constant(
+        "mul", shape, np.float32(scale))], delta)
+    return rules.binary("add" if w < 0.5 else "sub", [near.shape, shape]), (near.name, step)
+
+
+def addcmul(c, input, tensor1, tensor2, *, value=1):
+    """``torch.addcmul``: input + value * tensor1 * tensor2."""
+    x, a, b = computed(input), computed(tensor1), computed(tensor2)
+    shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+    product = c.build.add(f"{c.name}_product", rules.binary("mul", [a.shape, b.shape]),
+                          (a.name, b.name))
+    if value != 1:
+        product = c.build.sequence(f"{c.name}_scaled", [rules.with_constant(
+            "mul", shape, np.float32(number(value, "value")))], product)
+    return rules.binary("add", [x.shape, shape]), (x.name, product)
+
+
+def diff(c, input, n=1, dim=-1, prepend=None, append=None):
+    """``torch.diff``: x[1:] - x[:-1] along ``dim``, ``n`` times (two Slices and a subtract
+    each)."""
+    x = computed(input)
+    if prepend is not None or append is not None:
+        raise _Refusal("prepend / append: the IR takes the differences of the tensor alone")
+    axis, name, size = int(dim) % len(x.shape), x.name, x.shape[int(dim)]
+    result = x  # n = 0: the tensor itself
+    for k in range(int(n)):
+        later = c.build.add(f"{c.name}_later{k}", ops.Slice(axis, 1, None), (name,))
+        earlier = c.build.add(f"{c.name}_earlier{k}", ops.Slice(axis, 0, size - 1 - k), (name,))
+        result = ops.Elementwise("sub"), (later, earlier)
+        if k < int(n) - 1:
+            name = c.build.add(f"{c.name}_diff{k}", *result)
+    return result
+
+
+def floor_divide(c, input, other):
+    """``torch.floor_divide`` / ``//``: a division rounded down (``arith``)."""
+    return arith("div")(c, input, other, rounding_mode="floor")

@@ -475,18 +475,27 @@ def adaptive_max_pool2d(c, input, output_size, return_indices=False):
 
 
 def arith(kind: str):
-    """The converter of ``x + y``, ``x * s``, ``torch.maximum(x, y)``...: broadcasting."""
+    """The converter of ``x + y``, ``x * s``, ``torch.maximum(x, y)``...: broadcasting; a
+    division with ``rounding_mode`` (``//``, ``torch.floor_divide``) then rounded, the floor
+    (or trunc) of the quotient."""
     def convert(c, input, other, *, alpha=1, rounding_mode=None, out=None):
         if alpha != 1:
             raise _Refusal(f"alpha={alpha}: only a plain sum or difference (alpha=1)")
-        if rounding_mode is not None:
-            raise _Refusal(f"rounding_mode={rounding_mode!r}: only true division")
         refs = [a for a in (input, other) if isinstance(a, Ref)]
         for r in refs:
             computed(r)
         if len(refs) == 2:
-            return rules.binary(kind, [input.shape, other.shape])
-        const = other if refs[0] is input else input
-        return rules.with_constant(kind, refs[0].shape, constant(const, "the constant operand"),
-                                   const_first=refs[0] is not input)
+            op, inputs = rules.binary(kind, [input.shape, other.shape]), (input.name,
+                                                                           other.name)
+        else:
+            const = other if refs[0] is input else input
+            op, inputs = rules.with_constant(kind, refs[0].shape,
+                                             constant(const, "the constant operand"),
+                                             const_first=refs[0] is not input), (refs[0].name,)
+        if rounding_mode is None:
+            return op, inputs
+        if kind != "div" or rounding_mode not in ("floor", "trunc"):
+            raise _Refusal(f"rounding_mode={rounding_mode!r}: a division rounds 'floor' or "
+                           "'trunc'")
+        return ops.Round(rounding_mode), (c.build.add(f"{c.name}_quotient", op, inputs),)
     return convert

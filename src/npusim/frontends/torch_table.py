@@ -12,7 +12,22 @@ from torch import nn
 
 from .. import ops
 from . import torch_qat
-from .torch_composites import exp_log, glu, logsigmoid, roll, rot90, softmin, softsign, tanhshrink
+from .torch_composites import (
+    addcmul,
+    diff,
+    exp_log,
+    floor_divide,
+    frac,
+    glu,
+    lerp,
+    logsigmoid,
+    remainder,
+    roll,
+    rot90,
+    softmin,
+    softsign,
+    tanhshrink,
+)
 from .torch_ops import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
@@ -244,6 +259,12 @@ _FUNCTIONS = _table(
     *((exp_log(name), getattr(torch, name)) for name in ("expm1", "log1p", "log2", "log10",
                                                           "exp2")),
     (roll, torch.roll),
+    (frac, torch.frac),
+    (remainder, torch.remainder, operator.mod),
+    (lerp, torch.lerp),
+    (addcmul, torch.addcmul),
+    (diff, torch.diff),
+    (floor_divide, torch.floor_divide, operator.floordiv),
     (logsumexp, torch.logsumexp),
     (rot90, torch.rot90),
     (flip, torch.flip),
@@ -307,7 +328,8 @@ _METHODS = {
     "ceil": rounding("ceil"), "round": rounding("nearest"), "trunc": rounding("trunc"),
     "expm1": exp_log("expm1"), "log1p": exp_log("log1p"), "log2": exp_log("log2"),
     "log10": exp_log("log10"), "exp2": exp_log("exp2"), "roll": roll, "rot90": rot90,
-    "logsumexp": logsumexp,
+    "logsumexp": logsumexp, "frac": frac, "remainder": remainder, "lerp": lerp,
+    "addcmul": addcmul, "diff": diff, "floor_divide": floor_divide,
     "fix": rounding("trunc"), "flip": flip, "fliplr": flip_axis(1), "flipud": flip_axis(0),
     "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
     "le": arith("less_equal"), "eq": arith("equal"), "ne": arith("not_equal"),
