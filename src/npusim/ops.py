@@ -496,11 +496,16 @@ def _cubic_axis(in_size: int, out_size: int, align_corners: bool, step: float):
     else:
         src = (dst + 0.5) * step - 0.5
     left = np.floor(src)
-    t, a = src - left, CUBIC_A
-    taps = np.clip(left.astype(np.int64) + np.arange(-1, 3)[:, None], 0, in_size - 1)
-    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1  # noqa: E731  |d| <= 1
-    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # noqa: E731  1 < |d| < 2
-    return taps, np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)])
+    taps = left.astype(np.int64) + np.arange(-1, 3)[:, None]
+    return np.clip(taps, 0, in_size - 1), cubic_kernel(src - taps)
+
+
+def cubic_kernel(d, a: float = CUBIC_A) -> np.ndarray:
+    """Keys' cubic convolution weight of a tap at distance ``d`` (|d| < 2) from the source
+    position, coefficient ``a``."""
+    d = np.abs(d)
+    return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                    ((a * d - 5 * a) * d + 8 * a) * d - 4 * a)
 
 
 @dataclass(frozen=True)

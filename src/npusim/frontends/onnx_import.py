@@ -34,7 +34,6 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from . import lowering as rules
@@ -165,8 +164,7 @@ def _place_pads(c: OnnxNode) -> bool:
     for k, t in enumerate(c.proto.input):
         pending = m.pending.pop(t, None)
         if pending:
-            m.ir_of[t] = c.build.add(f"{c.name}.pad{k}", ops.Pad(pending.pads, "constant",
-                                                               pending.fill),
+            m.ir_of[t] = c.build.add(f"{c.name}.pad{k}", pending.op(),
                                      (m.ir_of.get(t, t),), m.shapes.get(t))
             placed = True
     return placed
@@ -298,9 +296,8 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     for out in _output_names(model):
         pending = m.pending.pop(out, None)
         if pending:  # no reader absorbs it: a Pad node of its own, named as its ONNX node
-            ir_of[out] = build.add(producer[out], ops.Pad(pending.pads, "constant",
-                                                          pending.fill),
-                                   (ir_of.get(out, out),), m.shapes.get(out))
+            ir_of[out] = build.add(producer[out], pending.op(), (ir_of.get(out, out),),
+                                   m.shapes.get(out))
         if out not in ir_of:
             raise ModelError(f"{path}: output {out!r} is not computed from input "
                              f"{value_info.name!r}")

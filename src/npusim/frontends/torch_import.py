@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import ops
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from .lowering import Lowering
@@ -324,8 +323,7 @@ def _padded(build: Lowering, reader: str, args, kwargs):
     def place(v):
         if not (isinstance(v, Ref) and v.pad):
             return v
-        name = build.add(f"{reader}.pad{next(count)}", ops.Pad(v.pad.pads, "constant",
-                                                              v.pad.fill), (v.name,), v.shape)
+        name = build.add(f"{reader}.pad{next(count)}", v.pad.op(), (v.name,), v.shape)
         return Ref(name, v.shape)
 
     return torch.fx.node.map_aggregate((args, kwargs), place)
@@ -364,8 +362,7 @@ def _output_ref(value, info: dict, name: str, what: str, build: Lowering) -> Ref
     constant pad no reader absorbed made an IR ``Pad`` node)."""
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
     if isinstance(ref, Ref) and ref.pad:  # no reader absorbs it: a Pad node of its own
-        ref = Ref(build.add(value.name, ops.Pad(ref.pad.pads, "constant", ref.pad.fill),
-                            (ref.name,), ref.shape), ref.shape)
+        ref = Ref(build.add(value.name, ref.pad.op(), (ref.name,), ref.shape), ref.shape)
     if isinstance(ref, Ref) and not ref.shape:
         raise ModelError(f"{name}: {what} a 0-d tensor (or a tuple of them); npusim imports "
                          "PyTorch outputs that keep the batch axis: keep a dimension "

@@ -30,6 +30,10 @@ class Pending:
             raise Refusal(f"pads with {fill} what is already padded with {self.fill}")
         return Pending(add_padding(self.pads, pads), fill)
 
+    def op(self) -> ops.Pad:
+        """This pad as a ``Pad`` op of its own, where no reader absorbs it."""
+        return ops.Pad(tuple(self.pads), "constant", self.fill)
+
     def absorb(self, padding, fill: float) -> Padding:
         """A reader's own ``padding`` plus this one, which must be padded with ``fill``."""
         if self and self.fill != fill:

@@ -86,10 +86,8 @@ def sampling_weights(n_in: int, n_out: int, scale: float, mode: str, transform: 
     if mode == "cubic":
         left = np.floor(src)
         for k in range(-1, 3):
-            d = np.abs(src - (left + k))  # 0 <= d < 2: the tap's distance
-            kernel = np.where(d <= 1, ((cubic_a + 2) * d - (cubic_a + 3)) * d * d + 1,
-                              ((cubic_a * d - 5 * cubic_a) * d + 8 * cubic_a) * d - 4 * cubic_a)
-            np.add.at(weights, (rows, np.clip(left + k, 0, n_in - 1).astype(int)), kernel)
+            np.add.at(weights, (rows, np.clip(left + k, 0, n_in - 1).astype(int)),
+                      ops.cubic_kernel(src - (left + k), cubic_a))
         return weights
     src = np.clip(src, 0, n_in - 1)
     lo = np.floor(src).astype(int)
