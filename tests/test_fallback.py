@@ -23,25 +23,25 @@ from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
 
 
-class Sine(nn.Module):
+class Upper(nn.Module):
     def forward(self, x):
-        return torch.sin(x)
+        return torch.triu(x)
 
 
-class SineCumsum(nn.Module):
-    """A sine and a cumulative sum (neither in npusim's IR) between two convs; returns the
-    last conv and the sine map."""
+class Triangles(nn.Module):
+    """The upper and the strictly lower triangle of each map (neither in npusim's IR) between
+    two convs; returns the last conv and the upper triangles."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.act = Sine()
+        self.act = Upper()
         self.head = nn.Conv2d(8, 4, 1)
 
     def forward(self, x):
         y = self.act(self.conv(x))
-        return {"logits": self.head(torch.cumsum(y, dim=2)), "features": y}
+        return {"logits": self.head(torch.tril(y, -1)), "features": y}
 
 
 def example(batch=2):
@@ -49,18 +49,18 @@ def example(batch=2):
 
 
 def test_torch_refuses_by_default_naming_each_op_and_the_fallback():
-    with pytest.raises(ModelError, match=r"unsupported ops: torch.sin x1 \('sin'\), "
-                                         r"torch.cumsum x1 \('cumsum'\) \(fallback=True, "
+    with pytest.raises(ModelError, match=r"unsupported ops: torch.triu x1 \('triu'\), "
+                                         r"torch.tril x1 \('tril'\) \(fallback=True, "
                                          r"--fallback"):
-        from_torch(SineCumsum().eval(), example())
+        from_torch(Triangles().eval(), example())
 
 
 def test_torch_fallback_equals_the_module_output_by_output():
-    net, x = SineCumsum().eval(), example()
+    net, x = Triangles().eval(), example()
     graph = from_torch(net, x, fallback=True)
     assert list(graph.outputs) == ["logits", "features"]
     fallbacks = [n.name for n in graph.nodes if type(n.op).__name__ == "Fallback"]
-    assert fallbacks == ["sin", "cumsum"]
+    assert fallbacks == ["triu", "tril"]
     result = simulate(graph, x.numpy())
     with torch.no_grad():
         want = net(x)
@@ -69,12 +69,12 @@ def test_torch_fallback_equals_the_module_output_by_output():
     # vector work: every input element and every output element once (8 x 10 x 9 maps, N=2)
     elements = 2 * 8 * 10 * 9
     costs = {s.name: (s.shape, s.vector_ops, s.macs) for s in result.layers}
-    assert costs["sin"] == ("Fallback", 2 * elements, 0)
-    assert costs["cumsum"] == ("Fallback", 2 * elements, 0)
+    assert costs["triu"] == ("Fallback", 2 * elements, 0)
+    assert costs["tril"] == ("Fallback", 2 * elements, 0)
 
 
 def test_torch_fallback_survives_pickling_at_another_batch():
-    net = SineCumsum().eval()
+    net = Triangles().eval()
     x = example(batch=3)
     graph = pickle.loads(pickle.dumps(from_torch(net, x, fallback=True)))
     with torch.no_grad():
@@ -84,7 +84,7 @@ def test_torch_fallback_survives_pickling_at_another_batch():
 
 def export(tmp_path):
     path = tmp_path / "fallback.onnx"
-    net, x = SineCumsum().eval(), example()
+    net, x = Triangles().eval(), example()
 
     class Pair(nn.Module):  # torch.onnx exports a tuple as two graph outputs
         def __init__(self):
@@ -105,13 +105,13 @@ def export(tmp_path):
 
 def test_onnx_refuses_by_default_and_falls_back_to_onnxruntime(tmp_path):
     path, x = export(tmp_path)
-    with pytest.raises(ModelError, match=r"unsupported ops: Sin x1 \('/net/act/Sin'\), "
-                                         r"CumSum x1 \('/net/CumSum'\) \(fallback=True"):
+    with pytest.raises(ModelError, match=r"unsupported ops: Trilu x2 \('/net/act/Trilu', "
+                                         r"'/net/Trilu'\) \(fallback=True"):
         from_onnx(path, batch=2)
     graph = from_onnx(path, batch=2, fallback=True)
     assert list(graph.outputs) == ["logits", "features"]
     assert [getattr(n.op, "source", type(n.op).__name__) for n in graph.nodes] == \
-        ["Conv", "ONNX Sin", "ONNX CumSum", "Conv"]
+        ["Conv", "ONNX Trilu", "ONNX Trilu", "Conv"]
     want = ort.InferenceSession(str(path)).run(None, {"x": x})
     result = simulate(pickle.loads(pickle.dumps(graph)), x)
     for label, ref in zip(("logits", "features"), want, strict=True):
@@ -203,10 +203,10 @@ def test_cli_fallback_checks_each_output_and_marks_the_reports(tmp_path, capsys)
     assert data["check"]["passed"]
     errors = data["check"]["output_relative_errors"]
     assert list(errors) == ["logits", "features"] and max(errors.values()) < 1e-5
-    marked = [r["shape"] for r in data["layers"] if r["name"] in ("/net/act/Sin",
-                                                                  "/net/CumSum")]
+    marked = [r["shape"] for r in data["layers"] if r["name"] in ("/net/act/Trilu",
+                                                                  "/net/Trilu")]
     assert marked == ["Fallback", "Fallback"]
-    assert data["fallback"] == {"/net/act/Sin": "ONNX Sin",
-                                "/net/CumSum": "ONNX CumSum"}
+    assert data["fallback"] == {"/net/act/Trilu": "ONNX Trilu",
+                                "/net/Trilu": "ONNX Trilu"}
     assert "fallback: 2 ops computed by the source framework, costed as vector work: " \
-        "/net/act/Sin (ONNX Sin), /net/CumSum (ONNX CumSum)" in out
+        "/net/act/Trilu (ONNX Trilu), /net/Trilu (ONNX Trilu)" in out

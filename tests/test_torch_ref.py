@@ -52,6 +52,11 @@ def every_op_graph():
     t = g.log(g.exp(g.abs(t, name="abs"), name="exp"), name="log")
     t = g.gelu(g.gelu(g.erf(t, name="erf"), name="gelu"), approximate="tanh", name="gelu_t")
     t = g.clip(t, -0.5, 0.3, name="clip")
+    for fn in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "atanh"):
+        g.trig(t, fn=fn, name=f"trig_{fn}")  # in [-0.5, 0.3]: every inverse's domain
+    g.cumsum(t, axis=2, name="cumsum_h")
+    g.cumsum(t, axis=-1, exclusive=True, reverse=True, name="cumsum_w_exclusive_reversed")
+    g.cumsum(t, axis=1, reverse=True, name="cumsum_c_reversed")
     g.elu(t, 1.5, input_scale=1 / 1.5, name="celu")
     for mode in ("floor", "ceil", "nearest", "trunc"):
         g.round(g.elementwise(t, kind="mul", const=np.float32(5.0), name=f"times5_{mode}"),
@@ -77,6 +82,7 @@ def every_op_graph():
             stop=0, step=-2, name="back_h")
     q = g.sqrt(g.elementwise(g.elementwise(q, kind="pow", const=np.float32(2), name="square"),
                              kind="add", const=np.float32(1), name="plus1"), name="sqrt")
+    g.trig(q, fn="acosh", name="trig_acosh")  # sqrt(q^2 + 1) >= 1: acosh's domain
     q = g.pad(g.pad(q, padding=(1, 0, 1, 0), mode="reflect", name="pad_reflect"),
               padding=(0, 2, 1, 1), mode="replicate", name="pad_replicate")
     q = g.pad(q, padding=(1, 1, 0, 0), value=-2.0, name="pad_constant")

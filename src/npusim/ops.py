@@ -757,6 +757,30 @@ class Abs(Op):
         return np.abs(x)
 
 
+# the trigonometric and hyperbolic functions ``Trig`` computes, by name (PyTorch's and
+# ONNX's: sin, asin, sinh...)
+TRIG = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+        "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+        "acosh": np.arccosh, "atanh": np.arctanh}
+
+
+@dataclass(frozen=True)
+class Trig(Op):
+    """A trigonometric or hyperbolic function of x (``fn``, a key of ``TRIG``): one
+    transcendental, as ``Exp``. Outside its domain NaN, atanh(+-1) +-inf and past float32's
+    range inf, as in PyTorch (a non-finite conv input is then refused by name)."""
+
+    fn: str = "sin"
+
+    def __post_init__(self):
+        if self.fn not in TRIG:
+            raise LayerError(f"Trig function {self.fn!r}: one of {', '.join(TRIG)}")
+
+    def __call__(self, x):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return TRIG[self.fn](x)
+
+
 @dataclass(frozen=True)
 class Erf(Op):
     """The error function (ONNX ``Erf``): one transcendental."""
@@ -1057,6 +1081,35 @@ class Reduce(Op):
 
 
 REDUCE_KINDS = ("mean", "sum", "max", "min", "l1", "l2")
+
+
+@dataclass(frozen=True)
+class CumSum(Op):
+    """Running sums along ``axis`` (negatives count from the end): element i the sum of
+    elements 0 to i, or 0 to i - 1 (``exclusive``), or from the end (``reverse``). Summed in
+    float64 and rounded once per element, as PyTorch computes a float32 ``cumsum``. One add
+    per element."""
+
+    axis: int = 1
+    exclusive: bool = False
+    reverse: bool = False
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1, name, "CumSum")
+        _axes(self.axis, len(in_shapes[0]), name, "CumSum")
+        return in_shapes[0]
+
+    def __call__(self, x):
+        axis = _axes(self.axis, x.ndim, "cumsum", "CumSum")[0]
+        wide = np.moveaxis(np.asarray(x, np.float64), axis, -1)  # summed along the last axis
+        if self.reverse:
+            wide = wide[..., ::-1]
+        sums = np.cumsum(wide, axis=-1)
+        if self.exclusive:  # shifted one along, 0 first
+            sums = np.concatenate([np.zeros_like(sums[..., :1]), sums[..., :-1]], axis=-1)
+        if self.reverse:
+            sums = sums[..., ::-1]
+        return np.moveaxis(sums, -1, axis).astype(x.dtype)
 
 
 @dataclass(frozen=True)
@@ -1370,10 +1423,10 @@ OPS: dict[str, type] = {
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
     "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
-    "tanh": Tanh, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs, "gelu": Gelu,
-    "clip": Clip, "fakequant": FakeQuant,
+    "tanh": Tanh, "trig": Trig, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs,
+    "gelu": Gelu, "clip": Clip, "fakequant": FakeQuant,
     "elementwise": Elementwise, "where": Where, "sign": Sign, "round": Round, "matmul": MatMul,
-    "reduce": Reduce, "broadcast": Broadcast,
+    "reduce": Reduce, "cumsum": CumSum, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice, "gathernd": GatherND,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,
     "pad": Pad,

@@ -227,6 +227,19 @@ def _reduce(op: ops.Reduce):
     return lambda x: reduce[op.kind](x, dim=dims, keepdim=op.keepdims)
 
 
+def _cumsum(op: ops.CumSum):
+    """``torch.cumsum`` along the op's axis, the axis reversed around it (``reverse``) and
+    the sums shifted one along it, 0 first (``exclusive``)."""
+    def running(x):
+        y = x.flip(op.axis) if op.reverse else x
+        sums = torch.cumsum(y, op.axis)
+        if op.exclusive:
+            sums = torch.cat([torch.zeros_like(sums.narrow(op.axis, 0, 1)),
+                              sums.narrow(op.axis, 0, sums.shape[op.axis] - 1)], op.axis)
+        return sums.flip(op.axis) if op.reverse else sums
+    return running
+
+
 def _fake_quant(op: ops.FakeQuant, ndim: int):
     """Round to the grid and back in float32 torch ops (round half to even) on an
     ``ndim``-axis tensor: a divide by the scale (ONNX's rule), or with ``by_reciprocal`` a
@@ -343,6 +356,7 @@ def _function(op, out_shape):
         ops.Round: lambda: {"floor": torch.floor, "ceil": torch.ceil, "nearest": torch.round,
                             "trunc": torch.trunc}[op.mode],
         ops.Tanh: lambda: torch.tanh,
+        ops.Trig: lambda: getattr(torch, op.fn),
         ops.Erf: lambda: torch.erf,
         ops.Sqrt: lambda: torch.sqrt,
         ops.Gelu: lambda: (lambda x: F.gelu(x, approximate=op.approximate)),
@@ -354,6 +368,7 @@ def _function(op, out_shape):
         ops.Sign: lambda: torch.sign,
         ops.MatMul: lambda: torch.matmul,
         ops.Reduce: lambda: _reduce(op),
+        ops.CumSum: lambda: _cumsum(op),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
         ops.GatherND: lambda: _gather_nd(op),

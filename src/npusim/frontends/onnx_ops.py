@@ -267,6 +267,14 @@ def _log_sum_exp(c: OnnxNode):
                                bool(c.attr("keepdims", 1)))
 
 
+def _cumsum(c: OnnxNode) -> ops.CumSum:
+    """CumSum along the constant axis of input 1 (``exclusive``, ``reverse``)."""
+    axis = np.asarray(c.const(1)).reshape(-1)
+    if axis.size != 1:
+        raise _Refusal(f"axis {axis.tolist()}: CumSum takes one axis")
+    return ops.CumSum(int(axis[0]), bool(c.attr("exclusive", 0)), bool(c.attr("reverse", 0)))
+
+
 def _expand(c: OnnxNode) -> ops.Op | str:
     """Expand to a constant shape: a Broadcast to the shape inference gives (the input
     itself when nothing repeats)."""
@@ -601,6 +609,8 @@ CONVERTERS = {
     "Sqrt": (lambda c: ops.Sqrt(), 1), "Sign": (lambda c: ops.Sign(), 1),
     "Floor": (lambda c: ops.Round("floor"), 1), "Ceil": (lambda c: ops.Round("ceil"), 1),
     "Round": (lambda c: ops.Round("nearest"), 1),
+    **{fn.capitalize(): (lambda c, fn=fn: ops.Trig(fn), 1) for fn in ops.TRIG},
+    "CumSum": (_cumsum, 1),
     "Celu": (lambda c: rules.celu(c.attr("alpha", 1.0)), 1),
     "Not": (lambda c: rules.logical_not(c.in_shape(0)), 1),
     "Where": (_where, None),

@@ -403,6 +403,29 @@ def rounding(mode: str):
     return convert
 
 
+# torch's other names of the inverse functions (``torch.arcsin``, ``x.arctanh()``...)
+TRIG_ALIASES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+                "acosh": "arccosh", "atanh": "arctanh"}
+
+
+def trig(fn: str):
+    """The converter of ``torch.sin`` / ``cos`` / ``tan`` / ``asin`` ... ``atanh`` (and
+    their ``arc`` names): ``Trig`` of that function."""
+    def convert(c, input):
+        computed(input)
+        return ops.Trig(fn)
+    return convert
+
+
+def cumsum(c, input, dim, *, dtype=None):
+    """``torch.cumsum`` / ``x.cumsum``: ``CumSum`` along ``dim``, in float32 (a ``dtype``
+    of another type is refused)."""
+    computed(input)
+    if dtype not in (None, torch.float32):
+        raise _Refusal(f"dtype={dtype}: the IR computes float32")
+    return ops.CumSum(int(number(dim, "dim")))
+
+
 def selu(c, input, inplace=False):
     """``F.selu`` / ``nn.SELU``: ``rules.selu`` at PyTorch's constants."""
     x = computed(input)

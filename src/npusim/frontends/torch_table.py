@@ -29,6 +29,7 @@ from .torch_composites import (
     tanhshrink,
 )
 from .torch_ops import (
+    TRIG_ALIASES,
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
     arith,
@@ -43,6 +44,7 @@ from .torch_ops import (
     conv_module,
     conv_transpose2d,
     conv_transpose_module,
+    cumsum,
     einsum,
     elu,
     gelu,
@@ -73,6 +75,7 @@ from .torch_ops import (
     softshrink,
     square,
     threshold,
+    trig,
     unary,
     where,
 )
@@ -266,6 +269,9 @@ _FUNCTIONS = _table(
     (diff, torch.diff),
     (floor_divide, torch.floor_divide, operator.floordiv),
     (logsumexp, torch.logsumexp),
+    *((trig(fn), getattr(torch, fn), *[getattr(torch, a) for a in [TRIG_ALIASES.get(fn)] if a])
+      for fn in ops.TRIG),
+    (cumsum, torch.cumsum),
     (rot90, torch.rot90),
     (flip, torch.flip),
     (flip_axis(1), torch.fliplr),
@@ -328,7 +334,7 @@ _METHODS = {
     "ceil": rounding("ceil"), "round": rounding("nearest"), "trunc": rounding("trunc"),
     "expm1": exp_log("expm1"), "log1p": exp_log("log1p"), "log2": exp_log("log2"),
     "log10": exp_log("log10"), "exp2": exp_log("exp2"), "roll": roll, "rot90": rot90,
-    "logsumexp": logsumexp, "frac": frac, "remainder": remainder, "lerp": lerp,
+    "logsumexp": logsumexp, "cumsum": cumsum, "frac": frac, "remainder": remainder, "lerp": lerp,
     "addcmul": addcmul, "diff": diff, "floor_divide": floor_divide,
     "fix": rounding("trunc"), "flip": flip, "fliplr": flip_axis(1), "flipud": flip_axis(0),
     "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
@@ -338,6 +344,7 @@ _METHODS = {
     "add": arith("add"), "sub": arith("sub"),
     "mul": arith("mul"), "div": arith("div"),
     "sigmoid": unary(ops.Sigmoid), "tanh": unary(ops.Tanh),
+    **{name: trig(fn) for fn in ops.TRIG for name in (fn, TRIG_ALIASES.get(fn)) if name},
     "mean": reduction("mean"), "sum": reduction("sum"), "max": extreme("max"),
     "amax": extremes("max"),
     "min": extreme("min"), "amin": extremes("min"), "norm": norm, "permute": permute,
@@ -362,7 +369,7 @@ _METHODS = {
 IN_PLACE = ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "erf",
             "square", "reciprocal", "clamp", "clip", "clamp_min", "clamp_max", "pow", "selu",
             "add", "sub", "mul", "div", "hardtanh", "leaky_relu", "elu", "celu", "floor",
-            "ceil", "round", "trunc", "fix")
+            "ceil", "round", "trunc", "fix", *ops.TRIG, *TRIG_ALIASES.values(), "cumsum")
 
 
 def _add_in_place_forms() -> None:
