@@ -332,7 +332,8 @@ def test_exported_integer_indexing_imports(tmp_path, dynamo):
     (np.array(0, np.int64), 0, r"reshapes \(1, 4, 10, 9\) to \(4, 10, 9\): the IR keeps"),
     (np.array([2, 0], np.int64), 1, r"indices \[2, 0\] on axis 1: the IR gathers a run"),
     (np.array([0, 1, 3], np.int64), 1, r"indices \[0, 1, 3\] on axis 1"),
-    (np.array([[0, 1]], np.int64), 1, r"indices of shape \(1, 2\)"),
+    (np.array([[[0, 1]]], np.int64), 1, r"indices of shape \(1, 1, 2\)"),
+    (np.array([[0, 1], [3, 2]], np.int64), 1, r"indices \[3, 2\] on axis 1: the IR gathers"),
     (np.array(4, np.int64), 1, r"indices 4 on axis 1 of \(1, 4, 10, 9\): out of range"),
 ])
 def test_gather_the_ir_cannot_index_is_refused(tmp_path, index, axis, message):

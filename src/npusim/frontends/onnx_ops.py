@@ -345,22 +345,10 @@ def _slice(c: OnnxNode):
 
 def _gather(c: OnnxNode):
     """Gather by constant indices (PyTorch's ``x[:, i]`` and ``select``: a scalar, the axis
-    dropped; or a run of indices in equal steps, its slice): ``rules.index``."""
+    dropped; a run of indices in equal steps, its slice; rows of runs, the taps of
+    ``F.unfold``'s windows): ``Lowering.gather``."""
     x, axis = c.in_shape(0), c.attr("axis", 0) % len(c.in_shape(0))
-    taken = np.asarray(c.const(1), np.int64)
-    if taken.ndim > 1 or taken.size == 0:
-        raise _Refusal(f"indices of shape {taken.shape}: the IR gathers one index, or a run "
-                       "of them, along an axis")
-    if np.any((taken < -x[axis]) | (taken >= x[axis])):
-        raise _Refusal(f"indices {taken.tolist()} on axis {axis} of {x}: out of range")
-    run = taken.reshape(-1) % x[axis]
-    step = int(run[1] - run[0]) if run.size > 1 else 1
-    if step < 1 or not np.array_equal(run, run[0] + step * np.arange(run.size)):
-        raise _Refusal(f"indices {taken.tolist()} on axis {axis}: the IR gathers a run of "
-                       "indices in equal steps >= 1")
-    parts = [slice(None)] * len(x)
-    parts[axis] = slice(int(run[0]), int(run[-1]) + 1, step)
-    return _indexed(c, rules.index(x, parts, c.out_shape))
+    return c.build.gather(c.name, _steps_input(c), x, axis, c.const(1))
 
 
 def _gather_nd(c: OnnxNode) -> ops.Op:

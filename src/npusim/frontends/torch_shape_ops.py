@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
+from ..geometry import pair
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
 from .torch_ops import Parts, Ref, adaptive_avg_pool2d, computed, number
@@ -354,6 +355,30 @@ def pixel_unshuffle(c, input, downscale_factor):
     """``F.pixel_unshuffle``: each block of pixels into channels, the same three ops."""
     x = computed(input, 4)
     return c.build.steps(c.name, rules.space_to_depth(x.shape, int(downscale_factor)), x.name)
+
+
+def unfold(c, input, kernel_size, dilation=1, padding=0, stride=1):
+    """``F.unfold`` / ``nn.Unfold`` (im2col: each sliding window's pixels as a column):
+    ``Lowering.unfold``."""
+    x = computed(input, 4)
+    args = (pair(v, what, c.name) for v, what in ((kernel_size, "kernel_size"),
+                                                   (dilation, "dilation"),
+                                                   (padding, "padding"), (stride, "stride")))
+    return c.build.unfold(c.name, x.name, x.shape, *args)
+
+
+def windows(c, input, dimension, size, step):
+    """``x.unfold(dimension, size, step)``: the windows of ``size`` along ``dimension``,
+    ``step`` apart, in its place, each window's elements on a new last axis: the rows of
+    taps gathered (``Lowering.gather``), that axis then moved last."""
+    x = computed(input)
+    axis, size, step = int(dimension) % len(x.shape), int(size), int(step)
+    count = (x.shape[axis] - size) // step + 1  # >= 1: torch's forward checked
+    taps = np.arange(count)[:, None] * step + np.arange(size)
+    rows = c.build.add(f"{c.name}_windows", *c.build.gather(f"{c.name}_windows", x.name,
+                                                            x.shape, axis, taps))
+    perm = [*range(axis + 1), *range(axis + 2, len(x.shape) + 1), axis + 1]
+    return ops.Transpose(tuple(perm)), (rows,)
 
 
 def channel_shuffle(c, input, groups):

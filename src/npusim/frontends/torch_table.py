@@ -114,7 +114,9 @@ from .torch_shape_ops import (
     stack,
     tile,
     transpose,
+    unfold,
     vector_norm,
+    windows,
 )
 
 _MODULES = {
@@ -166,6 +168,7 @@ _MODULES = {
     nn.Flatten: lambda c, m, x: reshape_to(c, x),
     nn.Unflatten: lambda c, m, x: reshape_to(c, x),
     nn.PixelShuffle: lambda c, m, x: pixel_shuffle(c, x, m.upscale_factor),
+    nn.Unfold: lambda c, m, x: unfold(c, x, m.kernel_size, m.dilation, m.padding, m.stride),
     nn.PixelUnshuffle: lambda c, m, x: pixel_unshuffle(c, x, m.downscale_factor),
     nn.Softmax: lambda c, m, x: softmax()(c, x, m.dim),
     nn.Softmax2d: lambda c, m, x: softmax()(c, x, -3),  # over the channels of C x H x W
@@ -315,6 +318,7 @@ _FUNCTIONS = _table(
     (pixel_shuffle, F.pixel_shuffle, torch.pixel_shuffle),
     (channel_shuffle, F.channel_shuffle, torch.channel_shuffle),
     (pixel_unshuffle, F.pixel_unshuffle, torch.pixel_unshuffle),
+    (unfold, F.unfold),
     (softmax(), F.softmax, torch.softmax),
     (softmax(log=True), F.log_softmax, torch.log_softmax),
     (instance_norm, F.instance_norm),
@@ -350,6 +354,7 @@ _METHODS = {
     "min": extreme("min"), "amin": extremes("min"), "norm": norm, "permute": permute,
     "transpose": transpose, "expand": expand, "expand_as": expand,
     "split": split, "chunk": chunk, "flatten": reshape_to, "view": reshape_to,
+    "unfold": windows,
     "reshape": reshape_to, "squeeze": reshape_to, "unsqueeze": reshape_to,
     "softmax": softmax(), "log_softmax": softmax(log=True), "contiguous": same_tensor,
     "erf": unary(ops.Erf), "square": square, "reciprocal": reciprocal,

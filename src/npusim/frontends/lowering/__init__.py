@@ -58,6 +58,7 @@ from .shape import (
     concat,
     depth_to_space,
     expect_rank,
+    gather,
     index,
     reshape,
     space_to_depth,
@@ -75,7 +76,8 @@ __all__ = ["LOGICAL", "Lowering", "NO_PAD", "Pending", "Refusal", "SELU_ALPHA", 
            "crop",
            "depth_to_space",
            "exact_upsample",
-           "expect_rank", "fully_connected", "fuse_gelu", "group_norm", "index", "layer_norm",
+           "expect_rank", "fully_connected", "fuse_gelu", "gather", "group_norm", "index",
+           "layer_norm",
            "logical_not", "max_pool", "nonzero",
            "not_absorbed", "pad", "per_channel", "reduce", "reshape", "rounding",
            "sampling_weights", "selu", "softmax",
@@ -225,6 +227,37 @@ class Lowering:
         joined = self.add(f"{name}_kept", ops.Elementwise("add"), (logged, m))
         return reshape(kept, tuple(n for i, n in enumerate(kept) if i not in top.axes)), \
             (joined,)
+
+    def gather(self, name: str, x: str, x_shape, axis: int, indices):
+        """``x`` gathered along ``axis`` by constant ``indices`` (``shape.gather``): an
+        (op, inputs) pair for node ``name``, or ``x`` when all is kept; rows of runs as
+        nodes ``<name>_row<i>_<k>`` concatenated along ``axis``."""
+        rows = gather(x_shape, axis, indices)
+        if len(rows) == 1:
+            return self.steps(name, rows[0], x) if rows[0] else x
+        taken = tuple(self.sequence(f"{name}_row{i}_", steps, x) for i, steps in enumerate(rows))
+        return ops.Concat(axis), taken
+
+    def unfold(self, name: str, x: str, x_shape, kernel, dilation, padding, stride):
+        """``F.unfold`` / ``nn.Unfold`` of an N x C x H x W map ((h, w) pairs): each
+        kh x kw window's pixels, channel-major, as a column of N x (C kh kw) x L (L the
+        windows, row-major), as torch's exporters write it: a zero ``Pad``, the windows'
+        rows gathered (N x C x kh x P x W), then their columns (N x C x kh x P x kw x Q), a
+        ``Transpose`` and a ``Reshape``; an (op, inputs) pair for node ``name``."""
+        n, c, h, w = expect_rank(x_shape, 4)
+        (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel, dilation, padding, stride
+        p, q = ((size + 2 * pad - d * (k - 1) - 1) // s + 1 for size, pad, d, k, s in
+                ((h, ph, dh, kh, sh), (w, pw, dw, kw, sw)))  # >= 1: the source checked
+        if ph or pw:
+            x = self.add(f"{name}_pad", ops.Pad((ph, ph, pw, pw)), (x,))
+        rows = np.arange(kh)[:, None] * dh + np.arange(p) * sh
+        cols = np.arange(kw)[:, None] * dw + np.arange(q) * sw
+        x = self.add(f"{name}_rows",
+                     *self.gather(f"{name}_rows", x, (n, c, h + 2 * ph, w + 2 * pw), 2, rows))
+        x = self.add(f"{name}_cols",
+                     *self.gather(f"{name}_cols", x, (n, c, kh, p, w + 2 * pw), 4, cols))
+        x = self.add(f"{name}_taps", ops.Transpose((0, 1, 2, 4, 3, 5)), (x,))
+        return ops.Reshape((c * kh * kw, p * q)), (x,)
 
     def sequence(self, prefix: str, op_list, x: str) -> str:
         """``op_list`` applied to ``x`` as nodes ``<prefix>0``, ``<prefix>1``...; the last

@@ -75,6 +75,43 @@ def index(x_shape, parts, out_shape) -> list[ops.Op]:
     return cuts
 
 
+def run(indices, size: int, axis: int) -> slice:
+    """The slice taking ``indices`` (constant, in range, negatives from the end) of an axis
+    of ``size``: one index, or a run of them in equal steps >= 1; refused otherwise."""
+    taken = np.asarray(indices, np.int64).reshape(-1) % size
+    step = int(taken[1] - taken[0]) if taken.size > 1 else 1
+    if step < 1 or not np.array_equal(taken, taken[0] + step * np.arange(taken.size)):
+        raise Refusal(f"indices {np.asarray(indices).tolist()} on axis {axis}: the IR gathers "
+                      "a run of indices in equal steps >= 1")
+    return slice(int(taken[0]), int(taken[-1]) + 1, step)
+
+
+def gather(x_shape, axis: int, indices) -> list[list[ops.Op]]:
+    """``x`` gathered along ``axis`` by constant ``indices`` (ONNX ``Gather``, PyTorch's
+    ``x[:, i]``): one index (the axis dropped) or a run of them in equal steps (their
+    slice), as one list of ops; or rows of such runs (2-D indices: the taps of a sliding
+    window over every position, as torch's exporters write ``F.unfold``), one list per row,
+    each the row's slice with the row's axis inserted (``x[:axis] + (1, L) + ...``), to be
+    concatenated along ``axis`` into ``x[:axis] + indices.shape + x[axis + 1:]``."""
+    taken, size = np.asarray(indices, np.int64), x_shape[axis]
+    if taken.ndim > 2 or taken.size == 0:
+        raise Refusal(f"indices of shape {taken.shape}: the IR gathers one index, a run of "
+                      "them, or rows of runs (a sliding window's taps), along an axis")
+    if np.any((taken < -size) | (taken >= size)):
+        raise Refusal(f"indices {taken.tolist()} on axis {axis} of {tuple(x_shape)}: out of "
+                      "range")
+    rows = taken.reshape(-1, taken.shape[-1]) if taken.ndim == 2 else taken.reshape(1, -1)
+    if taken.ndim == 2:
+        row_shape = (*x_shape[:axis], 1, taken.shape[1], *x_shape[axis + 1:])
+    else:
+        row_shape = (*x_shape[:axis], *taken.shape, *x_shape[axis + 1:])
+    parts, steps = [slice(None)] * len(x_shape), []
+    for row in rows:
+        parts[axis] = run(row, size, axis)
+        steps.append(index(x_shape, parts, row_shape))
+    return steps
+
+
 def broadcast_to(x_shape, out_shape) -> ops.Broadcast | None:
     """``expand`` / ONNX ``Expand`` to ``out_shape`` (the source's): a Broadcast, or None
     when nothing repeats (a pass-through); the batch axis stays as it is."""
