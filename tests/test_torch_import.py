@@ -748,6 +748,29 @@ def test_neg_pow_sqrt_rsqrt_exp_log_abs_and_one_sided_clamps_import(fn):
     check(net, photo((1, 3, 9, 8)))
 
 
+class ClampedToTensors(nn.Module):
+    """Clamps to tensors: a constant per-channel floor (a buffer), the map's own mean (a
+    computed bound, broadcast), both at once, and a one-sided clip by a negated mean."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.register_buffer("floor", torch.randn(1, 4, 1, 1) * 0.1)
+
+    def forward(self, x):
+        t = self.conv(x)
+        m = t.mean((2, 3), keepdim=True)
+        return torch.cat([t.clamp(min=self.floor), torch.clamp(t, max=m),
+                          t.clamp(self.floor, m), torch.clip(t, -m, None)], 1)
+
+
+def test_clamps_to_tensors_import_as_maximum_then_minimum():
+    graph = check(ClampedToTensors().eval(), photo((2, 3, 9, 8)))
+    kinds = [n.op.kind for n in graph.nodes if isinstance(n.op, ops.Elementwise)]
+    assert kinds == ["max", "min", "max", "min", "max"]
+
+
 def test_two_pixel_shuffles_and_two_stacks_keep_their_nodes_apart():
     """fx names a second call ``pixel_shuffle_1``; the first call's inner nodes must not take
     that name."""

@@ -209,8 +209,19 @@ def relu6(c, input, inplace=False):
 
 
 def clamp(c, input, min=None, max=None):
-    computed(input)
-    return rules.clip(number(min, "min"), number(max, "max"))
+    """``torch.clamp`` / ``clip``: to numbers, ``rules.clip`` (ReLU, ReLU6 or Clip); to
+    tensors (computed or constant, broadcasting), ``torch.maximum`` by ``min`` then
+    ``torch.minimum`` by ``max``, as torch clamps."""
+    x = computed(input)
+    if not any(isinstance(b, Ref) or isinstance(b, torch.Tensor) and b.numel() != 1
+               for b in (min, max)):
+        return rules.clip(number(min, "min"), number(max, "max"))
+    if min is None:
+        return arith("min")(c, x, max)
+    if max is None:
+        return arith("max")(c, x, min)
+    lower = c.build.add(f"{c.name}_min", *arith("max")(c, x, min))
+    return arith("min")(c, Ref(lower, np.broadcast_shapes(x.shape, np.shape(min))), max)
 
 
 def clamp_min(c, input, min):
