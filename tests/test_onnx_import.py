@@ -20,9 +20,9 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from strategies import photo, rel_err  # noqa: E402
+from strategies import export_onnx, photo, rel_err  # noqa: E402
 
-from npusim import simulate  # noqa: E402
+from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
 from npusim.frontends import images, load_model, onnx_import, zoo  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
@@ -873,6 +873,34 @@ def test_normalize_as_torch_exports_it(tmp_path):
     graph = check(path, x)
     assert op_kinds(graph) == ["Conv", "Reduce", "Clip", "Broadcast", "Elementwise"]
     check(path, x, judge=lambda path, x: net(torch.from_numpy(x)).detach().numpy())
+
+
+@pytest.mark.parametrize("exponent", [np.array(3, np.int64), np.array([2], np.int32)])
+def test_a_pow_of_an_integer_exponent_imports(tmp_path, exponent):
+    """Pow's exponent has its own element type: the dynamo exporter writes a norm of order 3
+    as Pow by an INT64 3 (then ReduceSum, Pow by 1/3)."""
+    path = write(tmp_path, [node("Conv", ["x", "w"], "c"), node("Pow", ["c", "e"])],
+                 {"w": weights(4, 3, 3, 3), "e": exponent})
+    graph = check(path, photo((1, 3, 12, 11)))
+    (power,) = [n.op.const for n in graph.nodes if isinstance(n.op, ops.Elementwise)]
+    assert power.dtype == np.float32 and np.all(power == exponent)
+
+
+def test_a_norm_of_order_three_as_the_dynamo_exporter_writes_it(tmp_path):
+    class Norms(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = torch.nn.Conv2d(3, 6, 3, padding=1)
+
+        def forward(self, x):
+            t = self.conv(x)
+            return t / torch.norm(t, p=3, dim=1, keepdim=True)
+
+    x = photo((2, 3, 9, 8))
+    path = export_onnx(Norms(), x, tmp_path / "norms.onnx", "dynamo")
+    assert "Pow" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    check(path, x)
 
 
 def lrn_as_the_spec_reads(x, size, alpha, beta, bias):

@@ -361,14 +361,21 @@ def test_max_along_an_axis_gives_its_values_and_refuses_its_indices():
     (lambda x: torch.linalg.vector_norm(x, 1, dim=1, keepdim=True)
      + torch.linalg.norm(x, dim=(2, 3), keepdim=True), ["Reduce", "Reduce", "Elementwise"]),
     (lambda x: x + torch.norm(x) + torch.linalg.vector_norm(x), None),
+    (lambda x: torch.norm(x, p=3, dim=1, keepdim=True) + x.norm(0.5, dim=(2, 3), keepdim=True),
+     ["Abs", "Elementwise", "Reduce", "Elementwise"] * 2 + ["Elementwise"]),
+    (lambda x: torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
+     + torch.linalg.norm(x, -float("inf"), dim=2, keepdim=True),
+     ["Abs", "Reduce", "Abs", "Reduce", "Elementwise"]),
+    (lambda x: F.normalize(x, p=3) + F.normalize(x, p=float("inf"), dim=3), None),
     (lambda x: torch.amin(x, (2, 3), keepdim=True) + x.amin(1, keepdim=True) + x, None),
     (lambda x: torch.min(x, 1, keepdim=True)[0] + x.min(dim=3, keepdim=True).values
      + torch.min(x, x * 0.5) + x.min(), None),
 ])
 def test_norms_normalize_and_min_import(fn, kinds):
-    """An embedding head's ``F.normalize`` (the norm, at least eps, divided by), the L1 and
-    L2 norms of ``torch.norm``, ``x.norm`` and ``torch.linalg``, and every form of min, on a
-    conv's signed map: equal to PyTorch."""
+    """An embedding head's ``F.normalize`` (the norm, at least eps, divided by), the norms of
+    ``torch.norm``, ``x.norm`` and ``torch.linalg`` (L1, L2, any other order p as
+    (sum |x|^p)^(1/p), the largest and least magnitude), and every form of min, on a conv's
+    signed map: equal to PyTorch."""
     torch.manual_seed(0)
     graph = check(nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), Lambda(fn)),
                   photo((2, 3, 9, 8)))
@@ -377,8 +384,9 @@ def test_norms_normalize_and_min_import(fn, kinds):
 
 
 @pytest.mark.parametrize("fn, why", [
-    (lambda x: torch.norm(x, p=3, dim=1), r"p=3: the IR takes the L1 and L2 norms"),
-    (lambda x: F.normalize(x, p=float("inf")), r"p=inf: the IR takes the L1 and L2 norms"),
+    (lambda x: torch.norm(x, p=0, dim=1), r"p=0: the IR takes vector norms of order p > 0, "
+                                          r"inf, -inf or 'fro'"),
+    (lambda x: F.normalize(x, p=-2.0), r"p=-2.0: the IR takes vector norms of order p > 0"),
     (lambda x: torch.linalg.norm(x, 2, dim=(2, 3)), r"ord=2 over \(2, 3\): a matrix norm"),
     (lambda x: x + x.min(1, keepdim=True)[1], r"reads the indices of a max or min"),
 ])

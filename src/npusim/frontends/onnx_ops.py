@@ -187,6 +187,9 @@ def _arith(c: OnnxNode) -> ops.Op:
         return rules.binary(kind, [c.shape(t) for t in data])
     first = c.proto.input[0] in c.model.depends
     const = c.const(1 if first else 0)
+    if kind == "pow" and first and np.issubdtype(const.dtype, np.integer) \
+            and np.all(np.abs(const) < 2**24):  # an integer exponent (its own type: T1)
+        const = const.astype(np.float32)  # exact in float32
     if not np.issubdtype(const.dtype, np.floating):
         raise _Refusal(f"constant operand of element type {element_name(const.dtype)}: must "
                        "be float")

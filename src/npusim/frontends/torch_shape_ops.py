@@ -110,21 +110,32 @@ def logsumexp(c, input, dim, keepdim=False):
 _NORM_KINDS = {1: "l1", 2: "l2", "fro": "l2"}
 
 
-def _norm_kind(p) -> str:
-    """The Reduce kind of a vector norm of order ``p`` (1, 2 or "fro")."""
+def _norm_steps(p, axes, keepdim: bool, shape) -> list[ops.Op]:
+    """A vector norm of order ``p`` over ``axes``: a Reduce l1 or l2 (p 1, 2 or 'fro'); the
+    largest or least magnitude (p inf or -inf); else (sum |x|^p)^(1/p), as torch computes
+    it (and as its exporters write it: Abs, Pow, ReduceSum, Pow)."""
     kind = _NORM_KINDS.get(p if isinstance(p, str) else float(p))
-    if kind is None:
-        raise _Refusal(f"p={p!r}: the IR takes the L1 and L2 norms (p=1, p=2 or 'fro')")
-    return kind
+    if kind is not None:
+        return [rules.reduce(kind, axes, keepdim, shape)]
+    if isinstance(p, str) or not (p > 0 or p == -math.inf):
+        raise _Refusal(f"p={p!r}: the IR takes vector norms of order p > 0, inf, -inf or "
+                       "'fro'")
+    if math.isinf(p):
+        return [ops.Abs(), rules.reduce("max" if p > 0 else "min", axes, keepdim, shape)]
+    total = rules.reduce("sum", axes, keepdim, shape)
+    return [ops.Abs(), rules.with_constant("pow", shape, np.float32(p)), total,
+            rules.with_constant("pow", total.out_shape([tuple(shape)], "norm"),
+                                np.float32(1 / p))]
 
 
 def norm(c, input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
-    """``torch.norm`` / ``x.norm`` of order 1 or 2 (or Frobenius: the L2 norm of all the
-    elements over ``dim``): a Reduce l1 or l2."""
+    """``torch.norm`` / ``x.norm`` of order ``p`` over ``dim`` (Frobenius: the L2 norm of
+    all the elements over it): ``_norm_steps``."""
     x = computed(input)
     if dtype is not None:
         raise _Refusal(f"dtype={dtype}: the IR reduces in float32")
-    return rules.reduce(_norm_kind(p), _dims(dim, x), keepdim, x.shape)
+    steps = _norm_steps(p, _dims(dim, x), keepdim, x.shape)
+    return steps[0] if len(steps) == 1 else c.build.steps(c.name, steps, x.name)
 
 
 def vector_norm(c, input, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
@@ -171,13 +182,11 @@ def spread(root: bool):
 
 
 def normalize(c, input, p=2.0, dim=1, eps=1e-12, out=None):
-    """``F.normalize``: ``x`` divided by its norm of order ``p`` along ``dim``, at least
-    ``eps``: a Reduce l1 or l2 (kept as size 1), a Clip from ``eps``, a broadcasting
-    divide."""
+    """``F.normalize``: ``x`` divided by its norm of order ``p`` along ``dim`` (kept as size
+    1, ``_norm_steps``), at least ``eps`` (a Clip), a broadcasting divide."""
     x = computed(input)
-    op, inputs = c.build.steps(c.name, [rules.reduce(_norm_kind(p), [dim], True, x.shape),
-                                        rules.clip(float(eps), None)], x.name)
-    bounded = c.build.add(f"{c.name}_step1", op, inputs)
+    steps = [*_norm_steps(p, [dim], True, x.shape), rules.clip(float(eps), None)]
+    bounded = c.build.add(f"{c.name}_norm", *c.build.steps(c.name, steps, x.name))
     return ops.Elementwise("div"), (x.name, bounded)
 
 
