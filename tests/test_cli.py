@@ -240,6 +240,7 @@ def bad_cases(tmp: Path):
     (tmp / "binary.toml").write_bytes(bytes([0x98, 0xff, 0x00]))
     (tmp / "junk.onnx").write_bytes(bytes(range(7, 200)))
     (tmp / "folder.onnx").mkdir()  # once "no such file": the path exists
+    (tmp / "model.pt").write_bytes(b"PK\x03\x04")
     topology(tmp, "conv1, -5, 224, 7, 7, 3, 64, 2,\n", "negative.csv")
     topology(tmp, "conv1, 224, 224, 7, 7, 3, 64, 2,\n", "good.csv")
     return [
@@ -261,6 +262,14 @@ def bad_cases(tmp: Path):
         (["mtcnn-pnet", "--arch", tmp / "binary.toml"], r"binary\.toml: not a TOML text file"),
         ([tmp / "junk.onnx"], r"junk\.onnx: .*does not parse as an ONNX"),
         ([tmp / "missing.onnx"], r"missing\.onnx: no such file"),
+        # once "not in the zoo", however plainly a file
+        ([tmp / "model.pt"], r"model\.pt: a PyTorch file, which holds weights \(or a pickled "
+                             r"module\) but not the code that runs them; name a Python factory"),
+        ([tmp / "net.tflite"], r"net\.tflite: a TensorFlow Lite model; npusim reads a zoo name, "
+                               r"a \.onnx, a \.csv or file\.py:factory: convert it to ONNX"),
+        ([tmp / "notes.jpg"], r"notes\.jpg: a file npusim does not read as a model; give a zoo "
+                              r"name"),
+        ([tmp], r": a folder npusim does not read as a model; give a zoo name"),
         (["mtcnn-rnet", "--input", tmp / "notes.jpg"], r"notes\.jpg: not an image"),
         (["mtcnn-rnet", "--input", tmp / "gone.png"], r"gone\.png: no such image file"),
         (["mtcnn-rnet", "--input", tmp], r"in: is a folder; --input takes one image file"),

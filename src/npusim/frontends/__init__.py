@@ -30,10 +30,30 @@ def kind(path: str | Path) -> str:
     return Path(path).suffix.lower()
 
 
+# other frameworks' model files, by extension: what each is (npusim reads none of them)
+PYTORCH_FILES = {".pt": "a PyTorch file", ".pth": "a PyTorch file",
+                 ".pt2": "a PyTorch exported program", ".ckpt": "a checkpoint"}
+OTHER_FILES = {".tflite": "a TensorFlow Lite model", ".pb": "a TensorFlow graph",
+               ".h5": "a Keras model", ".keras": "a Keras model",
+               ".caffemodel": "Caffe weights", ".prototxt": "a Caffe network",
+               ".mlmodel": "a Core ML model", ".pdmodel": "a PaddlePaddle model"}
+READ = "a zoo name, a .onnx, a .csv or file.py:factory"
+
+
 def model_path(spec: str) -> Path:
     """The file a model ``spec`` names: the path as given, or for a bare ``NAME.csv`` that
-    does not exist, the shipped SCALE-Sim topology of that name. A zoo name comes back as is."""
+    does not exist, the shipped SCALE-Sim topology of that name. A zoo name comes back as is;
+    another framework's model file, or a file or folder of no kind npusim reads, is refused
+    saying what to give instead."""
     path = Path(spec.split(":")[0] if ".py:" in spec else spec)
+    if kind(path) in PYTORCH_FILES:
+        raise ModelError(f"{path}: {PYTORCH_FILES[kind(path)]}, which holds weights (or a "
+                         "pickled module) but not the code that runs them; name a Python "
+                         "factory that builds the module and loads them (file.py:build, "
+                         "docs/import.md) or its ONNX export (torch.onnx.export)")
+    if kind(path) in OTHER_FILES:
+        raise ModelError(f"{path}: {OTHER_FILES[kind(path)]}; npusim reads {READ}: convert "
+                         "it to ONNX first (tf2onnx for TensorFlow, TFLite and Keras)")
     if kind(path) not in (".csv", ".onnx", ".py") or path.is_file():
         return path
     bare_csv = kind(path) == ".csv" and path.name == spec
@@ -97,6 +117,9 @@ def _zoo_model(name: str, batch: int, input_shape, seed: int) -> Graph:
         shown = ",".join(map(str, input_shape))
         raise ModelError(f"{name}: input shape {shown} is {input_shape[2]}x{input_shape[3]}; "
                          f"{name} takes square inputs only (N,C,S,S: H = W = S)")
+    if name not in zoo.MODELS and Path(name).exists():  # not a zoo name: the path a user meant
+        what = "a file" if Path(name).is_file() else "a folder"
+        raise ModelError(f"{name}: {what} npusim does not read as a model; give {READ}")
     size = input_shape[-1] if input_shape else None
     try:
         return zoo.build(name, batch=batch, seed=seed, size=size)
