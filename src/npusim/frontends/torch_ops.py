@@ -221,7 +221,8 @@ def clamp(c, input, min=None, max=None):
     if max is None:
         return arith("max")(c, x, min)
     lower = c.build.add(f"{c.name}_min", *arith("max")(c, x, min))
-    return arith("min")(c, Ref(lower, np.broadcast_shapes(x.shape, np.shape(min))), max)
+    shape = np.broadcast_shapes(x.shape, min.shape if isinstance(min, Ref) else np.shape(min))
+    return arith("min")(c, Ref(lower, shape), max)
 
 
 def clamp_min(c, input, min):
