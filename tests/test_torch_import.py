@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
-from strategies import photo, rel_err  # noqa: E402
+from strategies import float64_output, photo, rel_err  # noqa: E402
 from torch import nn  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
@@ -480,6 +480,28 @@ def test_local_response_norm_and_channel_shuffle_import(module):
     torch.manual_seed(0)
     graph = check(nn.Sequential(nn.Conv2d(3, 12, 3, padding=1), module), photo((2, 3, 9, 8)))
     assert "LocalResponseNorm" in op_kinds(graph) or "Transpose" in op_kinds(graph)
+
+
+@pytest.mark.parametrize("pool", [
+    nn.AvgPool2d(3, 2, 1, divisor_override=4),
+    Lambda(lambda x: F.avg_pool2d(F.pad(x, (1, 1, 1, 1)), 2, divisor_override=3)),
+    Lambda(lambda x: F.avg_pool2d(x, (2, 3), padding=1, count_include_pad=False,
+                                  divisor_override=5))], ids=str)
+def test_average_pools_of_a_divisor_override_divide_each_sum_by_it(pool):
+    """``divisor_override`` d: each window's sum over d (padding counted, whatever
+    ``count_include_pad`` says, as torch does it), against the module in float64."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), pool).eval()
+    x = photo((2, 3, 12, 11))
+    graph = from_torch(net, x)
+    assert op_kinds(graph)[1:] == ["Pool", "BatchNorm"]
+    assert rel_err(simulate(graph, x).output, float64_output(net, x)) < 1e-6
+
+
+def test_a_divisor_override_with_ceil_mode_is_refused_naming_it():
+    with pytest.raises(ModelError, match=r"divisor_override=2 with ceil_mode: the IR divides a "
+                                         r"window past the input by its part"):
+        from_torch(nn.AvgPool2d(2, ceil_mode=True, divisor_override=2), photo((1, 3, 5, 5)))
 
 
 @pytest.mark.parametrize("pool", [

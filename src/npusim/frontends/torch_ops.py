@@ -470,11 +470,21 @@ def max_pool2d(c, input, kernel_size, stride=None, padding=0, dilation=1, ceil_m
 
 def avg_pool2d(c, input, kernel_size, stride=None, padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
+    """``F.avg_pool2d`` / ``nn.AvgPool2d``: ``rules.avg_pool``; with ``divisor_override`` d
+    each window's sum over d, as the average over the whole window (padding counted) times
+    its area over d (a ceil-mode window past the input would be divided by its own part)."""
     pending = pending_pad(input)
-    if divisor_override:
-        raise _Refusal(f"divisor_override={divisor_override}: the IR divides by the window")
-    return rules.avg_pool(kernel_size, stride or None, padding, ceil_mode, count_include_pad,
-                          pending)
+    pool = rules.avg_pool(kernel_size, stride or None, padding, ceil_mode,
+                          count_include_pad or bool(divisor_override), pending)
+    if not divisor_override:
+        return pool
+    if ceil_mode:
+        raise _Refusal(f"divisor_override={divisor_override} with ceil_mode: the IR divides a "
+                       "window past the input by its part")
+    (kh, kw), _, _ = pool.geometry()
+    return c.build.steps(c.name, [pool, rules.with_constant(
+        "mul", input.shape, np.float32(kh * kw / number(divisor_override,
+                                                        "divisor_override")))], input.name)
 
 
 def lp_pool2d(c, input, norm_type, kernel_size, stride=None, ceil_mode=False):
