@@ -471,6 +471,8 @@ def test_the_onnx_model_zoos_caffe2_networks_import(name):
                          count_include_pad=1)),
     ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[0, 1, 1, 0],
                          count_include_pad=0)),
+    ("MaxPool", dict(kernel_shape=[3, 2], strides=[2, 1], pads=[2, 0, 1, 1], dilations=[2, 3])),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 2], ceil_mode=1)),
 ])
 def test_pools(tmp_path, op, attrs):
     check(write(tmp_path, [node(op, ["x"], **attrs)], in_shape=(1, 3, 12, 11)),
@@ -664,11 +666,13 @@ def test_every_unsupported_op_is_listed_with_its_node_and_the_supported_ones(tmp
 
 def test_unsupported_ops_and_parameters_share_one_message(tmp_path):
     path = write(tmp_path, [node("Softmax", ["x"], "c", axis=0), node("Trilu", ["c"], "e"),
-                            node("MaxPool", ["e"], kernel_shape=[2, 2], dilations=[2, 2])], {})
+                            node("AveragePool", ["e"], kernel_shape=[2, 2], dilations=[2, 2])],
+                 {}, opset=19)
     with pytest.raises(ModelError, match=r"unsupported ops: Trilu x1 \('trilu_e'\); unsupported "
                                          r"parameters: Softmax x1 \(node 'softmax_c': softmax "
-                                         r"over the batch axis\), MaxPool x1 \(node 'maxpool_y': "
-                                         r"dilations=\[2, 2\]"):
+                                         r"over the batch axis\), AveragePool x1 \(node "
+                                         r"'averagepool_y': dilations=\[2, 2\]: the IR dilates "
+                                         r"max pooling only"):
         from_onnx(path)
 
 

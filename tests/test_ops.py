@@ -64,13 +64,16 @@ POOL_GRID = [  # (kernel, stride, padding, H, W)
 
 
 @pytest.mark.parametrize("ceil", [False, True])
-@pytest.mark.parametrize("k,s,p,h,w", POOL_GRID)
-def test_maxpool_grid(k, s, p, h, w, ceil):
+@pytest.mark.parametrize("k,s,p,d,h,w", [(k, s, p, 1, h, w) for k, s, p, h, w in POOL_GRID] + [
+    (2, 2, 0, 2, 7, 6), (3, 2, 1, 2, 9, 8), (3, 1, 1, (1, 3), 6, 9),
+    ((2, 3), (2, 1), (1, 0), (3, 2), 9, 7)])  # dilated
+def test_maxpool_grid(k, s, p, d, h, w, ceil):
     x = rand(2, 3, h, w)
-    ours = ops.MaxPool(k, s, p, ceil_mode=ceil)
-    ref = F.max_pool2d(t(x), k, s, p, ceil_mode=ceil)
+    ours = ops.MaxPool(k, s, p, ceil_mode=ceil, dilation=d)
+    ref = F.max_pool2d(t(x), k, s, p, dilation=d, ceil_mode=ceil)
     assert ours.out_shape([x.shape], "pool") == tuple(ref.shape)
     close(ours(x), ref)
+    assert ours.vector_ops([x.shape], tuple(ref.shape)) == ref.numel() * np.prod(ours.kernel)
 
 
 @pytest.mark.parametrize("ceil,include", list(itertools.product([False, True], repeat=2)))
@@ -230,6 +233,12 @@ def test_shape_errors_name_the_node(op, shapes, match):
 def test_upsample_nearest_fractional_scales_sample_like_torch(scale):
     x = rand(1, 2, 5, 7)
     close(ops.Upsample(scale)(x), F.interpolate(t(x), scale_factor=scale, mode="nearest"))
+
+
+def test_average_pooling_takes_no_dilation():
+    with pytest.raises(LayerError, match=r"average pooling of dilation \(2, 2\): the IR "
+                                         r"dilates max pooling only"):
+        ops.Pool(2, kind="avg", dilation=2)
 
 
 def test_pool_padding_as_large_as_the_window_is_refused():

@@ -107,6 +107,9 @@ def test_conv2d_parameters_equal_pytorch(kernel, case, as_module):
     nn.AvgPool2d(2),
     nn.AdaptiveAvgPool2d((5, 2)),
     nn.AdaptiveAvgPool2d(1),
+    nn.MaxPool2d(3, 2, 1, dilation=2),
+    nn.MaxPool2d((2, 3), (2, 1), (1, 0), dilation=(3, 2), ceil_mode=True),
+    nn.MaxPool2d(2, 2, dilation=2, ceil_mode=True),
 ], ids=repr)
 def test_pools_equal_pytorch(pool):
     check(pool, photo((1, 3, 15, 14)))
@@ -212,7 +215,8 @@ def refusal_cases():
         (Lambda(lambda x: F.dropout(x, 0.2)), x4, r"training=True drops at random"),
         (Lambda(lambda x: x.view(-1)), x4, r"reshapes \(1, 3, 9, 9\) to \(243,\): the IR keeps "
                                            "the batch axis first"),
-        (nn.MaxPool2d(2, dilation=2), x4, r"dilation=2: the IR's pooling has no dilation"),
+        (nn.MaxPool2d(2, return_indices=True), x4, r"return_indices=True: the IR's pooling "
+                                                   r"returns values only"),
         (Lambda(lambda x: x[:, :, 10:]), x4, r"operator.getitem x1 \(node 'getitem': takes "
                                              r"nothing of axis 2 of \(1, 3, 9, 9\)"),
         (Lambda(lambda x: F.pad(x, (-1, 1, 0, 0))), x4, r"pad=\(-1, 1, 0, 0\), mode='constant': "

@@ -42,6 +42,8 @@ def every_op_graph():
                   name="avg_asym_ceil_incl")
     d = g.avgpool(x, 2, 2, 1, count_include_pad=False, name="avg_native")
     e = g.maxpool(x, 2, 2, 1, ceil_mode=True, name="max_sym_ceil")
+    g.maxpool(x, (2, 3), (1, 2), (1, 0, 0, 1), ceil_mode=True, dilation=(2, 1),
+              name="max_dilated_asym_ceil")
     s = g.add(a, b, c, name="add3")
     s = g.concat(s, d, e, name="cat")
     s = g.conv(s, w(6, 12, 3, 3), None, padding=1, dilation=2, groups=2, name="conv_dil_g")
@@ -197,14 +199,17 @@ def test_missing_torch_is_a_clear_error(graph, monkeypatch):
 
 @st.composite
 def pool_graphs(draw):
-    """A random max or average pool: any kernel, stride, (asymmetric) padding, ceil mode."""
+    """A random max or average pool: any kernel, stride, (asymmetric) padding, ceil mode, and
+    for max pooling any dilation."""
+    kind = draw(st.sampled_from(["max", "avg"]))
     k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
     s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    pad = tuple(draw(st.integers(0, k[i // 2] - 1)) for i in range(4))  # smaller than window
-    h = draw(st.integers(max(1, k[0] - pad[0] - pad[1]), 9))
-    w = draw(st.integers(max(1, k[1] - pad[2] - pad[3]), 9))
-    kind = draw(st.sampled_from(["max", "avg"]))
-    op = ops.Pool(k, s, pad, draw(st.booleans()), kind, draw(st.booleans()))
+    d = (draw(st.integers(1, 3)), draw(st.integers(1, 3))) if kind == "max" else (1, 1)
+    span = [(k[i] - 1) * d[i] + 1 for i in range(2)]
+    pad = tuple(draw(st.integers(0, span[i // 2] - 1)) for i in range(4))  # below the span
+    h = draw(st.integers(max(1, span[0] - pad[0] - pad[1]), 12))
+    w = draw(st.integers(max(1, span[1] - pad[2] - pad[3]), 12))
+    op = ops.Pool(k, s, pad, draw(st.booleans()), kind, draw(st.booleans()), d)
     g = GraphBuilder("pool", (1, 2, h, w))
     g.append(op, g.input, name="pool")
     try:

@@ -200,8 +200,10 @@ class BatchNorm(Op):
 class Pool(Op):
     """Max or average pooling; ``padding`` is (top, bottom, left, right).
 
-    Max pooling pads with -inf. Average pooling divides by the window area when
-    ``count_include_pad``, else by the number of real pixels in the window.
+    Max pooling pads with -inf, and may be dilated (``dilation``: the window's taps that many
+    pixels apart, as ``nn.MaxPool2d`` and ONNX ``MaxPool`` take it). Average pooling divides
+    by the window area when ``count_include_pad``, else by the number of real pixels in the
+    window.
     """
 
     kernel: Pair
@@ -210,16 +212,26 @@ class Pool(Op):
     ceil_mode: bool = False
     kind: str = "max"
     count_include_pad: bool = True
+    dilation: Pair = (1, 1)
 
     def __post_init__(self):  # an int or (h, w) given: normalised once, here
         object.__setattr__(self, "kernel", pair(self.kernel, "kernel", "pool"))
         object.__setattr__(self, "stride", self.kernel if self.stride is None
                            else pair(self.stride, "stride", "pool"))
         object.__setattr__(self, "padding", padding4(self.padding, "pool"))
+        object.__setattr__(self, "dilation", pair(self.dilation, "dilation", "pool"))
+        if self.kind != "max" and self.dilation != (1, 1):
+            raise LayerError(f"average pooling of dilation {self.dilation}: the IR dilates "
+                             "max pooling only")
 
     def geometry(self) -> tuple[Pair, Pair, Padding]:
         """(kernel, stride, padding) in pixels."""
         return self.kernel, self.stride, self.padding
+
+    def span(self) -> Pair:
+        """Pixels (h, w) one window spans: (kernel - 1) * dilation + 1."""
+        return tuple(used_pixels(1, k, 1, d) for k, d in zip(self.kernel, self.dilation,
+                                                             strict=True))
 
     def _out(self, size, k, s, lo, hi):
         span = size + lo + hi - k
@@ -231,7 +243,7 @@ class Pool(Op):
     def out_shape(self, in_shapes, name):
         _expect_inputs(in_shapes, 1, name, "Pool")
         _expect_4d(in_shapes[0], name, "Pool")
-        (kh, kw), (sh, sw), (t, b, l, r) = self.geometry()
+        (kh, kw), (sh, sw), (t, b, l, r) = self.span(), self.stride, self.padding
         if max(t, b) >= kh or max(l, r) >= kw:
             raise LayerError(f"{name}: pool padding {(t, b, l, r)} must be smaller than the "
                              f"window {kh}x{kw} (a window may not lie wholly in the padding)")
@@ -246,7 +258,7 @@ class Pool(Op):
         return _numel(out_shape) * kh * kw
 
     def __call__(self, x):
-        (kh, kw), (sh, sw), (t, b, l, r) = self.geometry()
+        (kh, kw), (sh, sw), (t, b, l, r) = self.span(), self.stride, self.padding
         n, c, h, w = x.shape
         p, q = self._out(h, kh, sh, t, b), self._out(w, kw, sw, l, r)
         # extra bottom/right padding so that ceil-mode windows exist
@@ -255,31 +267,33 @@ class Pool(Op):
         pad = ((0, 0), (0, 0), (t, b + eb), (l, r + er))
         fill = -np.inf if self.kind == "max" else 0.0
         xp = np.pad(x, pad, constant_values=fill)
+        taps = self.kernel, self.dilation
         if self.kind == "max":
-            return _window_reduce(xp, (kh, kw), (sh, sw), (p, q), np.maximum, x.dtype)
-        total = _window_reduce(xp, (kh, kw), (sh, sw), (p, q), np.add, np.float64)
+            return _window_reduce(xp, *taps, (sh, sw), (p, q), np.maximum, x.dtype)
+        total = _window_reduce(xp, *taps, (sh, sw), (p, q), np.add, np.float64)
         ones = np.pad(np.ones((1, 1, h, w)), pad)
         if self.count_include_pad:  # the window clipped to the padded (not ceil-extended) input
             ones = np.pad(np.ones((1, 1, h + t + b, w + l + r)), ((0, 0), (0, 0), (0, eb), (0, er)))
-        count = _window_reduce(ones, (kh, kw), (sh, sw), (p, q), np.add, np.float64)
+        count = _window_reduce(ones, *taps, (sh, sw), (p, q), np.add, np.float64)
         return (total / count).astype(x.dtype)
 
 
-def _window_reduce(xp: np.ndarray, kernel, stride, out_hw, op: np.ufunc, dtype) -> np.ndarray:
-    """``op`` over every kh x kw window (stride sh, sw) of ``xp`` (N x C x H x W), P x Q
-    windows, in ``dtype``: one whole-map ``op`` per window tap, in row-major tap order
-    (a reduction over two short window axes is many times slower)."""
-    (kh, kw), (sh, sw), (p, q) = kernel, stride, out_hw
+def _window_reduce(xp: np.ndarray, kernel, dilation, stride, out_hw, op: np.ufunc,
+                   dtype) -> np.ndarray:
+    """``op`` over every kh x kw window (taps ``dilation`` apart, stride sh, sw) of ``xp``
+    (N x C x H x W), P x Q windows, in ``dtype``: one whole-map ``op`` per window tap, in
+    row-major tap order (a reduction over two short window axes is many times slower)."""
+    (kh, kw), (dh, dw), (sh, sw), (p, q) = kernel, dilation, stride, out_hw
     out = None
-    for i in range(kh):
-        for j in range(kw):
+    for i in range(0, kh * dh, dh):
+        for j in range(0, kw * dw, dw):
             tap = xp[:, :, i:i + (p - 1) * sh + 1:sh, j:j + (q - 1) * sw + 1:sw]
             out = tap.astype(dtype) if out is None else op(out, tap, out=out)
     return out
 
 
-def MaxPool(kernel, stride=None, padding=0, ceil_mode=False) -> Pool:
-    return Pool(kernel, stride, padding, ceil_mode, "max")
+def MaxPool(kernel, stride=None, padding=0, ceil_mode=False, dilation=1) -> Pool:
+    return Pool(kernel, stride, padding, ceil_mode, "max", dilation=dilation)
 
 
 def AvgPool(kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Pool:

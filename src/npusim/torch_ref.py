@@ -72,15 +72,15 @@ if torch is not None:
 
         def __init__(self, op: ops.Pool, in_hw: tuple[int, int], out_hw: tuple[int, int]):
             super().__init__()
-            (self.k, self.s, pad4) = op.geometry()
+            (self.k, self.s, pad4), self.d = op.geometry(), op.dilation
             self.kind, self.cip = op.kind, op.count_include_pad
             t, b, l, r = pad4
             self.pad, self.pad4 = (t, l), (l, r, t, b)
             # extra bottom/right so the last ceil-mode window exists: explicit, because
             # ONNX's ceil-mode rule differs from torch's (an exported model must agree)
-            h, w = in_hw
-            self.extra = (0, max(0, used_pixels(out_hw[1], self.k[1], self.s[1]) - (w + l + r)),
-                          0, max(0, used_pixels(out_hw[0], self.k[0], self.s[0]) - (h + t + b)))
+            (h, w), (sh, sw) = in_hw, op.span()
+            self.extra = (0, max(0, used_pixels(out_hw[1], sw, self.s[1]) - (w + l + r)),
+                          0, max(0, used_pixels(out_hw[0], sh, self.s[0]) - (h + t + b)))
             self.out_hw = tuple(out_hw)  # npusim's ceil rule may drop a floor-mode window too
             self.native = (t == b and l == r and 2 * t <= self.k[0] and 2 * l <= self.k[1]
                            and not any(self.extra))
@@ -96,13 +96,13 @@ if torch is not None:
 
         def forward(self, x):
             if self.native and self.kind == "max":
-                return F.max_pool2d(x, self.k, self.s, self.pad)
+                return F.max_pool2d(x, self.k, self.s, self.pad, self.d)
             if self.native:
                 return F.avg_pool2d(x, self.k, self.s, self.pad, count_include_pad=self.cip)
             fill = float("-inf") if self.kind == "max" else 0.0
             x = F.pad(F.pad(x, self.pad4, value=fill), self.extra, value=fill)
             if self.kind == "max":
-                y = F.max_pool2d(x, self.k, self.s)
+                y = F.max_pool2d(x, self.k, self.s, dilation=self.d)
             else:
                 y = F.avg_pool2d(x, self.k, self.s) / self.count
             return y[:, :, : self.out_hw[0], : self.out_hw[1]]

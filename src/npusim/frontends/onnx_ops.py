@@ -131,12 +131,13 @@ def _clip(c: OnnxNode) -> ops.Op:
 def _pool(c: OnnxNode) -> ops.Op:
     _data_input(c, 4)
     kernel, strides = _pair_attr(c, "kernel_shape"), _pair_attr(c, "strides")
-    if _pair_attr(c, "dilations") != (1, 1):
-        raise _Refusal(f"dilations={c.attr('dilations')}: the IR's pooling has no dilation")
-    pads = _pads(c, kernel, strides, (1, 1))
+    dilations = _pair_attr(c, "dilations")
+    if dilations != (1, 1) and c.op_type != "MaxPool":
+        raise _Refusal(f"dilations={c.attr('dilations')}: the IR dilates max pooling only")
+    pads = _pads(c, kernel, strides, dilations)
     ceil, pending = bool(c.attr("ceil_mode", 0)), c.take_pad()
     if c.op_type == "MaxPool":
-        op = rules.max_pool(kernel, strides, pads, ceil, pending)
+        op = rules.max_pool(kernel, strides, pads, ceil, pending, dilations)
     else:
         op = rules.avg_pool(kernel, strides, pads, ceil, bool(c.attr("count_include_pad", 0)),
                             pending)

@@ -461,11 +461,10 @@ def prelu(c, input, weight):
 def max_pool2d(c, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                 return_indices=False):
     pending = pending_pad(input)
-    if pair(dilation, "dilation", c.name) != (1, 1):
-        raise _Refusal(f"dilation={dilation}: the IR's pooling has no dilation")
     if return_indices:
         raise _Refusal("return_indices=True: the IR's pooling returns values only")
-    return rules.max_pool(kernel_size, stride or None, padding, ceil_mode, pending)
+    return rules.max_pool(kernel_size, stride or None, padding, ceil_mode, pending,
+                          pair(dilation, "dilation", c.name))
 
 
 def avg_pool2d(c, input, kernel_size, stride=None, padding=0, ceil_mode=False,

@@ -90,9 +90,11 @@ def conv(weight, bias, stride, padding, dilation, groups, pending: Pending = NO_
     return ops.Conv(weight, bias, stride, pending.absorb(padding, 0.0), dilation, int(groups))
 
 
-def max_pool(kernel, stride, padding, ceil_mode: bool, pending: Pending = NO_PAD) -> ops.Pool:
-    """Max pooling, absorbing a pending -inf pad of its input."""
-    return ops.MaxPool(kernel, stride, pending.absorb(padding, float("-inf")), bool(ceil_mode))
+def max_pool(kernel, stride, padding, ceil_mode: bool, pending: Pending = NO_PAD,
+             dilation=1) -> ops.Pool:
+    """Max pooling (taps ``dilation`` apart), absorbing a pending -inf pad of its input."""
+    return ops.MaxPool(kernel, stride, pending.absorb(padding, float("-inf")), bool(ceil_mode),
+                       dilation)
 
 
 def avg_pool(kernel, stride, padding, ceil_mode: bool, count_include_pad: bool,
