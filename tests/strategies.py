@@ -104,3 +104,15 @@ def float64_output(net, x: np.ndarray) -> np.ndarray:
 
     with torch.no_grad():
         return net.double()(torch.from_numpy(np.asarray(x, np.float64))).numpy()
+
+
+def assert_runs_as_module(graph, net, x: np.ndarray, arch: str, tolerance: float):
+    """``graph`` (``net`` imported) simulated on ``x`` on ``arch`` equals ``net`` run in
+    float64 within ``tolerance`` (relative, ``rel_err``), and npusim's own check of the run
+    against torch passes."""
+    from npusim import simulate
+    from npusim.report.check import check
+
+    result = simulate(graph, x, arch, keep_outputs=True)
+    assert rel_err(result.output, float64_output(net, x)) < tolerance
+    assert check(graph, x, result).passed

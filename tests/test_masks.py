@@ -11,13 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
-from strategies import export_onnx, onnxruntime_output, photo, rel_err  # noqa: E402
+from strategies import assert_runs_as_module, export_onnx, onnxruntime_output, photo, rel_err  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
-from npusim.report.check import check  # noqa: E402
 
 nn = torch.nn
 X = np.round(np.random.default_rng(5).standard_normal((2, 4, 5, 6)) * 4) / 4  # ties galore
@@ -100,11 +99,7 @@ def test_masks_through_from_torch_equal_the_module_in_float64():
     graph = from_torch(net, x)
     kinds = {type(n.op).__name__ for n in graph.nodes}
     assert {"Where", "Sign", "Elementwise"} <= kinds
-    result = simulate(graph, x, "systolic-32x32-ws", keep_outputs=True)
-    with torch.no_grad():
-        want = net.double()(t64(x)).numpy()
-    assert rel_err(result.output, want) < 1e-5
-    assert check(graph, x, result).passed
+    assert_runs_as_module(graph, net, x, "systolic-32x32-ws", 1e-5)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

@@ -12,13 +12,19 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
-from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
+from strategies import (  # noqa: E402
+    assert_runs_as_module,
+    export_onnx,
+    float64_output,
+    onnxruntime_output,
+    photo,
+    rel_err,
+)
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
-from npusim.report.check import check  # noqa: E402
 
 nn, F = torch.nn, torch.nn.functional
 TIES = np.array([k + 0.5 for k in range(-4, 4)] + [0.0, -0.0, 0.49999997, -2.5000002,
@@ -115,12 +121,9 @@ def test_rounding_celu_and_flips_through_from_torch_equal_the_module_in_float64(
                for n in graph.nodes)
     assert any(isinstance(n.op, ops.Slice) and n.op.step < 0 and n.op.axis == 0
                for n in graph.nodes)
-    result = simulate(graph, x, "sparse-pairs-32x32", keep_outputs=True)
-    want = float64_output(net, x)
     pre = float64_output(nn.Sequential(net.conv), x) * 0.5
     assert (pre == np.round(pre)).any() and (pre - np.floor(pre) == 0.5).any()  # ties met
-    assert rel_err(result.output, want) < 1e-6
-    assert check(graph, x, result).passed
+    assert_runs_as_module(graph, net, x, "sparse-pairs-32x32", 1e-6)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

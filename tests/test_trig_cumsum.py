@@ -12,13 +12,19 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
-from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
+from strategies import (  # noqa: E402
+    assert_runs_as_module,
+    export_onnx,
+    float64_output,
+    onnxruntime_output,
+    photo,
+    rel_err,
+)
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
-from npusim.report.check import check  # noqa: E402
 
 nn = torch.nn
 RNG = np.random.default_rng(5)
@@ -109,9 +115,7 @@ def test_trig_and_cumsum_through_from_torch_equal_the_module_in_float64():
     fns = {n.op.fn for n in graph.nodes if isinstance(n.op, ops.Trig)}
     assert fns == set(ops.TRIG)
     assert {n.op.axis for n in graph.nodes if isinstance(n.op, ops.CumSum)} == {1, 2, 3}
-    result = simulate(graph, x, "sparse-pairs-32x32", keep_outputs=True)
-    assert rel_err(result.output, float64_output(net, x)) < 1e-5
-    assert check(graph, x, result).passed
+    assert_runs_as_module(graph, net, x, "sparse-pairs-32x32", 1e-5)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

@@ -12,14 +12,20 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
-from strategies import export_onnx, float64_output, onnxruntime_output, photo, rel_err  # noqa: E402
+from strategies import (  # noqa: E402
+    assert_runs_as_module,
+    export_onnx,
+    float64_output,
+    onnxruntime_output,
+    photo,
+    rel_err,
+)
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
 from npusim.frontends.lowering import Refusal, gather  # noqa: E402
 from npusim.frontends.onnx_import import from_onnx  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
-from npusim.report.check import check  # noqa: E402
 
 nn, F = torch.nn, torch.nn.functional
 # (kernel, dilation, padding, stride) of F.unfold
@@ -79,9 +85,7 @@ def test_unfolds_through_from_torch_equal_the_module_in_float64():
     graph = from_torch(net, x)
     kinds = {type(n.op).__name__ for n in graph.nodes}
     assert {"Pad", "Slice", "Concat", "Transpose"} <= kinds
-    result = simulate(graph, x, "input-reuse-1024", keep_outputs=True)
-    assert rel_err(result.output, float64_output(net, x)) < 1e-6
-    assert check(graph, x, result).passed
+    assert_runs_as_module(graph, net, x, "input-reuse-1024", 1e-6)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

@@ -234,9 +234,11 @@ class Pool(Op):
                                                              strict=True))
 
     def _out(self, size, k, s, lo, hi):
-        span = size + lo + hi - k
-        out = span // s + 1
-        if self.ceil_mode and span % s and span // s * s + s < size + lo:
+        """Windows along an axis of ``size`` (padded by ``lo``, ``hi``) of ``k`` pixels'
+        span at stride ``s``."""
+        room = size + lo + hi - k
+        out = room // s + 1
+        if self.ceil_mode and room % s and room // s * s + s < size + lo:
             out += 1  # an extra window that starts inside the input or its left padding
         return out
 
