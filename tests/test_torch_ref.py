@@ -71,6 +71,10 @@ def every_op_graph():
     t = g.elementwise(t, g.broadcast(g.reduce(t, kind="sum", axes=(1,), name="sum_c"),
                                      (6, 2, 2), name="expand"), kind="add", name="plus_sum")
     t = g.elementwise(t, kind="sub", const=w(6, 1, 1), const_first=True, name="c_minus_x")
+    g.elementwise(t, kind="floordiv", const=np.float32(0.1), name="floordiv")
+    g.elementwise(t, kind="remainder", const=np.float32(-0.3), name="remainder")
+    g.elementwise(t, g.elementwise(t, kind="add", const=np.float32(7), name="seven_more"),
+                  kind="fmod", name="fmod")
     over = g.elementwise(t, kind="greater_equal", const=np.float32(0.1), name="at_least")
     t = g.where(over, g.sign(t, name="sign"), b=np.float32(-0.25), name="select")
     g.gathernd(t, indices=np.array([[[1, 0], [0, 2]], [[1, 1], [0, 0]]]), name="gather_nd")

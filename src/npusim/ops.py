@@ -914,7 +914,12 @@ class FakeQuant(Op):
 # ---- elementwise arithmetic with broadcasting -------------------------------------------
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-           "max": np.maximum, "min": np.minimum, "pow": np.power}
+           "max": np.maximum, "min": np.minimum, "pow": np.power,
+           # PyTorch's float division modes: a // b, the remainder of b's sign and that of
+           # a's. NumPy's float32 kernels and PyTorch's both derive them from fmod, and agree
+           # bit for bit; floor(a / b) does not where a / b rounds up to a whole number
+           # (1 // 0.1 is 9, floor(1 / 0.1) is 10)
+           "floordiv": np.floor_divide, "remainder": np.remainder, "fmod": np.fmod}
 # comparisons: a mask, 1.0 where it holds and 0.0 elsewhere (the IR carries float32 only)
 _COMPARE = {"greater": np.greater, "less": np.less, "greater_equal": np.greater_equal,
             "less_equal": np.less_equal, "equal": np.equal, "not_equal": np.not_equal}
@@ -924,9 +929,10 @@ _BINARY.update(_COMPARE)
 @dataclass(frozen=True, eq=False)
 class Elementwise(Op):
     """``a <kind> b`` with NumPy broadcasting, ``kind`` one of add, sub, mul, div, max, min,
-    pow, or a comparison (greater, less, greater_equal, less_equal, equal, not_equal) whose
-    result is a mask of 1.0 and 0.0 (a framework's bool tensor, carried as float32: ``Where``
-    reads it, and a logical and / or / not is a mul / max / 1 - x of it).
+    pow, floordiv, remainder (of b's sign), fmod (of a's sign), or a comparison (greater,
+    less, greater_equal, less_equal, equal, not_equal) whose result is a mask of 1.0 and 0.0
+    (a framework's bool tensor, carried as float32: ``Where`` reads it, and a logical and /
+    or / not is a mul / max / 1 - x of it).
 
     Two inputs, or one and the constant ``const`` (``const <kind> x`` when ``const_first``,
     else ``x <kind> const``). A squeeze-excitation scale is ``mul`` of an N x C x H x W map by
@@ -949,7 +955,8 @@ class Elementwise(Op):
         if self.const is not None:
             c = np.asarray(self.const, np.float32)
             xs = (c, xs[0]) if self.const_first else (xs[0], c)
-        return _BINARY[self.kind](xs[0], xs[1]).astype(np.float32, copy=False)
+        with np.errstate(divide="ignore", invalid="ignore"):  # by 0: inf or NaN, as torch's
+            return _BINARY[self.kind](xs[0], xs[1]).astype(np.float32, copy=False)
 
 
 def _broadcast(shapes: list, name: str, what: str) -> Shape:

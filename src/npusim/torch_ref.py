@@ -186,6 +186,8 @@ def _reshape(op: ops.Reshape):
 
 _TORCH_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
                  "max": torch.maximum, "min": torch.minimum, "pow": torch.pow,
+                 "floordiv": torch.floor_divide, "remainder": torch.remainder,
+                 "fmod": torch.fmod,
                  **{kind: lambda a, b, fn=fn: fn(a, b).float() for kind, fn in (
                      ("greater", torch.gt), ("less", torch.lt), ("greater_equal", torch.ge),
                      ("less_equal", torch.le), ("equal", torch.eq), ("not_equal", torch.ne))}} \

@@ -180,9 +180,22 @@ def _arith(c: OnnxNode) -> ops.Op:
     """Add, Sub, Mul, Div, Max, Min, Pow, a comparison (its bool result a mask of 1.0 and
     0.0) or And / Or / Xor of masks, of two inputs with broadcasting; a constant operand is a
     per-channel affine where it can be (``lowering.with_constant``)."""
+    return _binary(c, _ARITH[c.op_type])
+
+
+def _mod(c: OnnxNode) -> ops.Op:
+    """Mod of float tensors, whose ``fmod`` must be 1 (the remainder of the dividend's sign,
+    C's fmod); fmod = 0, the remainder of the divisor's sign, is the integer tensors' mode."""
+    if c.attr("fmod", 0) != 1:
+        raise _Refusal("fmod=0: the remainder of integer tensors; the IR's tensors are "
+                       "float32, whose Mod takes fmod=1")
+    return _binary(c, "fmod")
+
+
+def _binary(c: OnnxNode, kind: str) -> ops.Op:
+    """``Elementwise`` ``kind`` of the node's two inputs (``_arith``)."""
     if len(c.proto.input) != 2:
         raise _Refusal(f"{len(c.proto.input)} inputs: the IR computes {c.op_type} of two")
-    kind = _ARITH[c.op_type]
     data = [t for t in c.proto.input if t in c.model.depends]
     if len(data) == 2:
         return rules.binary(kind, [c.shape(t) for t in data])
@@ -612,7 +625,7 @@ CONVERTERS = {
     "Gelu": (lambda c: ops.Gelu(c.attr("approximate", "none")), 1),
     "MaxPool": (_pool, 1), "AveragePool": (_pool, 1), "GlobalAveragePool": (_global_avg_pool, 1),
     "GlobalMaxPool": (_global_max_pool, 1),
-    **{op: (_arith, None) for op in _ARITH}, "Concat": (_concat, None),
+    **{op: (_arith, None) for op in _ARITH}, "Mod": (_mod, None), "Concat": (_concat, None),
     "Sum": (_sum, None), "Mean": (_sum, None),
     **{kind: (_reduce, 1) for kind in _REDUCE_KINDS}, "ReduceLogSumExp": (_log_sum_exp, 1),
     "Expand": (_expand, 1), "Tile": (_tile, 1), "Transpose": (_transpose, 1), "Selu": (_selu, 1),

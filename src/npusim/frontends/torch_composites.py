@@ -1,10 +1,9 @@
 """PyTorch functions that are several of the IR's ops, each as PyTorch defines it: the
-activations ``softsign``, ``tanhshrink``, ``logsigmoid``, ``softmin`` and ``glu``; ``expm1``,
-``log1p``, ``log2``, ``log10`` and ``exp2``; ``frac``, ``remainder``, ``floor_divide``,
-``lerp``, ``addcmul`` and ``diff``; and the data moves ``roll`` (Swin's shifted windows) and
-``rot90``. Torch's exporters write each as those ops in an ONNX file, which imports
-already; these are the same graphs from ``from_torch``. Inner nodes are named
-``<node>_<part><k>``."""
+activations ``softsign``, ``tanhshrink``, ``logsigmoid``, ``softmin`` and ``glu``;
+``expm1``, ``log1p``, ``log2``, ``log10`` and ``exp2``; ``frac``, ``lerp``, ``addcmul`` and
+``diff``; and the data moves ``roll`` (Swin's shifted windows) and ``rot90``. Torch's
+exporters write each as those ops in an ONNX file, which imports already; these are the
+same graphs from ``from_torch``. Inner nodes are named ``<node>_<part><k>``."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import numpy as np
 from .. import ops
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
-from .torch_ops import arith, computed, number
+from .torch_ops import computed, number
 
 
 def _const(kind: str, x, value: float) -> ops.Op:
@@ -124,16 +123,6 @@ def frac(c, input):
                                                             [ops.Round("trunc")], x.name))
 
 
-def remainder(c, input, other):
-    """``torch.remainder`` / ``%`` by a number b: x - floor(x / b) b (the sign of b's)."""
-    x, b = computed(input), number(other, "other")
-    if b == 0:
-        raise _Refusal("the remainder of a division by 0")
-    multiple = c.build.sequence(f"{c.name}_floor", [_const("div", x, b), ops.Round("floor"),
-                                                    _const("mul", x, b)], x.name)
-    return ops.Elementwise("sub"), (x.name, multiple)
-
-
 def lerp(c, input, end, weight):
     """``torch.lerp`` by a number w, as PyTorch computes it: start + w (end - start) for
     w < 0.5, else end - (1 - w) (end - start)."""
@@ -174,8 +163,3 @@ def diff(c, input, n=1, dim=-1, prepend=None, append=None):
         if k < int(n) - 1:
             name = c.build.add(f"{c.name}_diff{k}", *result)
     return result
-
-
-def floor_divide(c, input, other):
-    """``torch.floor_divide`` / ``//``: a division rounded down (``arith``)."""
-    return arith("div")(c, input, other, rounding_mode="floor")

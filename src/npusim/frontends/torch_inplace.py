@@ -7,8 +7,8 @@ so the importer rewires the graph: a node reading the tensor after the op reads 
 result instead. Three parts:
 
 - fx's ``Proxy`` has no ``__iadd__``, so ``y += 1`` traced as ``y = y + 1``, which leaves
-  ``skip`` the old tensor; ``Proxy`` here records ``+=``, ``-=``, ``*=`` and ``/=`` as
-  the in-place calls (``operator.iadd``...) they are on a tensor;
+  ``skip`` the old tensor; ``Proxy`` here records ``+=``, ``-=``, ``*=``, ``/=``, ``//=``
+  and ``%=`` as the in-place calls (``operator.iadd``...) they are on a tensor;
 - ``Mutations`` watches the recording run (``torch_import._record``): before each node,
   the version counter of every live tensor (torch counts each in-place change of a
   tensor's data, shared by a tensor and its views), so a node that changed one is seen
@@ -30,7 +30,8 @@ from ..errors import ModelError
 
 
 class Proxy(torch.fx.Proxy):
-    """fx's proxy, with ``+=``, ``-=``, ``*=`` and ``/=`` recorded as in-place calls."""
+    """fx's proxy, with ``+=``, ``-=``, ``*=``, ``/=``, ``//=`` and ``%=`` recorded as
+    in-place calls."""
 
 
 def _in_place(op):
@@ -39,7 +40,7 @@ def _in_place(op):
     return method
 
 
-for _name in ("iadd", "isub", "imul", "itruediv"):
+for _name in ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod"):
     setattr(Proxy, f"__{_name}__", _in_place(getattr(operator, _name)))
 
 

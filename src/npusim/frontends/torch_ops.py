@@ -518,28 +518,38 @@ def adaptive_max_pool2d(c, input, output_size, return_indices=False):
     return ops.AdaptiveMaxPool((p, q))
 
 
+def operands(kind: str, input, other, fold: bool = True):
+    """(op, inputs) of ``input <kind> other``, either of them a tensor and the other a
+    tensor or a constant: a constant operand held by the op, as a per-channel affine where
+    it can be and ``fold`` allows (``lowering.with_constant``)."""
+    refs = [a for a in (input, other) if isinstance(a, Ref)]
+    for r in refs:
+        computed(r)
+    if len(refs) == 2:
+        return rules.binary(kind, [input.shape, other.shape]), (input.name, other.name)
+    const = constant(other if refs[0] is input else input, "the constant operand")
+    first = refs[0] is not input
+    op = (rules.with_constant(kind, refs[0].shape, const, const_first=first) if fold
+          else ops.Elementwise(kind, np.asarray(const, np.float32), first))
+    return op, (refs[0].name,)
+
+
 def arith(kind: str):
     """The converter of ``x + y``, ``x * s``, ``torch.maximum(x, y)``...: broadcasting; a
-    division with ``rounding_mode`` (``//``, ``torch.floor_divide``) then rounded, the floor
-    (or trunc) of the quotient."""
+    division with ``rounding_mode`` (``//``, ``torch.floor_divide``) as PyTorch computes it:
+    ``floordiv`` (from fmod, not the floor of the quotient), or the quotient truncated (by
+    the constant itself, not its reciprocal: ``lowering.with_constant``'s scale could move
+    a quotient across a whole number)."""
     def convert(c, input, other, *, alpha=1, rounding_mode=None, out=None):
         if alpha != 1:
             raise _Refusal(f"alpha={alpha}: only a plain sum or difference (alpha=1)")
-        refs = [a for a in (input, other) if isinstance(a, Ref)]
-        for r in refs:
-            computed(r)
-        if len(refs) == 2:
-            op, inputs = rules.binary(kind, [input.shape, other.shape]), (input.name,
-                                                                           other.name)
-        else:
-            const = other if refs[0] is input else input
-            op, inputs = rules.with_constant(kind, refs[0].shape,
-                                             constant(const, "the constant operand"),
-                                             const_first=refs[0] is not input), (refs[0].name,)
         if rounding_mode is None:
-            return op, inputs
+            return operands(kind, input, other)
         if kind != "div" or rounding_mode not in ("floor", "trunc"):
             raise _Refusal(f"rounding_mode={rounding_mode!r}: a division rounds 'floor' or "
                            "'trunc'")
-        return ops.Round(rounding_mode), (c.build.add(f"{c.name}_quotient", op, inputs),)
+        if rounding_mode == "floor":
+            return operands("floordiv", input, other)
+        quotient = c.build.add(f"{c.name}_quotient", *operands("div", input, other, fold=False))
+        return ops.Round("trunc"), (quotient,)
     return convert

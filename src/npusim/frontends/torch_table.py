@@ -16,12 +16,10 @@ from .torch_composites import (
     addcmul,
     diff,
     exp_log,
-    floor_divide,
     frac,
     glu,
     lerp,
     logsigmoid,
-    remainder,
     roll,
     rot90,
     softmin,
@@ -236,6 +234,9 @@ _FUNCTIONS = _table(
     (arith("sub"), operator.sub, operator.isub, torch.sub, torch.subtract),
     (arith("mul"), operator.mul, operator.imul, torch.mul, torch.multiply),
     (arith("div"), operator.truediv, operator.itruediv, torch.div, torch.divide),
+    (arith("floordiv"), operator.floordiv, operator.ifloordiv, torch.floor_divide),
+    (arith("remainder"), operator.mod, operator.imod, torch.remainder),
+    (arith("fmod"), torch.fmod),
     (arith("max"), torch.maximum),
     (arith("greater"), operator.gt, torch.gt, torch.greater),
     (arith("less"), operator.lt, torch.lt, torch.less),
@@ -266,11 +267,9 @@ _FUNCTIONS = _table(
                                                           "exp2")),
     (roll, torch.roll),
     (frac, torch.frac),
-    (remainder, torch.remainder, operator.mod),
     (lerp, torch.lerp),
     (addcmul, torch.addcmul),
     (diff, torch.diff),
-    (floor_divide, torch.floor_divide, operator.floordiv),
     (logsumexp, torch.logsumexp),
     *((trig(fn), getattr(torch, fn), *[getattr(torch, a) for a in [TRIG_ALIASES.get(fn)] if a])
       for fn in ops.TRIG),
@@ -338,8 +337,9 @@ _METHODS = {
     "ceil": rounding("ceil"), "round": rounding("nearest"), "trunc": rounding("trunc"),
     "expm1": exp_log("expm1"), "log1p": exp_log("log1p"), "log2": exp_log("log2"),
     "log10": exp_log("log10"), "exp2": exp_log("exp2"), "roll": roll, "rot90": rot90,
-    "logsumexp": logsumexp, "cumsum": cumsum, "frac": frac, "remainder": remainder, "lerp": lerp,
-    "addcmul": addcmul, "diff": diff, "floor_divide": floor_divide,
+    "logsumexp": logsumexp, "cumsum": cumsum, "frac": frac, "lerp": lerp,
+    "addcmul": addcmul, "diff": diff, "floor_divide": arith("floordiv"),
+    "remainder": arith("remainder"), "fmod": arith("fmod"),
     "fix": rounding("trunc"), "flip": flip, "fliplr": flip_axis(1), "flipud": flip_axis(0),
     "gt": arith("greater"), "lt": arith("less"), "ge": arith("greater_equal"),
     "le": arith("less_equal"), "eq": arith("equal"), "ne": arith("not_equal"),
@@ -374,7 +374,8 @@ _METHODS = {
 IN_PLACE = ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "erf",
             "square", "reciprocal", "clamp", "clip", "clamp_min", "clamp_max", "pow", "selu",
             "add", "sub", "mul", "div", "hardtanh", "leaky_relu", "elu", "celu", "floor",
-            "ceil", "round", "trunc", "fix", *ops.TRIG, *TRIG_ALIASES.values(), "cumsum")
+            "ceil", "round", "trunc", "fix", "floor_divide", "remainder", "fmod", *ops.TRIG,
+            *TRIG_ALIASES.values(), "cumsum")
 
 
 def _add_in_place_forms() -> None:
