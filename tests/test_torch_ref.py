@@ -59,6 +59,8 @@ def every_op_graph():
     g.cumsum(t, axis=2, name="cumsum_h")
     g.cumsum(t, axis=-1, exclusive=True, reverse=True, name="cumsum_w_exclusive_reversed")
     g.cumsum(t, axis=1, reverse=True, name="cumsum_c_reversed")
+    g.cumextreme(t, kind="max", axis=2, name="cummax_h")
+    g.cumextreme(t, kind="min", axis=-1, name="cummin_w")
     g.elu(t, 1.5, input_scale=1 / 1.5, name="celu")
     for mode in ("floor", "ceil", "nearest", "trunc"):
         g.round(g.elementwise(t, kind="mul", const=np.float32(5.0), name=f"times5_{mode}"),

@@ -1136,6 +1136,31 @@ class CumSum(Op):
 
 
 @dataclass(frozen=True)
+class CumExtreme(Op):
+    """Running maxima (``kind`` max) or minima (min) along ``axis`` (negatives count from the
+    end): element i the largest or least of elements 0 to i, as PyTorch's ``cummax`` /
+    ``cummin`` values (CornerNet's corner pooling, a flip and a cummax along H or W). One
+    comparison per element."""
+
+    kind: str = "max"
+    axis: int = 1
+
+    def out_shape(self, in_shapes, name):
+        if self.kind not in _RUNNING:
+            raise LayerError(f"{name}: CumExtreme kind {self.kind!r}: one of max, min")
+        _expect_inputs(in_shapes, 1, name, "CumExtreme")
+        _axes(self.axis, len(in_shapes[0]), name, "CumExtreme")
+        return in_shapes[0]
+
+    def __call__(self, x):
+        return _RUNNING[self.kind].accumulate(x, axis=_axes(self.axis, x.ndim, "cumextreme",
+                                                            "CumExtreme")[0])
+
+
+_RUNNING = {"max": np.maximum, "min": np.minimum}
+
+
+@dataclass(frozen=True)
 class Broadcast(Op):
     """The input repeated along its size-1 axes to ``shape`` (the batch axis excluded), by
     NumPy's broadcasting rules (``expand``, ONNX ``Expand``). A data move: one op per
@@ -1449,7 +1474,7 @@ OPS: dict[str, type] = {
     "tanh": Tanh, "trig": Trig, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs,
     "gelu": Gelu, "clip": Clip, "fakequant": FakeQuant,
     "elementwise": Elementwise, "where": Where, "sign": Sign, "round": Round, "matmul": MatMul,
-    "reduce": Reduce, "cumsum": CumSum, "broadcast": Broadcast,
+    "reduce": Reduce, "cumsum": CumSum, "cumextreme": CumExtreme, "broadcast": Broadcast,
     "transpose": Transpose, "slice": Slice, "gathernd": GatherND,
     "layernorm": LayerNorm, "groupnorm": GroupNorm, "localresponsenorm": LocalResponseNorm,
     "pad": Pad,

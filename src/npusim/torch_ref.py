@@ -371,6 +371,8 @@ def _function(op, out_shape):
         ops.MatMul: lambda: torch.matmul,
         ops.Reduce: lambda: _reduce(op),
         ops.CumSum: lambda: _cumsum(op),
+        ops.CumExtreme: lambda: (lambda x: (torch.cummax if op.kind == "max" else torch.cummin)(
+            x, op.axis).values),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),
         ops.Transpose: lambda: (lambda x: x.permute(*op.perm)),
         ops.GatherND: lambda: _gather_nd(op),

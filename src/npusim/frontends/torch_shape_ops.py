@@ -80,9 +80,19 @@ def extreme(kind: str):
     return convert
 
 
+def running_extreme(kind: str):
+    """The converter of ``torch.cummax`` / ``x.cummax`` (``kind`` "max") or ``torch.cummin``
+    / ``x.cummin`` ("min"): values and indices, of which the IR gives the values
+    (``CumExtreme``, read by ``[0]`` or ``.values``)."""
+    def convert(c, input, dim):
+        x = computed(input)
+        return Parts(x, (ops.CumExtreme(kind, int(number(dim, "dim"))), None))
+    return convert
+
+
 def attribute(c, obj, name):
-    """``result.values`` / ``result.indices`` of a max or min along an axis (as ``[0]``,
-    ``[1]``)."""
+    """``result.values`` / ``result.indices`` of a max or min along an axis, or of a running
+    one (as ``[0]``, ``[1]``)."""
     if isinstance(obj, Parts) and name in ("values", "indices"):
         return getitem(c, obj, 0 if name == "values" else 1)
     raise _Refusal(f"reads attribute {name!r}: the IR reads .values of a max or min only")
