@@ -60,6 +60,12 @@ def every_op_graph():
     g.cumsum(t, axis=-1, exclusive=True, reverse=True, name="cumsum_w_exclusive_reversed")
     g.cumsum(t, axis=1, reverse=True, name="cumsum_c_reversed")
     g.cumextreme(t, kind="max", axis=2, name="cummax_h")
+    flow = g.transpose(g.slice(t, axis=1, start=0, stop=2, name="flow_xy"), perm=(0, 2, 3, 1),
+                       name="flow_nhwc")
+    points = g.elementwise(flow, kind="mul", const=np.float32(2.5), name="points")
+    g.gridsample(t, points, padding="reflection", align_corners=True, name="warp")
+    g.gridsample(t, mode="nearest", padding="border",
+                 grid=rng.uniform(-1.2, 1.2, (1, 4, 5, 2)).astype(np.float32), name="warp_fixed")
     g.cumextreme(t, kind="min", axis=-1, name="cummin_w")
     g.elu(t, 1.5, input_scale=1 / 1.5, name="celu")
     for mode in ("floor", "ceil", "nearest", "trunc"):

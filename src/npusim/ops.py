@@ -580,6 +580,113 @@ class Upsample(Op):
 UPSAMPLE_OPS = {"nearest": 1, "bilinear": 7, "bicubic": 31}
 
 
+@dataclass(frozen=True, eq=False)
+class GridSample(Op):
+    """The input map sampled at a grid of points (``F.grid_sample``, ONNX ``GridSample``: a
+    spatial transformer's warp, an optical-flow network's warping of features by the
+    flow). The grid, N x Ho x Wo x 2, holds each output pixel's point as (x, y) in [-1, 1]
+    across the input's width and height: -1 and 1 the corner pixels' centres with
+    ``align_corners``, their outer edges without. ``bilinear`` weighs the four pixels
+    around the point, ``nearest`` takes the closest (ties to even); a point outside reads
+    ``zeros``, or is moved to the ``border`` or reflected into the map (``reflection``)
+    first. Inputs: the N x C x H x W map, then the grid (computed, or the constant ``grid``,
+    of one image or N). In float32 as PyTorch's CPU kernel rounds it, its multiply-adds
+    fused. Cost: per output pixel its point's coordinates (``GRID_PIXEL_OPS``, and the
+    padding's ``GRID_PADDING_OPS``), per output element its taps (``GRID_ELEMENT_OPS``)."""
+
+    mode: str = "bilinear"
+    padding: str = "zeros"
+    align_corners: bool = False
+    grid: np.ndarray | None = None
+
+    def out_shape(self, in_shapes, name):
+        _expect_inputs(in_shapes, 1 if self.grid is not None else 2, name, "GridSample")
+        _expect_4d(in_shapes[0], name, "GridSample")
+        if self.mode not in GRID_ELEMENT_OPS or self.padding not in GRID_PADDING_OPS:
+            raise LayerError(f"{name}: GridSample mode {self.mode!r}, padding {self.padding!r}:"
+                             f" modes {', '.join(GRID_ELEMENT_OPS)}; paddings "
+                             f"{', '.join(GRID_PADDING_OPS)}")
+        n, c = in_shapes[0][:2]
+        grid = tuple(np.shape(self.grid)) if self.grid is not None else tuple(in_shapes[1])
+        if len(grid) != 4 or grid[3] != 2 or grid[0] not in (n, 1 if self.grid is not None
+                                                                else n):
+            raise LayerError(f"{name}: GridSample grid of shape {grid} for an input of shape "
+                             f"{tuple(in_shapes[0])}: must be N x Ho x Wo x 2")
+        return (n, c, grid[1], grid[2])
+
+    def vector_ops(self, in_shapes, out_shape):
+        pixels = _numel(out_shape) // out_shape[1]
+        return (pixels * (GRID_PIXEL_OPS[self.mode] + GRID_PADDING_OPS[self.padding])
+                + _numel(out_shape) * GRID_ELEMENT_OPS[self.mode])
+
+    def __call__(self, x, grid=None):
+        g = np.broadcast_to(np.asarray(self.grid if grid is None else grid, np.float32),
+                            (x.shape[0], *np.shape(self.grid if grid is None else grid)[1:]))
+        h, w = x.shape[2:]
+        ix = _grid_axis(g[..., 0], w, self.padding, self.align_corners)
+        iy = _grid_axis(g[..., 1], h, self.padding, self.align_corners)
+        if self.mode == "nearest":
+            return _taps(x, np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64))
+        left, top = np.floor(ix), np.floor(iy)
+        east, south = ix - left, iy - top  # the point's offsets from its top-left pixel
+        west, north = np.float32(1) - east, np.float32(1) - south
+        col, row = left.astype(np.int64), top.astype(np.int64)
+        corners = [(row, col, north * west), (row, col + 1, north * east),
+                   (row + 1, col, south * west), (row + 1, col + 1, south * east)]
+        total = None  # PyTorch's order: each tap's product added to the sum so far, fused
+        for r, c, weight in corners:
+            term = _taps(x, r, c).astype(np.float64) * weight[:, None]
+            total = term if total is None else total.astype(np.float64) + term
+            total = total.astype(np.float32)
+        return total
+
+
+# vector ops of GridSample per output element (a copy; 4 multiplies, 3 adds), per output
+# pixel (its point: unnormalised, rounded or floored, the 4 weights), and per output pixel
+# for the padding (a clamp of each axis; a reflection: |x - low|, fmod, floor, select, clamp)
+GRID_ELEMENT_OPS = {"bilinear": 7, "nearest": 1}
+GRID_PIXEL_OPS = {"bilinear": 14, "nearest": 6}
+GRID_PADDING_OPS = {"zeros": 0, "border": 4, "reflection": 16}
+
+
+def _grid_axis(g: np.ndarray, size: int, padding: str, align_corners: bool) -> np.ndarray:
+    """Grid coordinates along one axis (in [-1, 1] across ``size`` pixels) as pixel
+    positions, float32: (g + 1) (size - 1) / 2 with ``align_corners``, else
+    (g + 1) size / 2 - 0.5 (one fused multiply-add), then moved in by ``padding``."""
+    one = g + np.float32(1)
+    if align_corners:
+        at = one * np.float32((size - 1) / 2)
+    else:
+        at = (one.astype(np.float64) * np.float32(size / 2) - 0.5).astype(np.float32)
+    if padding == "reflection":
+        low, high = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        at = _reflect(at, low, high)
+    if padding != "zeros":
+        at = np.clip(at, np.float32(0), np.float32(size - 1))
+    return at
+
+
+def _reflect(at: np.ndarray, twice_low: int, twice_high: int) -> np.ndarray:
+    """``at`` reflected into [twice_low / 2, twice_high / 2] off its ends, as often as it
+    takes (PyTorch's ``reflect_coordinates``)."""
+    if twice_low == twice_high:
+        return np.zeros_like(at)
+    low, span = np.float32(twice_low / 2), np.float32((twice_high - twice_low) / 2)
+    away = np.abs(at - low)
+    extra = np.fmod(away, span)
+    flips = np.floor(away / span)
+    return np.where(flips % 2 == 0, extra + low, span - extra + low).astype(np.float32)
+
+
+def _taps(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """x[n, :, rows, cols] of each image n (``rows``, ``cols``: N x Ho x Wo), 0 outside the
+    map: N x C x Ho x Wo."""
+    n, _, h, w = x.shape
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    picked = x[np.arange(n)[:, None, None], :, np.clip(rows, 0, h - 1), np.clip(cols, 0, w - 1)]
+    return np.moveaxis(np.where(inside[..., None], picked, np.float32(0)), -1, 1)
+
+
 @dataclass(frozen=True)
 class Identity(Op):
     def vector_ops(self, in_shapes, out_shape):
@@ -1469,7 +1576,8 @@ OPS: dict[str, type] = {
     "maxpool": MaxPool, "avgpool": AvgPool, "globalavgpool": GlobalAvgPool,
     "adaptiveavgpool": AdaptiveAvgPool, "adaptivemaxpool": AdaptiveMaxPool, "add": Add,
     "concat": Concat, "flatten": Flatten, "reshape": Reshape, "softmax": Softmax,
-    "upsample": Upsample, "identity": Identity, "sigmoid": Sigmoid, "hardsigmoid": HardSigmoid,
+    "upsample": Upsample, "gridsample": GridSample, "identity": Identity, "sigmoid": Sigmoid,
+    "hardsigmoid": HardSigmoid,
     "hardswish": HardSwish, "silu": Silu, "softplus": Softplus, "mish": Mish, "elu": Elu,
     "tanh": Tanh, "trig": Trig, "erf": Erf, "sqrt": Sqrt, "exp": Exp, "log": Log, "abs": Abs,
     "gelu": Gelu, "clip": Clip, "fakequant": FakeQuant,

@@ -229,6 +229,17 @@ def _reduce(op: ops.Reduce):
     return lambda x: reduce[op.kind](x, dim=dims, keepdim=op.keepdims)
 
 
+def _grid_sample(op: ops.GridSample, batch: int):
+    """``F.grid_sample`` at the op's grid: its second input, or its constant (of one image
+    or ``batch``, expanded to ``batch``)."""
+    fixed = None if op.grid is None else _tensor(op.grid).expand(batch, *op.grid.shape[1:])
+
+    def sample(x, grid=None):
+        return F.grid_sample(x, fixed.to(x.dtype) if grid is None else grid, mode=op.mode,
+                             padding_mode=op.padding, align_corners=op.align_corners)
+    return sample
+
+
 def _cumsum(op: ops.CumSum):
     """``torch.cumsum`` along the op's axis, the axis reversed around it (``reverse``) and
     the sums shifted one along it, 0 first (``exclusive``)."""
@@ -371,6 +382,7 @@ def _function(op, out_shape):
         ops.MatMul: lambda: torch.matmul,
         ops.Reduce: lambda: _reduce(op),
         ops.CumSum: lambda: _cumsum(op),
+        ops.GridSample: lambda: _grid_sample(op, out_shape[0]),
         ops.CumExtreme: lambda: (lambda x: (torch.cummax if op.kind == "max" else torch.cummin)(
             x, op.axis).values),
         ops.Broadcast: lambda: (lambda x: x.expand(x.shape[0], *op.shape)),

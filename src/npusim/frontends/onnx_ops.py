@@ -550,6 +550,22 @@ def _dequantize(c: OnnxNode) -> str:
     return c.proto.input[0]
 
 
+# GridSample's modes: opset 16's names and opset 20's for the same two
+_GRID_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest"}
+
+
+def _grid_sample(c: OnnxNode) -> ops.Op:
+    """GridSample of a 4-D input at a grid computed or constant (input 1): ``GridSample``."""
+    mode = c.attr("mode", "bilinear")
+    if mode not in _GRID_MODES:
+        raise _Refusal(f"mode={mode!r}: the IR samples bilinear (linear) or nearest")
+    _data_input(c, 4)
+    padding, align = c.attr("padding_mode", "zeros"), bool(c.attr("align_corners", 0))
+    if c.proto.input[1] in c.model.depends:
+        return ops.GridSample(_GRID_MODES[mode], padding, align)
+    return ops.GridSample(_GRID_MODES[mode], padding, align, c.weight(1))
+
+
 def _resize(c: OnnxNode) -> ops.Op:
     mode = c.attr("mode", "nearest")
     old = c.op_type == "Upsample" or c.model.opset < 11
@@ -635,7 +651,7 @@ CONVERTERS = {
     "Squeeze": (_reshape, 1), "Unsqueeze": (_reshape, 1), "LayerNormalization": (_layer_norm, 1),
     "InstanceNormalization": (_instance_norm, 1), "LRN": (_lrn, 1),
     "BatchNormalization": (_batch_norm, 1), "Resize": (_resize, 1),
-    "Upsample": (_resize, 1), "Softmax": (_softmax, 1),
+    "Upsample": (_resize, 1), "GridSample": (_grid_sample, None), "Softmax": (_softmax, 1),
     "LogSoftmax": (_softmax, 1), "Identity": (lambda c: c.proto.input[0], 1),
     "Dropout": (_dropout, 1), "Cast": (_cast, 1), "Pad": (_pad, 1), "Slice": (_slice, 1),
     "Gather": (_gather, 1), "GatherND": (_gather_nd, 1),

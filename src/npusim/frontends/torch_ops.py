@@ -173,6 +173,21 @@ def matmul(c, input, other):
     return c.build.linear(c.name, x.name, x.shape, w.T, None)
 
 
+def grid_sample(c, input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """``F.grid_sample``: ``GridSample`` of the map at the grid's points, the grid computed
+    (a flow field, a spatial transformer's affine grid) or a constant."""
+    computed(input, 4)
+    if mode not in ops.GRID_ELEMENT_OPS:
+        raise _Refusal(f"mode={mode!r}: the IR samples {' or '.join(ops.GRID_ELEMENT_OPS)}")
+    if padding_mode not in ops.GRID_PADDING_OPS:
+        raise _Refusal(f"padding_mode={padding_mode!r}: one of "
+                       f"{', '.join(ops.GRID_PADDING_OPS)}")
+    if isinstance(grid, Ref):
+        computed(grid)
+        return ops.GridSample(mode, padding_mode, bool(align_corners))
+    return ops.GridSample(mode, padding_mode, bool(align_corners), constant(grid, "grid"))
+
+
 def einsum(c, equation, *operands):
     """``torch.einsum`` (operands given one by one or as one list): ``Lowering.einsum`` of
     the computed ones (a constant one given by value)."""
