@@ -1,9 +1,10 @@
 """Sampling a map at a grid of points (``ops.GridSample``, ``F.grid_sample``, ONNX
 ``GridSample``): the op against PyTorch's float32 kernel on every mode, padding and corner
 alignment, with points outside the map; an optical-flow warp (features sampled at each
-pixel moved by a flow the network computes) and a fixed warp (a constant grid) through
-``from_torch`` against the module in float64 and through both of torch's ONNX exporters
-against onnxruntime; what the IR does not sample refused by name."""
+pixel moved by a flow the network computes), a fixed warp (a constant grid) and a spatial
+transformer (``F.affine_grid`` of a theta the network computes) through ``from_torch``
+against the module in float64 and through torch's ONNX exporters against onnxruntime;
+what the IR does not sample refused by name."""
 
 import numpy as np
 import pytest
@@ -122,9 +123,31 @@ class FixedWarp(nn.Module):
                                        align_corners=True))
 
 
+class SpatialTransformer(nn.Module):
+    """A localisation net's theta (near the identity) turns the image's sampling grid
+    (``F.affine_grid``) before the classifier's conv."""
+
+    def __init__(self, align=False):
+        super().__init__()
+        torch.manual_seed(6)
+        self.align = align
+        self.loc, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 6)
+        self.head = nn.Conv2d(3, 4, 3)
+        with torch.no_grad():
+            self.fc.weight.mul_(0.3)
+            self.fc.bias.copy_(torch.tensor([0.9, 0.2, 0.1, -0.1, 1.1, 0.0]))
+
+    def forward(self, x):
+        theta = self.fc(F.adaptive_avg_pool2d(torch.relu(self.loc(x)), 1).flatten(1))
+        grid = F.affine_grid(theta.view(-1, 2, 3), x.size(), align_corners=self.align)
+        return self.head(F.grid_sample(x, grid, align_corners=self.align))
+
+
 X = photo((2, 3, 12, 16))
 NETS = {"flow bilinear": lambda: FlowWarp(), "flow nearest border": lambda: FlowWarp(
-    "nearest", "border", True), "fixed reflection": FixedWarp}
+    "nearest", "border", True), "fixed reflection": FixedWarp,
+    "spatial transformer": SpatialTransformer,
+    "spatial transformer aligned": lambda: SpatialTransformer(True)}
 
 
 @pytest.mark.parametrize("name", list(NETS))
@@ -141,8 +164,11 @@ def test_a_warp_through_from_torch_equals_the_module_in_float64(name, arch):
         assert_runs_as_module(graph, net, X, arch, 1e-5)
 
 
-@pytest.mark.parametrize("name", ["flow bilinear", "fixed reflection"])
-@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("name, exporter", [
+    ("flow bilinear", "dynamo"), ("flow bilinear", "torchscript"),
+    ("fixed reflection", "dynamo"), ("fixed reflection", "torchscript"),
+    ("spatial transformer", "dynamo"),  # TorchScript's opset 17 has no affine grid
+])
 def test_a_warp_through_onnx_equals_onnxruntime(name, exporter, tmp_path):
     net = NETS[name]().eval()
     path = export_onnx(net, X, tmp_path / "warp.onnx", exporter)
@@ -160,6 +186,22 @@ class Bicubic(nn.Module):
     def forward(self, x):
         return self.conv(F.grid_sample(x, self.conv(x).permute(0, 2, 3, 1).tanh(),
                                        mode="bicubic", align_corners=False))
+
+
+def test_a_volume_affine_grid_is_refused_naming_its_shapes():
+    class Volume(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 12, 1)
+
+        def forward(self, x):
+            theta = self.conv(x).mean((2, 3)).view(-1, 3, 4)
+            return F.affine_grid(theta, [2, 1, 4, 5, 6], align_corners=False).flatten(2)
+
+    with pytest.raises(ModelError, match=r"affine_grid x1 \(node 'affine_grid': theta of shape "
+                                         r"\(2, 3, 4\), size \(2, 1, 4, 5, 6\): the IR makes "
+                                         r"2-D grids"):
+        from_torch(Volume().eval(), X)
 
 
 def test_bicubic_sampling_is_refused_naming_the_modes(tmp_path):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .. import ops
 from ..geometry import pair, same_padding
@@ -186,6 +187,24 @@ def grid_sample(c, input, grid, mode="bilinear", padding_mode="zeros", align_cor
         computed(grid)
         return ops.GridSample(mode, padding_mode, bool(align_corners))
     return ops.GridSample(mode, padding_mode, bool(align_corners), constant(grid, "grid"))
+
+
+def affine_grid(c, theta, size, align_corners=None):
+    """``F.affine_grid`` of a computed theta (N x 2 x 3, a spatial transformer's) for an
+    N x C x H x W ``size``: each output pixel's point, theta times the pixel's (x, y, 1) on
+    PyTorch's own base grid (``F.affine_grid`` of the identity, a constant here): a
+    Reshape, a multiply by the base and a sum over its last axis (N x H x W x 2)."""
+    t = computed(theta)
+    if len(size) != 4 or tuple(t.shape[1:]) != (2, 3):
+        raise _Refusal(f"theta of shape {t.shape}, size {tuple(size)}: the IR makes 2-D "
+                       "grids, theta N x 2 x 3 for an N x C x H x W size")
+    h, w = int(size[2]), int(size[3])
+    xy = F.affine_grid(torch.eye(2, 3)[None], [1, 1, h, w], align_corners=bool(align_corners))
+    base = np.concatenate([xy[0].numpy(), np.ones((h, w, 1), np.float32)], axis=-1)[:, :, None]
+    steps = [ops.Reshape((1, 1, 2, 3)),
+             rules.with_constant("mul", (t.shape[0], 1, 1, 2, 3), base),
+             ops.Reduce("sum", (4,), keepdims=False)]
+    return c.build.steps(c.name, steps, t.name)
 
 
 def einsum(c, equation, *operands):
