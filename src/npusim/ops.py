@@ -608,8 +608,8 @@ class GridSample(Op):
                              f"{', '.join(GRID_PADDING_OPS)}")
         n, c = in_shapes[0][:2]
         grid = tuple(np.shape(self.grid)) if self.grid is not None else tuple(in_shapes[1])
-        if len(grid) != 4 or grid[3] != 2 or grid[0] not in (n, 1 if self.grid is not None
-                                                                else n):
+        batches = (n,) if self.grid is None else (n, 1)  # a constant's may be one image's
+        if len(grid) != 4 or grid[3] != 2 or grid[0] not in batches:
             raise LayerError(f"{name}: GridSample grid of shape {grid} for an input of shape "
                              f"{tuple(in_shapes[0])}: must be N x Ho x Wo x 2")
         return (n, c, grid[1], grid[2])
@@ -620,11 +620,11 @@ class GridSample(Op):
                 + _numel(out_shape) * GRID_ELEMENT_OPS[self.mode])
 
     def __call__(self, x, grid=None):
-        g = np.broadcast_to(np.asarray(self.grid if grid is None else grid, np.float32),
-                            (x.shape[0], *np.shape(self.grid if grid is None else grid)[1:]))
+        points = np.asarray(self.grid if grid is None else grid, np.float32)
+        points = np.broadcast_to(points, (x.shape[0], *points.shape[1:]))  # a constant's
         h, w = x.shape[2:]
-        ix = _grid_axis(g[..., 0], w, self.padding, self.align_corners)
-        iy = _grid_axis(g[..., 1], h, self.padding, self.align_corners)
+        ix = _grid_axis(points[..., 0], w, self.padding, self.align_corners)
+        iy = _grid_axis(points[..., 1], h, self.padding, self.align_corners)
         if self.mode == "nearest":
             return _taps(x, np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64))
         left, top = np.floor(ix), np.floor(iy)
