@@ -305,10 +305,10 @@ def getitem(c, input, index):
         if not isinstance(index, int):
             raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
                            "by an integer index")
-        if input.slices[index] is None:
-            raise _Refusal("reads the indices of a max or min along an axis: the IR computes its "
-                           "values only")
-        return input.slices[index], (input.source.name,)
+        part = input.slices[index]
+        if part is None:
+            raise _Refusal(f"reads {input.missing}")
+        return part if isinstance(part, Ref) else (part, (input.source.name,))
     x = computed(input)
     steps = rules.index(x.shape, index_slices(index, x.shape), c.out_shape)
     return c.build.steps(c.name, steps, x.name) if steps else x

@@ -228,6 +228,35 @@ class Lowering:
         return reshape(kept, tuple(n for i, n in enumerate(kept) if i not in top.axes)), \
             (joined,)
 
+    def attention(self, name: str, q: str, kv: tuple[str, str], shapes, projections,
+                  heads: int) -> str:
+        """Multi-head attention of token sequences, batch first: queries N x L x E, keys and
+        values N x S x E; ``projections`` the query, key, value and output layers' (weight
+        (out, in), bias or None), each a ``linear``. Per head of E / heads features:
+        softmax(q k^T / sqrt(E / heads)) v (``MatMul``, ``Softmax``, ``MatMul``); the heads
+        joined, then the output layer: the node ``name`` (N x L x E). Inner nodes
+        ``<name>_q``, ``<name>_k``, ``<name>_v`` and their heads, ``<name>_scores``,
+        ``<name>_weights``, ``<name>_mixed``, ``<name>_joined``."""
+        (n, length, width), keys = shapes[0], shapes[1][1]
+        size = width // heads
+
+        def split(tag: str, x: str, x_shape, wb, rows: int, perm) -> str:
+            projected = self.add(f"{name}_{tag}", *self.linear(f"{name}_{tag}", x, x_shape, *wb))
+            return self.sequence(f"{name}_{tag}_heads", [
+                ops.Reshape((rows, heads, size)), ops.Transpose(perm)], projected)
+
+        query = split("q", q, shapes[0], projections[0], length, (0, 2, 1, 3))  # N h L d
+        query = self.add(f"{name}_q_scaled", with_constant(
+            "mul", (n, heads, length, size), np.float32(1 / np.sqrt(size))), (query,))
+        key = split("k", kv[0], shapes[1], projections[1], keys, (0, 2, 3, 1))  # N h d S
+        value = split("v", kv[1], shapes[2], projections[2], keys, (0, 2, 1, 3))  # N h S d
+        scores = self.add(f"{name}_scores", ops.MatMul(), (query, key))
+        weights = self.add(f"{name}_weights", ops.Softmax(axis=-1), (scores,))
+        mixed = self.add(f"{name}_mixed", ops.MatMul(), (weights, value))  # N h L d
+        joined = self.sequence(f"{name}_joined", [ops.Transpose((0, 2, 1, 3)),
+                                                  ops.Reshape((length, width))], mixed)
+        return self.add(name, *self.linear(name, joined, (n, length, width), *projections[3]))
+
     def gather(self, name: str, x: str, x_shape, axis: int, indices):
         """``x`` gathered along ``axis`` by constant ``indices`` (``shape.gather``): an
         (op, inputs) pair for node ``name``, or ``x`` when all is kept; rows of runs as

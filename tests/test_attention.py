@@ -1,0 +1,112 @@
+"""``nn.MultiheadAttention`` (batch first) through ``from_torch``: self-attention over a
+CNN's feature map (a bottleneck-transformer block: tokens from the map, attention, back to
+a map) and cross-attention of other widths, without biases, against the module in float64
+on several machines, with the four projections run as the machine's layers; what the IR
+does not compute (the attention weights, masks, sequence-first tensors) refused by name."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from strategies import assert_runs_as_module, photo  # noqa: E402
+
+from npusim import ops  # noqa: E402
+from npusim.errors import ModelError  # noqa: E402
+from npusim.frontends.torch_import import from_torch  # noqa: E402
+
+nn = torch.nn
+X = photo((2, 3, 12, 16))
+
+
+class AttentionBlock(nn.Module):
+    """Conv features as tokens (N x HW x C), multi-head self-attention with a residual,
+    back to a map for a conv: a bottleneck-transformer block."""
+
+    def __init__(self, heads=4, need_weights=True):
+        super().__init__()
+        torch.manual_seed(7)
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.attn = nn.MultiheadAttention(16, heads, batch_first=True)
+        self.head = nn.Conv2d(16, 6, 3, padding=1)
+        self.need_weights = need_weights
+
+    def forward(self, x):
+        f = torch.relu(self.stem(x))
+        n, c, h, w = f.shape
+        tokens = f.flatten(2).transpose(1, 2)
+        mixed, _ = self.attn(tokens, tokens, tokens, need_weights=self.need_weights)
+        return self.head((tokens + mixed).transpose(1, 2).reshape(n, c, h, w))
+
+
+class CrossAttention(nn.Module):
+    """Queries from one branch attend to keys and values of another width (kdim, vdim),
+    the projections without biases."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(8)
+        self.queries = nn.Conv2d(3, 12, 3, stride=2, padding=1)
+        self.memory = nn.Conv2d(3, 8, 5, stride=4, padding=2)
+        self.attn = nn.MultiheadAttention(12, 3, bias=False, kdim=8, vdim=8, batch_first=True)
+        self.out = nn.Linear(12, 5)
+
+    def forward(self, x):
+        q = self.queries(x).flatten(2).transpose(1, 2)
+        kv = self.memory(x).flatten(2).transpose(1, 2)
+        return self.out(self.attn(q, kv, kv)[0])
+
+
+NETS = {"self-attention": AttentionBlock, "one head, no weights": lambda: AttentionBlock(
+    1, need_weights=False), "cross-attention": CrossAttention}
+
+
+@pytest.mark.parametrize("name", list(NETS))
+@pytest.mark.parametrize("arch", ["systolic-32x32-ws", "sparse-pairs-32x32", "input-reuse-1024"])
+def test_attention_through_from_torch_equals_the_module_in_float64(name, arch):
+    net = NETS[name]().eval()
+    graph = from_torch(net, X)
+    projections = [n for n in graph.nodes if n.name.startswith("attn")
+                   and isinstance(n.op, ops.Conv)]
+    assert len(projections) == 4  # query, key, value, output: layers of the machine
+    assert sum(isinstance(n.op, ops.MatMul) for n in graph.nodes) == 2
+    assert_runs_as_module(graph, net, X, arch, 1e-5)
+
+
+class Reads(nn.Module):
+    def __init__(self, what):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=what != "sequence first")
+        self.what = what
+        self.register_buffer("mask", torch.ones(48, 48, dtype=torch.bool).triu(1))  # 6 x 8
+
+    def forward(self, x):
+        t = self.conv(x).flatten(2).transpose(1, 2)
+        if self.what == "weights":
+            return self.attn(t, t, t)[1]
+        if self.what == "mask":
+            return self.attn(t, t, t, attn_mask=self.mask)[0]
+        return self.attn(t, t, t)[0]
+
+
+@pytest.mark.parametrize("what, why", [
+    ("weights", r"node 'getitem': reads the attention weights: the IR computes the attention's "
+                r"output only"),
+    ("mask", r"nn.MultiheadAttention x1 \(node 'attn': a mask: the IR attends to every key"),
+    ("sequence first", r"node 'attn': batch_first=False: its tensors put the sequence before "
+                       r"the batch, and the IR keeps the batch axis first"),
+])
+def test_what_attention_cannot_express_is_refused_naming_why(what, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Reads(what).eval(), X)
+
+
+def test_the_projections_are_the_modules_weights():
+    """The query projection's conv holds the first third of in_proj_weight: the packed
+    weights are cut as torch cuts them (q, k, v)."""
+    net = AttentionBlock().eval()
+    graph = from_torch(net, X)
+    query = next(n.op for n in graph.nodes if n.name == "attn_q_conv")
+    want = net.attn.in_proj_weight.detach().numpy()[:16]
+    assert np.array_equal(query.weight.reshape(16, 16), want)
+    assert np.array_equal(query.bias, net.attn.in_proj_bias.detach().numpy()[:16])
