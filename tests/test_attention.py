@@ -1,8 +1,11 @@
-"""``nn.MultiheadAttention`` (batch first) through ``from_torch``: self-attention over a
-CNN's feature map (a bottleneck-transformer block: tokens from the map, attention, back to
-a map) and cross-attention of other widths, without biases, against the module in float64
-on several machines, with the four projections run as the machine's layers; what the IR
-does not compute (the attention weights, masks, sequence-first tensors) refused by name."""
+"""Attention through ``from_torch``: ``nn.MultiheadAttention`` (batch first), as
+self-attention over a CNN's feature map (a bottleneck-transformer block: tokens from the
+map, attention, back to a map) and cross-attention of other widths, without biases, with
+the four projections run as the machine's layers; ``F.scaled_dot_product_attention`` of
+heads cut from a conv's channels, plain, causal, under a constant bool or float mask and at
+its own scale. Each against the module in float64 on several machines; what the IR does
+not compute (the attention weights, computed masks, dropout, sequence-first tensors)
+refused by name."""
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from npusim import ops  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
 from npusim.frontends.torch_import import from_torch  # noqa: E402
 
-nn = torch.nn
+nn, F = torch.nn, torch.nn.functional
 X = photo((2, 3, 12, 16))
 
 
@@ -56,8 +59,36 @@ class CrossAttention(nn.Module):
         return self.out(self.attn(q, kv, kv)[0])
 
 
+class Heads(nn.Module):
+    """Queries, keys and values of 4 heads of 4 features cut from a conv's 48 channels,
+    attended by ``F.scaled_dot_product_attention``, the heads joined by a linear layer."""
+
+    def __init__(self, **attend):
+        super().__init__()
+        torch.manual_seed(9)
+        self.qkv, self.out = nn.Conv2d(3, 48, 3, stride=2, padding=1), nn.Linear(16, 6)
+        self.attend = attend
+        rng = np.random.default_rng(10)
+        self.register_buffer("allowed", torch.from_numpy((rng.random((48, 48)) < 0.6)
+                                                         | np.eye(48, dtype=bool)))
+        self.register_buffer("bias", torch.from_numpy(rng.standard_normal((48, 48)).astype(
+            np.float32)))
+
+    def forward(self, x):
+        f = self.qkv(x)
+        n = f.shape[0]
+        t = f.flatten(2).transpose(1, 2).reshape(n, 48, 3, 4, 4).permute(0, 2, 3, 1, 4)
+        mask = {"bool": self.allowed, "float": self.bias}.get(self.attend.get("attn_mask"))
+        kwargs = {**self.attend, "attn_mask": mask}
+        y = F.scaled_dot_product_attention(t[:, 0], t[:, 1], t[:, 2], **kwargs)
+        return self.out(y.transpose(1, 2).reshape(n, 48, 16))
+
+
 NETS = {"self-attention": AttentionBlock, "one head, no weights": lambda: AttentionBlock(
-    1, need_weights=False), "cross-attention": CrossAttention}
+    1, need_weights=False), "cross-attention": CrossAttention,
+    "sdpa": Heads, "sdpa causal": lambda: Heads(is_causal=True),
+    "sdpa bool mask": lambda: Heads(attn_mask="bool"),
+    "sdpa float mask, scale": lambda: Heads(attn_mask="float", scale=0.3)}
 
 
 @pytest.mark.parametrize("name", list(NETS))
@@ -67,7 +98,7 @@ def test_attention_through_from_torch_equals_the_module_in_float64(name, arch):
     graph = from_torch(net, X)
     projections = [n for n in graph.nodes if n.name.startswith("attn")
                    and isinstance(n.op, ops.Conv)]
-    assert len(projections) == 4  # query, key, value, output: layers of the machine
+    assert len(projections) == (0 if name.startswith("sdpa") else 4)  # q, k, v, output
     assert sum(isinstance(n.op, ops.MatMul) for n in graph.nodes) == 2
     assert_runs_as_module(graph, net, X, arch, 1e-5)
 
@@ -99,6 +130,44 @@ class Reads(nn.Module):
 def test_what_attention_cannot_express_is_refused_naming_why(what, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Reads(what).eval(), X)
+
+
+class Computed(Heads):
+    def __init__(self, what):
+        super().__init__()
+        self.what = what
+
+    def forward(self, x):
+        t = self.qkv(x).flatten(2).transpose(1, 2).reshape(2, 48, 3, 4, 4).permute(0, 2, 3, 1, 4)
+        q, k, v = t[:, 0], t[:, 1], t[:, 2]
+        if self.what == "mask":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=q @ k.transpose(2, 3))
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+
+
+@pytest.mark.parametrize("what, why", [
+    ("mask", r"scaled_dot_product_attention x1 \(node 'scaled_dot_product_attention': "
+             r"attn_mask is computed from the network input; the IR needs a constant"),
+    ("dropout", r"dropout_p=0.1, enable_gqa=False: the IR attends without dropout"),
+])
+def test_what_scaled_dot_product_attention_cannot_take_is_refused(what, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Computed(what).eval(), X)
+
+
+@pytest.mark.parametrize("ours, theirs, error", [
+    ([1.0, -np.inf, 2.0], [1.0, -np.inf, 2.0], 0.0),  # masked scores: -inf in both
+    ([1.0, np.nan, 2.0], [1.0, np.nan, 2.0], 0.0),
+    ([1.0, np.nan, 2.0], [1.0, 0.5, 2.0], np.inf),  # a NaN of ours alone: never passed over
+    ([1.0, -np.inf, 2.0], [1.0, 0.5, 2.0], np.inf),
+    ([1.0, 0.5, 2.5], [1.0, -np.inf, 2.0], np.inf),
+    ([1.0, -np.inf, 2.5], [1.0, -np.inf, 2.0], 0.25),  # scaled by the finite values
+])
+def test_the_checks_error_meets_infinities_and_nans_as_equal_or_wrong(ours, theirs, error):
+    from npusim.report.check import relative_error
+
+    with np.errstate(all="raise"):
+        assert relative_error(np.array(ours), np.array(theirs)) == error
 
 
 def test_the_projections_are_the_modules_weights():

@@ -242,6 +242,31 @@ def multihead_attention(c, m, query, key, value, key_padding_mask=None, need_wei
                  "attention's output only")
 
 
+def scaled_dot_product_attention(c, query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """``F.scaled_dot_product_attention`` of computed queries, keys and values (N x ... x L
+    x d, the same leading axes): ``Lowering.attend`` of the keys transposed, at ``scale``
+    (default 1 / sqrt(d)), under a constant ``attn_mask`` or the causal one."""
+    q, k, v = (computed(t) for t in (query, key, value))
+    if dropout_p or enable_gqa:
+        raise _Refusal(f"dropout_p={dropout_p}, enable_gqa={enable_gqa}: the IR attends "
+                       "without dropout, each query head to its own key head")
+    if len(q.shape) < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
+        raise _Refusal(f"query {q.shape}, key {k.shape}, value {v.shape}: the IR attends "
+                       "over ... x L x d, ... x S x d and ... x S x e of the same leading axes")
+    if isinstance(attn_mask, Ref):
+        raise _Refusal("attn_mask is computed from the network input; the IR needs a constant")
+    scores_shape = (*q.shape[:-1], k.shape[-2])
+    mask = None if attn_mask is None else torch.as_tensor(attn_mask).detach().cpu().numpy()
+    if is_causal:
+        mask = np.tril(np.ones(scores_shape[-2:], bool))
+    axes = list(range(len(k.shape)))
+    kt = c.build.add(f"{c.name}_keys", ops.Transpose((*axes[:-2], axes[-1], axes[-2])),
+                     (k.name,))
+    return c.build.attend(c.name, q.name, kt, v.name, scores_shape,
+                          1 / np.sqrt(q.shape[-1]) if scale is None else float(scale), mask)
+
+
 def einsum(c, equation, *operands):
     """``torch.einsum`` (operands given one by one or as one list): ``Lowering.einsum`` of
     the computed ones (a constant one given by value)."""

@@ -134,13 +134,22 @@ def _against(what: str, error: float | None, skipped: str | None) -> str:
 
 
 def relative_error(a: np.ndarray, ref: np.ndarray) -> float:
-    """max |a - ref| / max |ref| in float64 (the absolute error when ref is all zero)."""
-    ref = np.asarray(ref, np.float64)
+    """max |a - ref| / max |ref| in float64, over ref's finite values (the absolute error
+    when they are all zero). Where both hold the same value, an infinity or a NaN
+    included (an attention's masked scores, -inf in both), the error is 0; where only one
+    is not finite, it is infinite: a NaN is never passed over."""
+    a, ref = np.asarray(a, np.float64), np.asarray(ref, np.float64)
     if not ref.size:
         return 0.0
-    scale = float(np.abs(ref).max())
-    diff = float(np.abs(np.asarray(a, np.float64) - ref).max())
-    return diff / scale if scale else diff
+    same = (a == ref) | (np.isnan(a) & np.isnan(ref))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(a - ref))
+    if np.isnan(diff).any():
+        return float("inf")
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = float(finite.max()) if finite.size else 0.0
+    worst = float(diff.max())
+    return worst / scale if scale else worst
 
 
 def onnxruntime_error(onnx_path, graph: Graph, x: np.ndarray, result) -> float:

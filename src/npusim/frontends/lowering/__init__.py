@@ -246,16 +246,32 @@ class Lowering:
                 ops.Reshape((rows, heads, size)), ops.Transpose(perm)], projected)
 
         query = split("q", q, shapes[0], projections[0], length, (0, 2, 1, 3))  # N h L d
-        query = self.add(f"{name}_q_scaled", with_constant(
-            "mul", (n, heads, length, size), np.float32(1 / np.sqrt(size))), (query,))
         key = split("k", kv[0], shapes[1], projections[1], keys, (0, 2, 3, 1))  # N h d S
         value = split("v", kv[1], shapes[2], projections[2], keys, (0, 2, 1, 3))  # N h S d
-        scores = self.add(f"{name}_scores", ops.MatMul(), (query, key))
-        weights = self.add(f"{name}_weights", ops.Softmax(axis=-1), (scores,))
-        mixed = self.add(f"{name}_mixed", ops.MatMul(), (weights, value))  # N h L d
+        mixed = self.add(f"{name}_mixed", *self.attend(
+            name, query, key, value, (n, heads, length, keys), 1 / np.sqrt(size)))  # N h L d
         joined = self.sequence(f"{name}_joined", [ops.Transpose((0, 2, 1, 3)),
                                                   ops.Reshape((length, width))], mixed)
         return self.add(name, *self.linear(name, joined, (n, length, width), *projections[3]))
+
+    def attend(self, name: str, q: str, kt: str, v: str, scores_shape, scale: float,
+               mask: np.ndarray | None = None) -> tuple[ops.Op, tuple[str, ...]]:
+        """softmax(q kt scale + mask) v, over the last two axes (q ... x L x d, ``kt`` the keys
+        transposed, ... x d x S, v ... x S x d; ``scores_shape`` ... x L x S): ``MatMul``, the
+        scale, the mask (a constant: bool, True where a query attends to a key, or float,
+        added), ``Softmax``, and the (op, inputs) of the last ``MatMul``. Inner nodes
+        ``<name>_scores``, ``<name>_scaled``, ``<name>_masked``, ``<name>_weights``."""
+        scores = self.add(f"{name}_scores", ops.MatMul(), (q, kt))
+        scores = self.add(f"{name}_scaled", with_constant("mul", scores_shape,
+                                                          np.float32(scale)), (scores,))
+        if mask is not None and mask.dtype == bool:
+            scores = self.add(f"{name}_masked", ops.Where(
+                cond=mask.astype(np.float32), b=np.float32(-np.inf)), (scores,))
+        elif mask is not None:
+            scores = self.add(f"{name}_masked", with_constant(
+                "add", scores_shape, np.asarray(mask, np.float32)), (scores,))
+        weights = self.add(f"{name}_weights", ops.Softmax(axis=-1), (scores,))
+        return ops.MatMul(), (weights, v)
 
     def gather(self, name: str, x: str, x_shape, axis: int, indices):
         """``x`` gathered along ``axis`` by constant ``indices`` (``shape.gather``): an
