@@ -3,9 +3,11 @@ self-attention over a CNN's feature map (a bottleneck-transformer block: tokens 
 map, attention, back to a map) and cross-attention of other widths, without biases, with
 the four projections run as the machine's layers; ``F.scaled_dot_product_attention`` of
 heads cut from a conv's channels, plain, causal, under a constant bool or float mask and at
-its own scale. Each against the module in float64 on several machines; what the IR does
-not compute (the attention weights, computed masks, dropout, sequence-first tensors)
-refused by name."""
+its own scale; timm's block, whose q, k, v come from a permute that moves the batch axis
+and are read back by ``unbind(0)``, indexing or ``select``. Each against the module in
+float64 on several machines; what the IR does not compute (the attention weights, computed
+masks, dropout, sequence-first tensors, a batch-moving permute read otherwise) refused by
+name."""
 
 import numpy as np
 import pytest
@@ -84,11 +86,45 @@ class Heads(nn.Module):
         return self.out(y.transpose(1, 2).reshape(n, 48, 16))
 
 
+class TimmAttention(nn.Module):
+    """timm's attention block on conv features: q, k, v cut from one linear layer by a
+    permute that moves the batch axis (``(2, 0, 3, 1, 4)``) and read back one entry of its
+    first axis at a time (``unbind(0)``, indexing, ``select``), then fused attention or the
+    products written out."""
+
+    def __init__(self, read="unbind", fused=True):
+        super().__init__()
+        torch.manual_seed(11)
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.read, self.fused = read, fused
+
+    def forward(self, x):
+        f = self.stem(x)
+        n, c, h, w = f.shape
+        t = f.flatten(2).transpose(1, 2)
+        qkv = self.qkv(t).reshape(n, h * w, 3, 4, 4).permute(2, 0, 3, 1, 4)
+        if self.read == "unbind":
+            q, k, v = qkv.unbind(0)
+        elif self.read == "index":
+            q, k, v = qkv[0], qkv[1], qkv[-1]
+        else:
+            q, k, v = qkv.select(0, 0), torch.select(qkv, 0, 1), qkv.select(0, 2)
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v)
+        else:
+            y = ((q * 0.5) @ k.transpose(-2, -1)).softmax(dim=-1) @ v
+        y = self.proj(y.transpose(1, 2).reshape(n, h * w, c))
+        return f + y.transpose(1, 2).reshape(n, c, h, w)
+
+
 NETS = {"self-attention": AttentionBlock, "one head, no weights": lambda: AttentionBlock(
     1, need_weights=False), "cross-attention": CrossAttention,
     "sdpa": Heads, "sdpa causal": lambda: Heads(is_causal=True),
     "sdpa bool mask": lambda: Heads(attn_mask="bool"),
-    "sdpa float mask, scale": lambda: Heads(attn_mask="float", scale=0.3)}
+    "sdpa float mask, scale": lambda: Heads(attn_mask="float", scale=0.3),
+    "timm unbind": TimmAttention, "timm index, written out": lambda: TimmAttention(
+        "index", fused=False), "timm select": lambda: TimmAttention("select")}
 
 
 @pytest.mark.parametrize("name", list(NETS))
@@ -98,7 +134,7 @@ def test_attention_through_from_torch_equals_the_module_in_float64(name, arch):
     graph = from_torch(net, X)
     projections = [n for n in graph.nodes if n.name.startswith("attn")
                    and isinstance(n.op, ops.Conv)]
-    assert len(projections) == (0 if name.startswith("sdpa") else 4)  # q, k, v, output
+    assert len(projections) == (0 if name.startswith(("sdpa", "timm")) else 4)  # q, k, v, out
     assert sum(isinstance(n.op, ops.MatMul) for n in graph.nodes) == 2
     assert_runs_as_module(graph, net, X, arch, 1e-5)
 
@@ -179,3 +215,34 @@ def test_the_projections_are_the_modules_weights():
     want = net.attn.in_proj_weight.detach().numpy()[:16]
     assert np.array_equal(query.weight.reshape(16, 16), want)
     assert np.array_equal(query.bias, net.attn.in_proj_bias.detach().numpy()[:16])
+
+
+
+
+class Moved(nn.Module):
+    def __init__(self, what):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.what = what
+
+    def forward(self, x):
+        t = self.conv(x).flatten(2)  # N x 8 x 48
+        if self.what == "returned":
+            return t.permute(2, 0, 1)
+        if self.what == "reshaped":
+            return t.permute(1, 0, 2).reshape(8, -1).sum(0, keepdim=True)
+        return t.permute(2, 1, 0)[0]  # the channels next, not the batch
+
+
+@pytest.mark.parametrize("what, why", [
+    ("returned", r"forward returns a tensor permuted by \(2, 0, 1\), which moves the batch "
+                 r"axis; npusim's outputs keep the batch axis first"),
+    ("reshaped", r"Tensor.reshape x1 \(node 'reshape': it reads a tensor permuted by "
+                 r"\(1, 0, 2\), which moves the batch axis; the IR keeps the batch axis first: "
+                 r"only unbind\(0\), x\[i\] or select\(0, i\)"),
+    ("channels next", r"takes an entry of the first axis of a tensor permuted by \(2, 1, 0\): "
+                      r"the batch axis is not the next one"),
+])
+def test_a_permute_that_moves_the_batch_axis_is_refused_unless_an_entry_puts_it_back(what, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Moved(what).eval(), X)

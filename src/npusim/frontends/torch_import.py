@@ -44,7 +44,12 @@ except ImportError as e:  # pragma: no cover - torch is an optional extra
 
 from . import torch_inplace, torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
-from .torch_table import MASK_READERS, kind_and_converter, supported_ops  # noqa: E402
+from .torch_table import (  # noqa: E402
+    MASK_READERS,
+    MOVED_READERS,
+    kind_and_converter,
+    supported_ops,
+)
 
 DEFAULT_INPUT_SHAPE = (1, 3, 224, 224)
 
@@ -264,6 +269,14 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
+        moved = [r for r in _refs(args, kwargs) if r.moved]
+        if moved and kind not in MOVED_READERS:
+            build.refuse_fallback(kind, n.name, f"it reads a tensor permuted by "
+                                  f"{moved[0].moved}, which moves the batch axis; the IR keeps "
+                                  "the batch axis first: only unbind(0), x[i] or select(0, i), "
+                                  "which take one entry of the new first axis, read it",
+                                  "npusim holds the tensor unpermuted")
+            continue
         masks = [r.name for r in _refs(args, kwargs) if r.dtype == "bool"]
         if masks and kind not in MASK_READERS:
             build.refuse_fallback(kind, n.name, f"it reads {', '.join(masks)}, a bool mask (a "
@@ -363,6 +376,9 @@ def _output_ref(value, info: dict, name: str, what: str, build: Lowering) -> Ref
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
     if isinstance(ref, Ref) and ref.pad:  # no reader absorbs it: a Pad node of its own
         ref = Ref(build.add(value.name, ref.pad.op(), (ref.name,), ref.shape), ref.shape)
+    if isinstance(ref, Ref) and ref.moved:
+        raise ModelError(f"{name}: {what} a tensor permuted by {ref.moved}, which moves the "
+                         "batch axis; npusim's outputs keep the batch axis first")
     if isinstance(ref, Ref) and not ref.shape:
         raise ModelError(f"{name}: {what} a 0-d tensor (or a tuple of them); npusim imports "
                          "PyTorch outputs that keep the batch axis: keep a dimension "

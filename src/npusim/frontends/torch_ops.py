@@ -35,12 +35,17 @@ class Ref:
     """A tensor computed from the network input: the IR node holding it and its shape.
 
     After ``F.pad`` it also carries the pending constant padding (``lowering.Pending``),
-    which only a conv or pooling reading it can absorb.
+    which only a conv or pooling reading it can absorb. After a permute that moves the batch
+    axis (attention's q, k, v cut as ``qkv.permute(2, 0, 3, 1, 4)``), ``name`` holds the
+    tensor before it and ``moved`` the permutation, pending for a reader that takes one
+    entry of the new first axis (``unbind(0)``, ``x[i]``, ``select(0, i)``: batch first
+    again); ``shape`` is the permuted one.
     """
 
     name: str
     shape: tuple[int, ...]
     pad: rules.Pending = rules.NO_PAD
+    moved: tuple[int, ...] = ()
     parts: tuple = ()  # the shapes of a tuple of tensors (chunk, split), else ()
     dtype: str = "float32"  # torch's element type of the traced tensor ("bool" after x > 0)
 
@@ -76,6 +81,10 @@ def computed(x, rank: int | None = None) -> Ref:
         raise _Refusal("its input is a constant, not a tensor computed from the network input")
     if x.pad:
         raise rules.not_absorbed("F.pad")
+    if x.moved:
+        raise _Refusal(f"its input was permuted by {x.moved}, which moves the batch axis; the "
+                       "IR keeps the batch axis first: only unbind(0), x[i] or select(0, i), "
+                       "which take one entry of the new first axis, read it")
     rules.expect_rank(x.shape, rank)
     return x
 

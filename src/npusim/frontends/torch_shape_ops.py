@@ -6,6 +6,7 @@ dropout): one converter per kind of call, with the torch call's own parameters (
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -203,11 +204,58 @@ def normalize(c, input, p=2.0, dim=1, eps=1e-12, out=None):
 def permute(c, input, *dims):
     x = computed(input)
     dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
-    return rules.transpose(dims, len(x.shape))
+    return _moving(c, x, rules.transpose(dims, len(x.shape)))
 
 
 def transpose(c, input, dim0, dim1):
-    return rules.swap_axes(dim0, dim1, len(computed(input).shape))
+    x = computed(input)
+    return _moving(c, x, rules.swap_axes(dim0, dim1, len(x.shape)))
+
+
+def _moving(c, x: Ref, op: ops.Transpose):
+    """``op``, or, where it moves the batch axis, ``x`` with the permutation pending
+    (``Ref.moved``) for a reader that takes one entry of its first axis (``first_entry``)."""
+    if op.perm[0] == 0:
+        return op
+    return Ref(x.name, tuple(c.out_shape), moved=op.perm)
+
+
+def first_entry(c, x: Ref, index: int):
+    """Entry ``index`` of the first axis of ``x``, whose permutation moved the batch axis
+    (``Ref.moved``): the entry's Slice of the tensor before it, that tensor's axes put in
+    the permuted order with the batch first, the sliced axis last, and dropped (an (op,
+    inputs) pair for node ``c.name``); refused where the batch is not the next axis."""
+    axis, rest = x.moved[0], x.moved[1:]
+    if rest[0] != 0:
+        raise _Refusal(f"takes an entry of the first axis of a tensor permuted by {x.moved}: "
+                       "the batch axis is not the next one, and the IR keeps it first")
+    index = int(index) % x.shape[0]
+    return c.build.steps(c.name, [ops.Slice(axis, index, index + 1),
+                                  ops.Transpose((*rest, axis)),
+                                  ops.Reshape(tuple(x.shape[2:]))], x.name)
+
+
+@dataclass(frozen=True)
+class FirstEntry:
+    """A part of ``unbind(0)`` of a tensor whose batch axis a permute moved: its entry
+    ``index``, made by ``first_entry`` when getitem reads it."""
+
+    index: int
+
+
+def unbind(c, input, dim=0):
+    """``torch.unbind`` / ``x.unbind``: every entry along ``dim`` (read by getitem): a Slice
+    and a Reshape each; along the first axis of a tensor whose batch axis a permute moved,
+    ``first_entry``'s each. Unbinding the batch axis itself is refused."""
+    if isinstance(input, Ref) and input.moved and int(dim) % len(input.shape) == 0:
+        return Parts(input, tuple(FirstEntry(i) for i in range(input.shape[0])))
+    x = computed(input)
+    axis = int(dim) % len(x.shape)
+    if axis == 0:
+        raise _Refusal("unbinds the batch axis; the IR keeps it")
+    kept = tuple(d for i, d in enumerate(x.shape) if i != axis)
+    return Parts(x, tuple((ops.Slice(axis, i, i + 1), ops.Reshape(kept[1:]))
+                          for i in range(x.shape[axis])))
 
 
 def split(c, input, split_size_or_sections=None, dim=0, *, chunks=None):
@@ -308,7 +356,20 @@ def getitem(c, input, index):
         part = input.slices[index]
         if part is None:
             raise _Refusal(f"reads {input.missing}")
-        return part if isinstance(part, Ref) else (part, (input.source.name,))
+        if isinstance(part, Ref):
+            return part
+        if isinstance(part, FirstEntry):
+            return first_entry(c, input.source, part.index)
+        if isinstance(part, tuple):  # a chain of ops
+            return c.build.steps(c.name, list(part), input.source.name)
+        return part, (input.source.name,)
+    if isinstance(input, Ref) and input.moved:
+        first = index[0] if isinstance(index, tuple) and index else index
+        rest = index[1:] if isinstance(index, tuple) else ()
+        if not isinstance(first, int) or any(r != slice(None) for r in rest):
+            raise _Refusal(f"indexes a tensor permuted by {input.moved} with {index!r}: the IR "
+                           "takes one entry of its first axis (x[i]), where the batch is next")
+        return first_entry(c, input, first)
     x = computed(input)
     steps = rules.index(x.shape, index_slices(index, x.shape), c.out_shape)
     return c.build.steps(c.name, steps, x.name) if steps else x
@@ -332,6 +393,8 @@ def flip_axis(axis: int):
 
 def select(c, input, dim, index):
     """``x.select(dim, i)`` / ``torch.select``: ``x[..., i, ...]`` on axis ``dim``."""
+    if isinstance(input, Ref) and input.moved and int(dim) % len(input.shape) == 0:
+        return first_entry(c, input, index)
     x = computed(input)
     return getitem(c, x, (slice(None),) * (int(dim) % len(x.shape)) + (int(index),))
 

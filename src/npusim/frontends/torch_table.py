@@ -117,6 +117,7 @@ from .torch_shape_ops import (
     stack,
     tile,
     transpose,
+    unbind,
     unfold,
     vector_norm,
     windows,
@@ -321,6 +322,7 @@ _FUNCTIONS = _table(
     (reshape_to, torch.flatten, torch.reshape, torch.unflatten),
     (narrow, torch.narrow),
     (select, torch.select),
+    (unbind, torch.unbind),
     (tile, torch.tile),
     (pad, F.pad),
     (getitem, operator.getitem),
@@ -373,6 +375,7 @@ _METHODS = {
     "var": spread(root=False), "std": spread(root=True),
     "view_as": reshape_as, "reshape_as": reshape_as, "unflatten": reshape_to,
     "matmul": matmul, "bmm": matmul, "narrow": narrow, "select": select, "repeat": repeat,
+    "unbind": unbind,
     "tile": tile,
     "float": same_tensor, "to": same_tensor, "type_as": same_tensor, "type": same_tensor,
     "clone": same_tensor, "detach": same_tensor, "cpu": same_tensor,
@@ -423,6 +426,10 @@ def _module_name(cls: type) -> str:
 # the calls that may read a bool mask (a comparison's result, 1.0 and 0.0 in the IR) and give
 # what torch gives on the bool tensor: the select, the logical ops, a product, a conversion to
 # float32, and layout; any other reader (a sum of two masks is their OR in torch) is refused
+# the calls that read a tensor whose batch axis a permute moved (``Ref.moved``): each takes
+# one entry of its first axis, which puts the batch first again
+MOVED_READERS = frozenset({"operator.getitem", "torch.unbind", "Tensor.unbind", "torch.select",
+                           "Tensor.select"})
 MASK_READERS = frozenset({
     "torch.where", "torch.masked_fill", "Tensor.masked_fill", "torch.logical_and",
     "torch.logical_or", "torch.logical_xor", "torch.logical_not", "operator.and_",
