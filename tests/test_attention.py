@@ -1,13 +1,14 @@
-"""Attention through ``from_torch``: ``nn.MultiheadAttention`` (batch first), as
-self-attention over a CNN's feature map (a bottleneck-transformer block: tokens from the
-map, attention, back to a map) and cross-attention of other widths, without biases, with
-the four projections run as the machine's layers; ``F.scaled_dot_product_attention`` of
-heads cut from a conv's channels, plain, causal, under a constant bool or float mask and at
-its own scale; timm's block, whose q, k, v come from a permute that moves the batch axis
-and are read back by ``unbind(0)``, indexing or ``select``. Each against the module in
-float64 on several machines; what the IR does not compute (the attention weights, computed
-masks, dropout, sequence-first tensors, a batch-moving permute read otherwise) refused by
-name."""
+"""Attention and transformers through ``from_torch``: ``nn.MultiheadAttention`` (batch first),
+as self-attention over a CNN's feature map (a bottleneck-transformer block: tokens from the
+map, attention, back to a map) and cross-attention of other widths, without biases, with the
+four projections run as the machine's layers; ``F.scaled_dot_product_attention`` of heads
+cut from a conv's channels, plain, causal, under a constant bool or float mask and at its
+own scale; timm's block, whose q, k, v come from a permute that moves the batch axis and are
+read back by ``unbind(0)``, indexing or ``select``; a DETR-like encoder-decoder
+(``nn.TransformerEncoder`` / ``Decoder`` and their layers, post- and pre-norm, ReLU and
+GELU). Each against the module in float64 on several machines; what the IR does not compute
+(the attention weights, computed masks, dropout, sequence-first tensors, a batch-moving
+permute read otherwise) refused by name."""
 
 import numpy as np
 import pytest
@@ -246,3 +247,67 @@ class Moved(nn.Module):
 def test_a_permute_that_moves_the_batch_axis_is_refused_unless_an_entry_puts_it_back(what, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Moved(what).eval(), X)
+
+
+class DetrLike(nn.Module):
+    """A CNN backbone's tokens through a transformer encoder, and object queries (pooled
+    from the image) through a decoder attending to them: DETR's shape, batch first."""
+
+    def __init__(self, norm_first=False, activation="relu", stacked=True):
+        super().__init__()
+        torch.manual_seed(12)
+        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+        layer = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, norm_first=norm_first,
+                                           activation=activation)
+        self.encoder = (nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(16),
+                                              enable_nested_tensor=False)
+                        if stacked else layer)
+        decoder = nn.TransformerDecoderLayer(16, 2, 24, batch_first=True, norm_first=norm_first,
+                                             activation=activation)
+        self.decoder = nn.TransformerDecoder(decoder, 2) if stacked else decoder
+        self.queries, self.boxes = nn.Conv2d(3, 16, 1), nn.Linear(16, 4)
+
+    def forward(self, x):
+        memory = self.encoder(self.backbone(x).flatten(2).transpose(1, 2))
+        queries = F.adaptive_avg_pool2d(self.queries(x), (1, 5)).flatten(2).transpose(1, 2)
+        return self.boxes(self.decoder(queries, memory)).sigmoid()
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(norm_first=True, activation="gelu"),
+                                     dict(stacked=False, activation=F.gelu)])
+@pytest.mark.parametrize("arch", ["systolic-32x32-ws", "sparse-pairs-32x32"])
+def test_transformer_encoder_and_decoder_through_from_torch_equal_the_module(variant, arch):
+    net = DetrLike(**variant).eval()
+    graph = from_torch(net, X)
+    layers = 4 if variant.get("stacked", True) else 2  # encoder and decoder layers
+    attentions = layers + (2 if variant.get("stacked", True) else 1)  # decoders attend twice
+    assert sum(isinstance(n.op, ops.MatMul) for n in graph.nodes) == 2 * attentions
+    assert_runs_as_module(graph, net, X, arch, 1e-5)
+
+
+class Layer(nn.Module):
+    def __init__(self, what):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.layer = nn.TransformerEncoderLayer(
+            8, 2, 16, batch_first=what != "sequence first",
+            activation=(lambda t: t.tanh()) if what == "activation" else "relu")
+        self.what = what
+        self.register_buffer("mask", torch.ones(48, 48, dtype=torch.bool).triu(1))
+
+    def forward(self, x):
+        t = self.conv(x).flatten(2).transpose(1, 2)
+        return self.layer(t, src_mask=self.mask if self.what == "mask" else None)
+
+
+@pytest.mark.parametrize("what, why", [
+    ("mask", r"nn.TransformerEncoderLayer x1 \(node 'layer': a mask: the IR attends to every "
+             r"key"),
+    ("sequence first", r"node 'layer': batch_first=False: its tensors put the sequence before "
+                       r"the batch"),
+    ("activation", r"node 'layer': activation <function .*>: the IR's transformer layers "
+                   r"take ReLU or GELU"),
+])
+def test_what_a_transformer_layer_cannot_express_is_refused_naming_why(what, why):
+    with pytest.raises(ModelError, match=why):
+        from_torch(Layer(what).eval(), X)

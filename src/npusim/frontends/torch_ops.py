@@ -220,37 +220,6 @@ def affine_grid(c, theta, size, align_corners=None):
     return c.build.steps(c.name, steps, t.name)
 
 
-def multihead_attention(c, m, query, key, value, key_padding_mask=None, need_weights=True,
-                        attn_mask=None, average_attn_weights=True, is_causal=False):
-    """``nn.MultiheadAttention`` with ``batch_first=True``: ``Lowering.attention`` of its
-    projections' weights (the packed ``in_proj_weight`` cut in three, or the separate
-    ones), the output read as ``[0]``; the attention weights (``[1]``) are not computed."""
-    if not m.batch_first:
-        raise _Refusal("batch_first=False: its tensors put the sequence before the batch, and "
-                       "the IR keeps the batch axis first; build it with batch_first=True "
-                       "(the same weights) and give it N x L x E tokens")
-    if key_padding_mask is not None or attn_mask is not None or is_causal:
-        raise _Refusal("a mask: the IR attends to every key")
-    if m.bias_k is not None or m.add_zero_attn:
-        raise _Refusal("add_bias_kv / add_zero_attn: the IR attends to the keys given")
-    q, k, v = (computed(t, 3) for t in (query, key, value))
-    if m._qkv_same_embed_dim:
-        weights = constant(m.in_proj_weight, "in_proj_weight").reshape(3, m.embed_dim, -1)
-    else:
-        weights = [constant(w, "projection weight")
-                   for w in (m.q_proj_weight, m.k_proj_weight, m.v_proj_weight)]
-    biases = ([None] * 3 if m.in_proj_bias is None
-              else constant(m.in_proj_bias, "in_proj_bias").reshape(3, -1))
-    projections = [*zip(weights, biases, strict=True),
-                   (constant(m.out_proj.weight, "out_proj.weight"),
-                    optional_constant(m.out_proj.bias, "out_proj.bias"))]
-    out = c.build.attention(c.name, q.name, (k.name, v.name), [q.shape, k.shape, v.shape],
-                            projections, m.num_heads)
-    result = Ref(out, q.shape[:2] + (m.embed_dim,))
-    return Parts(result, (result, None), "the attention weights: the IR computes the "
-                 "attention's output only")
-
-
 def scaled_dot_product_attention(c, query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """``F.scaled_dot_product_attention`` of computed queries, keys and values (N x ... x L

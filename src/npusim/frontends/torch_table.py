@@ -62,7 +62,6 @@ from .torch_ops import (
     masked_fill,
     matmul,
     max_pool2d,
-    multihead_attention,
     negate,
     prelu,
     reciprocal,
@@ -122,12 +121,23 @@ from .torch_shape_ops import (
     vector_norm,
     windows,
 )
+from .torch_transformer import (
+    multihead_attention,
+    transformer_decoder,
+    transformer_decoder_layer,
+    transformer_encoder,
+    transformer_encoder_layer,
+)
 
 _MODULES = {
     nn.Conv2d: conv_module,
     nn.ConvTranspose2d: conv_transpose_module,
     nn.Linear: lambda c, m, x: linear(c, x, m.weight, m.bias),
     nn.MultiheadAttention: multihead_attention,
+    nn.TransformerEncoderLayer: transformer_encoder_layer,
+    nn.TransformerDecoderLayer: transformer_decoder_layer,
+    nn.TransformerEncoder: transformer_encoder,
+    nn.TransformerDecoder: transformer_decoder,
     nn.Sigmoid: lambda c, m, x: unary(ops.Sigmoid)(c, x),
     nn.Hardsigmoid: lambda c, m, x: unary(ops.HardSigmoid)(c, x),
     nn.Hardswish: lambda c, m, x: unary(ops.HardSwish)(c, x),
