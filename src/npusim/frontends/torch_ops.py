@@ -52,10 +52,11 @@ class Ref:
 
 @dataclass(frozen=True)
 class Parts:
-    """A call's several results, read by getitem: of chunk / split, its input and one Slice
-    op per part; of a max along an axis, the op of its values; of attention, its output,
-    computed already (a ``Ref``). A part the IR does not compute is None, and ``missing``
-    says what it is."""
+    """A call's several results, read by getitem, each made from ``source``: of chunk /
+    split, one Slice op per part; of unbind, a Slice and a Reshape per entry (a tuple of
+    ops), or, after a permute that moved the batch axis, a ``FirstEntry``; of a max along an
+    axis, the op of its values; of attention, its output, computed already (a ``Ref``). A
+    part the IR does not compute is None, and ``missing`` says what it is."""
 
     source: Ref
     slices: tuple
