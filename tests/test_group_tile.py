@@ -165,6 +165,10 @@ def test_arch_section_errors_name_the_key():
         arch_from_toml_text(text, "t.toml")
     with pytest.raises(ConfigError, match=r"unknown key\(s\) mac_cells; valid keys: bus_inputs"):
         arch_from_toml_text('[group-tile]\nmac_cells = 64\n', "t.toml")
+    with pytest.raises(ConfigError, match=r"t\.toml: group-tile\.objective='area': must be one "
+                                          r"of cycles, energy, energy-delay"):
+        arch_from_toml_text('dataflow = "group-tile"\n[group-tile]\nobjective = "area"\n',
+                            "t.toml")
 
 
 def test_parameter_fetch_that_is_not_hidden_stalls_by_hand():

@@ -32,14 +32,7 @@ from .dataflows.base import element_bytes
 from .errors import NpusimError
 from .ir import ConvLayer
 from .memory import Steps
-from .stats import TRANSFER, Counts, LayerStats, Op, price
-
-# each objective of a layer's cycles and energy (pJ), its move's included
-OBJECTIVES: dict[str, Callable[[int, float], float]] = {
-    "cycles": lambda cycles, energy: float(cycles),
-    "energy": lambda cycles, energy: energy,
-    "energy-delay": lambda cycles, energy: float(cycles) * energy,
-}
+from .stats import OBJECTIVES, TRANSFER, Counts, LayerStats, Op, price
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ gives the right network ratio. Energy comes from one function, ``energy_pj``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
@@ -19,6 +19,13 @@ from .memory import Steps, Timing, time_layer, time_layers, with_reconfig
 
 TENSORS = ("ifmap", "filter", "ofmap")
 TRANSFER = "transfer"  # the ``dataflow`` of a hybrid's move of a layer's input (``hybrid``)
+# what a compiler's choice for a layer minimises (a hybrid's machine, group-tile's output-block
+# width): each objective of the choice's cycles and energy (pJ)
+OBJECTIVES: dict[str, Callable[[int, float], float]] = {
+    "cycles": lambda cycles, energy: float(cycles),
+    "energy": lambda cycles, energy: energy,
+    "energy-delay": lambda cycles, energy: float(cycles) * energy,
+}
 
 
 @dataclass(frozen=True)

@@ -410,14 +410,20 @@ def memory_steps(layer: ConvLayer, p: Params, mem, width: int | None = None) -> 
 
 def compiled(layer: ConvLayer, arch, memo: Memo | None = None) -> tuple[int, stats.LayerStats]:
     """The output-block width the compiler keeps for ``layer`` on ``arch`` and the layer's
-    stats at it: of ``block_widths``, the one of fewest cycles with the memory's stalls
-    (the wider at equal cycles). Widths are timed in order of their ``cycles_floor``, and
-    one whose floor is above the fewest cycles so far is not. ``memo`` (the layer's) keeps
-    each width's schedule and steps for later archs (``at_width``)."""
+    stats at it: of ``block_widths``, the one of the least ``objective`` (``[group-tile]``;
+    default the fewest cycles with the memory's stalls), the wider on a tie. For cycles,
+    widths are timed in order of their ``cycles_floor``, and one whose floor is above the
+    fewest cycles so far is not; for energy or energy-delay every width is priced.
+    ``memo`` (the layer's) keeps each width's schedule and steps for later archs
+    (``at_width``)."""
     p, mem = arch.params(Params), tile_buffers(arch)
     widths = block_widths(layer, p, mem)
     if len(widths) == 1:
         return widths[0], at_width(layer, arch, widths[0], memo)
+    if p.objective != "cycles":
+        score = stats.OBJECTIVES[p.objective]
+        priced = [(width, at_width(layer, arch, width, memo)) for width in widths]
+        return min(priced, key=lambda ws: (score(ws[1].cycles, ws[1].energy_pj), -ws[0]))
     floors = {width: cycles_floor(layer, p, mem, width) for width in widths}
     best = None
     for width in sorted(widths, key=floors.get):  # the wider first on equal floors

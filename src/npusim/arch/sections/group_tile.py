@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..spec import MAX_KIB, MAX_SIDE, MAX_UNITS, declare_section, spec
+from .hybrid import OBJECTIVES
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class GroupTile:
                           "share of the [memory] ifmap SRAM", min=0, max=MAX_KIB)
     wide_kb: int = spec(0, "KiB of wide memory (weights) per tile; 0 = an even share of "
                         "the [memory] filter SRAM", min=0, max=MAX_KIB)
+    objective: str = spec("cycles", "what the compiler's choice of output-block width "
+                          "minimises per layer (energy: pJ)", choices=OBJECTIVES)
 
 
 declare_section("group-tile", GroupTile)
