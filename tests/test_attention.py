@@ -144,11 +144,14 @@ class Reads(nn.Module):
     def __init__(self, what):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.attn = nn.MultiheadAttention(8, 2, batch_first=what != "sequence first")
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=not what.startswith("sequence"))
         self.what = what
         self.register_buffer("mask", torch.ones(48, 48, dtype=torch.bool).triu(1))  # 6 x 8
 
     def forward(self, x):
+        if self.what == "sequence first, as DETR":  # L x N x E, the batch moved by a permute
+            t = self.conv(x).flatten(2).permute(2, 0, 1)
+            return self.attn(t, t, t)[0].permute(1, 0, 2)
         t = self.conv(x).flatten(2).transpose(1, 2)
         if self.what == "weights":
             return self.attn(t, t, t)[1]
@@ -163,6 +166,10 @@ class Reads(nn.Module):
     ("mask", r"nn.MultiheadAttention x1 \(node 'attn': a mask: the IR attends to every key"),
     ("sequence first", r"node 'attn': batch_first=False: its tensors put the sequence before "
                        r"the batch, and the IR keeps the batch axis first"),
+    ("sequence first, as DETR", r"nn.MultiheadAttention x1 \(node 'attn': it reads a tensor "
+                                r"permuted by \(2, 0, 1\), .*; a sequence-first module: build "
+                                r"it with batch_first=True \(the same weights\) and give it "
+                                r"N x L x E tokens, without the permute"),
 ])
 def test_what_attention_cannot_express_is_refused_naming_why(what, why):
     with pytest.raises(ModelError, match=why):

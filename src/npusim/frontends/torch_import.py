@@ -274,8 +274,8 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             build.refuse_fallback(kind, n.name, f"it reads a tensor permuted by "
                                   f"{moved[0].moved}, which moves the batch axis; the IR keeps "
                                   "the batch axis first: only unbind(0), x[i] or select(0, i), "
-                                  "which take one entry of the new first axis, read it",
-                                  "npusim holds the tensor unpermuted")
+                                  "which take one entry of the new first axis, read it"
+                                  + _sequence_first(gm, n), "npusim holds the tensor unpermuted")
             continue
         masks = [r.name for r in _refs(args, kwargs) if r.dtype == "bool"]
         if masks and kind not in MASK_READERS:
@@ -309,6 +309,16 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         build.place(n.name, result, [r.name for r in _refs(args, kwargs)], shape)
     return build
+
+
+def _sequence_first(gm, n) -> str:
+    """For a sequence-first module (``batch_first=False``: attention, transformer layers) fed
+    a batch-moving permute's tensor, how to give it one npusim reads; else ''."""
+    module = gm.get_submodule(n.target) if n.op == "call_module" else None
+    if getattr(module, "batch_first", True) is not False:
+        return ""
+    return ("; a sequence-first module: build it with batch_first=True (the same weights) "
+            "and give it N x L x E tokens, without the permute")
 
 
 def _converted(conv, call: Call, args, kwargs):
