@@ -38,6 +38,13 @@ def grid(n, ho, wo, seed, reach=1.3) -> np.ndarray:
     return g
 
 
+# docs/ops.md's cost rule, written out: per output pixel its point (coordinates, rounded or
+# floored, and bilinear's 4 weights) and its padding; per output element its taps
+POINT_OPS, PADDING_OPS = {"bilinear": 14, "nearest": 6}, {"zeros": 0, "border": 4,
+                                                           "reflection": 16}
+TAP_OPS = {"bilinear": 7, "nearest": 1}
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("padding", PADDINGS)
 @pytest.mark.parametrize("align", [False, True])
@@ -57,8 +64,7 @@ def test_grid_sample_is_pytorchs(mode, padding, align, shape, out):
     assert op.out_shape([shape, g.shape], "s") == want.shape
     pixels = shape[0] * out[0] * out[1]
     assert op.vector_ops([shape, g.shape], want.shape) == (
-        pixels * (ops.GRID_PIXEL_OPS[mode] + ops.GRID_PADDING_OPS[padding])
-        + want.size * ops.GRID_ELEMENT_OPS[mode])
+        pixels * (POINT_OPS[mode] + PADDING_OPS[padding]) + want.size * TAP_OPS[mode])
 
 
 def test_a_constant_grid_of_one_image_samples_every_image():

@@ -108,7 +108,7 @@ class SimResult:
 class RunConfig:
     """One run's settings, validated once (``RunConfig.of``): the arch, the machines a conv may
     go to (one, or a hybrid's members in their order), the objective that picks among several
-    (``hybrid.OBJECTIVES``), the mode, the dtype, and the emulator's step limit per layer
+    (``stats.OBJECTIVES``), the mode, the dtype, and the emulator's step limit per layer
     (``None``: no limit)."""
 
     arch: Arch

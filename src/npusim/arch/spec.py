@@ -38,6 +38,9 @@ MAX_BYTES_PER_CYCLE = 2.0**20  # DRAM: 1 MiB per cycle, 1 PB/s at 1 GHz
 MAX_PJ = 1e6            # energy of one action: 1 uJ
 MAX_UM2 = 1e9           # area of one part: 1,000 mm^2
 MAX_LATENCY = 2**30     # DRAM latency, cycles: about a second at 1 GHz
+OBJECTIVES = ("cycles", "energy", "energy-delay")
+"""What a compiler's choice for a layer may minimise (a hybrid's machine, group-tile's output
+block width); ``stats.OBJECTIVES`` computes each."""
 INT64_MAX = 2**63 - 1
 
 SECTION_MODULES = {name: f"{__package__}.sections.{name.replace('-', '_')}"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..spec import MAX_KIB, MAX_SIDE, MAX_UNITS, declare_section, spec
-from .hybrid import OBJECTIVES
+from ..spec import MAX_KIB, MAX_SIDE, MAX_UNITS, OBJECTIVES, declare_section, spec
 
 
 @dataclass(frozen=True)

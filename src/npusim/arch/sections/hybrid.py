@@ -6,11 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from ..spec import declare_section, spec
+from ..spec import OBJECTIVES, declare_section, spec
 from . import machine_names
-
-OBJECTIVES = ("cycles", "energy", "energy-delay")
-"""What the compiler minimises per layer (``hybrid.OBJECTIVES`` computes each)."""
 
 
 @dataclass(frozen=True)
