@@ -688,8 +688,10 @@ def refusal_cases():
         ([node("Conv", ["x", "x"])], {}, r"input 'x' is computed from the graph input"),
         ([node("Concat", ["x", "c"], axis=1)], {"c": weights(1, 1, 12, 11)},
          r"concatenates a constant"),
-        ([node("Reshape", ["x", "s"])], {"s": np.array([-1], np.int64)},
-         r"reshapes \(1, 3, 12, 11\) to \(396,\): the IR keeps the batch axis first"),
+        ([node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]), node("Reshape", ["t", "s"])],
+         {"s": np.array([36, 11], np.int64)},
+         r"output 'y' \(shape \(36, 11\), the batch in axis 0 with other axes\): an output's "
+         r"first axis must be the batch or one other axis, not several joined"),
         ([node("Dropout", ["x", "ratio", "train"])],
          {"ratio": np.array(0.5, np.float32), "train": np.array(True)},
          r"training_mode=True drops at random"),

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..errors import LayerError, ModelError
 from ..ir import Graph
 from . import lowering as rules
-from . import onnx_file, onnx_spelled
+from . import onnx_file, onnx_held, onnx_spelled
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
 from .onnx_model import (
@@ -128,7 +128,16 @@ def _convert(model, m: Model, input_name: str, fallback: bool) -> tuple[Lowering
 
 def _convert_node(c: OnnxNode, model, needed: set) -> None:
     """Node ``c`` as IR nodes, or a pass-through (Identity, Dropout, a constant Pad held for
-    its reader); raises ``Refusal`` or ``LayerError`` where the IR cannot express it."""
+    its reader); raises ``Refusal`` or ``LayerError`` where the IR cannot express it. A node
+    that reads a tensor whose batch axis was moved, or moves it, is ``onnx_held``'s."""
+    if onnx_held.involved(c):
+        onnx_held.convert(c, lambda node: _converted(node, model, needed))
+    else:
+        _converted(c, model, needed)
+
+
+def _converted(c: OnnxNode, model, needed: set) -> None:
+    """Node ``c`` by its converter (``_convert_node``)."""
     proto, m = c.proto, c.model
     result = CONVERTERS[proto.op_type][0](c)
     if proto.op_type != "Split":
@@ -149,6 +158,7 @@ def _convert_spelled(c: OnnxNode, spelled: onnx_spelled.Spelled, model, needed: 
     m = c.model
     _place_pads(c)  # a pad still owed on the source (its readers here cannot absorb it)
     try:
+        onnx_held.check_plain(c, [spelled.source], f"its pattern of {c.op_type}")
         m.ir_of[c.proto.output[0]] = c.build.add(c.name, spelled.op,
                                                  (m.ir_of.get(spelled.source, spelled.source),),
                                                  c.out_shape)
@@ -199,6 +209,8 @@ def _fall_back(c: OnnxNode, model, needed: set) -> str | None:
         return str(e)
     if not data:
         return "it reads no tensor of the network"
+    if any(t in m.held for t in data):
+        return "it reads a tensor whose batch axis was moved, which onnxruntime alone cannot take"
     if any(t in m.pending for t in data):
         return ("it reads a Pad that npusim folds into the next node, which onnxruntime "
                 "alone cannot take")
@@ -298,6 +310,10 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
         if pending:  # no reader absorbs it: a Pad node of its own, named as its ONNX node
             ir_of[out] = build.add(producer[out], pending.op(), (ir_of.get(out, out),),
                                    m.shapes.get(out))
+        if not onnx_held.release(m, build, out, f"{producer[out]}_as_is"):
+            raise ModelError(f"{path}: output {out!r} ({m.held[out].view.where}): an output's "
+                             "first axis must be the batch or one other axis, not several "
+                             "joined")
         if out not in ir_of:
             raise ModelError(f"{path}: output {out!r} is not computed from input "
                              f"{value_info.name!r}")

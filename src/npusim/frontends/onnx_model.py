@@ -34,6 +34,7 @@ class Model:
     constants: dict = dataclasses.field(default_factory=dict)
     ir_of: dict = dataclasses.field(default_factory=dict)  # ONNX tensor -> IR node
     pending: dict = dataclasses.field(default_factory=dict)  # tensor -> lowering.Pending
+    held: dict = dataclasses.field(default_factory=dict)  # tensor -> onnx_held.Held
 
 
 @dataclass

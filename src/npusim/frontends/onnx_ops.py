@@ -79,10 +79,11 @@ def _conv_transpose(c: OnnxNode):
                                   int(c.attr("group", 1)))
 
 
-def _gemm(c: OnnxNode) -> ops.Op:
+def _gemm(c: OnnxNode):
+    """Gemm, alpha A B' + beta C with B constant: a linear layer over A's last axis
+    (``Lowering.linear``: the 1x1-conv FC of an N x F input), C one value per output column."""
     if c.attr("transA", 0):
         raise _Refusal("transA=1: the IR keeps the batch on axis 0 of A")
-    _data_input(c, 2)
     b = c.weight(1)
     if b is None or b.ndim != 2:
         raise _Refusal("B must be a constant matrix")
@@ -91,8 +92,19 @@ def _gemm(c: OnnxNode) -> ops.Op:
         w = w * np.float32(c.attr("alpha"))
     bias = c.weight(2)
     if bias is not None:
-        bias = rules.channel_values(bias * np.float32(c.attr("beta", 1.0)), c.out_shape, "C")
-    return rules.fully_connected(w, bias)
+        bias = _columns(bias * np.float32(c.attr("beta", 1.0)), w.shape[0])
+    x = c.proto.input[0]
+    return c.build.linear(c.name, c.model.ir_of.get(x, x), c.in_shape(0), w, bias)
+
+
+def _columns(value: np.ndarray, columns: int) -> np.ndarray:
+    """Gemm's C as one value per output column (``columns``): a scalar, (columns,) or
+    (1, columns)."""
+    flat = value.reshape(-1)
+    if value.ndim > 2 or value.ndim == 2 and value.shape[0] != 1 or flat.size not in (1, columns):
+        raise _Refusal(f"C of shape {value.shape}: only a scalar or one value per output column "
+                       f"({columns}) is supported")
+    return np.broadcast_to(flat, (columns,)).astype(np.float32)
 
 
 def _matmul(c: OnnxNode):
@@ -232,6 +244,13 @@ def _sum(c: OnnxNode):
     summed = c.build.add(f"{c.name}_sum", total, tuple(c.model.ir_of.get(t, t) for t in data),
                          c.out_shape)
     return rules.with_constant("mul", c.out_shape, np.float32(1 / len(data))), (summed,)
+
+
+def _is_nan(c: OnnxNode):
+    """IsNaN: a mask, 1.0 where x is NaN (``x != x``; torch's export of attention under a
+    boolean mask zeroes the weights of a query that may attend to no key so)."""
+    x = c.model.ir_of.get(c.proto.input[0], c.proto.input[0])
+    return ops.Elementwise("not_equal"), (x, x)
 
 
 def _where(c: OnnxNode) -> ops.Op:
@@ -634,7 +653,7 @@ CONVERTERS = {
     "CumSum": (_cumsum, 1),
     "Celu": (lambda c: rules.celu(c.attr("alpha", 1.0)), 1),
     "Not": (lambda c: rules.logical_not(c.in_shape(0)), 1),
-    "Where": (_where, None),
+    "Where": (_where, None), "IsNaN": (_is_nan, 1),
     "Reciprocal": (lambda c: rules.with_constant("div", c.in_shape(0), np.float32(1),
                                                  const_first=True), 1),
     "Neg": (lambda c: rules.with_constant("mul", c.in_shape(0), np.float32(-1)), 1),

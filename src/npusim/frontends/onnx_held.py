@@ -1,0 +1,304 @@
+"""ONNX tensors whose batch axis a node moved, held as views (``lowering.batch_view``).
+
+Exports of attention write reshapes and transposes that take the batch axis from the
+front: the heads merged into it, the sequence before it, q, k and v before it. Such a node
+makes its output a held tensor (``Model.held``): the IR tensor it reads, that tensor's
+shape and the view. Which nodes read one:
+
+- reshapes and transposes (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``,
+  ``Transpose``) change the view;
+- ``Gather`` (a constant index or a run of them), ``Slice`` and ``Split`` along an axis that
+  is one atom of the view slice the IR tensor;
+- ``COMPUTE`` ops run on the view's canonical form (the batch first, each ONNX axis one IR
+  axis after it) by their usual converter, which sees the canonical shapes (``HeldNode``),
+  where they do not work across the axis that holds the batch (that would mix the samples of
+  a batch): a product's rows and columns, a softmax's or a layer norm's axes, a constant
+  that varies along it;
+
+and a node that puts the batch alone in the first axis again makes its output an ordinary
+IR tensor (a reshape, a transpose and a reshape of the held one). Where a view cannot be
+followed (any other reader, a compute op across the batch's axis, a graph output), a held
+tensor whose first axis is one axis of its IR tensor is given as it is, the batch where the
+file has it (``release``: an IR transpose, which may move the batch axis), to a reader that
+takes it where it is; one whose first axis joins several is refused, naming where it holds
+the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import ops
+from . import lowering as rules
+from .lowering import Refusal
+from .lowering.batch_view import View, as_is_steps, canonical_steps, plain_steps
+from .lowering.shape import run
+from .onnx_model import OnnxNode
+
+LAYOUT = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
+SELECT = ("Gather", "Slice", "Split")
+# op type -> the ONNX axes (of a rank-k output) it works across, which must not hold the batch
+ACROSS = {"MatMul": lambda c, k: (k - 2, k - 1) if _computed(c, 1) else (k - 1,),
+          "Gemm": lambda c, k: (1,),
+          "Softmax": lambda c, k: (c.attr("axis", -1) % k,),
+          "LogSoftmax": lambda c, k: (c.attr("axis", -1) % k,),
+          "LayerNormalization": lambda c, k: tuple(range(c.attr("axis", -1) % k, k))}
+ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Relu", "Gelu",
+               "Erf", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg", "Reciprocal", "Identity",
+               "Dropout", "Cast", "IsNaN")
+COMPUTE = (*ACROSS, *ELEMENTWISE)
+
+
+@dataclass(frozen=True)
+class Held:
+    """An ONNX tensor held as ``view`` of IR node ``base`` (of IR shape ``shape``); ``perm``
+    where it is that node transposed (by transposes alone), else None."""
+
+    base: str
+    shape: tuple[int, ...]
+    view: View
+    perm: tuple[int, ...] | None = None
+
+
+@dataclass
+class HeldNode(OnnxNode):
+    """A node as its converter sees it on canonical forms: ``seen`` the IR shapes of its
+    held inputs and output, ``given`` its constants with an axis for the batch, and a
+    non-negative ``axis`` one further on."""
+
+    seen: dict = field(default_factory=dict)
+    given: dict = field(default_factory=dict)
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        return self.seen[tensor] if tensor in self.seen else super().shape(tensor)
+
+    def const(self, i: int) -> np.ndarray | None:
+        if self.has_input(i) and self.proto.input[i] in self.given:
+            return self.given[self.proto.input[i]]
+        return super().const(i)
+
+    def attr(self, key: str, default=None):
+        value = super().attr(key, default)
+        return value + 1 if key == "axis" and isinstance(value, int) and value >= 0 else value
+
+
+def involved(c: OnnxNode) -> bool:
+    """Whether node ``c`` reads a held tensor or moves the batch axis of an ordinary one."""
+    m = c.model
+    if any(t in m.held for t in c.proto.input):
+        return True
+    if c.op_type not in LAYOUT or c.proto.input[0] not in m.depends:
+        return False
+    shape = c.in_shape(0)
+    if c.op_type == "Transpose":
+        return _perm(c, len(shape))[0] != 0
+    return c.out_shape[:1] != shape[:1]
+
+
+def convert(c: OnnxNode, convert_plain) -> None:
+    """Node ``c`` on held tensors (``involved``); ``convert_plain(node)`` converts a node by its
+    usual converter. Where the view cannot be followed, a held input that an IR transpose can
+    give as it is (``as_is_steps``) is given so, and ``c`` converted as before views: a
+    transposed tensor read by an op that does not care where the batch is."""
+    try:
+        _follow(c, convert_plain)
+    except Refusal as why:
+        held = [t for t in dict.fromkeys(c.proto.input) if t in c.model.held]
+        if not all(release(c.model, c.build, t, f"{c.name}_{_short(t)}_as_is") for t in held):
+            raise
+        try:
+            convert_plain(c)
+        except Refusal:
+            raise why from None
+
+
+def _follow(c: OnnxNode, convert_plain) -> None:
+    """Node ``c`` on held tensors, its output held or made ordinary (``convert``)."""
+    if c.op_type == "Transpose":
+        x = _held(c, c.proto.input[0])
+        perm = _perm(c, len(x.view.shape))
+        _place(c, c.proto.output[0], c.name, x, [], x.view.transposed(perm),
+               None if x.perm is None else tuple(x.perm[p] for p in perm))
+    elif c.op_type in LAYOUT:
+        x = _held(c, c.proto.input[0])
+        _place(c, c.proto.output[0], c.name, x, [], x.view.reshaped(c.out_shape))
+    elif c.op_type in SELECT:
+        _select(c)
+    elif c.op_type in COMPUTE:
+        _compute(c, convert_plain)
+    else:
+        raise Refusal(f"reads {_which(c)}; the IR reads it as {c.op_type}'s input once a "
+                      "Reshape or Transpose puts the batch axis first again")
+
+
+def release(m, build, tensor: str, name: str) -> bool:
+    """Make held ``tensor`` an ordinary IR node (``name``) of its own shape, the batch where
+    the view has it, if ``as_is_steps`` can; whether it could (or it was not held)."""
+    if tensor not in m.held:
+        return True
+    x = m.held[tensor]
+    steps = [ops.Transpose(x.perm)] if x.perm else as_is_steps(x.view, x.shape)
+    if steps is None:
+        return False
+    m.ir_of[tensor] = build.sequence(f"{name}_", steps, x.base) if steps else x.base
+    del m.held[tensor]
+    return True
+
+
+def check_plain(c: OnnxNode, tensors, what: str) -> None:
+    """Give ``what``, which reads ``tensors``, each held one as it is (``release``), or
+    refuse."""
+    for t in tensors:
+        if not release(c.model, c.build, t, f"{c.name}_{_short(t)}_as_is"):
+            raise Refusal(f"{what} reads {t!r} ({c.model.held[t].view.where}); the IR reads it "
+                          "once a Reshape or Transpose puts the batch axis first again")
+
+
+def _which(c: OnnxNode) -> str:
+    """The held inputs of ``c``, named with the axis that holds the batch."""
+    return ", ".join(f"{t!r} ({c.model.held[t].view.where})"
+                     for t in c.proto.input if t in c.model.held)
+
+
+def _perm(c: OnnxNode, ndim: int) -> tuple[int, ...]:
+    return tuple(int(p) % ndim for p in c.attr("perm", range(ndim - 1, -1, -1)))
+
+
+def _computed(c: OnnxNode, i: int) -> bool:
+    return c.has_input(i) and c.proto.input[i] in c.model.depends
+
+
+def _held(c: OnnxNode, tensor: str) -> Held:
+    """Input ``tensor``: its held form, or an ordinary IR tensor as a view of itself."""
+    m = c.model
+    if tensor in m.held:
+        return m.held[tensor]
+    shape = c.shape(tensor)
+    return Held(m.ir_of.get(tensor, tensor), tuple(shape), View.of(shape),
+                tuple(range(len(shape))))
+
+
+def _place(c: OnnxNode, out: str, name: str, x: Held, steps: list, view: View,
+           perm: tuple[int, ...] | None = None) -> None:
+    """Output ``out`` (node ``name``): ``steps`` on ``x``'s IR tensor, then, if ``view`` puts
+    the batch alone first, the ops making it an ordinary tensor; else held as ``view`` (of
+    ``x``'s node transposed by ``perm``, if it is)."""
+    m, shape = c.model, x.shape
+    for op in steps:
+        shape = op.out_shape([shape], name)
+    if view.batch_first:
+        more = plain_steps(view, shape)
+        steps = [*steps, *more]
+        shape = view.shape
+    base = x.base
+    if steps:
+        base = c.build.add(name, *c.build.steps(name, steps, base), shape)
+    m.ir_of[out] = base
+    if view.batch_first:
+        m.held.pop(out, None)
+    else:
+        m.held[out] = Held(base, tuple(shape), view, None if steps else perm)
+
+
+def _select(c: OnnxNode) -> None:
+    """Gather, Slice or Split of a held tensor along axes that are one atom of its view."""
+    x = _held(c, c.proto.input[0])
+    rank = len(x.view.shape)
+    if c.op_type == "Split":
+        axis = c.attr("axis", 0) % rank
+        start = 0
+        for k, out in enumerate(c.proto.output):
+            size = c.shape(out)[axis]
+            _cut(c, out, f"{c.name}_{k}", x, [(axis, slice(start, start + size), True)])
+            start += size
+        return
+    if c.op_type == "Gather":
+        axis, index = c.attr("axis", 0) % rank, np.asarray(c.const(1))
+        part = run(index, x.view.shape[axis], axis)
+        _cut(c, c.proto.output[0], c.name, x, [(axis, part, index.ndim > 0)])
+        return
+    starts, ends, axes, steps = (c.const(i) for i in range(1, 5))
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    cuts = [(int(a) % rank, slice(int(b), int(e), int(s)), True)
+            for a, b, e, s in zip(axes, starts, ends, steps, strict=True)]
+    _cut(c, c.proto.output[0], c.name, x, cuts)
+
+
+def _cut(c: OnnxNode, out: str, name: str, x: Held, cuts) -> None:
+    """``x`` cut by ``cuts`` ((axis, slice, whether the axis stays) each) as output ``out``."""
+    steps, shape, view = [], x.shape, x.view
+    for axis, part, keep in cuts:
+        start, stop, step = part.indices(view.shape[axis])
+        if (start, stop, step) == (0, view.shape[axis], 1) and keep:
+            continue
+        atoms, a, view = view.select(axis, part, keep)
+        if tuple(shape) != atoms:
+            steps.append(rules.reshape(shape, atoms))
+        steps.append(ops.Slice(a, start, None if stop < 0 else stop, step))
+        shape = tuple(len(range(start, stop, step)) if k == a else n
+                      for k, n in enumerate(atoms))
+    _place(c, out, name, x, steps, view)
+
+
+def _compute(c: OnnxNode, convert_plain) -> None:
+    """A ``COMPUTE`` node of held inputs by its converter on their canonical forms (each
+    check made before any IR node is)."""
+    m = c.model
+    data = [t for t in c.proto.input if t and t in m.depends]
+    if any(t not in m.held for t in data):
+        plain = next(t for t in data if t not in m.held)
+        raise Refusal(f"combines {_which(c)} with {plain!r}, whose batch axis is first: the "
+                      "IR does not mix tensors that hold the batch in different axes")
+    views = [m.held[t].view for t in data]
+    k, j0 = len(c.out_shape), views[0].batch_axis
+    for v in views:
+        if len(v.shape) != k or v.batch_axis != j0 or v.batch_part() != views[0].batch_part():
+            raise Refusal(f"reads {_which(c)}, whose batch axes differ: the IR computes on "
+                          "tensors that hold the batch alike")
+    across = ACROSS.get(c.op_type, lambda c, k: ())(c, k)
+    if j0 in across:
+        raise Refusal(f"works across axis {j0} of {_which(c)}: that would mix the samples "
+                      "of a batch")
+    given = {} if c.op_type in ACROSS else {
+        t: _with_batch_axis(c.const(i), k, j0) for i, t in enumerate(c.proto.input)
+        if t and t not in m.depends and c.const(i) is not None}
+    canon = {t: _canonical(c, t) for t in dict.fromkeys(data)}
+    out_view = canon[data[0]].view.computed(c.out_shape)
+    node = HeldNode(c.proto, c.name, m, c.build, seen={
+        **{t: canon[t].shape for t in data}, c.proto.output[0]: out_view.canonical()[0]},
+        given=given)
+    convert_plain(node)
+    out = c.proto.output[0]
+    _place(c, out, f"{c.name}_plain", Held(m.ir_of[out], out_view.canonical()[0], out_view),
+           [], out_view)
+
+
+def _canonical(c: OnnxNode, tensor: str) -> Held:
+    """Held input ``tensor`` in its canonical form (its IR node made so once, then kept)."""
+    m, x = c.model, c.model.held[tensor]
+    steps, shape, view = canonical_steps(x.view, x.shape)
+    if steps:
+        base = c.build.sequence(f"{c.name}_{_short(tensor)}_canonical", steps, x.base)
+        m.held[tensor] = Held(base, shape, view)
+        m.ir_of[tensor] = base
+    return m.held[tensor]
+
+
+def _short(tensor: str) -> str:
+    return tensor.replace("/", "_").strip("_")
+
+
+def _with_batch_axis(value, k: int, j0: int) -> np.ndarray:
+    """A constant operand of a rank-``k`` result whose axis ``j0`` holds the batch, with the
+    canonical form's leading batch axis; refused if it varies along axis ``j0``."""
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return value
+    full = value.reshape((1,) * (k - value.ndim) + value.shape)
+    if full.shape[j0] != 1:
+        raise Refusal(f"a constant of shape {value.shape} varies along axis {j0}, which holds "
+                      "the batch")
+    return full[None]

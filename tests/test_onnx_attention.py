@@ -1,0 +1,245 @@
+"""Attention and transformers through ONNX: the tensors torch's exporters write with the
+batch axis moved (the heads merged into it, the sequence before it, q, k and v before it)
+held as views (``onnx_held``). Every attention of test_attention exported by both exporters,
+at a batch of two and of one, DETR (its published sequence-first form and batch first,
+post- and pre-norm) and a MobileViT block (the batch merged with its patches' pixels), each
+against onnxruntime on the file; a reader that would mix the
+samples of a batch, and an output that does not keep the batch first, refused by name."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+torch = pytest.importorskip("torch")
+from strategies import export_onnx, onnxruntime_output, photo, rel_err  # noqa: E402
+from test_attention import NETS, DetrLike  # noqa: E402
+
+from npusim import ops, simulate  # noqa: E402
+from npusim.errors import ModelError  # noqa: E402
+from npusim.frontends.onnx_import import from_onnx  # noqa: E402
+from npusim.frontends.torch_import import from_torch  # noqa: E402
+
+nn, F = torch.nn, torch.nn.functional
+
+
+def assert_runs_as_onnxruntime(path, x, archs=("systolic-32x32-ws",)):
+    graph = from_onnx(path)
+    reference = onnxruntime_output(path, x)
+    for arch in archs:
+        assert rel_err(simulate(graph, x, arch).output, reference) < 1e-5
+    return graph
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", list(NETS))
+def test_attention_exports_equal_onnxruntime(name, exporter, tmp_path):
+    x = photo((2, 3, 12, 16))
+    path = export_onnx(NETS[name]().eval(), x, tmp_path / "attention.onnx", exporter)
+    graph = assert_runs_as_onnxruntime(path, x)
+    assert any(isinstance(n.op, ops.MatMul) for n in graph.nodes)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", ["self-attention", "cross-attention", "sdpa causal",
+                                  "timm unbind", "timm index, written out"])
+def test_a_batch_of_one_whose_reshapes_drop_it_equals_onnxruntime(name, exporter, tmp_path):
+    """At a batch of one an exporter's reshapes write the heads where the batch was
+    ((1, h, L, d) to (h, L, d)): the batch is merged, not lost."""
+    x = photo((1, 3, 12, 16))
+    path = export_onnx(NETS[name]().eval(), x, tmp_path / "attention.onnx", exporter)
+    assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32",
+                                         "input-reuse-1024"))
+
+
+@pytest.mark.parametrize("name, exporter", [("self-attention", "torchscript"),
+                                            ("timm unbind", "torchscript"), ("sdpa", "dynamo")])
+def test_the_views_cost_no_more_data_moves_than_the_module_imported(name, exporter, tmp_path):
+    """The exporters' chains of reshapes and transposes, followed as views, move data
+    (``Transpose``, ``Slice``) no more often than ``from_torch``'s import of the module."""
+    x, net = photo((2, 3, 12, 16)), NETS[name]().eval()
+    path = export_onnx(net, x, tmp_path / "attention.onnx", exporter)
+
+    def moves(graph):
+        return sum(isinstance(n.op, (ops.Transpose, ops.Slice)) for n in graph.nodes)
+
+    assert moves(from_onnx(path)) <= moves(from_torch(net, x))
+
+
+class SequenceFirst(nn.Module):
+    """DETR as published: the transformer's tokens sequence first (L x N x E)."""
+
+    def __init__(self, norm_first=False):
+        super().__init__()
+        torch.manual_seed(13)
+        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(
+            16, 4, 32, norm_first=norm_first), 2, enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(
+            16, 2, 24, norm_first=norm_first), 2)
+        self.queries, self.boxes = nn.Conv2d(3, 16, 1), nn.Linear(16, 4)
+
+    def forward(self, x):
+        memory = self.encoder(self.backbone(x).flatten(2).permute(2, 0, 1))
+        queries = F.adaptive_avg_pool2d(self.queries(x), (1, 5)).flatten(2).permute(2, 0, 1)
+        return self.boxes(self.decoder(queries, memory)).sigmoid().transpose(0, 1)
+
+
+DETRS = {"sequence first": SequenceFirst, "sequence first, pre-norm": lambda: SequenceFirst(
+    norm_first=True), "batch first": DetrLike, "batch first, pre-norm": lambda: DetrLike(
+    norm_first=True, activation="gelu")}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("name", list(DETRS))
+def test_detr_exports_equal_onnxruntime(name, batch, tmp_path):
+    """torch's dynamo exporter (TorchScript's cannot write the queries' pooling)."""
+    x = photo((batch, 3, 12, 16))
+    path = export_onnx(DETRS[name]().eval(), x, tmp_path / "detr.onnx", "dynamo")
+    graph = assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32"))
+    assert sum(isinstance(n.op, ops.LayerNorm) for n in graph.nodes) >= 10
+
+
+class MobileViT(nn.Module):
+    """A MobileViT block (Mehta and Rastegari, 2022) as apple's ml-cvnets writes it: a local
+    conv, the map unfolded into 2 x 2 patches (B x C x H x W to (B P) x N x C: the batch
+    merged with each patch's pixels), two pre-norm transformer layers over the patches
+    (attention written out: q, k, v cut from one linear layer by a transpose), folded back
+    and fused with the input."""
+
+    def __init__(self, channels=16, dim=24, heads=4):
+        super().__init__()
+        torch.manual_seed(14)
+        self.local = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.SiLU(),
+                                   nn.Conv2d(channels, dim, 1, bias=False))
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(5))
+        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(2))
+        self.out = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(),
+                                               nn.Linear(2 * dim, dim)) for _ in range(2))
+        self.project = nn.Conv2d(dim, channels, 1)
+        self.fusion = nn.Conv2d(2 * channels, channels, 3, padding=1)
+        self.heads, self.patch = heads, 2
+
+    def attend(self, t, i):
+        b, n, c = t.shape
+        qkv = self.qkv[i](t).reshape(b, n, 3, self.heads, -1).transpose(1, 3).contiguous()
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        weights = torch.matmul(q * (c // self.heads) ** -0.5, k.transpose(-1, -2)).softmax(-1)
+        return self.out[i](torch.matmul(weights, v).transpose(1, 2).reshape(b, n, -1))
+
+    def forward(self, x):
+        f, p = self.local(x), self.patch
+        b, c, h, w = f.shape
+        t = f.reshape(b * c * (h // p), p, w // p, p).transpose(1, 2)
+        t = t.reshape(b, c, h * w // p // p, p * p).transpose(1, 3).reshape(b * p * p, -1, c)
+        for i in range(2):
+            t = t + self.attend(self.norms[2 * i](t), i)
+            t = t + self.ffn[i](self.norms[2 * i + 1](t))
+        t = self.norms[4](t).reshape(b, p * p, -1, c).transpose(1, 3)
+        f = t.reshape(b * c * (h // p), w // p, p, p).transpose(1, 2).reshape(b, c, h, w)
+        return self.fusion(torch.cat([x, self.project(f)], dim=1))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_mobilevit_block_equals_onnxruntime(exporter, batch, tmp_path):
+    """``from_torch`` refuses its reshapes (the batch merged with the patches' pixels); its
+    ONNX file imports."""
+    x = photo((batch, 16, 16, 12))
+    path = export_onnx(MobileViT().eval(), x, tmp_path / "mobilevit.onnx", exporter)
+    assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32",
+                                         "input-reuse-1024"))
+
+
+def onnx_file(tmp_path, nodes, inits=None, out_shape=None, in_shape=(2, 3, 4, 5)):
+    """An ONNX file reading ``x`` (of ``in_shape``) and writing ``y``."""
+    graph = helper.make_graph(
+        nodes, "held", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    path = tmp_path / "held.onnx"
+    onnx.save(onnx.shape_inference.infer_shapes(model), str(path))
+    return path
+
+
+def node(op, inputs, output, **attrs):
+    return helper.make_node(op, inputs, [output], name=output, **attrs)
+
+
+HEADS = [node("Reshape", ["x", "s"], "t", allowzero=0)]  # (2, 3, 20) to (6, 20): heads merged
+SHAPE = {"s": np.array([6, 20], np.int64)}
+
+
+@pytest.mark.parametrize("nodes, inits, in_shape, why", [
+    (HEADS + [node("Softmax", ["t"], "y", axis=0)], SHAPE, (2, 3, 4, 5),
+     r"Softmax x1 \(node 'y': works across axis 0 of 't' \(shape \(6, 20\), the batch in "
+     r"axis 0 with other axes\): that would mix the samples of a batch"),
+    (HEADS + [node("ReduceMean", ["t"], "y", axes=[1])], SHAPE, (2, 3, 4, 5),
+     r"ReduceMean x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 with other "
+     r"axes\); the IR reads it as ReduceMean's input once a Reshape or Transpose puts the batch "
+     r"axis first again"),
+    (HEADS + [node("Add", ["t", "c"], "y")], SHAPE | {"c": np.ones((6, 1), np.float32)},
+     (2, 3, 4, 5), r"Add x1 \(node 'y': a constant of shape \(6, 1\) varies along axis 0, "
+     r"which holds the batch"),
+    ([node("Transpose", ["x"], "t", perm=[1, 0, 2, 3]),
+      node("Reshape", ["t", "s"], "y", allowzero=0)], {"s": np.array([6, 2, 4, 5], np.int64)},
+     (4, 3, 4, 5), r"Reshape x1 \(node 'y': reshapes \(3, 4, 4, 5\) to \(6, 2, 4, 5\), which "
+     r"cuts the batch axis where the IR cannot follow it"),
+])
+def test_what_would_mix_a_batch_is_refused_naming_the_axis(nodes, inits, in_shape, why,
+                                                           tmp_path):
+    with pytest.raises(ModelError, match=why):
+        from_onnx(onnx_file(tmp_path, nodes, inits, in_shape=in_shape))
+
+
+def test_an_output_whose_axes_join_the_batch_with_others_is_refused(tmp_path):
+    path = onnx_file(tmp_path, HEADS[:1] + [node("Identity", ["t"], "y")], SHAPE)
+    with pytest.raises(ModelError, match=r"output 'y' \(shape \(6, 20\), the batch in axis 0 "
+                                         r"with other axes\): an output's first axis must be "
+                                         r"the batch or one other axis, not several joined"):
+        from_onnx(path)
+
+
+@pytest.mark.parametrize("nodes", [
+    [node("Transpose", ["x"], "t", perm=[1, 0, 2, 3]), node("Add", ["t", "x"], "y")],
+    [node("Transpose", ["x"], "y", perm=[1, 0, 2, 3])],
+    [node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]), node("ReduceMax", ["t"], "y", axes=[1])],
+])
+def test_a_transposed_batch_read_where_it_is_is_what_the_file_computes(nodes, tmp_path):
+    """A tensor whose batch a transpose moved, read by an op that takes it where it is (a
+    sum with the tensor before it, a reduction, the graph's output), is that transpose."""
+    path = onnx_file(tmp_path, nodes, in_shape=(2, 2, 4, 5))
+    graph = assert_runs_as_onnxruntime(path, photo((2, 2, 4, 5)))
+    assert sum(isinstance(n.op, ops.Transpose) for n in graph.nodes) == 1
+
+
+def test_a_sequence_first_layer_norm_and_product_equal_onnxruntime(tmp_path):
+    """Ops on tensors whose batch is not first, written by hand: a layer norm over the last
+    axis and a product by a matrix of an L x N x C tensor, back to N x C x L."""
+    nodes = [node("Reshape", ["x", "s"], "t", allowzero=0),
+             node("Transpose", ["t"], "l", perm=[2, 0, 1]),  # L x N x C
+             node("LayerNormalization", ["l", "g", "b"], "n", axis=-1, epsilon=1e-5),
+             node("MatMul", ["n", "w"], "p"), node("Relu", ["p"], "r"),
+             node("Transpose", ["r"], "y", perm=[1, 2, 0])]
+    rng = np.random.default_rng(3)
+    inits = {"s": np.array([2, 3, 20], np.int64), "g": rng.standard_normal(3, np.float32),
+             "b": rng.standard_normal(3, np.float32), "w": rng.standard_normal((3, 7), np.float32)}
+    path = onnx_file(tmp_path, nodes, inits)
+    x = photo((2, 3, 4, 5))
+    assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "input-reuse-1024"))
+
+
+def test_isnan_marks_exactly_the_nans_onnxruntime_marks(tmp_path):
+    """IsNaN as a mask of 1.0 and 0.0, then a Where zeroing them, as torch writes attention
+    under a boolean mask; the NaNs here are logarithms of negative values."""
+    nodes = [node("Sub", ["x", "c"], "d"), node("Log", ["d"], "l"), node("IsNaN", ["l"], "m"),
+             node("Where", ["m", "z", "l"], "y")]
+    path = onnx_file(tmp_path, nodes, {"c": np.float32(0.5), "z": np.float32(0.0)})
+    x = photo((2, 3, 4, 5))
+    assert 0 < np.count_nonzero(x < 0.5) < x.size
+    graph = from_onnx(path)
+    np.testing.assert_array_equal(simulate(graph, x, "systolic-32x32-ws").output,
+                                  onnxruntime_output(path, x))
