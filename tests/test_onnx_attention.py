@@ -2,9 +2,11 @@
 batch axis moved (the heads merged into it, the sequence before it, q, k and v before it)
 held as views (``onnx_held``). Every attention of test_attention exported by both exporters,
 at a batch of two and of one, DETR (its published sequence-first form and batch first,
-post- and pre-norm) and a MobileViT block (the batch merged with its patches' pixels), each
-against onnxruntime on the file; a reader that would mix the
-samples of a batch, and an output that does not keep the batch first, refused by name."""
+post- and pre-norm), a MobileViT block (the batch merged with its patches' pixels) and two
+Swin blocks (the batch merged with the windows), each against onnxruntime on the file; a
+transposed batch read where it is, as the file computes it; a reader that would mix the
+samples of a batch, and an output whose first axis joins the batch with others, refused by
+name."""
 
 import numpy as np
 import onnx
@@ -150,6 +152,77 @@ def test_a_mobilevit_block_equals_onnxruntime(exporter, batch, tmp_path):
     path = export_onnx(MobileViT().eval(), x, tmp_path / "mobilevit.onnx", exporter)
     assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32",
                                          "input-reuse-1024"))
+
+
+def windows(x, p):
+    """Swin's window partition: B x H x W x C to (B nW) x p x p x C, the batch merged with
+    the windows."""
+    b, h, w, c = x.shape
+    return x.view(b, h // p, p, w // p, p, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, p, p, c)
+
+
+class Swin(nn.Module):
+    """Two Swin transformer blocks (Liu et al., 2021) as the paper's code writes them, on a
+    conv's patches: windows partitioned, attention with the relative position bias (a table
+    gathered by constant indices), the second block's windows shifted (``torch.roll``) under
+    their mask, windows reversed, the MLP."""
+
+    def __init__(self, dim=24, p=4, heads=3, hw=8):
+        super().__init__()
+        torch.manual_seed(15)
+        self.embed, self.head = nn.Conv2d(3, dim, 4, stride=4), nn.Conv2d(dim, 5, 1)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(4))
+        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(2))
+        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
+        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(),
+                                               nn.Linear(2 * dim, dim)) for _ in range(2))
+        self.table = nn.Parameter(torch.randn((2 * p - 1) ** 2, heads) * 0.2)
+        ij = np.stack(np.meshgrid(np.arange(p), np.arange(p), indexing="ij")).reshape(2, -1)
+        rel = (ij[:, :, None] - ij[:, None, :]) + p - 1
+        self.register_buffer("relative", torch.from_numpy(rel[0] * (2 * p - 1) + rel[1]))
+        region = np.zeros((1, hw, hw, 1), np.float32)
+        for k, (a, b) in enumerate((a, b) for a in range(3) for b in range(3)):
+            cuts = (slice(0, -p), slice(-p, -p // 2), slice(-p // 2, None))
+            region[:, cuts[a], cuts[b]] = k
+        win = windows(torch.from_numpy(region), p).reshape(-1, p * p)
+        self.register_buffer("mask", ((win[:, None] - win[:, :, None]) != 0).float() * -100)
+        self.dim, self.p, self.heads, self.hw = dim, p, heads, hw
+
+    def attend(self, t, i):
+        b, n, c = t.shape
+        qkv = self.qkv[i](t).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = (q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)
+        scores = scores + self.table[self.relative.view(-1)].view(n, n, -1).permute(2, 0, 1)[None]
+        if i == 1:
+            nw = self.mask.shape[0]
+            scores = (scores.view(b // nw, nw, self.heads, n, n) + self.mask[None, :, None])
+            scores = scores.view(-1, self.heads, n, n)
+        return self.proj[i]((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+    def forward(self, x):
+        f = self.embed(x)
+        b, c, h, w = f.shape
+        t, p, shift = f.flatten(2).transpose(1, 2), self.p, self.p // 2
+        for i in range(2):
+            s = self.norms[2 * i](t).view(b, h, w, c)
+            s = torch.roll(s, (-shift, -shift), (1, 2)) if i else s
+            s = self.attend(windows(s, p).view(-1, p * p, c), i).view(b, h // p, w // p, p, p, c)
+            s = s.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+            s = torch.roll(s, (shift, shift), (1, 2)) if i else s
+            t = t + s.reshape(b, h * w, c)
+            t = t + self.mlp[i](self.norms[2 * i + 1](t))
+        return self.head(t.transpose(1, 2).reshape(b, c, h, w))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_swin_blocks_equal_onnxruntime(exporter, batch, tmp_path):
+    """The batch merged with the windows, a bias added along the heads, a mask along the
+    windows once the batch is apart again."""
+    x = photo((batch, 3, 32, 32))
+    path = export_onnx(Swin().eval(), x, tmp_path / "swin.onnx", exporter)
+    assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32"))
 
 
 def onnx_file(tmp_path, nodes, inits=None, out_shape=None, in_shape=(2, 3, 4, 5)):
