@@ -619,6 +619,10 @@ def test_integer_indexing_and_select_import():
 
 @pytest.mark.parametrize("fn, why", [
     (lambda x: x[0], r"reshapes \(1, 3, 6, 5\) to \(3, 6, 5\): the IR keeps the batch axis"),
+    (lambda x: x.reshape(-1, 6, 5), r"reshapes \(1, 3, 6, 5\) to \(3, 6, 5\): the IR keeps the "
+     r"batch axis first; npusim's ONNX importer follows reshapes that move it \(attention's "
+     r"heads, Swin's windows, MobileViT's patches\): export the module \(torch.onnx.export\) "
+     r"and import the file"),
     (lambda x: x[:, [0, 2]], r"no tensors, lists or booleans"),
     (lambda x: x.repeat(2, 1, 1, 1), r"repeats the batch axis 2 times"),
     (lambda x: x.repeat(1, 1, 1, 1, 2), r"repeats \(1, 1, 1, 1, 2\) of a tensor of shape"),

@@ -276,13 +276,24 @@ def concatenate(c, tensors, axis=0):
 def reshape_to(c, input, *args, **kwargs):
     """flatten / view / reshape / squeeze / unsqueeze / unflatten: the result shape PyTorch
     produced."""
-    return rules.reshape(computed(input).shape, c.out_shape)
+    return _reshape(computed(input).shape, c.out_shape)
 
 
 def reshape_as(c, input, other):
     """``x.view_as(y)`` / ``x.reshape_as(y)``: ``x`` to ``y``'s shape (``y`` only lends it)."""
     x = computed(input)
-    return rules.reshape(x.shape, c.out_shape), (x.name,)
+    return _reshape(x.shape, c.out_shape), (x.name,)
+
+
+def _reshape(x_shape, out_shape) -> ops.Op:
+    """``rules.reshape``; one that moves the batch axis refused with the way in that there is:
+    the ONNX importer follows such reshapes (``onnx_held``)."""
+    try:
+        return rules.reshape(x_shape, out_shape)
+    except _Refusal as e:
+        raise _Refusal(f"{e}; npusim's ONNX importer follows reshapes that move it (attention's "
+                       "heads, Swin's windows, MobileViT's patches): export the module "
+                       "(torch.onnx.export) and import the file") from None
 
 
 def interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
