@@ -6,9 +6,11 @@ cut from a conv's channels, plain, causal, under a constant bool or float mask a
 own scale; timm's block, whose q, k, v come from a permute that moves the batch axis and are
 read back by ``unbind(0)``, indexing or ``select``; a DETR-like encoder-decoder
 (``nn.TransformerEncoder`` / ``Decoder`` and their layers, post- and pre-norm, ReLU and
-GELU). Each against the module in float64 on several machines; what the IR does not compute
-(the attention weights, computed masks, dropout, sequence-first tensors, a batch-moving
-permute read otherwise) refused by name."""
+GELU); MobileViT's and Swin's blocks, whose reshapes merge the batch with patches and
+windows (held tensors, ``torch_held``); a permute that moves the batch read where it is.
+Each against the module in float64 on several machines; what the IR does not compute (the
+attention weights, computed masks, dropout, sequence-first modules, an output whose first
+axis joins the batch with others, a reshape that cuts the batch) refused by name."""
 
 import numpy as np
 import pytest
@@ -167,9 +169,11 @@ class Reads(nn.Module):
     ("sequence first", r"node 'attn': batch_first=False: its tensors put the sequence before "
                        r"the batch, and the IR keeps the batch axis first"),
     ("sequence first, as DETR", r"nn.MultiheadAttention x1 \(node 'attn': it reads a tensor "
-                                r"permuted by \(2, 0, 1\), .*; a sequence-first module: build "
-                                r"it with batch_first=True \(the same weights\) and give it "
-                                r"N x L x E tokens, without the permute"),
+                                r"of shape \(48, 2, 8\), the batch in axis 1, and given it as "
+                                r"it is: batch_first=False: its tensors put the sequence before "
+                                r"the batch, and the IR keeps the batch axis first; build it "
+                                r"with batch_first=True \(the same weights\) and give it "
+                                r"N x L x E tokens"),
 ])
 def test_what_attention_cannot_express_is_refused_naming_why(what, why):
     with pytest.raises(ModelError, match=why):
@@ -239,19 +243,29 @@ class Moved(nn.Module):
             return t.permute(2, 0, 1)
         if self.what == "reshaped":
             return t.permute(1, 0, 2).reshape(8, -1).sum(0, keepdim=True)
-        return t.permute(2, 1, 0)[0]  # the channels next, not the batch
+        if self.what == "channels next":
+            return t.permute(2, 1, 0)[0]
+        if self.what == "heads returned":
+            return t.reshape(-1, 4, 48)  # (N 2) x 4 x 48
+        return t.permute(1, 0, 2).reshape(24, 32)  # 8 x N x 48: rows of 32 cut the batch
+
+
+@pytest.mark.parametrize("what", ["returned", "reshaped", "channels next"])
+def test_a_permute_that_moves_the_batch_read_where_it_is_equals_the_module(what):
+    """A tensor whose batch a permute moved, read by a call that takes it where it is (a sum,
+    an entry of another axis, forward's return): that permute, as torch computes it."""
+    net = Moved(what).eval()
+    assert_runs_as_module(from_torch(net, X), net, X, "systolic-32x32-ws", 1e-5)
 
 
 @pytest.mark.parametrize("what, why", [
-    ("returned", r"forward returns a tensor permuted by \(2, 0, 1\), which moves the batch "
-                 r"axis; npusim's outputs keep the batch axis first"),
-    ("reshaped", r"Tensor.reshape x1 \(node 'reshape': it reads a tensor permuted by "
-                 r"\(1, 0, 2\), which moves the batch axis; the IR keeps the batch axis first: "
-                 r"only unbind\(0\), x\[i\] or select\(0, i\)"),
-    ("channels next", r"takes an entry of the first axis of a tensor permuted by \(2, 1, 0\): "
-                      r"the batch axis is not the next one"),
+    ("heads returned", r"forward returns a tensor of shape \(4, 4, 48\), the batch in axis 0 "
+                       r"with other axes: an output's first axis must be the batch or one other "
+                       r"axis, not several joined"),
+    ("batch cut", r"Tensor.reshape x1 \(node 'reshape': reshapes \(8, 2, 48\) to \(24, 32\), "
+                  r"which cuts the batch axis where the IR cannot follow it"),
 ])
-def test_a_permute_that_moves_the_batch_axis_is_refused_unless_an_entry_puts_it_back(what, why):
+def test_what_a_held_tensor_cannot_be_is_refused_naming_where_the_batch_is(what, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Moved(what).eval(), X)
 
@@ -318,3 +332,118 @@ class Layer(nn.Module):
 def test_what_a_transformer_layer_cannot_express_is_refused_naming_why(what, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Layer(what).eval(), X)
+
+
+class MobileViT(nn.Module):
+    """A MobileViT block (Mehta and Rastegari, 2022) as apple's ml-cvnets writes it: a local
+    conv, the map unfolded into 2 x 2 patches (B x C x H x W to (B P) x N x C: the batch
+    merged with each patch's pixels), two pre-norm transformer layers over the patches
+    (attention written out: q, k, v cut from one linear layer by a transpose), folded back
+    and fused with the input."""
+
+    def __init__(self, channels=16, dim=24, heads=4):
+        super().__init__()
+        torch.manual_seed(14)
+        self.local = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.SiLU(),
+                                   nn.Conv2d(channels, dim, 1, bias=False))
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(5))
+        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(2))
+        self.out = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(),
+                                               nn.Linear(2 * dim, dim)) for _ in range(2))
+        self.project = nn.Conv2d(dim, channels, 1)
+        self.fusion = nn.Conv2d(2 * channels, channels, 3, padding=1)
+        self.heads, self.patch = heads, 2
+
+    def attend(self, t, i):
+        b, n, c = t.shape
+        qkv = self.qkv[i](t).reshape(b, n, 3, self.heads, -1).transpose(1, 3).contiguous()
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        weights = torch.matmul(q * (c // self.heads) ** -0.5, k.transpose(-1, -2)).softmax(-1)
+        return self.out[i](torch.matmul(weights, v).transpose(1, 2).reshape(b, n, -1))
+
+    def forward(self, x):
+        f, p = self.local(x), self.patch
+        b, c, h, w = f.shape
+        t = f.reshape(b * c * (h // p), p, w // p, p).transpose(1, 2)
+        t = t.reshape(b, c, h * w // p // p, p * p).transpose(1, 3).reshape(b * p * p, -1, c)
+        for i in range(2):
+            t = t + self.attend(self.norms[2 * i](t), i)
+            t = t + self.ffn[i](self.norms[2 * i + 1](t))
+        t = self.norms[4](t).reshape(b, p * p, -1, c).transpose(1, 3)
+        f = t.reshape(b * c * (h // p), w // p, p, p).transpose(1, 2).reshape(b, c, h, w)
+        return self.fusion(torch.cat([x, self.project(f)], dim=1))
+
+
+def windows(x, p):
+    """Swin's window partition: B x H x W x C to (B nW) x p x p x C, the batch merged with
+    the windows."""
+    b, h, w, c = x.shape
+    return x.view(b, h // p, p, w // p, p, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, p, p, c)
+
+
+class Swin(nn.Module):
+    """Two Swin transformer blocks (Liu et al., 2021) as the paper's code writes them, on a
+    conv's patches: windows partitioned, attention with the relative position bias (a table
+    gathered by constant indices), the second block's windows shifted (``torch.roll``) under
+    their mask, windows reversed, the MLP."""
+
+    def __init__(self, dim=24, p=4, heads=3, hw=8):
+        super().__init__()
+        torch.manual_seed(15)
+        self.embed, self.head = nn.Conv2d(3, dim, 4, stride=4), nn.Conv2d(dim, 5, 1)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(4))
+        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(2))
+        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
+        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(),
+                                               nn.Linear(2 * dim, dim)) for _ in range(2))
+        self.table = nn.Parameter(torch.randn((2 * p - 1) ** 2, heads) * 0.2)
+        ij = np.stack(np.meshgrid(np.arange(p), np.arange(p), indexing="ij")).reshape(2, -1)
+        rel = (ij[:, :, None] - ij[:, None, :]) + p - 1
+        self.register_buffer("relative", torch.from_numpy(rel[0] * (2 * p - 1) + rel[1]))
+        region = np.zeros((1, hw, hw, 1), np.float32)
+        for k, (a, b) in enumerate((a, b) for a in range(3) for b in range(3)):
+            cuts = (slice(0, -p), slice(-p, -p // 2), slice(-p // 2, None))
+            region[:, cuts[a], cuts[b]] = k
+        win = windows(torch.from_numpy(region), p).reshape(-1, p * p)
+        self.register_buffer("mask", ((win[:, None] - win[:, :, None]) != 0).float() * -100)
+        self.dim, self.p, self.heads, self.hw = dim, p, heads, hw
+
+    def attend(self, t, i):
+        b, n, c = t.shape
+        qkv = self.qkv[i](t).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = (q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)
+        scores = scores + self.table[self.relative.view(-1)].view(n, n, -1).permute(2, 0, 1)[None]
+        if i == 1:
+            nw = self.mask.shape[0]
+            scores = (scores.view(b // nw, nw, self.heads, n, n) + self.mask[None, :, None])
+            scores = scores.view(-1, self.heads, n, n)
+        return self.proj[i]((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+    def forward(self, x):
+        f = self.embed(x)
+        b, c, h, w = f.shape
+        t, p, shift = f.flatten(2).transpose(1, 2), self.p, self.p // 2
+        for i in range(2):
+            s = self.norms[2 * i](t).view(b, h, w, c)
+            s = torch.roll(s, (-shift, -shift), (1, 2)) if i else s
+            s = self.attend(windows(s, p).view(-1, p * p, c), i).view(b, h // p, w // p, p, p, c)
+            s = s.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+            s = torch.roll(s, (shift, shift), (1, 2)) if i else s
+            t = t + s.reshape(b, h * w, c)
+            t = t + self.mlp[i](self.norms[2 * i + 1](t))
+        return self.head(t.transpose(1, 2).reshape(b, c, h, w))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("name", ["mobilevit", "swin"])
+def test_blocks_that_merge_the_batch_with_patches_or_windows_equal_the_module(name, batch):
+    """MobileViT's patches and Swin's windows: reshapes that merge the batch with other axes,
+    held as views (``torch_held``), the attention and MLP run on their canonical forms."""
+    net, shape = {"mobilevit": (MobileViT, (16, 16, 12)), "swin": (Swin, (3, 32, 32))}[name]
+    x, net = photo((batch, *shape)), net().eval()
+    graph = from_torch(net, x)
+    assert sum(isinstance(n.op, ops.MatMul) for n in graph.nodes) == 4
+    for arch in ("systolic-32x32-ws", "sparse-pairs-32x32"):
+        assert_runs_as_module(graph, net, x, arch, 1e-5)

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 from strategies import export_onnx, onnxruntime_output, photo, rel_err  # noqa: E402
-from test_attention import NETS, DetrLike  # noqa: E402
+from test_attention import NETS, DetrLike, MobileViT, Swin  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -102,47 +102,6 @@ def test_detr_exports_equal_onnxruntime(name, batch, tmp_path):
     assert sum(isinstance(n.op, ops.LayerNorm) for n in graph.nodes) >= 10
 
 
-class MobileViT(nn.Module):
-    """A MobileViT block (Mehta and Rastegari, 2022) as apple's ml-cvnets writes it: a local
-    conv, the map unfolded into 2 x 2 patches (B x C x H x W to (B P) x N x C: the batch
-    merged with each patch's pixels), two pre-norm transformer layers over the patches
-    (attention written out: q, k, v cut from one linear layer by a transpose), folded back
-    and fused with the input."""
-
-    def __init__(self, channels=16, dim=24, heads=4):
-        super().__init__()
-        torch.manual_seed(14)
-        self.local = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.SiLU(),
-                                   nn.Conv2d(channels, dim, 1, bias=False))
-        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(5))
-        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(2))
-        self.out = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
-        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(),
-                                               nn.Linear(2 * dim, dim)) for _ in range(2))
-        self.project = nn.Conv2d(dim, channels, 1)
-        self.fusion = nn.Conv2d(2 * channels, channels, 3, padding=1)
-        self.heads, self.patch = heads, 2
-
-    def attend(self, t, i):
-        b, n, c = t.shape
-        qkv = self.qkv[i](t).reshape(b, n, 3, self.heads, -1).transpose(1, 3).contiguous()
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        weights = torch.matmul(q * (c // self.heads) ** -0.5, k.transpose(-1, -2)).softmax(-1)
-        return self.out[i](torch.matmul(weights, v).transpose(1, 2).reshape(b, n, -1))
-
-    def forward(self, x):
-        f, p = self.local(x), self.patch
-        b, c, h, w = f.shape
-        t = f.reshape(b * c * (h // p), p, w // p, p).transpose(1, 2)
-        t = t.reshape(b, c, h * w // p // p, p * p).transpose(1, 3).reshape(b * p * p, -1, c)
-        for i in range(2):
-            t = t + self.attend(self.norms[2 * i](t), i)
-            t = t + self.ffn[i](self.norms[2 * i + 1](t))
-        t = self.norms[4](t).reshape(b, p * p, -1, c).transpose(1, 3)
-        f = t.reshape(b * c * (h // p), w // p, p, p).transpose(1, 2).reshape(b, c, h, w)
-        return self.fusion(torch.cat([x, self.project(f)], dim=1))
-
-
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_a_mobilevit_block_equals_onnxruntime(exporter, batch, tmp_path):
@@ -152,67 +111,6 @@ def test_a_mobilevit_block_equals_onnxruntime(exporter, batch, tmp_path):
     path = export_onnx(MobileViT().eval(), x, tmp_path / "mobilevit.onnx", exporter)
     assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32",
                                          "input-reuse-1024"))
-
-
-def windows(x, p):
-    """Swin's window partition: B x H x W x C to (B nW) x p x p x C, the batch merged with
-    the windows."""
-    b, h, w, c = x.shape
-    return x.view(b, h // p, p, w // p, p, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, p, p, c)
-
-
-class Swin(nn.Module):
-    """Two Swin transformer blocks (Liu et al., 2021) as the paper's code writes them, on a
-    conv's patches: windows partitioned, attention with the relative position bias (a table
-    gathered by constant indices), the second block's windows shifted (``torch.roll``) under
-    their mask, windows reversed, the MLP."""
-
-    def __init__(self, dim=24, p=4, heads=3, hw=8):
-        super().__init__()
-        torch.manual_seed(15)
-        self.embed, self.head = nn.Conv2d(3, dim, 4, stride=4), nn.Conv2d(dim, 5, 1)
-        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(4))
-        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(2))
-        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
-        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(),
-                                               nn.Linear(2 * dim, dim)) for _ in range(2))
-        self.table = nn.Parameter(torch.randn((2 * p - 1) ** 2, heads) * 0.2)
-        ij = np.stack(np.meshgrid(np.arange(p), np.arange(p), indexing="ij")).reshape(2, -1)
-        rel = (ij[:, :, None] - ij[:, None, :]) + p - 1
-        self.register_buffer("relative", torch.from_numpy(rel[0] * (2 * p - 1) + rel[1]))
-        region = np.zeros((1, hw, hw, 1), np.float32)
-        for k, (a, b) in enumerate((a, b) for a in range(3) for b in range(3)):
-            cuts = (slice(0, -p), slice(-p, -p // 2), slice(-p // 2, None))
-            region[:, cuts[a], cuts[b]] = k
-        win = windows(torch.from_numpy(region), p).reshape(-1, p * p)
-        self.register_buffer("mask", ((win[:, None] - win[:, :, None]) != 0).float() * -100)
-        self.dim, self.p, self.heads, self.hw = dim, p, heads, hw
-
-    def attend(self, t, i):
-        b, n, c = t.shape
-        qkv = self.qkv[i](t).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        scores = (q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)
-        scores = scores + self.table[self.relative.view(-1)].view(n, n, -1).permute(2, 0, 1)[None]
-        if i == 1:
-            nw = self.mask.shape[0]
-            scores = (scores.view(b // nw, nw, self.heads, n, n) + self.mask[None, :, None])
-            scores = scores.view(-1, self.heads, n, n)
-        return self.proj[i]((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
-
-    def forward(self, x):
-        f = self.embed(x)
-        b, c, h, w = f.shape
-        t, p, shift = f.flatten(2).transpose(1, 2), self.p, self.p // 2
-        for i in range(2):
-            s = self.norms[2 * i](t).view(b, h, w, c)
-            s = torch.roll(s, (-shift, -shift), (1, 2)) if i else s
-            s = self.attend(windows(s, p).view(-1, p * p, c), i).view(b, h // p, w // p, p, p, c)
-            s = s.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
-            s = torch.roll(s, (shift, shift), (1, 2)) if i else s
-            t = t + s.reshape(b, h * w, c)
-            t = t + self.mlp[i](self.norms[2 * i + 1](t))
-        return self.head(t.transpose(1, 2).reshape(b, c, h, w))
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -248,8 +146,9 @@ SHAPE = {"s": np.array([6, 20], np.int64)}
 
 @pytest.mark.parametrize("nodes, inits, in_shape, why", [
     (HEADS + [node("Softmax", ["t"], "y", axis=0)], SHAPE, (2, 3, 4, 5),
-     r"Softmax x1 \(node 'y': works across axis 0 of 't' \(shape \(6, 20\), the batch in "
-     r"axis 0 with other axes\): that would mix the samples of a batch"),
+     r"Softmax x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 with other "
+     r"axes\) and works across axis 0, which holds the batch: that would mix the samples of a "
+     r"batch"),
     (HEADS + [node("ReduceMean", ["t"], "y", axes=[1])], SHAPE, (2, 3, 4, 5),
      r"ReduceMean x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 with other "
      r"axes\); the IR reads it as ReduceMean's input once a Reshape or Transpose puts the batch "

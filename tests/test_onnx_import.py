@@ -690,7 +690,7 @@ def refusal_cases():
          r"concatenates a constant"),
         ([node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]), node("Reshape", ["t", "s"])],
          {"s": np.array([36, 11], np.int64)},
-         r"output 'y' \(shape \(36, 11\), the batch in axis 0 with other axes\): an output's "
+         r"output 'y' \(shape \(36, 11\), a batch of one\): an output's "
          r"first axis must be the batch or one other axis, not several joined"),
         ([node("Dropout", ["x", "ratio", "train"])],
          {"ratio": np.array(0.5, np.float32), "train": np.array(True)},

@@ -240,8 +240,9 @@ def test_an_imported_graph_is_not_run_at_another_batch(flat):
                                          r"batch 2 \(from_torch on an input of batch 2"):
         simulate(from_torch(module, x1), x2)
     if flat:  # at batch 2 the view mixes the batch: refused by name
-        with pytest.raises(ModelError, match=r"reshapes \(2, 4, 6, 7\) to \(1, 336\): the "
-                                             r"IR keeps the batch axis first"):
+        with pytest.raises(ModelError, match=r"returns a tensor of shape \(1, 336\), the batch "
+                                             r"in axis 1 with other axes: an output's first axis "
+                                             r"must be the batch or one other axis"):
             from_torch(module, x2)
         return
     got = simulate(from_torch(module, x2), x2).output

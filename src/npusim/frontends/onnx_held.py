@@ -30,10 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import ops
-from . import lowering as rules
 from .lowering import Refusal
-from .lowering.batch_view import View, as_is_steps, canonical_steps, plain_steps
+from .lowering.batch_view import Held, computable, with_batch_axis
 from .lowering.shape import run
 from .onnx_model import OnnxNode
 
@@ -49,17 +47,6 @@ ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Relu",
                "Erf", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg", "Reciprocal", "Identity",
                "Dropout", "Cast", "IsNaN")
 COMPUTE = (*ACROSS, *ELEMENTWISE)
-
-
-@dataclass(frozen=True)
-class Held:
-    """An ONNX tensor held as ``view`` of IR node ``base`` (of IR shape ``shape``); ``perm``
-    where it is that node transposed (by transposes alone), else None."""
-
-    base: str
-    shape: tuple[int, ...]
-    view: View
-    perm: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -99,14 +86,22 @@ def involved(c: OnnxNode) -> bool:
 
 def convert(c: OnnxNode, convert_plain) -> None:
     """Node ``c`` on held tensors (``involved``); ``convert_plain(node)`` converts a node by its
-    usual converter. Where the view cannot be followed, a held input that an IR transpose can
-    give as it is (``as_is_steps``) is given so, and ``c`` converted as before views: a
-    transposed tensor read by an op that does not care where the batch is."""
+    usual converter. Where the view cannot be followed, what was built for it is taken back,
+    each held input is given as it is (``release``) and ``c`` converted by its usual
+    converter: a transposed tensor read by an op that takes the batch where it is."""
+    m, built = c.model, len(c.build.nodes)
+    held, ir_of = dict(m.held), dict(m.ir_of)
     try:
         _follow(c, convert_plain)
     except Refusal as why:
-        held = [t for t in dict.fromkeys(c.proto.input) if t in c.model.held]
-        if not all(release(c.model, c.build, t, f"{c.name}_{_short(t)}_as_is") for t in held):
+        for node in c.build.nodes[built:]:
+            c.build.expected.pop(node.name, None)
+        del c.build.nodes[built:]
+        for now, before in ((m.held, held), (m.ir_of, ir_of)):  # in place: callers keep them
+            now.clear()
+            now.update(before)
+        inputs = [t for t in dict.fromkeys(c.proto.input) if t in m.held]
+        if not all(release(m, c.build, t, f"{c.name}_{_short(t)}_as_is") for t in inputs):
             raise
         try:
             convert_plain(c)
@@ -118,12 +113,10 @@ def _follow(c: OnnxNode, convert_plain) -> None:
     """Node ``c`` on held tensors, its output held or made ordinary (``convert``)."""
     if c.op_type == "Transpose":
         x = _held(c, c.proto.input[0])
-        perm = _perm(c, len(x.view.shape))
-        _place(c, c.proto.output[0], c.name, x, [], x.view.transposed(perm),
-               None if x.perm is None else tuple(x.perm[p] for p in perm))
+        _place(c, c.proto.output[0], x.transposed(c.build, c.name, _perm(c, len(x.view.shape))))
     elif c.op_type in LAYOUT:
         x = _held(c, c.proto.input[0])
-        _place(c, c.proto.output[0], c.name, x, [], x.view.reshaped(c.out_shape))
+        _place(c, c.proto.output[0], x.reshaped(c.build, c.name, c.out_shape))
     elif c.op_type in SELECT:
         _select(c)
     elif c.op_type in COMPUTE:
@@ -138,16 +131,15 @@ def release(m, build, tensor: str, name: str) -> bool:
     the view has it, if ``as_is_steps`` can; whether it could (or it was not held)."""
     if tensor not in m.held:
         return True
-    x = m.held[tensor]
-    steps = [ops.Transpose(x.perm)] if x.perm else as_is_steps(x.view, x.shape)
-    if steps is None:
+    node = m.held[tensor].as_is(build, f"{name}_")
+    if node is None:
         return False
-    m.ir_of[tensor] = build.sequence(f"{name}_", steps, x.base) if steps else x.base
+    m.ir_of[tensor] = node
     del m.held[tensor]
     return True
 
 
-def check_plain(c: OnnxNode, tensors, what: str) -> None:
+def given_as_is(c: OnnxNode, tensors, what: str) -> None:
     """Give ``what``, which reads ``tensors``, each held one as it is (``release``), or
     refuse."""
     for t in tensors:
@@ -175,31 +167,17 @@ def _held(c: OnnxNode, tensor: str) -> Held:
     m = c.model
     if tensor in m.held:
         return m.held[tensor]
-    shape = c.shape(tensor)
-    return Held(m.ir_of.get(tensor, tensor), tuple(shape), View.of(shape),
-                tuple(range(len(shape))))
+    return Held.of(m.ir_of.get(tensor, tensor), c.shape(tensor))
 
 
-def _place(c: OnnxNode, out: str, name: str, x: Held, steps: list, view: View,
-           perm: tuple[int, ...] | None = None) -> None:
-    """Output ``out`` (node ``name``): ``steps`` on ``x``'s IR tensor, then, if ``view`` puts
-    the batch alone first, the ops making it an ordinary tensor; else held as ``view`` (of
-    ``x``'s node transposed by ``perm``, if it is)."""
-    m, shape = c.model, x.shape
-    for op in steps:
-        shape = op.out_shape([shape], name)
-    if view.batch_first:
-        more = plain_steps(view, shape)
-        steps = [*steps, *more]
-        shape = view.shape
-    base = x.base
-    if steps:
-        base = c.build.add(name, *c.build.steps(name, steps, base), shape)
-    m.ir_of[out] = base
-    if view.batch_first:
-        m.held.pop(out, None)
+def _place(c: OnnxNode, out: str, result: tuple[str, Held | None]) -> None:
+    """Output ``out`` as ``Held.placed`` left it: an ordinary IR node, or held."""
+    node, held = result
+    c.model.ir_of[out] = node
+    if held is None:
+        c.model.held.pop(out, None)
     else:
-        m.held[out] = Held(base, tuple(shape), view, None if steps else perm)
+        c.model.held[out] = held
 
 
 def _select(c: OnnxNode) -> None:
@@ -211,36 +189,21 @@ def _select(c: OnnxNode) -> None:
         start = 0
         for k, out in enumerate(c.proto.output):
             size = c.shape(out)[axis]
-            _cut(c, out, f"{c.name}_{k}", x, [(axis, slice(start, start + size), True)])
+            _place(c, out, x.cut(c.build, f"{c.name}_{k}", [(axis, slice(start, start + size),
+                                                             True)]))
             start += size
         return
     if c.op_type == "Gather":
         axis, index = c.attr("axis", 0) % rank, np.asarray(c.const(1))
         part = run(index, x.view.shape[axis], axis)
-        _cut(c, c.proto.output[0], c.name, x, [(axis, part, index.ndim > 0)])
+        _place(c, c.proto.output[0], x.cut(c.build, c.name, [(axis, part, index.ndim > 0)]))
         return
     starts, ends, axes, steps = (c.const(i) for i in range(1, 5))
     axes = range(len(starts)) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
     cuts = [(int(a) % rank, slice(int(b), int(e), int(s)), True)
             for a, b, e, s in zip(axes, starts, ends, steps, strict=True)]
-    _cut(c, c.proto.output[0], c.name, x, cuts)
-
-
-def _cut(c: OnnxNode, out: str, name: str, x: Held, cuts) -> None:
-    """``x`` cut by ``cuts`` ((axis, slice, whether the axis stays) each) as output ``out``."""
-    steps, shape, view = [], x.shape, x.view
-    for axis, part, keep in cuts:
-        start, stop, step = part.indices(view.shape[axis])
-        if (start, stop, step) == (0, view.shape[axis], 1) and keep:
-            continue
-        atoms, a, view = view.select(axis, part, keep)
-        if tuple(shape) != atoms:
-            steps.append(rules.reshape(shape, atoms))
-        steps.append(ops.Slice(a, start, None if stop < 0 else stop, step))
-        shape = tuple(len(range(start, stop, step)) if k == a else n
-                      for k, n in enumerate(atoms))
-    _place(c, out, name, x, steps, view)
+    _place(c, c.proto.output[0], x.cut(c.build, c.name, cuts))
 
 
 def _compute(c: OnnxNode, convert_plain) -> None:
@@ -252,53 +215,26 @@ def _compute(c: OnnxNode, convert_plain) -> None:
         plain = next(t for t in data if t not in m.held)
         raise Refusal(f"combines {_which(c)} with {plain!r}, whose batch axis is first: the "
                       "IR does not mix tensors that hold the batch in different axes")
-    views = [m.held[t].view for t in data]
-    k, j0 = len(c.out_shape), views[0].batch_axis
-    for v in views:
-        if len(v.shape) != k or v.batch_axis != j0 or v.batch_part() != views[0].batch_part():
-            raise Refusal(f"reads {_which(c)}, whose batch axes differ: the IR computes on "
-                          "tensors that hold the batch alike")
-    across = ACROSS.get(c.op_type, lambda c, k: ())(c, k)
-    if j0 in across:
-        raise Refusal(f"works across axis {j0} of {_which(c)}: that would mix the samples "
-                      "of a batch")
+    k = len(c.out_shape)
+    try:
+        j0, _ = computable([m.held[t].view for t in data], k,
+                           ACROSS.get(c.op_type, lambda c, k: ())(c, k))
+    except Refusal as e:
+        raise Refusal(f"reads {_which(c)} and {e}") from None
     given = {} if c.op_type in ACROSS else {
-        t: _with_batch_axis(c.const(i), k, j0) for i, t in enumerate(c.proto.input)
+        t: with_batch_axis(c.const(i), k, j0) for i, t in enumerate(c.proto.input)
         if t and t not in m.depends and c.const(i) is not None}
-    canon = {t: _canonical(c, t) for t in dict.fromkeys(data)}
-    out_view = canon[data[0]].view.computed(c.out_shape)
-    node = HeldNode(c.proto, c.name, m, c.build, seen={
-        **{t: canon[t].shape for t in data}, c.proto.output[0]: out_view.canonical()[0]},
-        given=given)
-    convert_plain(node)
+    for t in dict.fromkeys(data):
+        m.held[t] = m.held[t].canonical(c.build, f"{c.name}_{_short(t)}_canonical")
+        m.ir_of[t] = m.held[t].base
+    out_view = m.held[data[0]].view.computed(c.out_shape)
+    out_shape = out_view.canonical()[0]
+    convert_plain(HeldNode(c.proto, c.name, m, c.build, given=given, seen={
+        **{t: m.held[t].shape for t in data}, c.proto.output[0]: out_shape}))
     out = c.proto.output[0]
-    _place(c, out, f"{c.name}_plain", Held(m.ir_of[out], out_view.canonical()[0], out_view),
-           [], out_view)
-
-
-def _canonical(c: OnnxNode, tensor: str) -> Held:
-    """Held input ``tensor`` in its canonical form (its IR node made so once, then kept)."""
-    m, x = c.model, c.model.held[tensor]
-    steps, shape, view = canonical_steps(x.view, x.shape)
-    if steps:
-        base = c.build.sequence(f"{c.name}_{_short(tensor)}_canonical", steps, x.base)
-        m.held[tensor] = Held(base, shape, view)
-        m.ir_of[tensor] = base
-    return m.held[tensor]
+    _place(c, out, Held(m.ir_of[out], out_shape, out_view).placed(
+        c.build, f"{c.name}_plain", [], out_view))
 
 
 def _short(tensor: str) -> str:
     return tensor.replace("/", "_").strip("_")
-
-
-def _with_batch_axis(value, k: int, j0: int) -> np.ndarray:
-    """A constant operand of a rank-``k`` result whose axis ``j0`` holds the batch, with the
-    canonical form's leading batch axis; refused if it varies along axis ``j0``."""
-    value = np.asarray(value)
-    if value.ndim == 0:
-        return value
-    full = value.reshape((1,) * (k - value.ndim) + value.shape)
-    if full.shape[j0] != 1:
-        raise Refusal(f"a constant of shape {value.shape} varies along axis {j0}, which holds "
-                      "the batch")
-    return full[None]

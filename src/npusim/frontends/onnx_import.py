@@ -158,7 +158,7 @@ def _convert_spelled(c: OnnxNode, spelled: onnx_spelled.Spelled, model, needed: 
     m = c.model
     _place_pads(c)  # a pad still owed on the source (its readers here cannot absorb it)
     try:
-        onnx_held.check_plain(c, [spelled.source], f"its pattern of {c.op_type}")
+        onnx_held.given_as_is(c, [spelled.source], f"its pattern of {c.op_type}")
         m.ir_of[c.proto.output[0]] = c.build.add(c.name, spelled.op,
                                                  (m.ir_of.get(spelled.source, spelled.source),),
                                                  c.out_shape)

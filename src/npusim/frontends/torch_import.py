@@ -42,11 +42,10 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from . import torch_inplace, torch_qat  # noqa: E402
+from . import torch_held, torch_inplace, torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import (  # noqa: E402
     MASK_READERS,
-    MOVED_READERS,
     kind_and_converter,
     supported_ops,
 )
@@ -269,13 +268,16 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
-        moved = [r for r in _refs(args, kwargs) if r.moved]
-        if moved and kind not in MOVED_READERS:
-            build.refuse_fallback(kind, n.name, f"it reads a tensor permuted by "
-                                  f"{moved[0].moved}, which moves the batch axis; the IR keeps "
-                                  "the batch axis first: only unbind(0), x[i] or select(0, i), "
-                                  "which take one entry of the new first axis, read it"
-                                  + _sequence_first(gm, n), "npusim holds the tensor unpermuted")
+        if any(r.held for r in _refs(args, kwargs)) and kind not in torch_held.READERS:
+            module = gm.get_submodule(n.target) if n.op == "call_module" else None
+            result, why = torch_held.convert(conv, Call(n.name, info[n].shape, build,
+                                                        info[n].parts), kind, module, args,
+                                             kwargs)
+            if why is not None:
+                build.refuse_fallback(kind, n.name, why, "npusim holds the tensor as a view")
+            else:
+                info[n] = result if isinstance(result, Parts) else \
+                    dataclasses.replace(result, dtype=info[n].dtype)
             continue
         masks = [r.name for r in _refs(args, kwargs) if r.dtype == "bool"]
         if masks and kind not in MASK_READERS:
@@ -309,16 +311,6 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         build.place(n.name, result, [r.name for r in _refs(args, kwargs)], shape)
     return build
-
-
-def _sequence_first(gm, n) -> str:
-    """For a sequence-first module (``batch_first=False``: attention, transformer layers) fed
-    a batch-moving permute's tensor, how to give it one npusim reads; else ''."""
-    module = gm.get_submodule(n.target) if n.op == "call_module" else None
-    if getattr(module, "batch_first", True) is not False:
-        return ""
-    return ("; a sequence-first module: build it with batch_first=True (the same weights) "
-            "and give it N x L x E tokens, without the permute")
 
 
 def _converted(conv, call: Call, args, kwargs):
@@ -386,9 +378,13 @@ def _output_ref(value, info: dict, name: str, what: str, build: Lowering) -> Ref
     ref = info.get(value) if isinstance(value, torch.fx.Node) else None
     if isinstance(ref, Ref) and ref.pad:  # no reader absorbs it: a Pad node of its own
         ref = Ref(build.add(value.name, ref.pad.op(), (ref.name,), ref.shape), ref.shape)
-    if isinstance(ref, Ref) and ref.moved:
-        raise ModelError(f"{name}: {what} a tensor permuted by {ref.moved}, which moves the "
-                         "batch axis; npusim's outputs keep the batch axis first")
+    if isinstance(ref, Ref) and ref.held:
+        node = ref.held.as_is(build, f"{value.name}_as_is")
+        if node is None:
+            raise ModelError(f"{name}: {what} a tensor of {ref.held.view.where}: an output's "
+                             "first axis must be the batch or one other axis, not several "
+                             "joined")
+        ref = Ref(node, ref.shape)
     if isinstance(ref, Ref) and not ref.shape:
         raise ModelError(f"{name}: {what} a 0-d tensor (or a tuple of them); npusim imports "
                          "PyTorch outputs that keep the batch axis: keep a dimension "

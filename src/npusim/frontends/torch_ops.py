@@ -28,6 +28,7 @@ from ..geometry import pair, same_padding
 from . import lowering as rules
 from .lowering import Lowering
 from .lowering import Refusal as _Refusal
+from .lowering.batch_view import Held
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,16 @@ class Ref:
     """A tensor computed from the network input: the IR node holding it and its shape.
 
     After ``F.pad`` it also carries the pending constant padding (``lowering.Pending``),
-    which only a conv or pooling reading it can absorb. After a permute that moves the batch
-    axis (attention's q, k, v cut as ``qkv.permute(2, 0, 3, 1, 4)``), ``name`` holds the
-    tensor before it and ``moved`` the permutation, pending for a reader that takes one
-    entry of the new first axis (``unbind(0)``, ``x[i]``, ``select(0, i)``: batch first
-    again); ``shape`` is the permuted one.
+    which only a conv or pooling reading it can absorb. After a permute or reshape that moves
+    the batch axis (attention's q, k, v cut as ``qkv.permute(2, 0, 3, 1, 4)``, Swin's
+    windows), ``held`` is the tensor as a view of an IR tensor that keeps the batch first
+    (``lowering.batch_view``, ``torch_held``), ``name`` that IR node and ``shape`` torch's.
     """
 
     name: str
     shape: tuple[int, ...]
     pad: rules.Pending = rules.NO_PAD
-    moved: tuple[int, ...] = ()
+    held: Held | None = None
     parts: tuple = ()  # the shapes of a tuple of tensors (chunk, split), else ()
     dtype: str = "float32"  # torch's element type of the traced tensor ("bool" after x > 0)
 
@@ -54,7 +54,7 @@ class Ref:
 class Parts:
     """A call's several results, read by getitem, each made from ``source``: of chunk /
     split, one Slice op per part; of unbind, a Slice and a Reshape per entry (a tuple of
-    ops), or, after a permute that moved the batch axis, a ``FirstEntry``; of a max along an
+    ops), or, of a held tensor, the cut taking it (``torch_held.Entry``); of a max along an
     axis, the op of its values; of attention, its output, computed already (a ``Ref``). A
     part the IR does not compute is None, and ``missing`` says what it is."""
 
@@ -82,10 +82,9 @@ def computed(x, rank: int | None = None) -> Ref:
         raise _Refusal("its input is a constant, not a tensor computed from the network input")
     if x.pad:
         raise rules.not_absorbed("F.pad")
-    if x.moved:
-        raise _Refusal(f"its input was permuted by {x.moved}, which moves the batch axis; the "
-                       "IR keeps the batch axis first: only unbind(0), x[i] or select(0, i), "
-                       "which take one entry of the new first axis, read it")
+    if x.held:
+        raise _Refusal(f"its input ({x.held.view.where}) holds the batch elsewhere than "
+                       "first; the IR reads it once a reshape or permute puts it first again")
     rules.expect_rank(x.shape, rank)
     return x
 

@@ -6,7 +6,6 @@ dropout): one converter per kind of call, with the torch call's own parameters (
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..geometry import pair
 from . import lowering as rules
+from . import torch_held
 from .lowering import Refusal as _Refusal
 from .torch_ops import Parts, Ref, adaptive_avg_pool2d, computed, number
 
@@ -202,53 +202,27 @@ def normalize(c, input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def permute(c, input, *dims):
-    x = computed(input)
+    x = _layout_input(input)
     dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
-    return _moving(c, x, rules.transpose(dims, len(x.shape)))
+    return torch_held.transposed(c, x, rules.transpose(dims, len(x.shape)).perm)
 
 
 def transpose(c, input, dim0, dim1):
-    x = computed(input)
-    return _moving(c, x, rules.swap_axes(dim0, dim1, len(x.shape)))
+    x = _layout_input(input)
+    return torch_held.transposed(c, x, rules.swap_axes(dim0, dim1, len(x.shape)).perm)
 
 
-def _moving(c, x: Ref, op: ops.Transpose):
-    """``op``, or, where it moves the batch axis, ``x`` with the permutation pending
-    (``Ref.moved``) for a reader that takes one entry of its first axis (``first_entry``)."""
-    if op.perm[0] == 0:
-        return op
-    return Ref(x.name, tuple(c.out_shape), moved=op.perm)
-
-
-def first_entry(c, x: Ref, index: int):
-    """Entry ``index`` of the first axis of ``x``, whose permutation moved the batch axis
-    (``Ref.moved``): the entry's Slice of the tensor before it, that tensor's axes put in
-    the permuted order with the batch first, the sliced axis last, and dropped (an (op,
-    inputs) pair for node ``c.name``); refused where the batch is not the next axis."""
-    axis, rest = x.moved[0], x.moved[1:]
-    if rest[0] != 0:
-        raise _Refusal(f"takes an entry of the first axis of a tensor permuted by {x.moved}: "
-                       "the batch axis is not the next one, and the IR keeps it first")
-    index = int(index) % x.shape[0]
-    return c.build.steps(c.name, [ops.Slice(axis, index, index + 1),
-                                  ops.Transpose((*rest, axis)),
-                                  ops.Reshape(tuple(x.shape[2:]))], x.name)
-
-
-@dataclass(frozen=True)
-class FirstEntry:
-    """A part of ``unbind(0)`` of a tensor whose batch axis a permute moved: its entry
-    ``index``, made by ``first_entry`` when getitem reads it."""
-
-    index: int
+def _layout_input(x) -> Ref:
+    """The tensor a layout call reads: a held one too (``torch_held``)."""
+    return x if isinstance(x, Ref) and x.held and not x.pad else computed(x)
 
 
 def unbind(c, input, dim=0):
     """``torch.unbind`` / ``x.unbind``: every entry along ``dim`` (read by getitem): a Slice
-    and a Reshape each; along the first axis of a tensor whose batch axis a permute moved,
-    ``first_entry``'s each. Unbinding the batch axis itself is refused."""
-    if isinstance(input, Ref) and input.moved and int(dim) % len(input.shape) == 0:
-        return Parts(input, tuple(FirstEntry(i) for i in range(input.shape[0])))
+    and a Reshape each; of a held tensor, its cuts (``torch_held.unbound``). Unbinding the
+    batch axis itself is refused."""
+    if isinstance(input, Ref) and input.held:
+        return torch_held.unbound(input, dim)
     x = computed(input)
     axis = int(dim) % len(x.shape)
     if axis == 0:
@@ -275,25 +249,15 @@ def concatenate(c, tensors, axis=0):
 
 def reshape_to(c, input, *args, **kwargs):
     """flatten / view / reshape / squeeze / unsqueeze / unflatten: the result shape PyTorch
-    produced."""
-    return _reshape(computed(input).shape, c.out_shape)
+    produced; held where it moves the batch axis (``torch_held``)."""
+    x = _layout_input(input)
+    return torch_held.reshaped(c, x) or rules.reshape(x.shape, c.out_shape)
 
 
 def reshape_as(c, input, other):
     """``x.view_as(y)`` / ``x.reshape_as(y)``: ``x`` to ``y``'s shape (``y`` only lends it)."""
-    x = computed(input)
-    return _reshape(x.shape, c.out_shape), (x.name,)
-
-
-def _reshape(x_shape, out_shape) -> ops.Op:
-    """``rules.reshape``; one that moves the batch axis refused with the way in that there is:
-    the ONNX importer follows such reshapes (``onnx_held``)."""
-    try:
-        return rules.reshape(x_shape, out_shape)
-    except _Refusal as e:
-        raise _Refusal(f"{e}; npusim's ONNX importer follows reshapes that move it (attention's "
-                       "heads, Swin's windows, MobileViT's patches): export the module "
-                       "(torch.onnx.export) and import the file") from None
+    x = _layout_input(input)
+    return torch_held.reshaped(c, x) or (rules.reshape(x.shape, c.out_shape), (x.name,))
 
 
 def interpolate(c, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -369,18 +333,13 @@ def getitem(c, input, index):
             raise _Refusal(f"reads {input.missing}")
         if isinstance(part, Ref):
             return part
-        if isinstance(part, FirstEntry):
-            return first_entry(c, input.source, part.index)
+        if isinstance(part, torch_held.Entry):
+            return torch_held.entry(c, input.source, part)
         if isinstance(part, tuple):  # a chain of ops
             return c.build.steps(c.name, list(part), input.source.name)
         return part, (input.source.name,)
-    if isinstance(input, Ref) and input.moved:
-        first = index[0] if isinstance(index, tuple) and index else index
-        rest = index[1:] if isinstance(index, tuple) else ()
-        if not isinstance(first, int) or any(r != slice(None) for r in rest):
-            raise _Refusal(f"indexes a tensor permuted by {input.moved} with {index!r}: the IR "
-                           "takes one entry of its first axis (x[i]), where the batch is next")
-        return first_entry(c, input, first)
+    if isinstance(input, Ref) and input.held:
+        return torch_held.cut(c, input, index)
     x = computed(input)
     steps = rules.index(x.shape, index_slices(index, x.shape), c.out_shape)
     return c.build.steps(c.name, steps, x.name) if steps else x
@@ -404,8 +363,9 @@ def flip_axis(axis: int):
 
 def select(c, input, dim, index):
     """``x.select(dim, i)`` / ``torch.select``: ``x[..., i, ...]`` on axis ``dim``."""
-    if isinstance(input, Ref) and input.moved and int(dim) % len(input.shape) == 0:
-        return first_entry(c, input, index)
+    if isinstance(input, Ref) and input.held:
+        return torch_held.cut(c, input, (slice(None),) * (int(dim) % len(input.shape))
+                              + (int(index),))
     x = computed(input)
     return getitem(c, x, (slice(None),) * (int(dim) % len(x.shape)) + (int(index),))
 
@@ -526,8 +486,8 @@ def same_tensor(c, input, *args, **kwargs):
     """``x.contiguous()``, ``x.float()``, ``x.clone()``, ``x.detach()``, ``x.cpu()``,
     ``x.to(...)``, ``x.type_as(y)``, ``x.type(...)`` of a float32 tensor: the tensor itself,
     where the result stays float32 (a device, ``non_blocking``, ``copy`` and
-    ``memory_format`` change nothing the IR holds)."""
-    x = computed(input)
+    ``memory_format`` change nothing the IR holds); a held tensor stays held."""
+    x = _layout_input(input)
     for value in (*args, kwargs.get("dtype")):
         if not isinstance(value, Ref):  # a Ref is a network tensor: float32
             _float32(value, "converts to")

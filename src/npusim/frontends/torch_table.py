@@ -436,10 +436,6 @@ def _module_name(cls: type) -> str:
 # the calls that may read a bool mask (a comparison's result, 1.0 and 0.0 in the IR) and give
 # what torch gives on the bool tensor: the select, the logical ops, a product, a conversion to
 # float32, and layout; any other reader (a sum of two masks is their OR in torch) is refused
-# the calls that read a tensor whose batch axis a permute moved (``Ref.moved``): each takes
-# one entry of its first axis, which puts the batch first again
-MOVED_READERS = frozenset({"operator.getitem", "torch.unbind", "Tensor.unbind", "torch.select",
-                           "Tensor.select"})
 MASK_READERS = frozenset({
     "torch.where", "torch.masked_fill", "Tensor.masked_fill", "torch.logical_and",
     "torch.logical_or", "torch.logical_xor", "torch.logical_not", "operator.and_",

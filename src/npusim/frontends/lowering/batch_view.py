@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ... import ops
 from .refusal import Refusal
 from .shape import reshape
@@ -62,6 +64,8 @@ class View:
     @property
     def where(self) -> str:
         """Where the view holds the batch, in words (for a refusal)."""
+        if self.atoms[0] == 1:
+            return f"shape {self.shape}, a batch of one"
         axis = self.axes[self.batch_axis]
         merged = " with other axes" if sum(self.atoms[a] > 1 for a in axis if a) else ""
         return f"shape {self.shape}, the batch in axis {self.batch_axis}{merged}"
@@ -256,3 +260,106 @@ def _arranged(atoms, order, base_shape, shape) -> list[ops.Op]:
     if now != tuple(shape):
         steps.append(reshape(now, shape))
     return steps
+
+
+@dataclass(frozen=True)
+class Held:
+    """A source tensor held as ``view`` of IR node ``base`` (of IR shape ``shape``); ``perm``
+    where it is that node transposed (by transposes alone), else None."""
+
+    base: str
+    shape: tuple[int, ...]
+    view: View
+    perm: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, base: str, shape) -> Held:
+        """An ordinary IR tensor (batch first) as a view of itself."""
+        return cls(base, tuple(shape), View.of(shape), tuple(range(len(shape))))
+
+    def transposed(self, build, name: str, perm) -> tuple[str, Held | None]:
+        """The source's transpose by ``perm`` (``placed``)."""
+        perm = tuple(int(p) % len(self.view.shape) for p in perm)
+        return self.placed(build, name, [], self.view.transposed(perm),
+                           None if self.perm is None else tuple(self.perm[p] for p in perm))
+
+    def reshaped(self, build, name: str, shape) -> tuple[str, Held | None]:
+        """The source's reshape to ``shape`` (``placed``)."""
+        return self.placed(build, name, [], self.view.reshaped(shape))
+
+    def cut(self, build, name: str, cuts) -> tuple[str, Held | None]:
+        """The source tensor cut by ``cuts`` ((axis, slice, whether the axis stays) each),
+        each along an axis that is one atom of the view (``placed``)."""
+        steps, shape, view = [], self.shape, self.view
+        for axis, part, keep in cuts:
+            start, stop, step = part.indices(view.shape[axis])
+            if (start, stop, step) == (0, view.shape[axis], 1) and keep:
+                continue
+            atoms, a, view = view.select(axis, part, keep)
+            if tuple(shape) != atoms:
+                steps.append(reshape(shape, atoms))
+            steps.append(ops.Slice(a, start, None if stop < 0 else stop, step))
+            shape = tuple(len(range(start, stop, step)) if k == a else n
+                          for k, n in enumerate(atoms))
+        return self.placed(build, name, steps, view)
+
+    def placed(self, build, name: str, steps, view: View,
+               perm: tuple[int, ...] | None = None) -> tuple[str, Held | None]:
+        """``steps`` on the IR tensor (node ``name``, if any), read as ``view``: if that puts
+        the batch alone first, (the ordinary IR node, after the ops making it so, None);
+        else (the IR node, the held tensor, transposed by ``perm`` if no step ran)."""
+        shape = self.shape
+        for op in steps:
+            shape = op.out_shape([shape], name)
+        if view.batch_first:
+            steps = [*steps, *plain_steps(view, shape)]
+            shape = view.shape
+        base = build.add(name, *build.steps(name, steps, self.base), shape) if steps \
+            else self.base
+        if view.batch_first:
+            return base, None
+        return base, Held(base, tuple(shape), view, None if steps else perm)
+
+    def canonical(self, build, name: str) -> Held:
+        """The tensor in its canonical form (nodes ``<name>0``...: none if it is already)."""
+        steps, shape, view = canonical_steps(self.view, self.shape)
+        if not steps:
+            return self
+        return Held(build.sequence(name, steps, self.base), shape, view)
+
+    def as_is(self, build, name: str) -> str | None:
+        """The IR node of the source tensor as it is (nodes ``<name>0``...: its transpose,
+        else ``as_is_steps``), or None where the IR cannot give it."""
+        steps = [ops.Transpose(self.perm)] if self.perm else as_is_steps(self.view, self.shape)
+        if steps is None:
+            return None
+        return build.sequence(name, steps, self.base) if steps else self.base
+
+
+def computable(views, rank: int, across) -> tuple[int, View]:
+    """The axis holding the batch of an op's rank-``rank`` result and the view of its
+    canonical form, for an op reading held tensors of ``views`` (canonical or not) and
+    working across its axes ``across``; refused where they hold the batch differently or
+    the op works across the batch's axis."""
+    j0 = views[0].batch_axis
+    for v in views:
+        if len(v.shape) != rank or v.batch_axis != j0 or v.batch_part() != views[0].batch_part():
+            raise Refusal("reads tensors that hold the batch differently: the IR computes on "
+                          "tensors that hold it alike")
+    if j0 in across:
+        raise Refusal(f"works across axis {j0}, which holds the batch: that would mix the "
+                      "samples of a batch")
+    return j0, views[0].canonical()[1]
+
+
+def with_batch_axis(value, rank: int, j0: int) -> np.ndarray:
+    """A constant operand of a rank-``rank`` result whose axis ``j0`` holds the batch, with the
+    canonical form's leading batch axis; refused if it varies along axis ``j0``."""
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return value
+    full = value.reshape((1,) * (rank - value.ndim) + value.shape)
+    if full.shape[j0] != 1:
+        raise Refusal(f"a constant of shape {value.shape} varies along axis {j0}, which holds "
+                      "the batch")
+    return full[None]

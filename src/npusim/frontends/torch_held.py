@@ -1,0 +1,253 @@
+"""PyTorch tensors whose batch axis a call moved, held as views (``lowering.batch_view``), as
+``onnx_held`` holds ONNX's.
+
+A permute, transpose or reshape that moves the batch axis from first place (timm's
+``qkv.permute(2, 0, 3, 1, 4)``, Swin's windows ``x.view(-1, p, p, c)``, MobileViT's patches)
+gives a ``Ref`` whose ``held`` is the tensor as a view of an IR tensor that keeps the batch
+first. Which calls read one:
+
+- layout calls (``READERS``: permutes, reshapes, indexing, ``select``, ``unbind``, the
+  float32 no-ops) change the view, each in its converter (``transposed``, ``reshaped``,
+  ``cut``);
+- computing calls (``ACROSS``, ``ELEMENTWISE``: linear layers, products, softmax, layer
+  norms, arithmetic, activations) run on the view's canonical form by their converter,
+  which sees canonical ``Ref``s, a softmax's ``dim`` counted from the end and constants with
+  an axis for the batch, where they do not work across the axis that holds the batch;
+
+and a result that puts the batch alone first again is an ordinary tensor. Any other reader
+(or a computing call that cannot be followed) takes a held tensor as it is, the batch where
+torch has it (``Held.as_is``: an IR transpose), where its first axis is one of the IR
+tensor's; else it is refused, naming where the tensor holds the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import ops
+from ..errors import LayerError
+from .lowering import Refusal
+from .lowering.batch_view import Held, computable, with_batch_axis
+from .torch_ops import Call, Parts, Ref
+
+# the calls whose converters take a held tensor themselves
+READERS = frozenset({
+    "operator.getitem", "torch.unbind", "Tensor.unbind", "torch.select", "Tensor.select",
+    "torch.permute", "Tensor.permute", "torch.transpose", "Tensor.transpose", "torch.flatten",
+    "Tensor.flatten", "torch.reshape", "Tensor.reshape", "Tensor.view", "torch.unflatten",
+    "Tensor.unflatten", "Tensor.squeeze", "Tensor.unsqueeze", "Tensor.view_as",
+    "Tensor.reshape_as", "nn.Flatten", "nn.Unflatten", "Tensor.contiguous", "Tensor.clone",
+    "Tensor.detach", "torch.clone", "torch.detach", "Tensor.float", "Tensor.to",
+    "Tensor.type_as", "Tensor.type", "Tensor.cpu"})
+_PRODUCTS = ("operator.matmul", "torch.matmul", "Tensor.matmul", "torch.bmm", "Tensor.bmm")
+_SOFTMAX = ("F.softmax", "torch.softmax", "Tensor.softmax", "F.log_softmax",
+            "torch.log_softmax", "Tensor.log_softmax")
+
+
+def _products(args, kwargs, module, k):
+    return (k - 2, k - 1) if sum(isinstance(a, Ref) for a in args[:2]) == 2 else (k - 1,)
+
+
+def _layer_norm(args, kwargs, module, k):
+    shape = module.normalized_shape if module is not None else \
+        (args[1] if len(args) > 1 else kwargs["normalized_shape"])
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return tuple(range(k - len(shape), k))
+
+
+# call -> the axes of its rank-k result it works across (from its arguments and module)
+ACROSS = {
+    **dict.fromkeys(_PRODUCTS, _products),
+    **dict.fromkeys(("nn.Linear", "F.linear"), lambda args, kwargs, module, k: (k - 1,)),
+    **dict.fromkeys(_SOFTMAX, lambda args, kwargs, module, k: (_dim(args, kwargs) % k,)),
+    **dict.fromkeys(("nn.LayerNorm", "F.layer_norm"), _layer_norm),
+    "F.scaled_dot_product_attention": lambda args, kwargs, module, k: (k - 2, k - 1),
+}
+ELEMENTWISE = frozenset({
+    "operator.add", "operator.sub", "operator.mul", "operator.truediv", "operator.neg",
+    "torch.add", "torch.sub", "torch.mul", "torch.div", "Tensor.add", "Tensor.sub",
+    "Tensor.mul", "Tensor.div", "nn.GELU", "nn.SiLU", "nn.ReLU", "nn.Sigmoid", "nn.Tanh",
+    "nn.Dropout", "nn.Identity", "F.gelu", "F.silu", "F.relu", "F.dropout", "torch.sigmoid",
+    "Tensor.sigmoid", "torch.tanh", "Tensor.tanh", "torch.relu", "Tensor.relu", "torch.exp",
+    "Tensor.exp"})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A part of ``unbind`` of a held tensor: entry ``index`` of ``axis``, cut when getitem
+    reads it."""
+
+    axis: int
+    index: int
+
+
+def of(x: Ref) -> Held:
+    """``x`` as a held tensor (an ordinary one as a view of itself)."""
+    return x.held or Held.of(x.name, x.shape)
+
+
+def ref(c: Call, placed: tuple[str, Held | None]) -> Ref:
+    """The ``Ref`` of a result ``Held.placed`` left: ordinary, or held."""
+    node, held = placed
+    return Ref(node, tuple(c.out_shape), held=held)
+
+
+def transposed(c: Call, x: Ref, perm):
+    """``x`` permuted by ``perm``: an IR ``Transpose`` where the batch stays first, else
+    held."""
+    if x.held is None and perm[0] == 0:
+        return ops.Transpose(tuple(perm))
+    return ref(c, of(x).transposed(c.build, c.name, perm))
+
+
+def reshaped(c: Call, x: Ref):
+    """``x`` reshaped to torch's result shape: held where it moves the batch axis (or ``x`` is
+    held), else None (an IR reshape)."""
+    if x.held is None and c.out_shape[:1] == x.shape[:1]:
+        return None
+    return ref(c, of(x).reshaped(c.build, c.name, c.out_shape))
+
+
+def cut(c: Call, x: Ref, index) -> Ref:
+    """``x[index]`` of a held ``x``: slices, integers and one ``...``, each along an axis that
+    is one atom of its view."""
+    parts = list(index) if isinstance(index, tuple) else [index]
+    if parts.count(Ellipsis) > 1 or not all(
+            p is Ellipsis or isinstance(p, slice) or isinstance(p, int)
+            and not isinstance(p, bool) for p in parts):
+        raise Refusal(f"indexes a tensor of {x.held.view.where} with {index!r}: the IR takes "
+                      "entries of such a tensor by slices, integers and one '...'")
+    if Ellipsis in parts:
+        at = parts.index(Ellipsis)
+        parts[at:at + 1] = [slice(None)] * (len(x.shape) - len(parts) + 1)
+    parts += [slice(None)] * (len(x.shape) - len(parts))
+    cuts = [(axis, p, True) if isinstance(p, slice) else
+            (axis, slice(p % x.shape[axis], p % x.shape[axis] + 1), False)
+            for axis, p in enumerate(parts)]
+    return ref(c, x.held.cut(c.build, c.name, cuts[::-1]))  # the last first: axes stay put
+
+
+def entry(c: Call, x: Ref, part: Entry) -> Ref:
+    """Entry ``part`` of ``unbind`` of held ``x``."""
+    return ref(c, x.held.cut(c.build, c.name,
+                             [(part.axis, slice(part.index, part.index + 1), False)]))
+
+
+def unbound(x: Ref, dim: int) -> Parts:
+    """``unbind(dim)`` of held ``x``: its entries, cut when read."""
+    axis = int(dim) % len(x.shape)
+    return Parts(x, tuple(Entry(axis, i) for i in range(x.shape[axis])))
+
+
+def convert(conv, call: Call, kind: str, module, args, kwargs):
+    """A call of ``kind`` reading held tensors that its converter does not take itself: on
+    their canonical forms where it computes (``ACROSS``, ``ELEMENTWISE``) and can; else
+    (what it built taken back) on each given as it is. (the result, a ``Ref`` or ``Parts``,
+    None) or (None, why it is refused)."""
+    build, built, where = call.build, len(call.build.nodes), _where(args, kwargs)
+    why = (f"it reads {where}; the IR reads it once a reshape or permute puts the batch axis "
+           "first again")
+    if conv is not None and (kind in ACROSS or kind in ELEMENTWISE):
+        try:
+            return _computed(conv, call, kind, module, args, kwargs), None
+        except (Refusal, TypeError, LayerError) as e:
+            why = str(e)
+            for node in build.nodes[built:]:
+                build.expected.pop(node.name, None)
+            del build.nodes[built:]
+    count = iter(range(1 << 30))
+    given = torch.fx.node.map_aggregate((args, kwargs), lambda v: _as_is(call, v, count))
+    if conv is None or any(isinstance(v, _Cannot) for v in _flat(given)):
+        return None, why
+    args, kwargs = given
+    try:
+        result = conv(call, *args, **kwargs)
+    except (Refusal, TypeError, LayerError) as e:
+        return None, f"it reads {where}, and given it as it is: {e}"
+    return _placed(call, result, args, kwargs, call.out_shape), None
+
+
+class _Cannot:
+    """A held argument that cannot be given as it is."""
+
+
+def _as_is(call: Call, v, count):
+    """Argument ``v``, given as it is if it is held (``Held.as_is``: nodes
+    ``<call>_as_is<k>_<j>``)."""
+    if not (isinstance(v, Ref) and v.held):
+        return v
+    node = v.held.as_is(call.build, f"{call.name}_as_is{next(count)}_")
+    return _Cannot() if node is None else Ref(node, v.shape, dtype=v.dtype)
+
+
+def _computed(conv, call: Call, kind: str, module, args, kwargs) -> Ref:
+    """A computing call on the canonical forms of its held arguments."""
+    refs = [v for v in _flat((args, kwargs)) if isinstance(v, Ref)]
+    if any(not r.held for r in refs):
+        raise Refusal(f"it combines {_where(args, kwargs)} with a tensor whose batch axis is "
+                      "first: the IR does not mix tensors that hold the batch in different "
+                      "axes")
+    k = len(call.out_shape)
+    try:
+        j0, _ = computable([r.held.view for r in refs], k,
+                           ACROSS.get(kind, lambda *a: ())(args, kwargs, module, k))
+    except Refusal as e:
+        raise Refusal(f"it reads {_where(args, kwargs)} and {e}") from None
+    canon = {}
+
+    def canonical(v):
+        if isinstance(v, Ref):
+            if v.name not in canon:
+                canon[v.name] = v.held.canonical(call.build, f"{call.name}_{v.name}_canonical")
+            held = canon[v.name]
+            return Ref(held.base, held.shape, dtype=v.dtype)
+        if kind in ELEMENTWISE and isinstance(v, torch.Tensor) and v.ndim:
+            return torch.from_numpy(np.ascontiguousarray(with_batch_axis(v.numpy(), k, j0)))
+        return v
+
+    args2, kwargs2 = torch.fx.node.map_aggregate((args, kwargs), canonical)
+    if kind in _SOFTMAX:
+        args2, kwargs2 = _from_the_end(args2, kwargs2, k)
+    out_view = next(iter(canon.values())).view.computed(call.out_shape)
+    out_shape = out_view.canonical()[0]
+    inner = Call(call.name, out_shape, call.build, call.parts)
+    node = _placed(inner, conv(inner, *args2, **kwargs2), args2, kwargs2, out_shape).name
+    return ref(call, Held(node, out_shape, out_view).placed(
+        call.build, f"{call.name}_plain", [], out_view))
+
+
+def _placed(call: Call, result, args, kwargs, shape):
+    """A converter's result as a ``Ref`` (or ``Parts``): an op or (op, inputs) placed as node
+    ``call.name``."""
+    if isinstance(result, (Ref, Parts)):
+        return result
+    refs = [v.name for v in _flat((args, kwargs)) if isinstance(v, Ref)]
+    return Ref(call.build.place(call.name, result, refs, shape), tuple(shape))
+
+
+def _dim(args, kwargs) -> int:
+    return int(args[1] if len(args) > 1 else kwargs.get("dim", -1))
+
+
+def _from_the_end(args, kwargs, k: int):
+    """A softmax's arguments with its ``dim`` counted from the end (the canonical form has
+    one axis more, in front)."""
+    dim = _dim(args, kwargs) % k - k
+    if len(args) > 1:
+        return (args[0], dim, *args[2:]), kwargs
+    return args, {**kwargs, "dim": dim}
+
+
+def _where(args, kwargs) -> str:
+    """Each held argument, once, by where it holds the batch."""
+    held = {v.name: v.held for v in _flat((args, kwargs)) if isinstance(v, Ref) and v.held}
+    return ", ".join(f"a tensor of {h.view.where}" for h in held.values())
+
+
+def _flat(value) -> list:
+    found = []
+    torch.fx.node.map_aggregate(value, found.append)
+    return found
