@@ -94,9 +94,7 @@ def convert(c: OnnxNode, convert_plain) -> None:
     try:
         _follow(c, convert_plain)
     except Refusal as why:
-        for node in c.build.nodes[built:]:
-            c.build.expected.pop(node.name, None)
-        del c.build.nodes[built:]
+        c.build.take_back(built)
         for now, before in ((m.held, held), (m.ir_of, ir_of)):  # in place: callers keep them
             now.clear()
             now.update(before)

@@ -155,9 +155,7 @@ def convert(conv, call: Call, kind: str, module, args, kwargs):
             return _computed(conv, call, kind, module, args, kwargs), None
         except (Refusal, TypeError, LayerError) as e:
             why = str(e)
-            for node in build.nodes[built:]:
-                build.expected.pop(node.name, None)
-            del build.nodes[built:]
+            build.take_back(built)
     count = iter(range(1 << 30))
     given = torch.fx.node.map_aggregate((args, kwargs), lambda v: _as_is(call, v, count))
     if conv is None or any(isinstance(v, _Cannot) for v in _flat(given)):

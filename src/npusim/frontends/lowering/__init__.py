@@ -119,6 +119,13 @@ class Lowering:
             self.expected[name] = tuple(shape)
         return name
 
+    def take_back(self, count: int) -> None:
+        """Drop the nodes added after the first ``count`` (a conversion that was not kept),
+        with their expected shapes."""
+        for node in self.nodes[count:]:
+            self.expected.pop(node.name, None)
+        del self.nodes[count:]
+
     def place(self, name: str, result, data_inputs, shape=None) -> str:
         """Add a converter's ``result``: an op reading ``data_inputs`` (the node's computed
         arguments, in order), or an (op, inputs) pair naming its inputs itself."""
