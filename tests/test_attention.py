@@ -258,6 +258,26 @@ def test_a_permute_that_moves_the_batch_read_where_it_is_equals_the_module(what)
     assert_runs_as_module(from_torch(net, X), net, X, "systolic-32x32-ws", 1e-5)
 
 
+class LearnedBias(nn.Module):
+    """A learned bias (a parameter) added to tokens whose heads a reshape merged into the
+    batch, as attention biases are."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(16)
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bias = nn.Parameter(torch.randn(48, 4))
+
+    def forward(self, x):
+        t = self.conv(x).flatten(2).reshape(-1, 4, 48).transpose(1, 2) + self.bias
+        return t.transpose(1, 2).reshape(x.shape[0], 8, 6, 8)
+
+
+def test_a_learned_constant_added_to_a_held_tensor_equals_the_module():
+    net = LearnedBias().eval()
+    assert_runs_as_module(from_torch(net, X), net, X, "systolic-32x32-ws", 1e-5)
+
+
 @pytest.mark.parametrize("what, why", [
     ("heads returned", r"forward returns a tensor of shape \(4, 4, 48\), the batch in axis 0 "
                        r"with other axes: an output's first axis must be the batch or one other "

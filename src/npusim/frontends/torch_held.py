@@ -203,7 +203,8 @@ def _computed(conv, call: Call, kind: str, module, args, kwargs) -> Ref:
             held = canon[v.name]
             return Ref(held.base, held.shape, dtype=v.dtype)
         if kind in ELEMENTWISE and isinstance(v, torch.Tensor) and v.ndim:
-            return torch.from_numpy(np.ascontiguousarray(with_batch_axis(v.numpy(), k, j0)))
+            value = with_batch_axis(v.detach().cpu().numpy(), k, j0)  # a parameter too
+            return torch.from_numpy(np.ascontiguousarray(value))
         return v
 
     args2, kwargs2 = torch.fx.node.map_aggregate((args, kwargs), canonical)
