@@ -166,14 +166,9 @@ class Reads(nn.Module):
     ("weights", r"node 'getitem': reads the attention weights: the IR computes the attention's "
                 r"output only"),
     ("mask", r"nn.MultiheadAttention x1 \(node 'attn': a mask: the IR attends to every key"),
-    ("sequence first", r"node 'attn': batch_first=False: its tensors put the sequence before "
-                       r"the batch, and the IR keeps the batch axis first"),
-    ("sequence first, as DETR", r"nn.MultiheadAttention x1 \(node 'attn': it reads a tensor "
-                                r"of shape \(48, 2, 8\), the batch in axis 1, and given it as "
-                                r"it is: batch_first=False: its tensors put the sequence before "
-                                r"the batch, and the IR keeps the batch axis first; build it "
-                                r"with batch_first=True \(the same weights\) and give it "
-                                r"N x L x E tokens"),
+    ("sequence first", r"node 'attn': batch_first=False: the IR reads its L x N x E tokens "
+                       r"where a permute of N x L x E ones made them \(x.permute\(1, 0, 2\)\); "
+                       r"these are not: build it with batch_first=True"),
 ])
 def test_what_attention_cannot_express_is_refused_naming_why(what, why):
     with pytest.raises(ModelError, match=why):
@@ -290,6 +285,36 @@ def test_what_a_held_tensor_cannot_be_is_refused_naming_where_the_batch_is(what,
         from_torch(Moved(what).eval(), X)
 
 
+class SequenceFirst(nn.Module):
+    """DETR as published: the transformer's tokens sequence first (L x N x E)."""
+
+    def __init__(self, norm_first=False):
+        super().__init__()
+        torch.manual_seed(13)
+        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(
+            16, 4, 32, norm_first=norm_first), 2, enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(
+            16, 2, 24, norm_first=norm_first), 2)
+        self.queries, self.boxes = nn.Conv2d(3, 16, 1), nn.Linear(16, 4)
+
+    def forward(self, x):
+        memory = self.encoder(self.backbone(x).flatten(2).permute(2, 0, 1))
+        queries = F.adaptive_avg_pool2d(self.queries(x), (1, 5)).flatten(2).permute(2, 0, 1)
+        return self.boxes(self.decoder(queries, memory)).sigmoid().transpose(0, 1)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_sequence_first_attention_and_transformers_read_permuted_tokens(norm_first, batch):
+    """DETR as published: tokens permuted to L x N x E into sequence-first modules, which
+    read them as the batch-first tokens they were (``torch_transformer.tokens``)."""
+    x, net = photo((batch, 3, 12, 16)), SequenceFirst(norm_first).eval()
+    assert_runs_as_module(from_torch(net, x), net, x, "systolic-32x32-ws", 1e-5)
+    net = Reads("sequence first, as DETR").eval()
+    assert_runs_as_module(from_torch(net, x), net, x, "sparse-pairs-32x32", 1e-5)
+
+
 class DetrLike(nn.Module):
     """A CNN backbone's tokens through a transformer encoder, and object queries (pooled
     from the image) through a decoder attending to them: DETR's shape, batch first."""
@@ -344,8 +369,8 @@ class Layer(nn.Module):
 @pytest.mark.parametrize("what, why", [
     ("mask", r"nn.TransformerEncoderLayer x1 \(node 'layer': a mask: the IR attends to every "
              r"key"),
-    ("sequence first", r"node 'layer': batch_first=False: its tensors put the sequence before "
-                       r"the batch"),
+    ("sequence first", r"node 'layer': batch_first=False: the IR reads its L x N x E tokens "
+                       r"where a permute of N x L x E ones made them"),
     ("activation", r"node 'layer': activation <function .*>: the IR's transformer layers "
                    r"take ReLU or GELU"),
 ])

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 from strategies import export_onnx, onnxruntime_output, photo, rel_err  # noqa: E402
-from test_attention import NETS, DetrLike, MobileViT, Swin  # noqa: E402
+from test_attention import NETS, DetrLike, MobileViT, SequenceFirst, Swin  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -66,25 +66,6 @@ def test_the_views_cost_no_more_data_moves_than_the_module_imported(name, export
         return sum(isinstance(n.op, (ops.Transpose, ops.Slice)) for n in graph.nodes)
 
     assert moves(from_onnx(path)) <= moves(from_torch(net, x))
-
-
-class SequenceFirst(nn.Module):
-    """DETR as published: the transformer's tokens sequence first (L x N x E)."""
-
-    def __init__(self, norm_first=False):
-        super().__init__()
-        torch.manual_seed(13)
-        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
-        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(
-            16, 4, 32, norm_first=norm_first), 2, enable_nested_tensor=False)
-        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(
-            16, 2, 24, norm_first=norm_first), 2)
-        self.queries, self.boxes = nn.Conv2d(3, 16, 1), nn.Linear(16, 4)
-
-    def forward(self, x):
-        memory = self.encoder(self.backbone(x).flatten(2).permute(2, 0, 1))
-        queries = F.adaptive_avg_pool2d(self.queries(x), (1, 5)).flatten(2).permute(2, 0, 1)
-        return self.boxes(self.decoder(queries, memory)).sigmoid().transpose(0, 1)
 
 
 DETRS = {"sequence first": SequenceFirst, "sequence first, pre-norm": lambda: SequenceFirst(

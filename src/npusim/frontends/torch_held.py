@@ -33,7 +33,8 @@ from .lowering import Refusal
 from .lowering.batch_view import Held, computable, with_batch_axis
 from .torch_ops import Call, Parts, Ref
 
-# the calls whose converters take a held tensor themselves
+# the calls whose converters take a held tensor themselves (a sequence-first transformer
+# module: its L x N x E tokens, ``torch_transformer.tokens``)
 READERS = frozenset({
     "operator.getitem", "torch.unbind", "Tensor.unbind", "torch.select", "Tensor.select",
     "torch.permute", "Tensor.permute", "torch.transpose", "Tensor.transpose", "torch.flatten",
@@ -41,7 +42,9 @@ READERS = frozenset({
     "Tensor.unflatten", "Tensor.squeeze", "Tensor.unsqueeze", "Tensor.view_as",
     "Tensor.reshape_as", "nn.Flatten", "nn.Unflatten", "Tensor.contiguous", "Tensor.clone",
     "Tensor.detach", "torch.clone", "torch.detach", "Tensor.float", "Tensor.to",
-    "Tensor.type_as", "Tensor.type", "Tensor.cpu"})
+    "Tensor.type_as", "Tensor.type", "Tensor.cpu", "nn.MultiheadAttention",
+    "nn.TransformerEncoderLayer", "nn.TransformerDecoderLayer", "nn.TransformerEncoder",
+    "nn.TransformerDecoder"})
 _PRODUCTS = ("operator.matmul", "torch.matmul", "Tensor.matmul", "torch.bmm", "Tensor.bmm")
 _SOFTMAX = ("F.softmax", "torch.softmax", "Tensor.softmax", "F.log_softmax",
             "torch.log_softmax", "Tensor.log_softmax")

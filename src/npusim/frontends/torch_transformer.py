@@ -1,11 +1,13 @@
-"""PyTorch's attention and transformer modules, batch first, as the IR's ops:
+"""PyTorch's attention and transformer modules as the IR's ops:
 ``nn.MultiheadAttention`` (``Lowering.attention``: its four projections linear layers of the
 machine, per head MatMul, Softmax, MatMul), ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` (attention and the feed-forward block, each with its
 residual add and layer norm, after or, with ``norm_first``, before it) and their stacks
 ``nn.TransformerEncoder`` / ``nn.TransformerDecoder``. Masks are refused, as the IR
-attends to every key; so are sequence-first modules (``batch_first=False``), whose tensors
-put the batch second. Inner nodes are named ``<module>_<part>``."""
+attends to every key. A sequence-first module (``batch_first=False``, DETR's) reads L x N x E
+tokens that a permute of batch-first ones made (a held tensor, ``torch_held``) as those
+(``tokens``) and gives its output as such a view (``in_order``); sequence-first tokens from
+elsewhere are refused. Inner nodes are named ``<module>_<part>``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from torch import nn
 from .. import ops
 from . import lowering as rules
 from .lowering import Refusal as _Refusal
+from .lowering.batch_view import Held
 from .torch_ops import Parts, Ref, computed, constant, optional_constant
 
 
@@ -22,10 +25,6 @@ def projections(m: nn.MultiheadAttention) -> list[tuple]:
     """The query, key, value and output projections of ``m`` as (weight (out, in), bias or
     None): the packed ``in_proj_weight`` cut in three as torch cuts it, or the separate
     ones of other key and value widths. Refuses what the IR does not attend with."""
-    if not m.batch_first:
-        raise _Refusal("batch_first=False: its tensors put the sequence before the batch, and "
-                       "the IR keeps the batch axis first; build it with batch_first=True "
-                       "(the same weights) and give it N x L x E tokens")
     if m.bias_k is not None or m.add_zero_attn:
         raise _Refusal("add_bias_kv / add_zero_attn: the IR attends to the keys given")
     if m._qkv_same_embed_dim:
@@ -51,12 +50,46 @@ def multihead_attention(c, m, query, key, value, key_padding_mask=None, need_wei
     read as ``[0]``; the attention weights (``[1]``) are not computed."""
     weights = projections(m)
     _no_masks(key_padding_mask, attn_mask, is_causal=is_causal)
-    q, k, v = (computed(t, 3) for t in (query, key, value))
-    out = c.build.attention(c.name, q.name, (k.name, v.name), [q.shape, k.shape, v.shape],
-                            weights, m.num_heads)
-    result = Ref(out, q.shape[:2] + (m.embed_dim,))
+    q, k, v = (tokens(c, m.batch_first, t, tag) for t, tag in zip((query, key, value), "qkv",
+                                                                   strict=True))
+    out = c.build.attention(f"{c.name}_out" if not m.batch_first else c.name, q.name,
+                            (k.name, v.name), [q.shape, k.shape, v.shape], weights,
+                            m.num_heads)
+    result = in_order(c, m.batch_first, Ref(out, q.shape[:2] + (m.embed_dim,)))
     return Parts(result, (result, None), "the attention weights: the IR computes the "
                  "attention's output only")
+
+
+def tokens(c, batch_first: bool, x, tag: str) -> Ref:
+    """The N x L x E tokens a module reads: ``x`` itself, or for a sequence-first module
+    (``batch_first`` False), ``x`` (L x N x E) transposed, which a permute of batch-first
+    tokens gives as a held tensor (``torch_held``): the view taken back (node
+    ``<call>_<tag>_batch_first``, or none)."""
+    if batch_first:
+        return computed(x, 3)
+    held = x.held if isinstance(x, Ref) else None
+    if held is None or len(x.shape) != 3 or not held.view.transposed((1, 0, 2)).batch_first:
+        raise _Refusal("batch_first=False: the IR reads its L x N x E tokens where a permute "
+                       "of N x L x E ones made them (x.permute(1, 0, 2)); these are not: build "
+                       "it with batch_first=True (the same weights) and give it N x L x E "
+                       "tokens")
+    node, _ = held.transposed(c.build, f"{c.name}_{tag}_batch_first", (1, 0, 2))
+    return Ref(node, (x.shape[1], x.shape[0], x.shape[2]))
+
+
+def in_order(c, batch_first: bool, out: Ref) -> Ref:
+    """A module's output ``out`` (N x L x E) in its own order: as it is, or for a
+    sequence-first module held as L x N x E (a view: no IR node)."""
+    if batch_first:
+        return out
+    node, held = Held.of(out.name, out.shape).transposed(c.build, c.name, (1, 0, 2))
+    return Ref(node, (out.shape[1], out.shape[0], out.shape[2]), held=held)
+
+
+def _batch_first(m) -> bool:
+    """Whether a transformer layer or stack ``m`` reads its tokens batch first."""
+    layer = m.layers[0] if hasattr(m, "layers") else m
+    return layer.self_attn.batch_first
 
 
 class _Layer:
@@ -129,7 +162,9 @@ def transformer_encoder_layer(c, m, src, src_mask=None, src_key_padding_mask=Non
                               is_causal=False):
     """``nn.TransformerEncoderLayer``: ``encoder_layer``."""
     _no_masks(src_mask, src_key_padding_mask, is_causal=is_causal)
-    return encoder_layer(c.build, c.name, m, computed(src, 3))
+    first = _batch_first(m)
+    name = c.name if first else f"{c.name}_out"
+    return in_order(c, first, encoder_layer(c.build, name, m, tokens(c, first, src, "src")))
 
 
 def transformer_decoder_layer(c, m, tgt, memory, tgt_mask=None, memory_mask=None,
@@ -138,17 +173,21 @@ def transformer_decoder_layer(c, m, tgt, memory, tgt_mask=None, memory_mask=None
     """``nn.TransformerDecoderLayer``: ``decoder_layer`` on the memory given."""
     _no_masks(tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
               is_causal=tgt_is_causal or memory_is_causal)
-    return decoder_layer(c.build, c.name, m, computed(tgt, 3), computed(memory, 3))
+    first = _batch_first(m)
+    name = c.name if first else f"{c.name}_out"
+    return in_order(c, first, decoder_layer(c.build, name, m, tokens(c, first, tgt, "tgt"),
+                                            tokens(c, first, memory, "memory")))
 
 
 def transformer_encoder(c, m, src, mask=None, src_key_padding_mask=None, is_causal=None):
     """``nn.TransformerEncoder``: its layers one after the other (``<name>_<k>``), then its
     norm, if any."""
     _no_masks(mask, src_key_padding_mask, is_causal=bool(is_causal))
-    x = computed(src, 3)
+    first = _batch_first(m)
+    x = tokens(c, first, src, "src")
     for k, layer in enumerate(m.layers):
         x = encoder_layer(c.build, f"{c.name}_{k}", layer, x)
-    return _final_norm(c, m.norm, x)
+    return _final_norm(c, first, m.norm, x)
 
 
 def transformer_decoder(c, m, tgt, memory, tgt_mask=None, memory_mask=None,
@@ -158,15 +197,20 @@ def transformer_decoder(c, m, tgt, memory, tgt_mask=None, memory_mask=None,
     ``memory``, then its norm, if any."""
     _no_masks(tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
               is_causal=bool(tgt_is_causal) or memory_is_causal)
-    x, memory = computed(tgt, 3), computed(memory, 3)
+    first = _batch_first(m)
+    x, memory = tokens(c, first, tgt, "tgt"), tokens(c, first, memory, "memory")
     for k, layer in enumerate(m.layers):
         x = decoder_layer(c.build, f"{c.name}_{k}", layer, x, memory)
-    return _final_norm(c, m.norm, x)
+    return _final_norm(c, first, m.norm, x)
 
 
-def _final_norm(c, norm: nn.LayerNorm | None, x: Ref):
-    """A stack's last layer norm as node ``c.name``, or its last layer's tokens."""
-    if norm is None:
-        return x
-    return rules.layer_norm(norm.normalized_shape, optional_constant(norm.weight, "weight"),
-                            optional_constant(norm.bias, "bias"), norm.eps), (x.name,)
+def _final_norm(c, batch_first: bool, norm: nn.LayerNorm | None, x: Ref):
+    """A stack's last layer norm as node ``c.name`` (``<call>_out`` for a sequence-first
+    stack), or its last layer's tokens, in the stack's order (``in_order``)."""
+    if norm is not None:
+        op = rules.layer_norm(norm.normalized_shape, optional_constant(norm.weight, "weight"),
+                              optional_constant(norm.bias, "bias"), norm.eps)
+        if batch_first:
+            return op, (x.name,)
+        x = Ref(c.build.add(f"{c.name}_out", op, (x.name,)), x.shape)
+    return in_order(c, batch_first, x)
