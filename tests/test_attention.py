@@ -315,6 +315,36 @@ def test_sequence_first_attention_and_transformers_read_permuted_tokens(norm_fir
     assert_runs_as_module(from_torch(net, x), net, x, "sparse-pairs-32x32", 1e-5)
 
 
+class WholeTransformer(nn.Module):
+    """``nn.Transformer`` (encoder and decoder, each with its norm) on a CNN's tokens and
+    pooled queries, sequence first as DETR feeds it or batch first."""
+
+    def __init__(self, batch_first):
+        super().__init__()
+        torch.manual_seed(17)
+        self.backbone = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.queries = nn.Conv2d(3, 16, 1)
+        self.transformer = nn.Transformer(16, 2, 1, 2, 24, dropout=0.0,
+                                          batch_first=batch_first)
+        self.order = (0, 2, 1) if batch_first else (2, 0, 1)
+
+    def forward(self, x):
+        src = self.backbone(x).flatten(2).permute(*self.order)
+        tgt = F.adaptive_avg_pool2d(self.queries(x), (1, 5)).flatten(2).permute(*self.order)
+        out = self.transformer(src, tgt)
+        return out if self.order[0] == 0 else out.transpose(0, 1)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")  # torch's, building it sequence first
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_nn_transformer_equals_the_module(batch_first, batch):
+    x, net = photo((batch, 3, 12, 16)), WholeTransformer(batch_first).eval()
+    graph = from_torch(net, x)
+    assert sum(isinstance(n.op, ops.LayerNorm) for n in graph.nodes) == 2 + 3 * 2 + 2
+    assert_runs_as_module(graph, net, x, "systolic-32x32-ws", 1e-5)
+
+
 class DetrLike(nn.Module):
     """A CNN backbone's tokens through a transformer encoder, and object queries (pooled
     from the image) through a decoder attending to them: DETR's shape, batch first."""

@@ -2,8 +2,9 @@
 view of one that keeps it first, against NumPy doing the same to the tensor itself. Random
 chains of transposes, merges and splits of axes, new and dropped axes of one and entries
 taken of an axis, on batches of 1 to 3: after each step the IR tensor read through the view
-is NumPy's tensor, the IR's own ops give it back where the view puts the batch first, and
-its canonical form is NumPy's tensor with the batch taken out of its axis and put first."""
+is NumPy's tensor, the IR's own ops give it back where the view puts the batch first and as
+it is (the batch where it lies) wherever its first axis is one axis, and its canonical form
+is NumPy's tensor with the batch taken out of its axis and put first."""
 
 import math
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npusim.frontends.lowering import Refusal
-from npusim.frontends.lowering.batch_view import View, canonical_steps, plain_steps
+from npusim.frontends.lowering.batch_view import View, as_is_steps, canonical_steps, plain_steps
 
 
 def read(base: np.ndarray, view: View) -> np.ndarray:
@@ -42,6 +43,11 @@ def check(base: np.ndarray, view: View, y: np.ndarray) -> None:
     np.testing.assert_array_equal(read(base, view), y)
     if view.batch_first:
         np.testing.assert_array_equal(applied(plain_steps(view, base.shape), base), y)
+    as_is = as_is_steps(view, base.shape)
+    if as_is is not None:  # the tensor itself, its batch where the view has it
+        np.testing.assert_array_equal(applied(as_is, base), y)
+    else:
+        assert len([a for a in view._coalesced().axes[0] if view.atoms[0] > 1 or a]) > 1
     steps, shape, canon = canonical_steps(view, base.shape)
     c = applied(steps, base)
     assert c.shape == shape

@@ -44,7 +44,7 @@ READERS = frozenset({
     "Tensor.detach", "torch.clone", "torch.detach", "Tensor.float", "Tensor.to",
     "Tensor.type_as", "Tensor.type", "Tensor.cpu", "nn.MultiheadAttention",
     "nn.TransformerEncoderLayer", "nn.TransformerDecoderLayer", "nn.TransformerEncoder",
-    "nn.TransformerDecoder"})
+    "nn.TransformerDecoder", "nn.Transformer"})
 _PRODUCTS = ("operator.matmul", "torch.matmul", "Tensor.matmul", "torch.bmm", "Tensor.bmm")
 _SOFTMAX = ("F.softmax", "torch.softmax", "Tensor.softmax", "F.log_softmax",
             "torch.log_softmax", "Tensor.log_softmax")
@@ -153,15 +153,14 @@ def convert(conv, call: Call, kind: str, module, args, kwargs):
     build, built, where = call.build, len(call.build.nodes), _where(args, kwargs)
     why = (f"it reads {where}; the IR reads it once a reshape or permute puts the batch axis "
            "first again")
-    if conv is not None and (kind in ACROSS or kind in ELEMENTWISE):
+    if kind in ACROSS or kind in ELEMENTWISE:
         try:
             return _computed(conv, call, kind, module, args, kwargs), None
         except (Refusal, TypeError, LayerError) as e:
             why = str(e)
             build.take_back(built)
-    count = iter(range(1 << 30))
-    given = torch.fx.node.map_aggregate((args, kwargs), lambda v: _as_is(call, v, count))
-    if conv is None or any(isinstance(v, _Cannot) for v in _flat(given)):
+    given = _given_as_is(call, args, kwargs)
+    if _cannot(given):
         return None, why
     args, kwargs = given
     try:
@@ -171,8 +170,20 @@ def convert(conv, call: Call, kind: str, module, args, kwargs):
     return _placed(call, result, args, kwargs, call.out_shape), None
 
 
+def _given_as_is(call: Call, args, kwargs):
+    """``args`` and ``kwargs`` with each held tensor given as it is (``Held.as_is``: nodes
+    ``<call>_as_is<k>_<j>``), or a ``_Cannot`` in its place where the IR cannot give it."""
+    count = iter(range(1 << 30))
+    return torch.fx.node.map_aggregate((args, kwargs), lambda v: _as_is(call, v, count))
+
+
 class _Cannot:
     """A held argument that cannot be given as it is."""
+
+
+def _cannot(given) -> bool:
+    """Whether ``_given_as_is`` could not give some argument."""
+    return any(isinstance(v, _Cannot) for v in _flat(given))
 
 
 def _as_is(call: Call, v, count):

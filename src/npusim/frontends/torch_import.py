@@ -268,7 +268,16 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             continue
         args = torch.fx.node.map_arg(n.args, info.__getitem__)
         kwargs = torch.fx.node.map_arg(n.kwargs, info.__getitem__)
-        if any(r.held for r in _refs(args, kwargs)) and kind not in torch_held.READERS:
+        held = any(r.held for r in _refs(args, kwargs)) and kind not in torch_held.READERS
+        if held and conv is None:  # unsupported, and the fallback takes the batch first
+            if fallback:
+                build.refuse_fallback(kind, n.name, None, "it reads a tensor whose batch axis a "
+                                      "permute or reshape moved, and the fallback's call takes "
+                                      "the batch first")
+            else:
+                build.refuse(kind, n.name)
+            continue
+        if held:
             module = gm.get_submodule(n.target) if n.op == "call_module" else None
             result, why = torch_held.convert(conv, Call(n.name, info[n].shape, build,
                                                         info[n].parts), kind, module, args,

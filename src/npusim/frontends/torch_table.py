@@ -123,6 +123,7 @@ from .torch_shape_ops import (
 )
 from .torch_transformer import (
     multihead_attention,
+    transformer,
     transformer_decoder,
     transformer_decoder_layer,
     transformer_encoder,
@@ -138,6 +139,7 @@ _MODULES = {
     nn.TransformerDecoderLayer: transformer_decoder_layer,
     nn.TransformerEncoder: transformer_encoder,
     nn.TransformerDecoder: transformer_decoder,
+    nn.Transformer: transformer,
     nn.Sigmoid: lambda c, m, x: unary(ops.Sigmoid)(c, x),
     nn.Hardsigmoid: lambda c, m, x: unary(ops.HardSigmoid)(c, x),
     nn.Hardswish: lambda c, m, x: unary(ops.HardSwish)(c, x),

@@ -2,12 +2,13 @@
 ``nn.MultiheadAttention`` (``Lowering.attention``: its four projections linear layers of the
 machine, per head MatMul, Softmax, MatMul), ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` (attention and the feed-forward block, each with its
-residual add and layer norm, after or, with ``norm_first``, before it) and their stacks
-``nn.TransformerEncoder`` / ``nn.TransformerDecoder``. Masks are refused, as the IR
-attends to every key. A sequence-first module (``batch_first=False``, DETR's) reads L x N x E
-tokens that a permute of batch-first ones made (a held tensor, ``torch_held``) as those
-(``tokens``) and gives its output as such a view (``in_order``); sequence-first tokens from
-elsewhere are refused. Inner nodes are named ``<module>_<part>``."""
+residual add and layer norm, after or, with ``norm_first``, before it), their stacks
+``nn.TransformerEncoder`` / ``nn.TransformerDecoder`` and ``nn.Transformer``. Masks are
+refused, as the IR attends to every key. A sequence-first module (``batch_first=False``,
+DETR's) reads L x N x E tokens that a permute of batch-first ones made (a held tensor,
+``torch_held``) as those (``tokens``) and gives its output as such a view (``in_order``);
+sequence-first tokens from elsewhere are refused. Inner nodes are named
+``<module>_<part>``."""
 
 from __future__ import annotations
 
@@ -184,10 +185,8 @@ def transformer_encoder(c, m, src, mask=None, src_key_padding_mask=None, is_caus
     norm, if any."""
     _no_masks(mask, src_key_padding_mask, is_causal=bool(is_causal))
     first = _batch_first(m)
-    x = tokens(c, first, src, "src")
-    for k, layer in enumerate(m.layers):
-        x = encoder_layer(c.build, f"{c.name}_{k}", layer, x)
-    return _final_norm(c, first, m.norm, x)
+    return _final_norm(c, first, m.norm, _layers(c.build, c.name, m, tokens(c, first, src,
+                                                                             "src")))
 
 
 def transformer_decoder(c, m, tgt, memory, tgt_mask=None, memory_mask=None,
@@ -199,17 +198,47 @@ def transformer_decoder(c, m, tgt, memory, tgt_mask=None, memory_mask=None,
               is_causal=bool(tgt_is_causal) or memory_is_causal)
     first = _batch_first(m)
     x, memory = tokens(c, first, tgt, "tgt"), tokens(c, first, memory, "memory")
+    return _final_norm(c, first, m.norm, _layers(c.build, c.name, m, x, memory))
+
+
+def transformer(c, m, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False):
+    """``nn.Transformer``: its encoder's layers and norm on ``src`` (``<name>_encoder_<k>``,
+    ``<name>_encoder_norm``), then its decoder's on ``tgt``, attending to the encoder's
+    output, the decoder's norm the node ``c.name``."""
+    _no_masks(src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,
+              memory_key_padding_mask, is_causal=bool(src_is_causal) or bool(tgt_is_causal)
+              or memory_is_causal)
+    first = m.batch_first
+    memory = _layers(c.build, f"{c.name}_encoder", m.encoder, tokens(c, first, src, "src"))
+    if m.encoder.norm is not None:
+        memory = Ref(c.build.add(f"{c.name}_encoder_norm", _norm(m.encoder.norm),
+                                 (memory.name,)), memory.shape)
+    x = _layers(c.build, f"{c.name}_decoder", m.decoder, tokens(c, first, tgt, "tgt"), memory)
+    return _final_norm(c, first, m.decoder.norm, x)
+
+
+def _layers(build, name: str, m, x: Ref, memory: Ref | None = None) -> Ref:
+    """A stack's layers one after the other (``<name>_<k>``): encoder layers, or decoder
+    layers attending to ``memory``."""
     for k, layer in enumerate(m.layers):
-        x = decoder_layer(c.build, f"{c.name}_{k}", layer, x, memory)
-    return _final_norm(c, first, m.norm, x)
+        x = encoder_layer(build, f"{name}_{k}", layer, x) if memory is None else \
+            decoder_layer(build, f"{name}_{k}", layer, x, memory)
+    return x
+
+
+def _norm(norm: nn.LayerNorm) -> ops.Op:
+    return rules.layer_norm(norm.normalized_shape, optional_constant(norm.weight, "weight"),
+                            optional_constant(norm.bias, "bias"), norm.eps)
 
 
 def _final_norm(c, batch_first: bool, norm: nn.LayerNorm | None, x: Ref):
     """A stack's last layer norm as node ``c.name`` (``<call>_out`` for a sequence-first
     stack), or its last layer's tokens, in the stack's order (``in_order``)."""
     if norm is not None:
-        op = rules.layer_norm(norm.normalized_shape, optional_constant(norm.weight, "weight"),
-                              optional_constant(norm.bias, "bias"), norm.eps)
+        op = _norm(norm)
         if batch_first:
             return op, (x.name,)
         x = Ref(c.build.add(f"{c.name}_out", op, (x.name,)), x.shape)

@@ -226,17 +226,20 @@ def as_is_steps(view: View, base_shape) -> list[ops.Op] | None:
     """IR ops taking the IR tensor of ``base_shape`` that ``view`` reads to the source's tensor
     itself, its batch where the view has it (an IR ``Transpose`` may move the batch axis; ops
     that do not care where it is read such a tensor as the source computes it), where the
-    source's first axis is one axis of the IR tensor (a batch of one aside: the IR's reshapes
-    keep the first axis); None where it is not."""
+    source's first axis is one axis of the IR tensor, or of size 1 (a unit axis put first; a
+    batch of one aside: the IR's reshapes keep the first axis); None where it is not."""
     view = view._coalesced()
     one = view.atoms[0] == 1
     first = [a for a in view.axes[0] if a != 0 or not one]
-    if len(first) != 1:
+    atoms, order = view.atoms, [a for a in view.order if a != 0 or not one]
+    if not first:
+        atoms = (*atoms, 1)
+        order.insert(0, len(atoms) - 1)
+    elif len(first) != 1:
         return None
-    order = [a for a in view.order if a != 0 or not one]
     if one:  # a batch of one next to the first axis, where the reshapes can drop it
         order.insert(1, 0)
-    return _arranged(view.atoms, order, tuple(base_shape), view.shape)
+    return _arranged(atoms, order, tuple(base_shape), view.shape)
 
 
 def canonical_steps(view: View, base_shape) -> tuple[list[ops.Op], tuple[int, ...], View]:
