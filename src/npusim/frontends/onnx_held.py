@@ -215,8 +215,8 @@ def _compute(c: OnnxNode, convert_plain) -> None:
                       "IR does not mix tensors that hold the batch in different axes")
     k = len(c.out_shape)
     try:
-        j0, _ = computable([m.held[t].view for t in data], k,
-                           ACROSS.get(c.op_type, lambda c, k: ())(c, k))
+        j0 = computable([m.held[t].view for t in data], k,
+                        ACROSS.get(c.op_type, lambda c, k: ())(c, k))
     except Refusal as e:
         raise Refusal(f"reads {_which(c)} and {e}") from None
     given = {} if c.op_type in ACROSS else {

@@ -204,8 +204,8 @@ def _computed(conv, call: Call, kind: str, module, args, kwargs) -> Ref:
                       "axes")
     k = len(call.out_shape)
     try:
-        j0, _ = computable([r.held.view for r in refs], k,
-                           ACROSS.get(kind, lambda *a: ())(args, kwargs, module, k))
+        j0 = computable([r.held.view for r in refs], k,
+                        ACROSS.get(kind, lambda *a: ())(args, kwargs, module, k))
     except Refusal as e:
         raise Refusal(f"it reads {_where(args, kwargs)} and {e}") from None
     canon = {}

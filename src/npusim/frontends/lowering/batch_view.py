@@ -339,11 +339,10 @@ class Held:
         return build.sequence(name, steps, self.base) if steps else self.base
 
 
-def computable(views, rank: int, across) -> tuple[int, View]:
-    """The axis holding the batch of an op's rank-``rank`` result and the view of its
-    canonical form, for an op reading held tensors of ``views`` (canonical or not) and
-    working across its axes ``across``; refused where they hold the batch differently or
-    the op works across the batch's axis."""
+def computable(views, rank: int, across) -> int:
+    """The axis holding the batch of an op's rank-``rank`` result, for an op reading held
+    tensors of ``views`` (canonical or not) and working across its axes ``across``; refused
+    where they hold the batch differently or the op works across the batch's axis."""
     j0 = views[0].batch_axis
     for v in views:
         if len(v.shape) != rank or v.batch_axis != j0 or v.batch_part() != views[0].batch_part():
@@ -352,7 +351,7 @@ def computable(views, rank: int, across) -> tuple[int, View]:
     if j0 in across:
         raise Refusal(f"works across axis {j0}, which holds the batch: that would mix the "
                       "samples of a batch")
-    return j0, views[0].canonical()[1]
+    return j0
 
 
 def with_batch_axis(value, rank: int, j0: int) -> np.ndarray:
