@@ -42,7 +42,7 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from . import torch_held, torch_inplace, torch_qat  # noqa: E402
+from . import torch_concrete, torch_held, torch_inplace, torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import (  # noqa: E402
     MASK_READERS,
@@ -137,13 +137,14 @@ def _no_fallback(args, kwargs, shape, dtype: str) -> str | None:
 # ---- tracing and recording --------------------------------------------------------------
 
 
-def _trace(module, name: str):
+def _trace(module, x, name: str):
+    """``module`` traced by fx; where fx cannot follow its Python, traced again with every
+    shape the number it has on the example input ``x`` (``_traced_at_shapes``)."""
+    state = _versions(module)
     try:
         gm = torch_qat.trace(module)
     except Exception as e:  # fx raises many types on untraceable Python
-        raise ModelError(f"{name}: torch.fx cannot trace it ({type(e).__name__}: {e}); npusim "
-                         "imports what symbolic_trace can follow (no control flow on tensor "
-                         "values)") from e
+        gm = _traced_at_shapes(module, x, name, e, state)
     inputs = [n.name for n in gm.graph.nodes if n.op == "placeholder" and not n.args]
     if len(inputs) != 1:
         raise ModelError(f"{name}: forward takes {len(inputs)} tensor inputs {inputs}; "
@@ -151,8 +152,40 @@ def _trace(module, name: str):
     return gm
 
 
+def _traced_at_shapes(module, x, name: str, error: Exception, state: list[int]):
+    """``module`` traced with its shapes the numbers they have on ``x`` (``torch_concrete``),
+    after fx alone failed with ``error``; not where that failed trace changed the module's
+    own parameters or buffers (``state``: their ``_versions`` before it), as a forward that
+    changes them outside what fx records would change them again."""
+    if _versions(module) != state:
+        raise ModelError(f"{name}: torch.fx cannot trace it ({type(error).__name__}: {error}); "
+                         "npusim imports what torch.fx can follow (no control flow on tensor "
+                         "values), and a forward that changes its own parameters or buffers "
+                         "as it is traced is not traced twice") from error
+    try:
+        return torch_concrete.trace(module, x)
+    except torch_concrete.RunFailed as e:
+        raise _forward_failed(name, x, e.node, e.error) from e.error
+    except Exception as e:
+        raise ModelError(f"{name}: torch.fx cannot trace it ({type(e).__name__}: {e}), even "
+                         "with its shapes taken as numbers; npusim imports what torch.fx can "
+                         "follow (no control flow on tensor values)") from e
+
+
+def _versions(module) -> list[int]:
+    """How many times each parameter and buffer of ``module`` has been changed in place."""
+    return [t._version for t in (*module.parameters(), *module.buffers())]
+
+
 class ForwardFailed(ModelError):
     """The network's own forward raised on the input it was traced with."""
+
+
+def _forward_failed(name: str, x, node: str, e: Exception) -> ForwardFailed:
+    """That the forward of network ``name`` raised ``e`` at ``node`` on ``x``."""
+    return ForwardFailed(f"{name}: running it on an input of shape {tuple(x.shape)} failed at "
+                         f"node {node!r} ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})")
 
 
 _SHAPE_ATTRIBUTES = ("shape", "ndim", "dtype", "device")
@@ -194,9 +227,7 @@ def _record(gm, x, name: str) -> dict:
             try:
                 out = super().run_node(n)
             except Exception as e:  # the user's own forward failed at this node
-                raise ForwardFailed(f"{name}: running it on an input of shape {tuple(x.shape)} "
-                                 f"failed at node {n.name!r} ({type(e).__name__}: "
-                                 f"{str(e).splitlines()[0] if str(e) else ''})") from e
+                raise _forward_failed(name, x, n.name, e) from e
             if n.op == "placeholder" or not _shape_query(n) and any(
                     a in dynamic for a in n.all_input_nodes):
                 dynamic.add(n)
@@ -490,7 +521,7 @@ def _check_hooks(module, name: str) -> None:
 
 def _imported(module, x, name: str, fallback: bool) -> Graph:
     """``from_torch``'s graph of ``module`` (in eval mode) traced on ``x``."""
-    gm = _trace(module, name)
+    gm = _trace(module, x, name)
     info = _record(gm, x, name)
     build = _convert(gm, info, fallback)
     if build.refused:

@@ -71,12 +71,13 @@ class Tracer(torch.fx.Tracer):
                 or isinstance(m, ObserverBase) or output_quantizer(m) is not None)
 
 
-def trace(module) -> torch.fx.GraphModule:
-    """``torch.fx.symbolic_trace`` with ``Tracer``'s leaves. A module that is itself a leaf
-    (a bare ``nn.BatchNorm2d`` or ``nn.ConvTranspose2d``), which fx would trace into as the
-    root, down to its Python's branches, is traced as the one layer of a container, named
-    as its class is (``batchnorm2d``)."""
-    tracer = Tracer()
+def trace(module, tracer: Tracer | None = None) -> torch.fx.GraphModule:
+    """``torch.fx.symbolic_trace`` with ``Tracer``'s leaves (or ``tracer``'s, a ``Tracer``
+    of its own). A module that is itself a leaf (a bare ``nn.BatchNorm2d`` or
+    ``nn.ConvTranspose2d``), which fx would trace into as the root, down to its Python's
+    branches, is traced as the one layer of a container, named as its class is
+    (``batchnorm2d``)."""
+    tracer = tracer or Tracer()
     if tracer.is_leaf_module(module, ""):
         module = torch.nn.Sequential(OrderedDict([(type(module).__name__.lower(), module)]))
     graph = tracer.trace(module)

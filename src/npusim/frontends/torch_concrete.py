@@ -1,0 +1,155 @@
+"""Tracing at the example's shapes: a forward whose Python reads its tensors' shapes as
+numbers, which torch.fx's symbolic tracing cannot follow, traced again with each shape the
+example input gives.
+
+fx traces with proxies that hold no values, so a shape is a proxy too: ``x.shape[1]`` can
+be passed on to ``view``, but not turned into a Python number or branched on. Published
+networks do both: Swin's ``window_reverse`` computes its batch as
+``int(windows.shape[0] / (H * W / p / p))`` and its blocks ``assert L == H * W``; detectors
+and window attention pad a map ``if W % p != 0``; a head loops ``for i in
+range(x.shape[1])``. fx stops at each with ``int() argument must be ... not 'Proxy'`` or
+"symbolically traced variables cannot be used as inputs to control flow".
+
+The import is made for one input shape, the example's (``from_torch``: a graph runs at the
+shape it was imported at), and its shape arithmetic is a constant already (the recording
+run gives every view its result shape). So where fx cannot trace a forward, ``trace``
+traces it again with a tracer (``Tracer``) that computes every node's value as it records
+it, and answers ``x.shape``, ``x.size()``, ``x.dim()``, ``x.ndim``, ``x.numel()`` and
+``len(x)`` with the numbers they have on the example: the forward's Python computes with
+them, branches on them and loops over them as it does when run, and the graph holds what
+that run does. Each node is computed twice, on the example and on another input of its
+shape: a shape the two disagree on follows the data (``x.nonzero()``, a boolean mask) and
+stays a proxy, as does every value of the data itself (``x.sum() > 0`` still cannot be
+branched on: the graph would hold one input's branch for every input). The values are
+computed on copies of the input, the parameters and the buffers, so the trace changes none
+of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from . import torch_inplace, torch_qat
+
+# a tensor's attributes and methods answered with the example's numbers
+_QUERIES = ("shape", "ndim", "size", "dim", "numel")
+_NONE = object()  # a node's value where it, or a node it reads, raised
+# what fx patches on every module while it traces (a call records a node, an attribute
+# gives a proxy); a value is computed with the originals
+_MODULE = {name: torch.nn.Module.__dict__[name] for name in ("__call__", "__getattr__")}
+
+
+@contextlib.contextmanager
+def _untraced():
+    """Modules called and read as they are outside a trace, fx's patches put back after."""
+    patched = {name: torch.nn.Module.__dict__[name] for name in _MODULE}
+    for name, original in _MODULE.items():
+        setattr(torch.nn.Module, name, original)
+    try:
+        yield
+    finally:
+        for name, patch in patched.items():
+            setattr(torch.nn.Module, name, patch)
+
+
+class Proxy(torch_inplace.Proxy):
+    """The in-place recording proxy (``torch_inplace.Proxy``) whose tensor's shape queries
+    are numbers where its shape is the same on both runs (``Tracer``); anything else is
+    traced as fx traces it."""
+
+    def __getattr__(self, name: str):
+        if name in _QUERIES and (value := self.tracer.static(self.node)) is not None:
+            return getattr(value, name)  # a method bound to the value: its call gives numbers
+        return super().__getattr__(name)
+
+    def __len__(self) -> int:
+        value = self.tracer.static(self.node)
+        return super().__len__() if value is None else len(value)
+
+
+class Tracer(torch_qat.Tracer):
+    """``torch_qat.Tracer`` (its leaves, its in-place proxies) that computes every node it
+    records on the example and on another input of its shape (``runs``; ``values``: node ->
+    its value on each, ``_NONE`` where it could not be computed). A shape the two runs agree on
+    is the example's (``static``); one they do not follows the data (``nonzero``, a boolean
+    mask) and stays a proxy. ``failed``: the first node whose computation on the example
+    raised, and the exception."""
+
+    def __init__(self, example: torch.Tensor):
+        super().__init__()
+        other = torch.randn(example.shape, generator=torch.Generator().manual_seed(1))
+        # copies: a forward may change its input in place
+        self.runs = (example.detach().clone(), other.to(example.dtype))
+        self.values: dict[torch.fx.Node, tuple] = {}
+        self.failed: tuple[str, Exception] | None = None
+
+    def proxy(self, node):
+        return Proxy(node, self)
+
+    def static(self, node: torch.fx.Node) -> torch.Tensor | None:
+        """``node``'s value on the example where it is a tensor of the same shape on both
+        runs, else None."""
+        values = self.values.get(node, (_NONE, _NONE))
+        if all(isinstance(v, torch.Tensor) for v in values) and (
+                values[0].shape == values[1].shape):
+            return values[0]
+        return None
+
+    def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if kind != "output":
+            self.values[node] = tuple(self._computed(node, run) for run in range(len(self.runs)))
+        return node
+
+    def _computed(self, node: torch.fx.Node, run: int):
+        """``node``'s value on input ``run`` (``_NONE`` where it or an input of it raised)."""
+        if any(self.values[n][run] is _NONE for n in node.all_input_nodes):
+            return _NONE
+        try:
+            with torch.no_grad(), _untraced():
+                return self._value(node, run)
+        except Exception as e:  # the forward fails on the example: the first failure kept
+            if run == 0:
+                self.failed = self.failed or (node.name, e)
+            return _NONE
+
+    def _value(self, node: torch.fx.Node, run: int):
+        """``node``'s value on input ``run``, from its inputs' values there."""
+        if node.op == "placeholder":
+            return self.runs[run] if not node.args else node.args[0]
+        if node.op == "get_attr":
+            value = self.root
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            return value.detach().clone() if isinstance(value, torch.Tensor) else value
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                            lambda n: self.values[n][run])
+        if node.op == "call_function":
+            return node.target(*args, **kwargs)
+        if node.op == "call_method":
+            return getattr(args[0], node.target)(*args[1:], **kwargs)
+        return self.root.get_submodule(node.target)(*args, **kwargs)  # call_module
+
+
+class RunFailed(Exception):
+    """The forward raised on the example at node ``node`` (``error``), and the trace could
+    not go on without that node's value."""
+
+    def __init__(self, node: str, error: Exception):
+        super().__init__(f"{node}: {error}")
+        self.node, self.error = node, error
+
+
+def trace(module, example: torch.Tensor) -> torch.fx.GraphModule:
+    """``torch_qat.trace`` of ``module`` with every shape query answered with the numbers it
+    has on ``example`` (``Tracer``). Raises ``RunFailed`` where the trace failed after the
+    forward itself did on the example, else what fx raised."""
+    tracer = Tracer(example)
+    try:
+        return torch_qat.trace(module, tracer)
+    except Exception as e:
+        if tracer.failed:
+            raise RunFailed(*tracer.failed) from e
+        raise
