@@ -7,10 +7,14 @@ own scale; timm's block, whose q, k, v come from a permute that moves the batch 
 read back by ``unbind(0)``, indexing or ``select``; a DETR-like encoder-decoder
 (``nn.TransformerEncoder`` / ``Decoder`` and their layers, post- and pre-norm, ReLU and
 GELU); MobileViT's and Swin's blocks, whose reshapes merge the batch with patches and
-windows (held tensors, ``torch_held``); a permute that moves the batch read where it is.
+windows (held tensors, ``torch_held``); a ViT's class token joined to its patches as a
+constant; PVT's, SegFormer's and Swin V2's attentions (``F.normalize`` of a held tensor); a
+permute that moves the batch read where it is.
 Each against the module in float64 on several machines; what the IR does not compute (the
 attention weights, computed masks, dropout, sequence-first modules, an output whose first
 axis joins the batch with others, a reshape that cuts the batch) refused by name."""
+
+import math
 
 import numpy as np
 import pytest
@@ -509,6 +513,125 @@ class Swin(nn.Module):
             t = t + s.reshape(b, h * w, c)
             t = t + self.mlp[i](self.norms[2 * i + 1](t))
         return self.head(t.transpose(1, 2).reshape(b, c, h, w))
+
+
+class ViT(nn.Module):
+    """A vision transformer as timm writes it: patches by a strided conv, the class token
+    expanded to the batch and joined before them (``torch.cat`` of a constant), the position
+    embedding added, pre-norm blocks of timm's attention (q, k, v by ``unbind(0)`` of a
+    permute that moves the batch) and MLP, the head on the class token (``x[:, 0]``)."""
+
+    def __init__(self, dim=24, heads=3, depth=2, grid=4):
+        super().__init__()
+        torch.manual_seed(23)
+        self.embed = nn.Conv2d(3, dim, 4, stride=4)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.5)
+        self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + 1, dim) * 0.5)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim, eps=1e-6) for _ in range(2 * depth + 1))
+        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(depth))
+        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(depth))
+        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(),
+                                               nn.Linear(2 * dim, dim)) for _ in range(depth))
+        self.heads, self.head = heads, nn.Linear(dim, 7)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+        b, n, c = x.shape
+        for i, (qkv, proj, mlp) in enumerate(zip(self.qkv, self.proj, self.mlp, strict=True)):
+            parts = qkv(self.norms[2 * i](x)).reshape(b, n, 3, self.heads, -1)
+            q, k, v = parts.permute(2, 0, 3, 1, 4).unbind(0)
+            attn = ((q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+            x = x + proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+            x = x + mlp(self.norms[2 * i + 1](x))
+        return self.head(self.norms[-1](x)[:, 0])
+
+
+class PyramidBlocks(nn.Module):
+    """Three attentions of hierarchical vision transformers as their authors write them:
+    PVT's spatial reduction (keys and values from a strided conv of the tokens put back on
+    the map, cut by a permute that moves the batch and read by indexing), SegFormer's Mix-FFN
+    (a depthwise conv between two linear layers on tokens), and Swin V2's cosine window
+    attention (``F.normalize`` of q and k, a clamped learned logit scale, the position bias
+    from an MLP over log-spaced relative coordinates: constants computed in forward)."""
+
+    def __init__(self, dim=16, heads=2, p=4):
+        super().__init__()
+        torch.manual_seed(24)
+        self.embed, self.head = nn.Conv2d(3, dim, 4, stride=4), nn.Conv2d(dim, 5, 1)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3))
+        self.q, self.kv = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim)
+        self.sr, self.sr_norm = nn.Conv2d(dim, dim, 2, stride=2), nn.LayerNorm(dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.dw = nn.Conv2d(2 * dim, 2 * dim, 3, padding=1, groups=2 * dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.ModuleList(
+            nn.Linear(dim, dim) for _ in range(2))
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)) + 2.0)
+        self.cpb = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, heads, bias=False))
+        rel = torch.arange(-(p - 1), p, dtype=torch.float32) / (p - 1) * 8
+        table = torch.stack(torch.meshgrid(rel, rel, indexing="ij"), -1)[None]
+        self.register_buffer("table", torch.sign(table) * torch.log2(table.abs() + 1) / 3)
+        ij = torch.stack(torch.meshgrid(torch.arange(p), torch.arange(p), indexing="ij")).flatten(1)
+        rc = (ij[:, :, None] - ij[:, None, :]).permute(1, 2, 0) + p - 1
+        self.register_buffer("index", rc[..., 0] * (2 * p - 1) + rc[..., 1])
+        self.heads, self.p = heads, p
+
+    def reduced(self, t, h, w):
+        b, n, c = t.shape
+        q = self.q(t).reshape(b, n, self.heads, c // self.heads).permute(0, 2, 1, 3)
+        m = self.sr(t.permute(0, 2, 1).reshape(b, c, h, w)).reshape(b, c, -1).permute(0, 2, 1)
+        kv = self.kv(self.sr_norm(m)).reshape(b, -1, 2, self.heads, c // self.heads)
+        kv = kv.permute(2, 0, 3, 1, 4)
+        attn = ((q @ kv[0].transpose(-2, -1)) * (c // self.heads) ** -0.5).softmax(dim=-1)
+        return self.proj[0]((attn @ kv[1]).transpose(1, 2).reshape(b, n, c))
+
+    def mix_ffn(self, t, h, w):
+        t = self.fc1(t)
+        b, n, c = t.shape
+        return self.fc2(F.gelu(self.dw(t.transpose(1, 2).view(b, c, h, w)).flatten(2)
+                               .transpose(1, 2)))
+
+    def cosine(self, t):
+        b, n, c = t.shape
+        q, k, v = self.qkv(t).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        bias = self.cpb(self.table).view(-1, self.heads)[self.index.view(-1)].view(n, n, -1)
+        attn = attn + 16 * torch.sigmoid(bias.permute(2, 0, 1)).unsqueeze(0)
+        return self.proj[1]((attn.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+    def forward(self, x):
+        f = self.embed(x)
+        b, c, h, w = f.shape
+        p = self.p
+        t = f.flatten(2).transpose(1, 2)
+        t = t + self.reduced(self.norms[0](t), h, w)
+        t = t + self.mix_ffn(self.norms[1](t), h, w)
+        win = self.norms[2](t).view(b, h // p, p, w // p, p, c).permute(0, 1, 3, 2, 4, 5)
+        win = self.cosine(win.reshape(-1, p * p, c)).view(b, h // p, w // p, p, p, c)
+        t = t + win.permute(0, 1, 3, 2, 4, 5).reshape(b, h * w, c)
+        return self.head(t.transpose(1, 2).reshape(b, c, h, w))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_pvt_segformer_and_swin_v2_attentions_equal_the_module(batch):
+    """``F.normalize`` of a held tensor runs on its canonical form, along its ``dim``."""
+    x, net = photo((batch, 3, 32, 32)), PyramidBlocks().eval()
+    graph = from_torch(net, x)
+    for arch in ("systolic-32x32-ws", "sparse-pairs-32x32"):
+        assert_runs_as_module(graph, net, x, arch, 1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_vision_transformer_with_its_class_token_equals_the_module(batch):
+    """The class token joins the patches as a constant of the Concat (``ops.Concat``'s
+    ``constants``), the same for every sample."""
+    x, net = photo((batch, 3, 16, 16)), ViT().eval()
+    graph = from_torch(net, x)
+    joins = [n.op for n in graph.nodes if isinstance(n.op, ops.Concat)]
+    assert len(joins) == 1 and joins[0].constants[0][1].shape == (batch, 1, 24)
+    for arch in ("systolic-32x32-ws", "input-reuse-1024"):
+        assert_runs_as_module(graph, net, x, arch, 1e-5)
 
 
 @pytest.mark.parametrize("batch", [1, 2])

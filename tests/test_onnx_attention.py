@@ -2,11 +2,13 @@
 batch axis moved (the heads merged into it, the sequence before it, q, k and v before it)
 held as views (``onnx_held``). Every attention of test_attention exported by both exporters,
 at a batch of two and of one, DETR (its published sequence-first form and batch first,
-post- and pre-norm), a MobileViT block (the batch merged with its patches' pixels) and two
-Swin blocks (the batch merged with the windows), each against onnxruntime on the file; a
-transposed batch read where it is, as the file computes it; a reader that would mix the
-samples of a batch, and an output whose first axis joins the batch with others, refused by
-name."""
+post- and pre-norm), a MobileViT block (the batch merged with its patches' pixels), two
+Swin blocks (the batch merged with the windows), a ViT (its class token a constant of the
+Concat), PVT's, SegFormer's and Swin V2's attentions (F.normalize's reduction, Clip and
+Expand of held tensors) and the one image of a batch of one taken by index, each against
+onnxruntime on the file; a transposed batch read where it is, as the file computes it; a
+reader that would mix the samples of a batch, and an output whose first axis joins the
+batch with others, refused by name."""
 
 import numpy as np
 import onnx
@@ -15,7 +17,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 from strategies import export_onnx, onnxruntime_output, photo, rel_err  # noqa: E402
-from test_attention import NETS, DetrLike, MobileViT, SequenceFirst, Swin  # noqa: E402
+from test_attention import (  # noqa: E402
+    NETS,
+    DetrLike,
+    MobileViT,
+    PyramidBlocks,
+    SequenceFirst,
+    Swin,
+    ViT,
+)
+from test_torch_import import FirstImage  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
@@ -104,6 +115,40 @@ def test_swin_blocks_equal_onnxruntime(exporter, batch, tmp_path):
     assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32"))
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_vision_transformer_equals_onnxruntime(exporter, batch, tmp_path):
+    """Its class token an initialiser expanded to the batch (folded: a constant of the
+    Concat), the patches' tokens, timm's attention, the head on the class token."""
+    x = photo((batch, 3, 16, 16))
+    path = export_onnx(ViT().eval(), x, tmp_path / "vit.onnx", exporter)
+    graph = assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32"))
+    assert sum(isinstance(n.op, ops.Concat) and bool(n.op.constants) for n in graph.nodes) == 1
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_pvt_segformer_and_swin_v2_attentions_equal_onnxruntime(exporter, batch, tmp_path):
+    """F.normalize exported as ReduceL2 (its axes kept), Clip, Expand and Div, each of a held
+    tensor, run on its canonical form."""
+    x = photo((batch, 3, 32, 32))
+    path = export_onnx(PyramidBlocks().eval(), x, tmp_path / "pyramid.onnx", exporter)
+    assert_runs_as_onnxruntime(path, x, ("systolic-32x32-ws", "sparse-pairs-32x32"))
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_the_one_image_of_a_batch_of_one_taken_by_index_equals_onnxruntime(exporter, tmp_path):
+    """``x[0]``, ``select`` and ``unbind`` of a batch of one, exported as Gathers of the batch
+    axis: the image without its batch axis, held; at a batch of two, one image of two is
+    refused naming the Gather."""
+    x = photo((1, 3, 6, 7))
+    assert_runs_as_onnxruntime(export_onnx(FirstImage(), x, tmp_path / "one.onnx", exporter), x)
+    two = export_onnx(FirstImage(), photo((2, 3, 6, 7)), tmp_path / "two.onnx", exporter)
+    with pytest.raises(ModelError, match=r"Gather x3 \(node '[^']+': takes entries of axis 0 "
+                                         r"of \(2, 8, 6, 7\), which holds the batch"):
+        from_onnx(two)
+
+
 def onnx_file(tmp_path, nodes, inits=None, out_shape=None, in_shape=(2, 3, 4, 5)):
     """An ONNX file reading ``x`` (of ``in_shape``) and writing ``y``."""
     graph = helper.make_graph(
@@ -130,10 +175,17 @@ SHAPE = {"s": np.array([6, 20], np.int64)}
      r"Softmax x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 with other "
      r"axes\) and works across axis 0, which holds the batch: that would mix the samples of a "
      r"batch"),
-    (HEADS + [node("ReduceMean", ["t"], "y", axes=[1])], SHAPE, (2, 3, 4, 5),
+    (HEADS + [node("ReduceMean", ["t"], "y", axes=[1], keepdims=0)], SHAPE, (2, 3, 4, 5),
      r"ReduceMean x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 with other "
-     r"axes\); the IR reads it as ReduceMean's input once a Reshape or Transpose puts the batch "
-     r"axis first again"),
+     r"axes\) and drops the axes it reduces; the IR follows a reduction of such a tensor that "
+     r"keeps them \(keepdims=1\)"),
+    (HEADS + [node("ReduceL2", ["t"], "y", axes=[0])], SHAPE, (2, 3, 4, 5),
+     r"ReduceL2 x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 with other "
+     r"axes\) and works across axis 0, which holds the batch"),
+    (HEADS + [node("Expand", ["t", "e"], "y")], SHAPE | {"e": np.array([2, 6, 20], np.int64)},
+     (2, 3, 4, 5), r"Expand x1 \(node 'y': reads 't' \(shape \(6, 20\), the batch in axis 0 "
+     r"with other axes\) and expands \(6, 20\) to \(2, 6, 20\); the IR follows an Expand of "
+     r"such a tensor that keeps its axes"),
     (HEADS + [node("Add", ["t", "c"], "y")], SHAPE | {"c": np.ones((6, 1), np.float32)},
      (2, 3, 4, 5), r"Add x1 \(node 'y': a constant of shape \(6, 1\) varies along axis 0, "
      r"which holds the batch"),
@@ -156,17 +208,23 @@ def test_an_output_whose_axes_join_the_batch_with_others_is_refused(tmp_path):
         from_onnx(path)
 
 
-@pytest.mark.parametrize("nodes", [
-    [node("Transpose", ["x"], "t", perm=[1, 0, 2, 3]), node("Add", ["t", "x"], "y")],
-    [node("Transpose", ["x"], "y", perm=[1, 0, 2, 3])],
-    [node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]), node("ReduceMax", ["t"], "y", axes=[1])],
+@pytest.mark.parametrize("nodes, transposes", [
+    ([node("Transpose", ["x"], "t", perm=[1, 0, 2, 3]), node("Add", ["t", "x"], "y")], 1),
+    ([node("Transpose", ["x"], "y", perm=[1, 0, 2, 3])], 1),
+    ([node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]),
+      node("ReduceMax", ["t"], "y", axes=[1], keepdims=0)], 1),
+    ([node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]), node("ReduceMax", ["t"], "y", axes=[1])],
+     2),
 ])
-def test_a_transposed_batch_read_where_it_is_is_what_the_file_computes(nodes, tmp_path):
+def test_a_transposed_batch_read_where_it_is_is_what_the_file_computes(nodes, transposes,
+                                                                       tmp_path):
     """A tensor whose batch a transpose moved, read by an op that takes it where it is (a
-    sum with the tensor before it, a reduction, the graph's output), is that transpose."""
+    sum with the tensor before it, a reduction that drops its axes, the graph's output), is
+    that transpose; a reduction that keeps its axes runs on the canonical form (one
+    transpose there), its result given back as the file has it (one more)."""
     path = onnx_file(tmp_path, nodes, in_shape=(2, 2, 4, 5))
     graph = assert_runs_as_onnxruntime(path, photo((2, 2, 4, 5)))
-    assert sum(isinstance(n.op, ops.Transpose) for n in graph.nodes) == 1
+    assert sum(isinstance(n.op, ops.Transpose) for n in graph.nodes) == transposes
 
 
 def test_a_sequence_first_layer_norm_and_product_equal_onnxruntime(tmp_path):

@@ -328,8 +328,19 @@ def test_exported_integer_indexing_imports(tmp_path, dynamo):
     assert "Fallback" not in kinds and kinds.count("Slice") >= 3
 
 
+def test_a_gather_of_the_batch_axis_takes_the_one_image_of_a_batch_of_one(tmp_path):
+    """``x[0]`` exported at a batch of one: the image without its batch axis (held), given as
+    the graph's output, equal to onnxruntime; at a batch of two it takes one image of two:
+    refused."""
+    nodes = [node("Conv", ["x", "w"], "c"), node("Gather", ["c", "i"], "y", axis=0)]
+    inits = {"w": weights(4, 3, 3, 3), "i": np.array(0, np.int64)}
+    check(write(tmp_path, nodes, inits), photo((1, 3, 12, 11)))
+    with pytest.raises(ModelError, match=r"Gather x1 \(node 'gather_y': takes entries of "
+                                         r"axis 0 of \(2, 4, 10, 9\), which holds the batch"):
+        from_onnx(write(tmp_path, nodes, inits, in_shape=(2, 3, 12, 11), name="two"))
+
+
 @pytest.mark.parametrize("index, axis, message", [
-    (np.array(0, np.int64), 0, r"reshapes \(1, 4, 10, 9\) to \(4, 10, 9\): the IR keeps"),
     (np.array([2, 0], np.int64), 1, r"indices \[2, 0\] on axis 1: the IR gathers a run"),
     (np.array([0, 1, 3], np.int64), 1, r"indices \[0, 1, 3\] on axis 1"),
     (np.array([[[0, 1]]], np.int64), 1, r"indices of shape \(1, 1, 2\)"),
@@ -686,8 +697,9 @@ def refusal_cases():
         ([node("Flatten", ["x"], "f"), node("Gemm", ["f", "b"], transA=1)],
          {"b": weights(1, 5)}, r"transA=1: the IR keeps the batch on axis 0"),
         ([node("Conv", ["x", "x"])], {}, r"input 'x' is computed from the graph input"),
-        ([node("Concat", ["x", "c"], axis=1)], {"c": weights(1, 1, 12, 11)},
-         r"concatenates a constant"),
+        ([node("Concat", ["x", "c"], axis=0)], {"c": weights(1, 3, 12, 11)},
+         r"concatenates a constant along the batch axis; the IR joins constants to each "
+         r"sample"),
         ([node("Transpose", ["x"], "t", perm=[2, 1, 0, 3]), node("Reshape", ["t", "s"])],
          {"s": np.array([36, 11], np.int64)},
          r"output 'y' \(shape \(36, 11\), a batch of one\): an output's "

@@ -106,6 +106,22 @@ def test_global_avg_pool_add_concat_flatten_reshape():
     close(ops.Reshape((5, -1))(a), t(a).reshape(2, 5, -1))
 
 
+def test_concat_joins_constants_in_their_places_to_every_sample():
+    """A class token of a batch of one before the tokens (ViT), a constant of the batch's own
+    between two computed tensors; the shape rule as torch gives."""
+    tokens, more = rand(2, 6, 4, seed=1), rand(2, 3, 4, seed=2)
+    token, each = rand(1, 1, 4, seed=3), rand(2, 2, 4, seed=4)
+    op = ops.Concat(1, ((0, token), (2, each)))
+    ref = torch.cat([t(token).expand(2, -1, -1), t(tokens), t(each), t(more)], 1)
+    close(op(tokens, more), ref)
+    assert op.out_shape([tokens.shape, more.shape], "cat") == tuple(ref.shape)
+    for bad in ((0, rand(3, 1, 4)), (0, rand(1, 1, 5)), (0, rand(1, 4))):
+        with pytest.raises(LayerError, match="cat: Concat along axis 1 of mismatched shapes"):
+            ops.Concat(1, (bad,)).out_shape([tokens.shape], "cat")
+    with pytest.raises(LayerError, match="cat: Concat of a constant along the batch axis"):
+        ops.Concat(0, ((0, token),)).out_shape([(2, 1, 4)], "cat")
+
+
 @pytest.mark.parametrize("hw, size", [((9, 9), (4, 4)), ((5, 4), (3, 3)), ((7, 13), (7, 7)),
                                       ((3, 2), (5, 7)), ((1, 6), (1, 4)), ((8, 8), (8, 8))])
 def test_adaptive_pools_are_torchs_and_cost_their_windows(hw, size):

@@ -618,15 +618,46 @@ def test_integer_indexing_and_select_import():
     assert op_kinds(graph).count("Slice") == 7
 
 
+class FirstImage(nn.Module):
+    """At a batch of one, its one image taken by an integer index (of the batch axis, and of
+    the axis a permute moved it to), ``select`` and ``unbind``, worked on without its batch
+    axis and given one again by None and ``unsqueeze``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.mix = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(4, 5, 1)
+
+    def forward(self, x):
+        f = self.conv(x)
+        kept = torch.relu(f[0][2:6]).unsqueeze(0)  # 1 x 4 x H x W
+        last = f.select(0, -1)[None, :4]
+        rest = f.unbind(0)[0][4:, None].transpose(0, 1)  # (4, 1, H, W) -> 1 x 4 x H x W
+        moved = f.permute(1, 0, 2, 3)[2:6, 0][None]  # the batch of one in axis 1, taken
+        return self.mix(kept + last * rest - moved) + f[0, 1]
+
+
+def test_the_one_image_of_a_batch_of_one_taken_by_index_select_or_unbind_imports():
+    """``x[0]`` of a batch of one is ``x`` without its batch axis (held, the batch joined to
+    its first axis, as ``x.reshape(x.shape[1:])`` is); equal to PyTorch. At a batch of two it
+    takes one image of two: refused."""
+    check(FirstImage(), photo((1, 3, 6, 7)))
+    with pytest.raises(ModelError) as refused:
+        from_torch(FirstImage(), photo((2, 3, 6, 7)))
+    text = str(refused.value)
+    assert ("(node 'getitem': reshapes (1, 8, 6, 7) to (8, 6, 7): the IR keeps the batch axis "
+            "first;") in text
+    assert "Tensor.unbind x1 (node 'unbind': unbinds the batch axis" in text
+    assert "node 'getitem_3'" not in text  # it reads the refused unbind: nothing more to say
+
+
 @pytest.mark.parametrize("fn, why", [
-    (lambda x: x[0], r"reshapes \(1, 3, 6, 5\) to \(3, 6, 5\): the IR keeps the batch axis"),
     (lambda x: x[:, [0, 2]], r"no tensors, lists or booleans"),
     (lambda x: x.repeat(2, 1, 1, 1), r"repeats the batch axis 2 times"),
     (lambda x: x.repeat(1, 1, 1, 1, 2), r"repeats \(1, 1, 1, 1, 2\) of a tensor of shape"),
     (lambda x: F.rrelu(x, training=True), r"training=True draws a random slope"),
 ])
-def test_a_batch_index_a_list_index_a_repeat_of_the_batch_and_a_training_rrelu_are_refused(
-        fn, why):
+def test_a_list_index_a_repeat_of_the_batch_and_a_training_rrelu_are_refused(fn, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Lambda(fn), photo((1, 3, 6, 5)))
 

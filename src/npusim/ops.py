@@ -401,24 +401,44 @@ class Add(Op):
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Concat(Op):
-    """Concatenation along ``axis`` (channels by default); a data move, one op per element."""
+    """Concatenation along ``axis`` (channels by default); a data move, one op per element.
+
+    ``constants``: (position, array) pairs, each a constant joined at that place among the
+    parts (ViT's class token before the patches' tokens), batch first: of a batch of one,
+    the same for every sample, or of the inputs' batch."""
 
     axis: int = 1
+    constants: tuple = ()
 
     def out_shape(self, in_shapes, name):
         if not in_shapes:
             raise LayerError(f"{name}: Concat needs inputs")
         a = self.axis % len(in_shapes[0])
-        rest = [s[:a] + s[a + 1:] for s in in_shapes]
-        if any(len(s) != len(in_shapes[0]) for s in in_shapes) or any(r != rest[0] for r in rest):
+        if a == 0 and self.constants:
+            raise LayerError(f"{name}: Concat of a constant along the batch axis")
+        n = in_shapes[0][0]  # a constant of a batch of one is every sample's
+        shapes = self._parts(list(in_shapes), [
+            (n, *np.shape(c)[1:]) if np.ndim(c) and np.shape(c)[0] == 1 else np.shape(c)
+            for _, c in self.constants])
+        rest = [s[:a] + s[a + 1:] for s in shapes]
+        if any(len(s) != len(shapes[0]) for s in shapes) or any(r != rest[0] for r in rest):
             raise LayerError(f"{name}: Concat along axis {self.axis} of mismatched shapes "
-                             f"{in_shapes}")
-        return in_shapes[0][:a] + (sum(s[a] for s in in_shapes),) + in_shapes[0][a + 1:]
+                             f"{shapes}")
+        return in_shapes[0][:a] + (sum(s[a] for s in shapes),) + in_shapes[0][a + 1:]
+
+    def _parts(self, inputs: list, constants: list) -> list:
+        """The inputs with the constants in their places."""
+        for (at, _), c in zip(self.constants, constants, strict=True):
+            inputs.insert(at, c)
+        return inputs
 
     def __call__(self, *xs):
-        return np.concatenate(xs, axis=self.axis)
+        n = xs[0].shape[0]
+        constants = [np.broadcast_to(np.asarray(c, np.float32), (n, *np.shape(c)[1:]))
+                     for _, c in self.constants]
+        return np.concatenate(self._parts(list(xs), constants), axis=self.axis)
 
 
 @dataclass(frozen=True)

@@ -318,6 +318,18 @@ def _fallback(op: ops.Fallback):
     return lambda *xs: torch.from_numpy(op(*[x.detach().numpy() for x in xs]))
 
 
+def _concat(op: ops.Concat):
+    """torch.cat of the inputs, each constant in its place given the inputs' batch."""
+    constants = [(at, _tensor(c)) for at, c in op.constants]
+
+    def cat(*xs):
+        parts = list(xs)
+        for at, c in constants:
+            parts.insert(at, c.expand(xs[0].shape[0], *c.shape[1:]))
+        return torch.cat(parts, dim=op.axis)
+    return cat
+
+
 def _sum(*xs):
     out = xs[0]
     for x in xs[1:]:
@@ -350,7 +362,7 @@ def _function(op, out_shape):
         ops.LeakyRelu: lambda: (lambda x: F.leaky_relu(x, op.alpha)),
         ops.GlobalAvgPool: lambda: (lambda x: F.adaptive_avg_pool2d(x, 1)),
         ops.Add: lambda: _sum,
-        ops.Concat: lambda: (lambda *xs: torch.cat(xs, dim=op.axis)),
+        ops.Concat: lambda: _concat(op),
         ops.Flatten: lambda: (lambda x: torch.flatten(x, 1)),
         ops.Reshape: lambda: _reshape(op),
         ops.Softmax: lambda: (lambda x: (F.log_softmax if op.log else F.softmax)(x, dim=op.axis)),

@@ -8,12 +8,15 @@ shape and the view. Which nodes read one:
 - reshapes and transposes (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``,
   ``Transpose``) change the view;
 - ``Gather`` (a constant index or a run of them), ``Slice`` and ``Split`` along an axis that
-  is one atom of the view slice the IR tensor;
+  is one atom of the view slice the IR tensor; a ``Gather`` of the one entry of an axis of
+  size one drops it as a reshape does (so ``x[0]`` of a batch of one, exported as a
+  ``Gather`` of the batch axis, holds the image without its batch axis);
 - ``COMPUTE`` ops run on the view's canonical form (the batch first, each ONNX axis one IR
   axis after it) by their usual converter, which sees the canonical shapes (``HeldNode``),
   where they do not work across the axis that holds the batch (that would mix the samples of
-  a batch): a product's rows and columns, a softmax's or a layer norm's axes, a constant
-  that varies along it;
+  a batch): a product's rows and columns, a softmax's or a layer norm's axes, the axes a
+  reduction keeping them reduces or an Expand repeats along (``F.normalize`` exported), a
+  constant that varies along it;
 
 and a node that puts the batch alone in the first axis again makes its output an ordinary
 IR tensor (a reshape, a transpose and a reshape of the held one). Where a view cannot be
@@ -37,23 +40,53 @@ from .onnx_model import OnnxNode
 
 LAYOUT = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
 SELECT = ("Gather", "Slice", "Split")
+REDUCE = ("ReduceL2", "ReduceL1", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
+
+
+def _reduced(c: OnnxNode, k: int) -> tuple[int, ...]:
+    """The axes a reduction keeping them (``keepdims``: F.normalize's norm) reduces."""
+    if not c.attr("keepdims", 1):
+        raise Refusal("drops the axes it reduces; the IR follows a reduction of such a tensor "
+                      "that keeps them (keepdims=1)")
+    axes = _axes(c)
+    return tuple(range(k)) if axes is None else tuple(int(a) % k for a in axes)
+
+
+def _axes(c: OnnxNode):
+    """A reduction's axes: its attribute, or from opset 18 (ReduceSum: 13) its input 1."""
+    as_input = c.model.opset >= (13 if c.op_type == "ReduceSum" else 18)
+    axes = (c.const(1) if c.has_input(1) else None) if as_input else c.attr("axes")
+    return None if axes is None or len(axes) == 0 else axes
+
+
+def _expanded(c: OnnxNode, k: int) -> tuple[int, ...]:
+    """The axes an Expand keeping the rank repeats its input along (F.normalize's norm
+    expanded to its input's shape)."""
+    if len(c.in_shape(0)) != k:
+        raise Refusal(f"expands {c.in_shape(0)} to {c.out_shape}; the IR follows an Expand of "
+                      "such a tensor that keeps its axes")
+    return tuple(a for a in range(k) if c.in_shape(0)[a] != c.out_shape[a])
+
+
 # op type -> the ONNX axes (of a rank-k output) it works across, which must not hold the batch
 ACROSS = {"MatMul": lambda c, k: (k - 2, k - 1) if _computed(c, 1) else (k - 1,),
           "Gemm": lambda c, k: (1,),
           "Softmax": lambda c, k: (c.attr("axis", -1) % k,),
           "LogSoftmax": lambda c, k: (c.attr("axis", -1) % k,),
-          "LayerNormalization": lambda c, k: tuple(range(c.attr("axis", -1) % k, k))}
+          "LayerNormalization": lambda c, k: tuple(range(c.attr("axis", -1) % k, k)),
+          **dict.fromkeys(REDUCE, _reduced), "Expand": _expanded}
 ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Relu", "Gelu",
                "Erf", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg", "Reciprocal", "Identity",
-               "Dropout", "Cast", "IsNaN")
+               "Dropout", "Cast", "IsNaN", "Clip")
 COMPUTE = (*ACROSS, *ELEMENTWISE)
 
 
 @dataclass
 class HeldNode(OnnxNode):
     """A node as its converter sees it on canonical forms: ``seen`` the IR shapes of its
-    held inputs and output, ``given`` its constants with an axis for the batch, and a
-    non-negative ``axis`` one further on."""
+    held inputs and output, ``given`` its constants with an axis for the batch (a
+    reduction's axes input, one further on), and a non-negative ``axis`` or ``axes`` one
+    further on."""
 
     seen: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
@@ -68,15 +101,18 @@ class HeldNode(OnnxNode):
 
     def attr(self, key: str, default=None):
         value = super().attr(key, default)
+        if key == "axes" and value is not None:
+            return [a + 1 if a >= 0 else a for a in value]
         return value + 1 if key == "axis" and isinstance(value, int) and value >= 0 else value
 
 
 def involved(c: OnnxNode) -> bool:
-    """Whether node ``c`` reads a held tensor or moves the batch axis of an ordinary one."""
+    """Whether node ``c`` reads a held tensor or moves the batch axis of an ordinary one (a
+    layout node, or a Gather of the batch axis: ``x[0]`` of a batch of one)."""
     m = c.model
     if any(t in m.held for t in c.proto.input):
         return True
-    if c.op_type not in LAYOUT or c.proto.input[0] not in m.depends:
+    if c.op_type not in (*LAYOUT, "Gather") or c.proto.input[0] not in m.depends:
         return False
     shape = c.in_shape(0)
     if c.op_type == "Transpose":
@@ -179,7 +215,9 @@ def _place(c: OnnxNode, out: str, result: tuple[str, Held | None]) -> None:
 
 
 def _select(c: OnnxNode) -> None:
-    """Gather, Slice or Split of a held tensor along axes that are one atom of its view."""
+    """Gather, Slice or Split of a held tensor along axes that are one atom of its view; a
+    Gather of the one entry of an axis of size one (the batch of one, ``x[0]``) drops it, as
+    a Reshape does."""
     x = _held(c, c.proto.input[0])
     rank = len(x.view.shape)
     if c.op_type == "Split":
@@ -193,6 +231,9 @@ def _select(c: OnnxNode) -> None:
         return
     if c.op_type == "Gather":
         axis, index = c.attr("axis", 0) % rank, np.asarray(c.const(1))
+        if index.ndim == 0 and x.view.shape[axis] == 1:  # the one entry of an axis of one
+            _place(c, c.proto.output[0], x.reshaped(c.build, c.name, c.out_shape))
+            return
         part = run(index, x.view.shape[axis], axis)
         _place(c, c.proto.output[0], x.cut(c.build, c.name, [(axis, part, index.ndim > 0)]))
         return
@@ -222,6 +263,8 @@ def _compute(c: OnnxNode, convert_plain) -> None:
     given = {} if c.op_type in ACROSS else {
         t: with_batch_axis(c.const(i), k, j0) for i, t in enumerate(c.proto.input)
         if t and t not in m.depends and c.const(i) is not None}
+    if c.op_type in REDUCE and c.has_input(1) and (axes := _axes(c)) is not None:
+        given[c.proto.input[1]] = np.array([a + 1 if a >= 0 else a for a in axes], np.int64)
     for t in dict.fromkeys(data):
         m.held[t] = m.held[t].canonical(c.build, f"{c.name}_{_short(t)}_canonical")
         m.ir_of[t] = m.held[t].base

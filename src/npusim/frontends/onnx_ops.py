@@ -266,8 +266,11 @@ def _where(c: OnnxNode) -> ops.Op:
 
 
 def _concat(c: OnnxNode) -> ops.Op:
-    computed = all(t in c.model.depends for t in c.proto.input)
-    return rules.concat(c.attr("axis"), len(c.out_shape), computed)
+    """Concat of computed tensors and constants in their places (a ViT's class token:
+    ``Expand`` of an initialiser to the batch, folded)."""
+    constants = [(at, c.weight(at)) for at, t in enumerate(c.proto.input)
+                 if t not in c.model.depends]
+    return rules.concat(c.attr("axis"), len(c.out_shape), constants)
 
 
 def _reshape(c: OnnxNode) -> ops.Op:

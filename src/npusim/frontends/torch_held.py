@@ -9,10 +9,11 @@ first. Which calls read one:
 - layout calls (``READERS``: permutes, reshapes, indexing, ``select``, ``unbind``, the
   float32 no-ops) change the view, each in its converter (``transposed``, ``reshaped``,
   ``cut``);
-- computing calls (``ACROSS``, ``ELEMENTWISE``: linear layers, products, softmax, layer
-  norms, arithmetic, activations) run on the view's canonical form by their converter,
-  which sees canonical ``Ref``s, a softmax's ``dim`` counted from the end and constants with
-  an axis for the batch, where they do not work across the axis that holds the batch;
+- computing calls (``ACROSS``, ``ELEMENTWISE``: linear layers, products, softmax,
+  ``F.normalize``, layer norms, arithmetic, activations) run on the view's canonical form by
+  their converter, which sees canonical ``Ref``s, a softmax's or normalize's ``dim`` counted
+  from the end and constants with an axis for the batch, where they do not work across the
+  axis that holds the batch;
 
 and a result that puts the batch alone first again is an ordinary tensor. Any other reader
 (or a computing call that cannot be followed) takes a held tensor as it is, the batch where
@@ -48,6 +49,8 @@ READERS = frozenset({
 _PRODUCTS = ("operator.matmul", "torch.matmul", "Tensor.matmul", "torch.bmm", "Tensor.bmm")
 _SOFTMAX = ("F.softmax", "torch.softmax", "Tensor.softmax", "F.log_softmax",
             "torch.log_softmax", "Tensor.log_softmax")
+# calls that work along one ``dim``: (its position among the arguments, its default)
+_ALONG = {**dict.fromkeys(_SOFTMAX, (1, -1)), "F.normalize": (2, 1)}
 
 
 def _products(args, kwargs, module, k):
@@ -65,7 +68,8 @@ def _layer_norm(args, kwargs, module, k):
 ACROSS = {
     **dict.fromkeys(_PRODUCTS, _products),
     **dict.fromkeys(("nn.Linear", "F.linear"), lambda args, kwargs, module, k: (k - 1,)),
-    **dict.fromkeys(_SOFTMAX, lambda args, kwargs, module, k: (_dim(args, kwargs) % k,)),
+    **{kind: lambda args, kwargs, module, k, kind=kind: (_dim(args, kwargs, kind) % k,)
+       for kind in _ALONG},
     **dict.fromkeys(("nn.LayerNorm", "F.layer_norm"), _layer_norm),
     "F.scaled_dot_product_attention": lambda args, kwargs, module, k: (k - 2, k - 1),
 }
@@ -114,23 +118,39 @@ def reshaped(c: Call, x: Ref):
     return ref(c, of(x).reshaped(c.build, c.name, c.out_shape))
 
 
+def without_batch(c: Call, x: Ref) -> Ref:
+    """Ordinary ``x`` of a batch of one without its batch axis (``x[0]``, ``x.select(0, 0)``,
+    ``x.unbind(0)[0]``): the same data, held with the batch joined to its first axis, as
+    ``x.reshape(x.shape[1:])`` is."""
+    node, held = of(x).reshaped(c.build, c.name, x.shape[1:])
+    return Ref(node, tuple(x.shape[1:]), held=held)
+
+
 def cut(c: Call, x: Ref, index) -> Ref:
-    """``x[index]`` of a held ``x``: slices, integers and one ``...``, each along an axis that
-    is one atom of its view."""
-    parts = list(index) if isinstance(index, tuple) else [index]
-    if parts.count(Ellipsis) > 1 or not all(
-            p is Ellipsis or isinstance(p, slice) or isinstance(p, int)
-            and not isinstance(p, bool) for p in parts):
-        raise Refusal(f"indexes a tensor of {x.held.view.where} with {index!r}: the IR takes "
-                      "entries of such a tensor by slices, integers and one '...'")
+    """``x[index]`` of a held ``x`` (or an ordinary one whose batch of one it takes):
+    slices, integers, new axes (None) and one ``...``, each slice or integer along an axis
+    that is one atom of its view; an integer of an axis of size one drops it as a reshape
+    does (``x[0]`` of a batch of one: the image, the batch joined to its first axis)."""
+    held, where = of(x), x.held.view.where if x.held else "a batch of one"
+    given = list(index) if isinstance(index, tuple) else [index]
+    if given.count(Ellipsis) > 1 or not all(
+            p is Ellipsis or p is None or isinstance(p, slice) or isinstance(p, int)
+            and not isinstance(p, bool) for p in given):
+        raise Refusal(f"indexes a tensor of {where} with {index!r}: the IR takes entries of "
+                      "such a tensor by slices, integers, None and one '...'")
+    parts = [p for p in given if p is not None]
     if Ellipsis in parts:
         at = parts.index(Ellipsis)
         parts[at:at + 1] = [slice(None)] * (len(x.shape) - len(parts) + 1)
     parts += [slice(None)] * (len(x.shape) - len(parts))
+    reshaped = None in given or any(isinstance(p, int) and x.shape[axis] == 1
+                                    for axis, p in enumerate(parts))
     cuts = [(axis, p, True) if isinstance(p, slice) else
+            (axis, slice(None), True) if x.shape[axis] == 1 else
             (axis, slice(p % x.shape[axis], p % x.shape[axis] + 1), False)
             for axis, p in enumerate(parts)]
-    return ref(c, x.held.cut(c.build, c.name, cuts[::-1]))  # the last first: axes stay put
+    new_shape = c.out_shape if reshaped else None  # the cuts last first: axes stay put
+    return ref(c, held.cut(c.build, c.name, cuts[::-1], new_shape))
 
 
 def entry(c: Call, x: Ref, part: Entry) -> Ref:
@@ -222,8 +242,8 @@ def _computed(conv, call: Call, kind: str, module, args, kwargs) -> Ref:
         return v
 
     args2, kwargs2 = torch.fx.node.map_aggregate((args, kwargs), canonical)
-    if kind in _SOFTMAX:
-        args2, kwargs2 = _from_the_end(args2, kwargs2, k)
+    if kind in _ALONG:
+        args2, kwargs2 = _from_the_end(args2, kwargs2, k, kind)
     out_view = next(iter(canon.values())).view.computed(call.out_shape)
     out_shape = out_view.canonical()[0]
     inner = Call(call.name, out_shape, call.build, call.parts)
@@ -241,16 +261,17 @@ def _placed(call: Call, result, args, kwargs, shape):
     return Ref(call.build.place(call.name, result, refs, shape), tuple(shape))
 
 
-def _dim(args, kwargs) -> int:
-    return int(args[1] if len(args) > 1 else kwargs.get("dim", -1))
+def _dim(args, kwargs, kind: str) -> int:
+    at, default = _ALONG[kind]
+    return int(args[at] if len(args) > at else kwargs.get("dim", default))
 
 
-def _from_the_end(args, kwargs, k: int):
-    """A softmax's arguments with its ``dim`` counted from the end (the canonical form has
-    one axis more, in front)."""
-    dim = _dim(args, kwargs) % k - k
-    if len(args) > 1:
-        return (args[0], dim, *args[2:]), kwargs
+def _from_the_end(args, kwargs, k: int, kind: str):
+    """The arguments of a call along one ``dim`` (``_ALONG``) with it counted from the end
+    (the canonical form has one axis more, in front)."""
+    at, dim = _ALONG[kind][0], _dim(args, kwargs, kind) % k - k
+    if len(args) > at:
+        return (*args[:at], dim, *args[at + 1:]), kwargs
     return args, {**kwargs, "dim": dim}
 
 

@@ -285,10 +285,16 @@ def _needs_op(n, info: dict) -> bool:
 
 def _convert(gm, info: dict, fallback: bool) -> Lowering:
     """Each node the IR must compute as IR nodes; with ``fallback``, a node the IR cannot
-    express as a ``Fallback`` running its own torch call."""
+    express as a ``Fallback`` running its own torch call. Every refusal is listed, each
+    node's of its own (a node reading a refused one reads the tensor the recording run gave
+    it), but for a node taking a part of a refused call's several results (``unbind``'s,
+    ``split``'s), which no converter can read: the call's refusal says it."""
     build = Lowering()
     for n in gm.graph.nodes:
         if not _needs_op(n, info):
+            continue
+        refused = build.refused_nodes
+        if any(a.name in refused and info[a].parts for a in n.all_input_nodes):
             continue
         kind, conv = kind_and_converter(gm, n)
         numbers = [a.name for a in n.all_input_nodes if isinstance(info[a], _ValueNumber)]

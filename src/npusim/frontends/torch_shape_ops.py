@@ -16,20 +16,20 @@ from ..geometry import pair
 from . import lowering as rules
 from . import torch_held
 from .lowering import Refusal as _Refusal
-from .torch_ops import Parts, Ref, adaptive_avg_pool2d, computed, number
+from .torch_ops import Parts, Ref, adaptive_avg_pool2d, computed, constant, number
 
 
 def cat(c, tensors, dim=0):
     """``torch.cat``: one Concat along ``dim`` of computed tensors, each with no F.pad
-    pending (``computed``: a pending pad is placed as a Pad of its own first)."""
+    pending (``computed``: a pending pad is placed as a Pad of its own first), and
+    constants in their places (ViT's ``torch.cat((cls_token.expand(B, -1, -1), x), 1)``)."""
     if not isinstance(tensors, (list, tuple)):
         raise _Refusal("joins the parts of a chunk or split as one; list them "
                        "(torch.cat([p[0], p[1]], dim))")
-    joined = all(isinstance(t, Ref) for t in tensors)
-    if joined:
-        for t in tensors:
-            computed(t)
-    return rules.concat(dim, len(tensors[0].shape) if joined else 1, joined)
+    joined = [computed(t) for t in tensors if isinstance(t, Ref)]
+    constants = [(at, constant(t, "a part")) for at, t in enumerate(tensors)
+                 if not isinstance(t, Ref)]
+    return rules.concat(dim, len(joined[0].shape), constants)
 
 
 def reduction(kind: str):
@@ -220,11 +220,14 @@ def _layout_input(x) -> Ref:
 def unbind(c, input, dim=0):
     """``torch.unbind`` / ``x.unbind``: every entry along ``dim`` (read by getitem): a Slice
     and a Reshape each; of a held tensor, its cuts (``torch_held.unbound``). Unbinding the
-    batch axis itself is refused."""
+    batch axis itself is refused, but for a batch of one (its entry held:
+    ``torch_held.without_batch``)."""
     if isinstance(input, Ref) and input.held:
         return torch_held.unbound(input, dim)
     x = computed(input)
     axis = int(dim) % len(x.shape)
+    if axis == 0 and x.shape[0] == 1:  # a batch of one: its one entry, held
+        return Parts(x, (torch_held.without_batch(c, x),))
     if axis == 0:
         raise _Refusal("unbinds the batch axis; the IR keeps it")
     kept = tuple(d for i, d in enumerate(x.shape) if i != axis)
@@ -323,7 +326,8 @@ def getitem(c, input, index):
     """A part of chunk / split; ``x[...]`` of start:stop:step slices, integers
     (their axis dropped), None (a new axis) and one ``...``: ``rules.index``, a Slice per
     axis it cuts (chained) and a Reshape when the rank changes; a pass-through if it keeps
-    the whole tensor."""
+    the whole tensor. ``x[0, ...]`` of a batch of one is ``x`` without its batch axis
+    (held: ``torch_held.cut``), cut by the rest of the index."""
     if isinstance(input, Parts):
         if not isinstance(index, int):
             raise _Refusal(f"indexes the parts of chunk / split with {index!r}; take each part "
@@ -341,6 +345,9 @@ def getitem(c, input, index):
     if isinstance(input, Ref) and input.held:
         return torch_held.cut(c, input, index)
     x = computed(input)
+    first = index[0] if isinstance(index, tuple) and index else index
+    if x.shape[:1] == (1,) and isinstance(first, int) and not isinstance(first, bool):
+        return torch_held.cut(c, x, index)  # x[0] of a batch of one: held
     steps = rules.index(x.shape, index_slices(index, x.shape), c.out_shape)
     return c.build.steps(c.name, steps, x.name) if steps else x
 

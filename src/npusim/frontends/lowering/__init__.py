@@ -112,6 +112,12 @@ class Lowering:
         """Whether some node was not imported."""
         return bool(self.unsupported or self.problems or self.beyond_fallback)
 
+    @property
+    def refused_nodes(self) -> set[str]:
+        """The names of the nodes not imported."""
+        return {entry[1] for entry in (*self.unsupported, *self.problems,
+                                       *self.beyond_fallback)}
+
     def add(self, name: str, op: ops.Op, inputs: tuple[str, ...], shape=None) -> str:
         """Append node ``name``; ``shape`` (if given) is the source's, checked later."""
         self.nodes.append(Node(name, op, tuple(inputs)))

@@ -290,10 +290,11 @@ class Held:
         """The source's reshape to ``shape`` (``placed``)."""
         return self.placed(build, name, [], self.view.reshaped(shape))
 
-    def cut(self, build, name: str, cuts) -> tuple[str, Held | None]:
+    def cut(self, build, name: str, cuts, shape=None) -> tuple[str, Held | None]:
         """The source tensor cut by ``cuts`` ((axis, slice, whether the axis stays) each),
-        each along an axis that is one atom of the view (``placed``)."""
-        steps, shape, view = [], self.shape, self.view
+        each along an axis that is one atom of the view, then reshaped to ``shape`` if given
+        (new axes of size 1: ``x[0, None]``) (``placed``)."""
+        source, (steps, shape, view) = shape, ([], self.shape, self.view)
         for axis, part, keep in cuts:
             start, stop, step = part.indices(view.shape[axis])
             if (start, stop, step) == (0, view.shape[axis], 1) and keep:
@@ -304,7 +305,8 @@ class Held:
             steps.append(ops.Slice(a, start, None if stop < 0 else stop, step))
             shape = tuple(len(range(start, stop, step)) if k == a else n
                           for k, n in enumerate(atoms))
-        return self.placed(build, name, steps, view)
+        return self.placed(build, name, steps,
+                           view if source is None else view.reshaped(tuple(source)))
 
     def placed(self, build, name: str, steps, view: View,
                perm: tuple[int, ...] | None = None) -> tuple[str, Held | None]:

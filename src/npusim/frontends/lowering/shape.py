@@ -38,11 +38,20 @@ def expect_rank(shape, rank: int | None) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def concat(axis: int, ndim: int, all_computed: bool = True) -> ops.Op:
-    """A concatenation along ``axis`` of tensors computed from the input (not constants)."""
-    if not all_computed:
-        raise Refusal("concatenates a constant; the IR concatenates computed tensors only")
-    return ops.Concat(axis % ndim)
+def concat(axis: int, ndim: int, constants=()) -> ops.Op:
+    """A concatenation along ``axis`` of tensors computed from the input and ``constants``
+    ((position among the parts, array) pairs: ViT's class token, of a batch of one or of the
+    input's), none of them along the batch axis."""
+    axis %= ndim
+    if constants and axis == 0:
+        raise Refusal("concatenates a constant along the batch axis; the IR joins constants "
+                      "to each sample")
+    parts = tuple((int(at), np.asarray(c, np.float32)) for at, c in constants)
+    for _, c in parts:
+        if c.ndim != ndim:
+            raise Refusal(f"concatenates a constant of shape {c.shape} to tensors of rank "
+                          f"{ndim}; give it a batch axis of size 1")
+    return ops.Concat(axis, parts)
 
 
 def split(axis: int, sizes, x_shape) -> list[ops.Slice]:
