@@ -17,9 +17,11 @@ traces it again with a tracer (``Tracer``) that computes every node's value as i
 it, and answers ``x.shape``, ``x.size()``, ``x.dim()``, ``x.ndim``, ``x.numel()`` and
 ``len(x)`` with the numbers they have on the example: the forward's Python computes with
 them, branches on them and loops over them as it does when run, and the graph holds what
-that run does. Each node is computed twice, on the example and on another input of its
-shape: a shape the two disagree on follows the data (``x.nonzero()``, a boolean mask) and
-stays a proxy, as does every value of the data itself (``x.sum() > 0`` still cannot be
+that run does. A shape that follows the data stays a proxy: that of a call whose result's
+size depends on its values (``x.nonzero()``, a boolean mask's selection, ``unique``) or of
+anything computed from one, and, as each node is computed twice, on the example and on
+another input of its shape, one the two runs disagree on; so does every value of the data
+itself (``x.sum() > 0`` still cannot be
 branched on: the graph would hold one input's branch for every input). The values are
 computed on copies of the input, the parameters and the buffers, so the trace changes none
 of them.
@@ -28,6 +30,7 @@ of them.
 from __future__ import annotations
 
 import contextlib
+import operator
 
 import torch
 
@@ -35,6 +38,11 @@ from . import torch_inplace, torch_qat
 
 # a tensor's attributes and methods answered with the example's numbers
 _QUERIES = ("shape", "ndim", "size", "dim", "numel")
+# calls whose result's shape follows the data (so does every node computed from one)
+_DATA_SHAPED = frozenset({
+    torch.nonzero, torch.argwhere, torch.masked_select, torch.unique,
+    torch.unique_consecutive, "nonzero", "argwhere", "masked_select", "unique",
+    "unique_consecutive"})
 _NONE = object()  # a node's value where it, or a node it reads, raised
 # what fx patches on every module while it traces (a call records a node, an attribute
 # gives a proxy); a value is computed with the originals
@@ -72,10 +80,11 @@ class Proxy(torch_inplace.Proxy):
 class Tracer(torch_qat.Tracer):
     """``torch_qat.Tracer`` (its leaves, its in-place proxies) that computes every node it
     records on the example and on another input of its shape (``runs``; ``values``: node ->
-    its value on each, ``_NONE`` where it could not be computed). A shape the two runs agree on
-    is the example's (``static``); one they do not follows the data (``nonzero``, a boolean
-    mask) and stays a proxy. ``failed``: the first node whose computation on the example
-    raised, and the exception."""
+    its value on each, ``_NONE`` where it could not be computed). A shape is the example's
+    (``static``) unless it follows the data: ``data_shaped`` nodes (``nonzero``, a boolean
+    mask's selection, what is computed from them), or a shape the two runs disagree on (an
+    op of that kind the list does not name); such a shape stays a proxy. ``failed``: the
+    first node whose computation on the example raised, and the exception."""
 
     def __init__(self, example: torch.Tensor):
         super().__init__()
@@ -83,17 +92,19 @@ class Tracer(torch_qat.Tracer):
         # copies: a forward may change its input in place
         self.runs = (example.detach().clone(), other.to(example.dtype))
         self.values: dict[torch.fx.Node, tuple] = {}
+        self.data_shaped: set[torch.fx.Node] = set()
         self.failed: tuple[str, Exception] | None = None
 
     def proxy(self, node):
         return Proxy(node, self)
 
     def static(self, node: torch.fx.Node) -> torch.Tensor | None:
-        """``node``'s value on the example where it is a tensor of the same shape on both
-        runs, else None."""
+        """``node``'s value on the example where it is a tensor whose shape does not follow
+        the data: not computed from a call of ``_DATA_SHAPED`` or a boolean mask's
+        selection, and the same on both runs; else None."""
         values = self.values.get(node, (_NONE, _NONE))
-        if all(isinstance(v, torch.Tensor) for v in values) and (
-                values[0].shape == values[1].shape):
+        if node not in self.data_shaped and all(isinstance(v, torch.Tensor) for v in values) \
+                and values[0].shape == values[1].shape:
             return values[0]
         return None
 
@@ -101,7 +112,27 @@ class Tracer(torch_qat.Tracer):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         if kind != "output":
             self.values[node] = tuple(self._computed(node, run) for run in range(len(self.runs)))
+            if self._data_shaped(node):
+                self.data_shaped.add(node)
         return node
+
+    def _data_shaped(self, node: torch.fx.Node) -> bool:
+        """Whether ``node``'s shape may follow the data: a ``_DATA_SHAPED`` call, a one-input
+        ``torch.where``, an index by a boolean mask, or a node computed from one of them."""
+        if any(n in self.data_shaped for n in node.all_input_nodes):
+            return True
+        if node.op not in ("call_function", "call_method"):
+            return False
+        if node.target in _DATA_SHAPED:
+            return True
+        if node.target in (torch.where, "where"):
+            return len(node.args) + len(node.kwargs) == 1
+        if node.target is not operator.getitem:
+            return False
+        found = []
+        torch.fx.node.map_aggregate(torch.fx.node.map_arg(
+            node.args[1], lambda n: self.values[n][0]), found.append)
+        return any(isinstance(v, torch.Tensor) and v.dtype == torch.bool for v in found)
 
     def _computed(self, node: torch.fx.Node, run: int):
         """``node``'s value on input ``run`` (``_NONE`` where it or an input of it raised)."""
