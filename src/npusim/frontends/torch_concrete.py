@@ -21,10 +21,9 @@ that run does. A shape that follows the data stays a proxy: that of a call whose
 size depends on its values (``x.nonzero()``, a boolean mask's selection, ``unique``) or of
 anything computed from one, and, as each node is computed twice, on the example and on
 another input of its shape, one the two runs disagree on; so does every value of the data
-itself (``x.sum() > 0`` still cannot be
-branched on: the graph would hold one input's branch for every input). The values are
-computed on copies of the input, the parameters and the buffers, so the trace changes none
-of them.
+itself (``x.sum() > 0`` still cannot be branched on: the graph would hold one input's
+branch for every input). The values are computed on copies of the input, the parameters
+and the buffers, so the trace changes none of them.
 """
 
 from __future__ import annotations
@@ -64,8 +63,8 @@ def _untraced():
 
 class Proxy(torch_inplace.Proxy):
     """The in-place recording proxy (``torch_inplace.Proxy``) whose tensor's shape queries
-    are numbers where its shape is the same on both runs (``Tracer``); anything else is
-    traced as fx traces it."""
+    are numbers where its shape does not follow the data (``Tracer.static``); anything else
+    is traced as fx traces it."""
 
     def __getattr__(self, name: str):
         if name in _QUERIES and (value := self.tracer.static(self.node)) is not None:
