@@ -8,11 +8,12 @@ read back by ``unbind(0)``, indexing or ``select``; a DETR-like encoder-decoder
 (``nn.TransformerEncoder`` / ``Decoder`` and their layers, post- and pre-norm, ReLU and
 GELU); MobileViT's and Swin's blocks, whose reshapes merge the batch with patches and
 windows (held tensors, ``torch_held``); a ViT's class token joined to its patches as a
-constant; PVT's, SegFormer's and Swin V2's attentions (``F.normalize`` of a held tensor); a
-permute that moves the batch read where it is.
+constant; PVT's, SegFormer's and Swin V2's attentions (``F.normalize`` of a held tensor);
+reductions of windows that keep their axes; a permute that moves the batch read where it is.
 Each against the module in float64 on several machines; what the IR does not compute (the
 attention weights, computed masks, dropout, sequence-first modules, an output whose first
-axis joins the batch with others, a reshape that cuts the batch) refused by name."""
+axis joins the batch with others, a reshape that cuts the batch, a reduction of a held
+tensor that drops its axes) refused by name."""
 
 import math
 
@@ -277,6 +278,34 @@ def test_a_learned_constant_added_to_a_held_tensor_equals_the_module():
     assert_runs_as_module(from_torch(net, X), net, X, "systolic-32x32-ws", 1e-5)
 
 
+class WindowStatistics(nn.Module):
+    """Reductions of windows whose first axis joins the batch with the windows, each keeping
+    its axes (each window's mean and largest magnitude, a sum along the channels), then the
+    windows reversed."""
+
+    def __init__(self, keep=True):
+        super().__init__()
+        torch.manual_seed(17)
+        self.conv, self.head, self.keep = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1), keep
+
+    def forward(self, x):
+        f = self.conv(x).permute(0, 2, 3, 1)
+        b, h, w, c = f.shape
+        win = f.reshape(b, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 16, c)
+        mean = torch.mean(win, dim=1, keepdim=self.keep)
+        centred = win - (mean if self.keep else mean[:, None])
+        scaled = centred / (centred.abs().amax(dim=(1, 2), keepdim=True) + 1) * win.sum(
+            -1, keepdim=True).sigmoid()
+        back = scaled.reshape(b, h // 4, w // 4, 4, 4, c).permute(0, 1, 3, 2, 4, 5)
+        return self.head(back.reshape(b, h, w, c).permute(0, 3, 1, 2))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_reductions_of_a_held_tensor_that_keep_their_axes_equal_the_module(batch):
+    x, net = photo((batch, 3, 8, 12)), WindowStatistics().eval()
+    assert_runs_as_module(from_torch(net, x), net, x, "systolic-32x32-ws", 1e-5)
+
+
 @pytest.mark.parametrize("what, why", [
     ("heads returned", r"forward returns a tensor of shape \(4, 4, 48\), the batch in axis 0 "
                        r"with other axes: an output's first axis must be the batch or one other "
@@ -287,6 +316,15 @@ def test_a_learned_constant_added_to_a_held_tensor_equals_the_module():
 def test_what_a_held_tensor_cannot_be_is_refused_naming_where_the_batch_is(what, why):
     with pytest.raises(ModelError, match=why):
         from_torch(Moved(what).eval(), X)
+
+
+def test_a_reduction_of_a_held_tensor_that_drops_its_axes_is_refused():
+    with pytest.raises(ModelError, match=r"torch.mean x1 \(node 'mean': it reads a tensor of "
+                                         r"shape \(12, 16, 8\), the batch in axis 0 with other "
+                                         r"axes and drops the axes it reduces; the IR follows a "
+                                         r"reduction of such a tensor that keeps them "
+                                         r"\(keepdim=True\)"):
+        from_torch(WindowStatistics(keep=False).eval(), photo((2, 3, 8, 12)))
 
 
 class SequenceFirst(nn.Module):

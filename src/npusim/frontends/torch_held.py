@@ -10,10 +10,10 @@ first. Which calls read one:
   float32 no-ops) change the view, each in its converter (``transposed``, ``reshaped``,
   ``cut``);
 - computing calls (``ACROSS``, ``ELEMENTWISE``: linear layers, products, softmax,
-  ``F.normalize``, layer norms, arithmetic, activations) run on the view's canonical form by
-  their converter, which sees canonical ``Ref``s, a softmax's or normalize's ``dim`` counted
-  from the end and constants with an axis for the batch, where they do not work across the
-  axis that holds the batch;
+  ``F.normalize``, reductions that keep their axes, layer norms, arithmetic, activations)
+  run on the view's canonical form by their converter, which sees canonical ``Ref``s, a
+  ``dim`` counted from the end and constants with an axis for the batch, where they do not
+  work across the axis that holds the batch;
 
 and a result that puts the batch alone first again is an ordinary tensor. Any other reader
 (or a computing call that cannot be followed) takes a held tensor as it is, the batch where
@@ -49,8 +49,12 @@ READERS = frozenset({
 _PRODUCTS = ("operator.matmul", "torch.matmul", "Tensor.matmul", "torch.bmm", "Tensor.bmm")
 _SOFTMAX = ("F.softmax", "torch.softmax", "Tensor.softmax", "F.log_softmax",
             "torch.log_softmax", "Tensor.log_softmax")
-# calls that work along one ``dim``: (its position among the arguments, its default)
-_ALONG = {**dict.fromkeys(_SOFTMAX, (1, -1)), "F.normalize": (2, 1)}
+_REDUCTIONS = ("torch.mean", "Tensor.mean", "torch.sum", "Tensor.sum", "torch.amax",
+               "Tensor.amax", "torch.amin", "Tensor.amin")
+# calls that work along ``dim`` (one axis, or several for a reduction): its position among
+# the arguments and its default (None, (): every axis)
+_ALONG = {**dict.fromkeys(_SOFTMAX, (1, -1)), "F.normalize": (2, 1),
+          **dict.fromkeys(_REDUCTIONS[:4], (1, None)), **dict.fromkeys(_REDUCTIONS[4:], (1, ()))}
 
 
 def _products(args, kwargs, module, k):
@@ -68,7 +72,7 @@ def _layer_norm(args, kwargs, module, k):
 ACROSS = {
     **dict.fromkeys(_PRODUCTS, _products),
     **dict.fromkeys(("nn.Linear", "F.linear"), lambda args, kwargs, module, k: (k - 1,)),
-    **{kind: lambda args, kwargs, module, k, kind=kind: (_dim(args, kwargs, kind) % k,)
+    **{kind: lambda args, kwargs, module, k, kind=kind: _axes(args, kwargs, kind, k)
        for kind in _ALONG},
     **dict.fromkeys(("nn.LayerNorm", "F.layer_norm"), _layer_norm),
     "F.scaled_dot_product_attention": lambda args, kwargs, module, k: (k - 2, k - 1),
@@ -79,7 +83,12 @@ ELEMENTWISE = frozenset({
     "Tensor.mul", "Tensor.div", "nn.GELU", "nn.SiLU", "nn.ReLU", "nn.Sigmoid", "nn.Tanh",
     "nn.Dropout", "nn.Identity", "F.gelu", "F.silu", "F.relu", "F.dropout", "torch.sigmoid",
     "Tensor.sigmoid", "torch.tanh", "Tensor.tanh", "torch.relu", "Tensor.relu", "torch.exp",
-    "Tensor.exp"})
+    "Tensor.exp", "operator.pow", "torch.abs", "Tensor.abs", "torch.neg", "Tensor.neg",
+    "torch.sqrt", "Tensor.sqrt", "torch.rsqrt", "Tensor.rsqrt", "torch.square",
+    "Tensor.square", "torch.pow", "Tensor.pow", "torch.reciprocal", "Tensor.reciprocal",
+    "torch.log", "Tensor.log", "torch.erf", "Tensor.erf", "torch.clamp", "Tensor.clamp",
+    "torch.clip", "Tensor.clip", "nn.ReLU6", "F.relu6", "nn.Hardswish", "F.hardswish",
+    "nn.LeakyReLU", "F.leaky_relu"})
 
 
 @dataclass(frozen=True)
@@ -261,15 +270,24 @@ def _placed(call: Call, result, args, kwargs, shape):
     return Ref(call.build.place(call.name, result, refs, shape), tuple(shape))
 
 
-def _dim(args, kwargs, kind: str) -> int:
+def _axes(args, kwargs, kind: str, k: int) -> tuple[int, ...]:
+    """The axes (of a rank-``k`` result) a call of ``_ALONG`` works along: its ``dim``, one
+    or several, every axis when None or empty; a reduction must keep them (``keepdim``)."""
     at, default = _ALONG[kind]
-    return int(args[at] if len(args) > at else kwargs.get("dim", default))
+    dim = args[at] if len(args) > at else kwargs.get("dim", default)
+    if kind in _REDUCTIONS and not (args[at + 1] if len(args) > at + 1 else kwargs.get(
+            "keepdim", False)):
+        raise Refusal("drops the axes it reduces; the IR follows a reduction of such a tensor "
+                      "that keeps them (keepdim=True)")
+    dims = range(k) if dim is None or dim == () else [dim] if isinstance(dim, int) else dim
+    return tuple(int(d) % k for d in dims)
 
 
 def _from_the_end(args, kwargs, k: int, kind: str):
-    """The arguments of a call along one ``dim`` (``_ALONG``) with it counted from the end
-    (the canonical form has one axis more, in front)."""
-    at, dim = _ALONG[kind][0], _dim(args, kwargs, kind) % k - k
+    """The arguments of a call of ``_ALONG`` with its ``dim`` counted from the end (the
+    canonical form has one axis more, in front): one axis, or a reduction's tuple."""
+    at, axes = _ALONG[kind][0], tuple(d - k for d in _axes(args, kwargs, kind, k))
+    dim = axes if kind in _REDUCTIONS else axes[0]
     if len(args) > at:
         return (*args[:at], dim, *args[at + 1:]), kwargs
     return args, {**kwargs, "dim": dim}
