@@ -48,15 +48,7 @@ def _reduced(c: OnnxNode, k: int) -> tuple[int, ...]:
     if not c.attr("keepdims", 1):
         raise Refusal("drops the axes it reduces; the IR follows a reduction of such a tensor "
                       "that keeps them (keepdims=1)")
-    axes = _axes(c)
-    return tuple(range(k)) if axes is None else tuple(int(a) % k for a in axes)
-
-
-def _axes(c: OnnxNode):
-    """A reduction's axes: its attribute, or from opset 18 (ReduceSum: 13) its input 1."""
-    as_input = c.model.opset >= (13 if c.op_type == "ReduceSum" else 18)
-    axes = (c.const(1) if c.has_input(1) else None) if as_input else c.attr("axes")
-    return None if axes is None or len(axes) == 0 else axes
+    return tuple(a % k for a in c.reduced_axes())
 
 
 def _expanded(c: OnnxNode, k: int) -> tuple[int, ...]:
@@ -263,8 +255,9 @@ def _compute(c: OnnxNode, convert_plain) -> None:
     given = {} if c.op_type in ACROSS else {
         t: with_batch_axis(c.const(i), k, j0) for i, t in enumerate(c.proto.input)
         if t and t not in m.depends and c.const(i) is not None}
-    if c.op_type in REDUCE and c.has_input(1) and (axes := _axes(c)) is not None:
-        given[c.proto.input[1]] = np.array([a + 1 if a >= 0 else a for a in axes], np.int64)
+    if c.op_type in REDUCE and c.has_input(1):  # axes as input: one further on, as ``axes``
+        given[c.proto.input[1]] = np.array([a + 1 if a >= 0 else a for a in c.const(1)],
+                                           np.int64)
     for t in dict.fromkeys(data):
         m.held[t] = m.held[t].canonical(c.build, f"{c.name}_{_short(t)}_canonical")
         m.ir_of[t] = m.held[t].base

@@ -85,6 +85,18 @@ class OnnxNode:
         """Constant input ``i`` as a numpy array, or None if the input is absent."""
         return constant(self.model, self.proto.input[i]) if self.has_input(i) else None
 
+    def reduced_axes(self) -> list[int]:
+        """A reduction's axes, as given (negative ones count from the end): its attribute or,
+        from opset 18 (ReduceSum: 13; ReduceLogSumExp: 18), its input 1; every axis when none
+        is given, refused where ``noop_with_empty_axes`` asks for none."""
+        as_input = self.model.opset >= (13 if self.op_type == "ReduceSum" else 18)
+        axes = self.const(1) if as_input else self.attr("axes")
+        if axes is None or len(axes) == 0:
+            if self.attr("noop_with_empty_axes", 0):
+                raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
+            return list(range(len(self.in_shape(0))))
+        return [int(a) for a in axes]
+
     def weight(self, i: int) -> np.ndarray | None:
         """Constant input ``i`` as float32 (int8/float16/float32 initialisers), or None."""
         value = self.const(i)

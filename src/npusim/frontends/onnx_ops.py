@@ -283,26 +283,14 @@ _REDUCE_KINDS = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max",
 
 
 def _reduce(c: OnnxNode) -> ops.Op:
-    """ReduceMean / Sum / Max / Min / L1 / L2: axes as attribute or, from opset 18
-    (ReduceSum: 13), input 1."""
-    as_input = c.model.opset >= (13 if c.op_type == "ReduceSum" else 18)
-    axes = c.const(1) if as_input else c.attr("axes")
-    if axes is None or len(axes) == 0:
-        if c.attr("noop_with_empty_axes", 0):
-            raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
-        axes = range(len(c.in_shape(0)))
-    return rules.reduce(_REDUCE_KINDS[c.op_type], [int(a) for a in axes],
+    """ReduceMean / Sum / Max / Min / L1 / L2 over ``OnnxNode.reduced_axes``."""
+    return rules.reduce(_REDUCE_KINDS[c.op_type], c.reduced_axes(),
                         bool(c.attr("keepdims", 1)), c.in_shape(0))
 
 
 def _log_sum_exp(c: OnnxNode):
-    """ReduceLogSumExp (axes as attribute, or input 1 from opset 18): ``Lowering.log_sum_exp``."""
-    axes = c.const(1) if c.model.opset >= 18 else c.attr("axes")
-    if axes is None or len(axes) == 0:
-        if c.attr("noop_with_empty_axes", 0):
-            raise _Refusal("noop_with_empty_axes=1 with no axes: nothing to reduce")
-        axes = range(len(c.in_shape(0)))
-    return c.build.log_sum_exp(c.name, _steps_input(c), c.in_shape(0), [int(a) for a in axes],
+    """ReduceLogSumExp over ``OnnxNode.reduced_axes``: ``Lowering.log_sum_exp``."""
+    return c.build.log_sum_exp(c.name, _steps_input(c), c.in_shape(0), c.reduced_axes(),
                                bool(c.attr("keepdims", 1)))
 
 
