@@ -201,6 +201,46 @@ def test_branches_and_loops_on_shapes_equal_the_module(shape):
     assert_runs_as_module(graph, net, x, "sparse-pairs-32x32", 1e-5)
 
 
+class SplitAttention(nn.Module):
+    """Parts of a tuple or a tensor iterated as published code iterates them: ResNeSt's
+    split attention as its authors write it (``sum(splited)``, ``zip(attens, splited)``),
+    EfficientDet's fused weights zipped with its maps, a loop over ``chunk``'s parts, a
+    list of ``unbind``'s rows stacked back."""
+
+    def __init__(self, radix=2):
+        super().__init__()
+        torch.manual_seed(23)
+        self.radix = radix
+        self.conv = nn.Conv2d(3, 8 * radix, 3, padding=1)
+        self.fc1, self.fc2 = nn.Conv2d(8, 16, 1), nn.Conv2d(16, 8 * radix, 1)
+        self.fuse = nn.Parameter(torch.tensor([0.3, 1.2, 0.7]))
+        self.levels = nn.ModuleList(nn.Conv2d(8, 8, 3, padding=1) for _ in range(3))
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        batch, rchannel = x.shape[:2]
+        splited = torch.split(x, rchannel // self.radix, dim=1)
+        gap = F.relu(self.fc1(F.adaptive_avg_pool2d(sum(splited), 1)))
+        atten = self.fc2(gap).view(batch, self.radix, -1).softmax(1).reshape(batch, -1, 1, 1)
+        attens = torch.split(atten, rchannel // self.radix, dim=1)
+        out = sum([att * split for (att, split) in zip(attens, splited, strict=True)])
+        weight = F.relu(self.fuse) / (F.relu(self.fuse).sum() + 1e-4)
+        out = sum(w * level(out) for w, level in zip(weight, self.levels, strict=True))
+        parts = [part.amax(1, keepdim=True) for part in out.chunk(4, 1)]
+        rows = torch.stack([row for row in out.unbind(2)], 2)
+        return torch.cat(parts + [rows], 1)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_parts_iterated_as_published_code_iterates_them_equal_the_module(batch):
+    net = SplitAttention().eval()
+    x = photo((batch, 3, 9, 7))
+    with pytest.raises(torch.fx.proxy.TraceError, match="Proxy object cannot be iterated"):
+        torch.fx.symbolic_trace(net)  # what fx alone makes of it
+    graph = from_torch(net, x)
+    assert_runs_as_module(graph, net, x, "group-tile-32mac", 1e-5)
+
+
 class ValueBranch(nn.Module):
     """A branch on the data's values behind a shape read as a number."""
 
@@ -230,8 +270,9 @@ class FailsAtItsShape(nn.Module):
 
 class ShapeOfTheData(nn.Module):
     """A branch on a shape that follows the data: how many outputs are positive, over a
-    bound (none, on any input: both runs agree, the shape still follows the data), or the
-    size of a boolean mask's selection."""
+    bound (none, on any input: both runs agree, the shape still follows the data), the
+    size of a boolean mask's selection, or how many rows ``nonzero`` gives, counted by
+    iterating them."""
 
     def __init__(self, how):
         super().__init__()
@@ -242,13 +283,15 @@ class ShapeOfTheData(nn.Module):
         count = {"positive": lambda: f.relu().nonzero().shape[0],
                  "huge": lambda: torch.nonzero(f > 1e9).size(0),
                  "selected": lambda: f[f > 0].numel(),
-                 "where": lambda: len(torch.where(f > 0)[0])}[self.how]()
+                 "where": lambda: len(torch.where(f > 0)[0]),
+                 "iterated": lambda: sum(1 for _ in (f > 0).nonzero())}[self.how]()
         return f if count > 20 else -f
 
 
 @pytest.mark.parametrize("net", [ValueBranch, *(
-    lambda how=how: ShapeOfTheData(how) for how in ("positive", "huge", "selected", "where"))],
-    ids=["values", "positive", "none positive", "selected", "where"])
+    lambda how=how: ShapeOfTheData(how)
+    for how in ("positive", "huge", "selected", "where", "iterated"))],
+    ids=["values", "positive", "none positive", "selected", "where", "iterated"])
 def test_a_branch_on_the_datas_values_or_a_shape_that_follows_them_is_still_refused(net):
     name = type(net()).__name__
     with pytest.raises(ModelError, match=rf"{name}: torch.fx cannot trace it \((TraceError|"

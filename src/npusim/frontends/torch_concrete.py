@@ -72,8 +72,14 @@ class Proxy(torch_inplace.Proxy):
         return super().__getattr__(name)
 
     def __len__(self) -> int:
-        value = self.tracer.static(self.node)
-        return super().__len__() if value is None else len(value)
+        length = self.tracer.length(self.node)
+        return super().__len__() if length is None else length
+
+    def __iter__(self):
+        """Each part in turn (``self[i]``) where the example says how many there are: a
+        ``split``'s or ``chunk``'s tuple summed or zipped, a tensor's first axis looped."""
+        length = self.tracer.length(self.node)
+        return super().__iter__() if length is None else (self[i] for i in range(length))
 
 
 class Tracer(torch_qat.Tracer):
@@ -106,6 +112,18 @@ class Tracer(torch_qat.Tracer):
                 and values[0].shape == values[1].shape:
             return values[0]
         return None
+
+    def length(self, node: torch.fx.Node) -> int | None:
+        """How many parts ``node``'s value has on the example (a tuple's or list's entries,
+        a tensor's first axis) where its shape does not follow the data; else None."""
+        values = self.values.get(node, (_NONE, _NONE))
+        if node in self.data_shaped:
+            return None
+        if all(isinstance(v, (tuple, list)) for v in values) \
+                and len(values[0]) == len(values[1]):
+            return len(values[0])
+        value = self.static(node)
+        return len(value) if value is not None and value.ndim else None
 
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
