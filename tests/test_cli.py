@@ -264,9 +264,11 @@ def bad_cases(tmp: Path):
         ([tmp / "missing.onnx"], r"missing\.onnx: no such file"),
         # once "not in the zoo", however plainly a file
         ([tmp / "model.pt"], r"model\.pt: a PyTorch file, which holds weights \(or a pickled "
-                             r"module\) but not the code that runs them; name a Python factory"),
+                             r"module\) but not the code that runs them \(npusim reads "
+                             r"TorchScript archives, .*\); name a Python factory"),
         ([tmp / "net.tflite"], r"net\.tflite: a TensorFlow Lite model; npusim reads a zoo name, "
-                               r"a \.onnx, a \.csv or file\.py:factory: convert it to ONNX"),
+                               r"a \.onnx, a \.csv, a TorchScript \.pt or file\.py:factory: "
+                               r"convert it to ONNX"),
         ([tmp / "notes.jpg"], r"notes\.jpg: a file npusim does not read as a model; give a zoo "
                               r"name"),
         ([tmp], r": a folder npusim does not read as a model; give a zoo name"),

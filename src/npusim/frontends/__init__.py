@@ -37,7 +37,15 @@ OTHER_FILES = {".tflite": "a TensorFlow Lite model", ".pb": "a TensorFlow graph"
                ".h5": "a Keras model", ".keras": "a Keras model",
                ".caffemodel": "Caffe weights", ".prototxt": "a Caffe network",
                ".mlmodel": "a Core ML model", ".pdmodel": "a PaddlePaddle model"}
-READ = "a zoo name, a .onnx, a .csv or file.py:factory"
+READ = "a zoo name, a .onnx, a .csv, a TorchScript .pt or file.py:factory"
+TORCHSCRIPT_FILES = (".pt", ".pth")  # torch.jit.save's archives, told from torch.save's
+
+
+def _torchscript(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript archive (``torch_script.is_archive``)."""
+    from .torch_script import is_archive
+
+    return is_archive(path)
 
 
 def model_path(spec: str) -> Path:
@@ -46,9 +54,12 @@ def model_path(spec: str) -> Path:
     another framework's model file, or a file or folder of no kind npusim reads, is refused
     saying what to give instead."""
     path = Path(spec.split(":")[0] if ".py:" in spec else spec)
+    if kind(path) in TORCHSCRIPT_FILES and path.is_file() and _torchscript(path):
+        return path
     if kind(path) in PYTORCH_FILES:
         raise ModelError(f"{path}: {PYTORCH_FILES[kind(path)]}, which holds weights (or a "
-                         "pickled module) but not the code that runs them; name a Python "
+                         "pickled module) but not the code that runs them (npusim reads "
+                         "TorchScript archives, torch.jit.save, which do); name a Python "
                          "factory that builds the module and loads them (file.py:build, "
                          "docs/import.md) or its ONNX export (torch.onnx.export)")
     if kind(path) in OTHER_FILES:
@@ -104,6 +115,10 @@ def load_model_and_module(spec: str, *, batch: int | None = None,
         from .torch_import import factory_model
 
         return factory_model(spec, input_shape=input_shape, batch=batch, fallback=fallback)
+    if kind(path) in TORCHSCRIPT_FILES:
+        from .torch_import import archive_model
+
+        return archive_model(path, input_shape=input_shape, batch=batch, fallback=fallback)
     batch = batch or (input_shape[0] if input_shape else 1)
     return _zoo_model(spec, batch, input_shape, seed), None
 

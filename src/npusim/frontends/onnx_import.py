@@ -284,7 +284,14 @@ def from_onnx(path: str | Path, input_shape: Sequence[int] | None = None, *,
     output is a ``Graph`` output, in the file's order, labelled by its ONNX name.
     """
     path = Path(path)
-    model = onnx_file.load(path)
+    return from_onnx_model(onnx_file.load(path), path, input_shape, batch=batch,
+                           fallback=fallback)
+
+
+def from_onnx_model(model, path: Path, input_shape: Sequence[int] | None = None, *,
+                    batch: int | None = None, fallback: bool = False) -> Graph:
+    """``from_onnx`` of a loaded ModelProto ``model``; ``path``: the file it is named by in
+    messages and in the graph (the model's own, or the file it was exported from)."""
     onnx_file.check_float_ops(model, path)
     value_info = onnx_file.graph_input(model, path)
     shape = onnx_file.set_input_shape(value_info, input_shape, path, batch)

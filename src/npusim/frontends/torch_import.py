@@ -42,7 +42,7 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from . import torch_concrete, torch_held, torch_inplace, torch_qat  # noqa: E402
+from . import torch_concrete, torch_held, torch_inplace, torch_qat, torch_script  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import (  # noqa: E402
     MASK_READERS,
@@ -463,16 +463,33 @@ def from_torch(module, example_input, *, name: str | None = None,
     with several outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or
     the dict's keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
     list of supported ones; with ``fallback``, each such call is instead computed by
-    torch itself (an ``ops.Fallback`` node, costed as vector work).
+    torch itself (an ``ops.Fallback`` node, costed as vector work). A TorchScript module
+    (``torch.jit.script``, ``trace``) is imported through its ONNX export
+    (``torch_script``); a Python module holding one is refused.
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
-    name = name or type(module).__name__
+    name = name or getattr(module, "original_name", type(module).__name__)
     x = _example(example_input, name)
     _check_float32(module, name)
     _check_hooks(module, name)
+    if torch_script.is_script(module):  # TorchScript: no Python for fx to trace
+        with inference(module):
+            _script_runs(module, x, name)
+            return torch_script.from_script(module, x, Path(name), fallback)
+    torch_script.refuse_script_submodules(module, name)
     with inference(module):
         return _imported(module, x, name, fallback)
+
+
+def _script_runs(module, x, name: str) -> None:
+    """Refuse TorchScript ``module`` where its forward raises on ``x``."""
+    try:
+        with torch.no_grad():
+            module(x)
+    except Exception as e:  # noqa: BLE001  (the TorchScript interpreter's errors)
+        raise ForwardFailed(f"{name}: running it on an input of shape {tuple(x.shape)} failed "
+                            f"({torch_script.reason(e)})") from None
 
 
 @contextlib.contextmanager
@@ -589,14 +606,31 @@ def factory_model(spec: str, input_shape: Sequence[int] | None = None, *,
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     shape = _input_shape(input_shape, spec)
+    net = _call_factory(_load_file(path), func, path, spec).eval()
+    return _at_shape(net, func, shape, input_shape is None, batch, fallback), net
+
+
+def archive_model(path: Path, input_shape: Sequence[int] | None = None, *,
+                  batch: int | None = None, fallback: bool = False) -> tuple[Graph, nn.Module]:
+    """The ``Graph`` of the TorchScript archive ``path`` (``torch.jit.save``), imported as
+    ``from_factory`` imports a factory's module, and the module (what ``--check`` runs)."""
+    shape = _input_shape(input_shape, str(path))
+    module = torch_script.load(path)
+    return _at_shape(module, str(path), shape, input_shape is None, batch, fallback), module
+
+
+def _at_shape(net, name: str, shape: tuple[int, ...], default: bool, batch: int | None,
+              fallback: bool) -> Graph:
+    """``from_torch`` of ``net`` on a seeded random input of ``shape`` (its N replaced by
+    ``batch`` if given); where the forward fails at the ``default`` shape, the advice to
+    give the network's own."""
     if batch is not None:
         shape = (batch, *shape[1:])
-    net = _call_factory(_load_file(path), func, path, spec).eval()
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     try:
-        return from_torch(net, x, name=func, fallback=fallback), net
+        return from_torch(net, x, name=name, fallback=fallback)
     except ForwardFailed as e:
-        if input_shape is not None:
+        if not default:
             raise
         raise ForwardFailed(f"{e}; that is the default input shape: give the network's own "
                             "(input_shape=, --input-shape N,C,H,W)") from e

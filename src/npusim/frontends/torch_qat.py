@@ -41,7 +41,7 @@ from torch.ao.quantization.fake_quantize import (
 from torch.ao.quantization.observer import ObserverBase
 
 from .. import ops
-from . import torch_inplace
+from . import torch_inplace, torch_script
 from .lowering import Refusal as _Refusal
 from .torch_ops import Ref, computed, conv_module, linear
 
@@ -61,7 +61,8 @@ class Tracer(torch.fx.Tracer):
     into a fake-quantize module, which it cannot, and into the fused QAT convs, which are
     ``nn.Sequential``), each observer (refused by name: a model prepared for post-training
     calibration) and each module an eager QAT hook quantises (traced through, its hook
-    would be lost)."""
+    would be lost). ``trace`` traces TorchScript functions as their Python
+    (``torch_script.functions_as_python``)."""
 
     def proxy(self, node):  # ``y += 1`` recorded as the in-place call it is
         return torch_inplace.Proxy(node, self)
@@ -76,11 +77,13 @@ def trace(module, tracer: Tracer | None = None) -> torch.fx.GraphModule:
     of its own). A module that is itself a leaf (a bare ``nn.BatchNorm2d`` or
     ``nn.ConvTranspose2d``), which fx would trace into as the root, down to its Python's
     branches, is traced as the one layer of a container, named as its class is
-    (``batchnorm2d``)."""
+    (``batchnorm2d``). A TorchScript function it calls is traced as the Python it was
+    compiled from."""
     tracer = tracer or Tracer()
     if tracer.is_leaf_module(module, ""):
         module = torch.nn.Sequential(OrderedDict([(type(module).__name__.lower(), module)]))
-    graph = tracer.trace(module)
+    with torch_script.functions_as_python():
+        graph = tracer.trace(module)
     return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
 
 
