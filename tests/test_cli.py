@@ -267,8 +267,9 @@ def bad_cases(tmp: Path):
                              r"module\) but not the code that runs them \(npusim reads "
                              r"TorchScript archives, .*\); name a Python factory"),
         ([tmp / "net.tflite"], r"net\.tflite: a TensorFlow Lite model; npusim reads a zoo name, "
-                               r"a \.onnx, a \.csv, a TorchScript \.pt or file\.py:factory: "
-                               r"convert it to ONNX"),
+                               r"a \.onnx, a \.csv, a TorchScript \.pt, a \.pt2 or "
+                               r"file\.py:factory: convert it to ONNX"),
+        ([tmp / "missing.pt2"], r"missing\.pt2: no such file"),
         ([tmp / "notes.jpg"], r"notes\.jpg: a file npusim does not read as a model; give a zoo "
                               r"name"),
         ([tmp], r": a folder npusim does not read as a model; give a zoo name"),

@@ -162,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("model", metavar="MODEL",
                      help="zoo name (npusim models), FILE.onnx, FILE.py:factory, a TorchScript "
-                          "FILE.pt (torch.jit.save), or a SCALE-Sim topology FILE.csv "
-                          "(shape-only run)")
+                          "FILE.pt (torch.jit.save), a FILE.pt2 (torch.export.save), or a "
+                          "SCALE-Sim topology FILE.csv (shape-only run)")
     run.add_argument("--arch", metavar="NAME|FILE", help="arch preset (npusim archs) or TOML "
                      "file; default: the built-in default preset")
     run.add_argument("--dataflow", metavar="NAME", help="dataflow to run (default: the arch's)")

@@ -37,15 +37,21 @@ OTHER_FILES = {".tflite": "a TensorFlow Lite model", ".pb": "a TensorFlow graph"
                ".h5": "a Keras model", ".keras": "a Keras model",
                ".caffemodel": "Caffe weights", ".prototxt": "a Caffe network",
                ".mlmodel": "a Core ML model", ".pdmodel": "a PaddlePaddle model"}
-READ = "a zoo name, a .onnx, a .csv, a TorchScript .pt or file.py:factory"
+READ = "a zoo name, a .onnx, a .csv, a TorchScript .pt, a .pt2 or file.py:factory"
 TORCHSCRIPT_FILES = (".pt", ".pth")  # torch.jit.save's archives, told from torch.save's
+PROGRAM_FILE = ".pt2"  # torch.export.save's programs
 
 
-def _torchscript(path: Path) -> bool:
-    """Whether ``path`` is a TorchScript archive (``torch_script.is_archive``)."""
-    from .torch_script import is_archive
+def _program(path: Path) -> bool:
+    """Whether ``path`` is a file of a program npusim reads: a ``.pt2``, or a ``.pt`` or
+    ``.pth`` that is a TorchScript archive (``torch_programs.is_script_archive``)."""
+    if kind(path) == PROGRAM_FILE:
+        return path.is_file()
+    if kind(path) not in TORCHSCRIPT_FILES or not path.is_file():
+        return False
+    from .torch_programs import is_script_archive
 
-    return is_archive(path)
+    return is_script_archive(path)
 
 
 def model_path(spec: str) -> Path:
@@ -54,18 +60,19 @@ def model_path(spec: str) -> Path:
     another framework's model file, or a file or folder of no kind npusim reads, is refused
     saying what to give instead."""
     path = Path(spec.split(":")[0] if ".py:" in spec else spec)
-    if kind(path) in TORCHSCRIPT_FILES and path.is_file() and _torchscript(path):
+    if _program(path):
         return path
-    if kind(path) in PYTORCH_FILES:
+    if kind(path) in PYTORCH_FILES and path.is_file():
         raise ModelError(f"{path}: {PYTORCH_FILES[kind(path)]}, which holds weights (or a "
                          "pickled module) but not the code that runs them (npusim reads "
-                         "TorchScript archives, torch.jit.save, which do); name a Python "
+                         "TorchScript archives, torch.jit.save, and torch.export programs, "
+                         ".pt2, which do); name a Python "
                          "factory that builds the module and loads them (file.py:build, "
                          "docs/import.md) or its ONNX export (torch.onnx.export)")
     if kind(path) in OTHER_FILES:
         raise ModelError(f"{path}: {OTHER_FILES[kind(path)]}; npusim reads {READ}: convert "
                          "it to ONNX first (tf2onnx for TensorFlow, TFLite and Keras)")
-    if kind(path) not in (".csv", ".onnx", ".py") or path.is_file():
+    if kind(path) not in (".csv", ".onnx", ".py", *PYTORCH_FILES) or path.is_file():
         return path
     bare_csv = kind(path) == ".csv" and path.name == spec
     if bare_csv and (TOPOLOGIES / spec).is_file():
@@ -116,9 +123,13 @@ def load_model_and_module(spec: str, *, batch: int | None = None,
 
         return factory_model(spec, input_shape=input_shape, batch=batch, fallback=fallback)
     if kind(path) in TORCHSCRIPT_FILES:
-        from .torch_import import archive_model
+        from .torch_import import script_model
 
-        return archive_model(path, input_shape=input_shape, batch=batch, fallback=fallback)
+        return script_model(path, input_shape=input_shape, batch=batch, fallback=fallback)
+    if kind(path) == PROGRAM_FILE:
+        from .torch_import import program_model
+
+        return program_model(path, input_shape=input_shape, batch=batch, fallback=fallback)
     batch = batch or (input_shape[0] if input_shape else 1)
     return _zoo_model(spec, batch, input_shape, seed), None
 

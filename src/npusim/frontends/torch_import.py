@@ -42,7 +42,7 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from . import torch_concrete, torch_held, torch_inplace, torch_qat, torch_script  # noqa: E402
+from . import torch_concrete, torch_held, torch_inplace, torch_programs, torch_qat  # noqa: E402
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import (  # noqa: E402
     MASK_READERS,
@@ -465,7 +465,7 @@ def from_torch(module, example_input, *, name: str | None = None,
     list of supported ones; with ``fallback``, each such call is instead computed by
     torch itself (an ``ops.Fallback`` node, costed as vector work). A TorchScript module
     (``torch.jit.script``, ``trace``) is imported through its ONNX export
-    (``torch_script``); a Python module holding one is refused.
+    (``torch_programs``); a Python module holding one is refused.
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
@@ -473,11 +473,11 @@ def from_torch(module, example_input, *, name: str | None = None,
     x = _example(example_input, name)
     _check_float32(module, name)
     _check_hooks(module, name)
-    if torch_script.is_script(module):  # TorchScript: no Python for fx to trace
+    if torch_programs.is_script(module):  # TorchScript: no Python for fx to trace
         with inference(module):
             _script_runs(module, x, name)
-            return torch_script.from_script(module, x, Path(name), fallback)
-    torch_script.refuse_script_submodules(module, name)
+            return torch_programs.from_script(module, x, Path(name), fallback)
+    torch_programs.refuse_script_submodules(module, name)
     with inference(module):
         return _imported(module, x, name, fallback)
 
@@ -489,7 +489,7 @@ def _script_runs(module, x, name: str) -> None:
             module(x)
     except Exception as e:  # noqa: BLE001  (the TorchScript interpreter's errors)
         raise ForwardFailed(f"{name}: running it on an input of shape {tuple(x.shape)} failed "
-                            f"({torch_script.reason(e)})") from None
+                            f"({torch_programs.reason(e)})") from None
 
 
 @contextlib.contextmanager
@@ -610,13 +610,24 @@ def factory_model(spec: str, input_shape: Sequence[int] | None = None, *,
     return _at_shape(net, func, shape, input_shape is None, batch, fallback), net
 
 
-def archive_model(path: Path, input_shape: Sequence[int] | None = None, *,
-                  batch: int | None = None, fallback: bool = False) -> tuple[Graph, nn.Module]:
+def script_model(path: Path, input_shape: Sequence[int] | None = None, *,
+                 batch: int | None = None, fallback: bool = False) -> tuple[Graph, nn.Module]:
     """The ``Graph`` of the TorchScript archive ``path`` (``torch.jit.save``), imported as
     ``from_factory`` imports a factory's module, and the module (what ``--check`` runs)."""
     shape = _input_shape(input_shape, str(path))
-    module = torch_script.load(path)
+    module = torch_programs.load_script(path)
     return _at_shape(module, str(path), shape, input_shape is None, batch, fallback), module
+
+
+def program_model(path: Path, input_shape: Sequence[int] | None = None, *,
+                  batch: int | None = None, fallback: bool = False) -> tuple[Graph, nn.Module]:
+    """The ``Graph`` of the torch.export program ``path`` (``torch.export.save``), at its
+    own input shape (``input_shape``, ``batch``: what it leaves dynamic, as for an ONNX
+    file), and the program as a module (what ``--check`` runs)."""
+    program = torch_programs.load_program(path)
+    graph = torch_programs.from_program(program, path, input_shape, batch=batch,
+                                        fallback=fallback)
+    return graph, torch_programs.ProgramModule(program)
 
 
 def _at_shape(net, name: str, shape: tuple[int, ...], default: bool, batch: int | None,

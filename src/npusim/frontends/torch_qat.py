@@ -41,7 +41,7 @@ from torch.ao.quantization.fake_quantize import (
 from torch.ao.quantization.observer import ObserverBase
 
 from .. import ops
-from . import torch_inplace, torch_script
+from . import torch_inplace, torch_programs
 from .lowering import Refusal as _Refusal
 from .torch_ops import Ref, computed, conv_module, linear
 
@@ -62,7 +62,7 @@ class Tracer(torch.fx.Tracer):
     ``nn.Sequential``), each observer (refused by name: a model prepared for post-training
     calibration) and each module an eager QAT hook quantises (traced through, its hook
     would be lost). ``trace`` traces TorchScript functions as their Python
-    (``torch_script.functions_as_python``)."""
+    (``torch_programs.functions_as_python``)."""
 
     def proxy(self, node):  # ``y += 1`` recorded as the in-place call it is
         return torch_inplace.Proxy(node, self)
@@ -82,7 +82,7 @@ def trace(module, tracer: Tracer | None = None) -> torch.fx.GraphModule:
     tracer = tracer or Tracer()
     if tracer.is_leaf_module(module, ""):
         module = torch.nn.Sequential(OrderedDict([(type(module).__name__.lower(), module)]))
-    with torch_script.functions_as_python():
+    with torch_programs.functions_as_python():
         graph = tracer.trace(module)
     return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
 

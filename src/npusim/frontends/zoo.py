@@ -313,7 +313,7 @@ def built_names() -> list[str]:
 def _entry(name: str) -> Entry:
     if name not in MODELS:
         raise ModelError(f"model {name!r}: not in the zoo; choose one of {', '.join(MODELS)} "
-                         "(or a .onnx, .csv, TorchScript .pt or file.py:factory)")
+                         "(or a .onnx, .csv, TorchScript .pt, .pt2 or file.py:factory)")
     return MODELS[name]()
 
 

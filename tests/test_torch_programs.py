@@ -1,10 +1,11 @@
-"""TorchScript networks (``torch_script``): a ``torch.jit.save`` archive of a scripted
-network (its loop over blocks, its branch on the map's size kept as TorchScript) and of a
-traced one, given to ``npusim run`` as a ``.pt`` file and to ``load_model``, a factory
-returning a scripted module, and a Python network calling ``@torch.jit.script`` functions;
-each against the Python module it was made from, run in float64. A weights-only ``.pt``, a
-TorchScript submodule inside a Python module, and an archive that fails at the shape it is
-given are refused saying why."""
+"""Networks saved as programs (``torch_programs``): a ``torch.jit.save`` archive of a
+scripted network (its loop over blocks, its branch on the map's size kept as TorchScript)
+and of a traced one, given to ``npusim run`` as a ``.pt`` file and to ``load_model``, a
+factory returning a scripted module, a Python network calling ``@torch.jit.script``
+functions, and ``torch.export`` programs (``.pt2``) of a fixed and of a dynamic batch; each
+against the Python module it was made from, run in float64. A weights-only ``.pt``, a
+TorchScript submodule inside a Python module, an archive that fails at the shape it is given,
+and a program given a shape it fixes otherwise are refused saying why."""
 
 import importlib.util
 from pathlib import Path
@@ -189,3 +190,51 @@ def test_refusals_say_why(tmp_path):
     code, _, err = run_cli("run", broken)
     assert code == 2 and err.count("\n") == 1
     assert "broken.pt: cannot load it as TorchScript (Unknown type name" in err
+
+
+def program(tmp_path, shape, dynamic_batch: bool) -> tuple[Path, nn.Module]:
+    """A ``torch.export.save`` program of Scripted exported at ``shape`` (its batch left
+    dynamic or not), and the module."""
+    net = Scripted().eval()
+    dynamic = ({0: torch.export.Dim("batch", min=1, max=16)},) if dynamic_batch else None
+    exported = torch.export.export(net, (torch.from_numpy(photo(shape)),),
+                                   dynamic_shapes=dynamic)
+    path = tmp_path / f"{'dynamic' if dynamic_batch else 'fixed'}.pt2"
+    torch.export.save(exported, str(path))
+    return path, net
+
+
+@pytest.mark.parametrize("dynamic_batch, batch", [(False, None), (True, 3)])
+def test_a_torch_export_program_equals_the_module_it_was_made_from(tmp_path, dynamic_batch,
+                                                                    batch):
+    path, net = program(tmp_path, (2, 3, 22, 18), dynamic_batch)
+    graph, module = load_model_and_module(str(path), batch=batch)
+    shape = (batch or 2, 3, 22, 18)
+    assert graph.input_shape == shape
+    x = photo(shape)
+    reference = float64_output(net, x)
+    result = simulate(graph, x, "hybrid-3x1024", keep_outputs=True)
+    assert rel_err(result.output, reference) < 1e-5
+    assert rel_err(module(torch.from_numpy(x)).detach().numpy(), reference) < 1e-5
+
+
+def test_run_reads_a_torch_export_program_and_checks_it_against_it(tmp_path):
+    path, _ = program(tmp_path, (1, 3, 16, 20), dynamic_batch=False)
+    code, out, err = run_cli("run", path, "--arch", "systolic-32x32-ws", "--check")
+    assert code == 0, err
+    assert "fixed.pt2 on systolic-32x32-ws" in out and "3x16x20->16x8x10 3x3 s2" in out
+    assert "outputs against the PyTorch module" in out and ": ok" in out
+    assert err == ""
+
+
+def test_a_program_given_a_shape_it_fixes_otherwise_or_no_program_is_refused(tmp_path):
+    path, _ = program(tmp_path, (1, 3, 16, 20), dynamic_batch=False)
+    with pytest.raises(ModelError, match=r"fixed\.pt2: the program fixes its batch to 1, so "
+                                         r"batch \(--batch\) 2 cannot be run; export it with a "
+                                         r"dynamic batch"):
+        load_model_and_module(str(path), batch=2)
+    broken = tmp_path / "broken.pt2"
+    broken.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ModelError, match=r"broken\.pt2: cannot load it as a torch\.export "
+                                         r"program \("):
+        load_model_and_module(str(broken))
