@@ -18,7 +18,7 @@ from torch import nn  # noqa: E402
 
 from npusim import ops, simulate  # noqa: E402
 from npusim.errors import ModelError  # noqa: E402
-from npusim.frontends import load_model, zoo  # noqa: E402
+from npusim.frontends import load_model, load_model_and_module, zoo  # noqa: E402
 from npusim.frontends.torch_import import from_factory, from_torch  # noqa: E402
 
 NETS = Path(__file__).parent / "data" / "import" / "nets.py"
@@ -1167,3 +1167,26 @@ def test_a_bare_layer_module_imports_as_the_layer_it_is(make):
         want = layer.double()(x.double()).numpy()
     got = simulate(graph, x.numpy()).output
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("wrap", ["compile", "data parallel", "compiled data parallel"])
+def test_a_compiled_or_data_parallel_module_imports_as_the_network_it_wraps(wrap, tmp_path):
+    """``torch.compile(net)`` (fx found no ``forward`` on it) and ``nn.DataParallel(net)``
+    (kept as one unsupported call) are the network they run, with its parameters; a factory
+    returning one is checked against the network, not the wrapper (no compilation)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+                        nn.Conv2d(8, 4, 1)).eval()
+    net[1].running_var.uniform_(0.5, 2)
+    wrapped = {"compile": lambda: torch.compile(net),
+               "data parallel": lambda: nn.DataParallel(net),
+               "compiled data parallel": lambda: torch.compile(nn.DataParallel(net))}[wrap]()
+    x = photo((2, 3, 9, 7))
+    graph = from_torch(wrapped, x)
+    assert graph.name == "Sequential" and len(graph.conv_nodes) == 2
+    assert rel_err(simulate(graph, x, keep_outputs=True).output, float64_output(net, x)) < 1e-5
+    factory = tmp_path / "wrapped.py"
+    factory.write_text("import torch\nfrom torch import nn\n\ndef build():\n"
+                       "    return torch.compile(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))\n")
+    graph, module = load_model_and_module(f"{factory}:build", input_shape=(1, 3, 8, 8))
+    assert type(module) is nn.Sequential and len(graph.conv_nodes) == 1

@@ -469,6 +469,7 @@ def from_torch(module, example_input, *, name: str | None = None,
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
+    module = unwrapped(module)
     name = name or getattr(module, "original_name", type(module).__name__)
     x = _example(example_input, name)
     _check_float32(module, name)
@@ -480,6 +481,23 @@ def from_torch(module, example_input, *, name: str | None = None,
     torch_programs.refuse_script_submodules(module, name)
     with inference(module):
         return _imported(module, x, name, fallback)
+
+
+_PARALLEL = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+
+
+def unwrapped(module):
+    """The network a wrapper of it runs, with the same parameters: ``torch.compile``'s
+    module (its ``_orig_mod``, the Python it compiles), ``nn.DataParallel``'s and
+    ``DistributedDataParallel``'s ``module``; any other module as it is."""
+    while True:
+        dynamo = sys.modules.get("torch._dynamo.eval_frame")  # not loaded: nothing compiled
+        if dynamo is not None and isinstance(module, dynamo.OptimizedModule):
+            module = module._orig_mod
+        elif isinstance(module, _PARALLEL):
+            module = module.module
+        else:
+            return module
 
 
 def _script_runs(module, x, name: str) -> None:
@@ -606,7 +624,7 @@ def factory_model(spec: str, input_shape: Sequence[int] | None = None, *,
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     shape = _input_shape(input_shape, spec)
-    net = _call_factory(_load_file(path), func, path, spec).eval()
+    net = unwrapped(_call_factory(_load_file(path), func, path, spec)).eval()
     return _at_shape(net, func, shape, input_shape is None, batch, fallback), net
 
 
