@@ -110,9 +110,9 @@ def from_program(program: torch.export.ExportedProgram, path: Path,
     the program leaves dynamic); ``path`` names it in messages."""
     from .onnx_import import from_onnx_model
 
-    fixed = _input_shape(program)
-    if batch is not None and isinstance(fixed[0], int) and fixed[0] != batch:
-        raise ModelError(f"{path}: the program fixes its batch to {fixed[0]}, so batch (--batch) "
+    fixed = _fixed_batch(program)
+    if batch is not None and fixed is not None and fixed != batch:
+        raise ModelError(f"{path}: the program fixes its batch to {fixed}, so batch (--batch) "
                          f"{batch} cannot be run; export it with a dynamic batch "
                          "(torch.export.export(..., dynamic_shapes=({0: "
                          "torch.export.Dim('batch')},)))")
@@ -121,13 +121,16 @@ def from_program(program: torch.export.ExportedProgram, path: Path,
     return from_onnx_model(model, path, input_shape, batch=batch, fallback=fallback)
 
 
-def _input_shape(program: torch.export.ExportedProgram) -> tuple:
-    """The shape of ``program``'s first input: an int where it is fixed, a symbol where it
-    was exported as dynamic."""
-    first = next(spec.arg.name for spec in program.graph_signature.input_specs
-                 if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT)
-    node = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == first)
-    return tuple(node.meta["val"].shape)
+def _fixed_batch(program: torch.export.ExportedProgram) -> int | None:
+    """The batch ``program``'s first input is exported with where it is fixed; None where
+    it was exported as dynamic (a symbol) or the program has no tensor input (which the
+    ONNX importer refuses)."""
+    users = {spec.arg.name for spec in program.graph_signature.input_specs
+             if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT}
+    shapes = [n.meta["val"].shape for n in program.graph.nodes
+              if n.op == "placeholder" and n.name in users
+              and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].ndim]
+    return shapes[0][0] if shapes and isinstance(shapes[0][0], int) else None
 
 
 class ProgramModule(torch.nn.Module):
