@@ -66,9 +66,9 @@ def model_path(spec: str) -> Path:
         raise ModelError(f"{path}: {PYTORCH_FILES[kind(path)]}, which holds weights (or a "
                          "pickled module) but not the code that runs them (npusim reads "
                          "TorchScript archives, torch.jit.save, and torch.export programs, "
-                         ".pt2, which do); name a Python "
-                         "factory that builds the module and loads them (file.py:build, "
-                         "docs/import.md) or its ONNX export (torch.onnx.export)")
+                         ".pt2, which do); name a Python factory that builds the module and "
+                         "loads them (file.py:build, docs/import.md) or its ONNX export "
+                         "(torch.onnx.export)")
     if kind(path) in OTHER_FILES:
         raise ModelError(f"{path}: {OTHER_FILES[kind(path)]}; npusim reads {READ}: convert "
                          "it to ONNX first (tf2onnx for TensorFlow, TFLite and Keras)")

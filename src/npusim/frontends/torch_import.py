@@ -465,7 +465,8 @@ def from_torch(module, example_input, *, name: str | None = None,
     list of supported ones; with ``fallback``, each such call is instead computed by
     torch itself (an ``ops.Fallback`` node, costed as vector work). A TorchScript module
     (``torch.jit.script``, ``trace``) is imported through its ONNX export
-    (``torch_programs``); a Python module holding one is refused.
+    (``torch_programs``); a Python module holding one is refused. A ``torch.compile`` or
+    data-parallel wrapper is the network it wraps (``unwrapped``).
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
