@@ -1027,3 +1027,24 @@ def test_a_pad_its_reader_cannot_absorb_is_a_node_of_its_own(tmp_path, case):
         assert "Pad" in [type(n.op).__name__ for n in graph.nodes]
         assert rel_err(simulate(graph, x).output, want) < 1e-5
     check(path, x)
+
+
+def test_a_channels_last_input_is_fed_photos_channels_last(tmp_path):
+    """A TensorFlow network through tf2onnx reads N x H x W x C and transposes it: its photo
+    input is each photo of the same network's N x C x H x W twin transposed, not seeded
+    values (no --input) nor a refusal (--input: "its input has 16 channels"), and the run
+    equals onnxruntime on it."""
+    from npusim.frontends import input_tensor
+
+    conv = [node("Conv", ["t", "w"], "c", pads=[1, 1, 1, 1], strides=[2, 2]), node("Relu", ["c"])]
+    inits = {"w": weights(6, 3, 3, 3)}
+    nhwc = write(tmp_path, [node("Transpose", ["x"], "t", perm=[0, 3, 1, 2]), *conv], inits,
+                 in_shape=(2, 16, 20, 3), name="nhwc")
+    nchw = write(tmp_path, [node("Identity", ["x"], "t"), *conv], inits,
+                 in_shape=(2, 3, 16, 20), name="nchw")
+    for image in (None, "coffee"):
+        x, shown = input_tensor(str(nhwc), from_onnx(nhwc), image=image)
+        twin, twin_shown = input_tensor(str(nchw), from_onnx(nchw), image=image)
+        assert np.array_equal(x, twin.transpose(0, 2, 3, 1))
+        assert shown == f"{twin_shown} (channels last)"
+        check(nhwc, x)

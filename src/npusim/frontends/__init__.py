@@ -175,12 +175,12 @@ def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
     """The input of ``graph`` (loaded from ``model``), float32, and a word on where it came
     from. Zoo models preprocess the photo their own way; an imported model of an N x C x H x
     W input gets the photo resized to it and ImageNet-normalised (1 or 3 channels; with no
-    ``image``, one photo a sample: the bundled photos in turn, ``DEFAULT_PHOTO`` first), or, for
-    other channel counts and inputs of other ranks (a MatMul's N x F), seeded
-    standard-normal values."""
+    ``image``, one photo a sample: the bundled photos in turn, ``DEFAULT_PHOTO`` first), laid
+    out N x H x W x C where the input is (``channels_last``), or, for other channel counts
+    and inputs of other ranks (a MatMul's N x F), seeded standard-normal values."""
     import numpy as np
 
-    from . import images, zoo
+    from . import zoo
 
     if len(graph.input_shape) != 4:
         shown = "x".join(map(str, graph.input_shape))
@@ -189,23 +189,43 @@ def input_tensor(model: str, graph: Graph, *, image=None, seed: int = 0):
                              "feed it; leave out --input for seeded values")
         x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
         return x, f"seeded standard normal (seed {seed})"
-    n, c, h, w = graph.input_shape
     if model in zoo.names():
+        n, _, _, w = graph.input_shape
         x = zoo.input_for(model, image=image, batch=n, size=w)
         entry = zoo.MODELS[model]()
         default = entry.photo if entry.default_input is None else "the model's default"
         return x, image or default
+    last = channels_last(graph.input_shape)
+    n, c, h, w = (graph.input_shape[i] for i in ((0, 3, 1, 2) if last else (0, 1, 2, 3)))
     if image and c not in (1, 3):
         raise ModelError(f"{model}: its input has {c} channels; an image gives 1 (grey) or 3 "
                          "(RGB): leave out --input for seeded values")
-    if c in (1, 3) and (image or n == 1):
+    if c not in (1, 3):
+        x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
+        return x, f"seeded standard normal (seed {seed})"
+    x, shown = _photos(image, n, c, h, w)
+    return (x.transpose(0, 2, 3, 1), f"{shown} (channels last)") if last else (x, shown)
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Whether a 4-D input of ``shape`` is an image laid out N x H x W x C (a TensorFlow
+    network through tf2onnx): its last axis 1 or 3 and its second not."""
+    return len(shape) == 4 and shape[1] not in (1, 3) and shape[3] in (1, 3)
+
+
+def _photos(image, n: int, c: int, h: int, w: int):
+    """N x C x H x W photos, each resized to H x W and ImageNet-normalised, and their names:
+    ``image`` in every sample, or with none, one bundled photo a sample (``DEFAULT_PHOTO``
+    first), so that ``--check`` sees a network that mixes its samples up."""
+    import numpy as np
+
+    from . import images
+
+    if image or n == 1:
         photo = image or DEFAULT_PHOTO
         return np.repeat(images.load_image(photo, (h, w), c)[None], n, axis=0), photo
-    if c in (1, 3):  # a batch of one photo a sample, so that --check sees samples mixed up
-        names = [DEFAULT_PHOTO, *(p for p in images.photo_names() if p != DEFAULT_PHOTO)]
-        order = [names[i % len(names)] for i in range(n)]
-        loaded = {name: images.load_image(name, (h, w), c) for name in set(order)}
-        shown = ", ".join(order) if n <= len(names) else f"{', '.join(names)} in turn"
-        return np.stack([loaded[name] for name in order]), shown
-    x = np.random.default_rng(seed).standard_normal(graph.input_shape, np.float32)
-    return x, f"seeded standard normal (seed {seed})"
+    names = [DEFAULT_PHOTO, *(p for p in images.photo_names() if p != DEFAULT_PHOTO)]
+    order = [names[i % len(names)] for i in range(n)]
+    loaded = {name: images.load_image(name, (h, w), c) for name in set(order)}
+    shown = ", ".join(order) if n <= len(names) else f"{', '.join(names)} in turn"
+    return np.stack([loaded[name] for name in order]), shown
