@@ -210,3 +210,98 @@ def test_cli_fallback_checks_each_output_and_marks_the_reports(tmp_path, capsys)
                                 "/net/Trilu": "ONNX Trilu"}
     assert "fallback: 2 ops computed by the source framework, costed as vector work: " \
         "/net/act/Trilu (ONNX Trilu), /net/Trilu (ONNX Trilu)" in out
+
+
+class GlobalFilter(nn.Module):
+    """GFNet's global filter as its authors write it: ``irfft2(rfft2(x) * weight)`` over the
+    token grid, the weight a complex view of a float parameter."""
+
+    def __init__(self, dim, side):
+        super().__init__()
+        self.complex_weight = nn.Parameter(torch.randn(side, side // 2 + 1, dim, 2) * 0.5)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        a = int(n ** 0.5)
+        x = torch.fft.rfft2(x.view(b, a, a, c), dim=(1, 2), norm="ortho")
+        x = x * torch.view_as_complex(self.complex_weight)
+        return torch.fft.irfft2(x, s=(a, a), dim=(1, 2), norm="ortho").reshape(b, n, c)
+
+
+class FourierUnit(nn.Module):
+    """LaMa's FFC Fourier unit as its authors write it: the spectrum's real and imaginary
+    parts stacked into channels, a 1x1 conv, made complex again and transformed back."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv_layer = nn.Conv2d(channels * 2, channels * 2, 1, bias=False)
+        self.bn = nn.BatchNorm2d(channels * 2)
+
+    def forward(self, x):
+        batch = x.shape[0]
+        ffted = torch.fft.rfftn(x, dim=(-2, -1), norm="ortho")
+        ffted = torch.stack((ffted.real, ffted.imag), dim=-1)
+        ffted = ffted.permute(0, 1, 4, 2, 3).contiguous()
+        ffted = ffted.view((batch, -1) + ffted.size()[3:])
+        ffted = torch.relu(self.bn(self.conv_layer(ffted)))
+        ffted = ffted.view((batch, -1, 2) + ffted.size()[2:]).permute(0, 1, 3, 4, 2).contiguous()
+        ffted = torch.complex(ffted[..., 0], ffted[..., 1])
+        return torch.fft.irfftn(ffted, s=x.shape[-2:], dim=(-2, -1), norm="ortho")
+
+
+class Spectral(nn.Module):
+    """A patch embedding, GFNet's global filter, FNet's mixing (``fft(fft(x)).real``), back
+    to a map, FFC's Fourier unit, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.embed = nn.Conv2d(3, 8, 2, 2)
+        self.norm = nn.LayerNorm(8)
+        self.filter = GlobalFilter(8, 4)
+        self.fourier = FourierUnit(8)
+        self.fourier.bn.running_var.data.uniform_(0.5, 2)
+        self.head = nn.Conv2d(8, 5, 1)
+
+    def forward(self, x):
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = t + self.filter(self.norm(t))
+        t = t + torch.fft.fft(torch.fft.fft(t, dim=-1), dim=-2).real
+        y = t.transpose(1, 2).reshape(x.shape[0], 8, 4, 4)
+        return self.head(y + self.fourier(y))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_complex_valued_regions_run_as_one_fallback_each(batch):
+    """The complex tensors between float ones are one fallback a region, named and listed
+    by the calls it runs; the network equals the module run in float64 (complex128)."""
+    from strategies import float64_output, photo
+
+    net = Spectral().eval()
+    x = photo((batch, 3, 8, 8))
+    graph = from_torch(net, x, fallback=True)
+    assert [n.op.source for n in graph.nodes if type(n.op).__name__ == "Fallback"] == [
+        "complex-valued rfft2 > mul > irfft2", "complex-valued fft > fft > real",
+        "complex-valued rfftn > real > imag > stack", "complex-valued complex > irfftn"]
+    assert rel_err(simulate(graph, x).output, float64_output(net, x)) < 1e-5
+    assert rel_err(simulate(pickle.loads(pickle.dumps(graph)), x).output,
+                   float64_output(net, x)) < 1e-5
+
+
+class TwoParts(nn.Module):
+    """A spectrum whose real and imaginary parts leave as two outputs: no one float result."""
+
+    def forward(self, x):
+        z = torch.fft.rfft2(x)
+        return z.real, z.imag
+
+
+def test_complex_values_are_refused_offering_the_fallback_and_without_one_exit_refused():
+    from strategies import photo
+
+    with pytest.raises(ModelError, match=r"unsupported ops: torch._C._fft.fft_rfft2 x1 "
+                                         r"\('fft_rfft2'\), .*fallback=True, --fallback"):
+        from_torch(Spectral().eval(), photo((1, 3, 8, 8)))
+    with pytest.raises(ModelError, match=r"node 'fft_rfft2': the fallback cannot run it: its "
+                                         r"result is complex64"):
+        from_torch(TwoParts(), photo((1, 3, 8, 8)), fallback=True)

@@ -14,9 +14,10 @@ is thereby a constant, ``view``/``reshape``/``flatten`` take their result shape 
 the run, and after the graph is built each IR node's inferred shape is checked
 against PyTorch's: an op the IR would compute differently is refused, not imported.
 
-This module walks the traced graph (recording, converting node by node, the outputs,
-the torch fallback) and loads ``file.py:factory`` networks; how each torch call becomes
-lowering rules is ``torch_ops``'s, and the rules themselves are ``lowering``'s.
+This module walks the traced graph (recording, converting node by node, the outputs;
+the torch fallback is ``torch_fallback``'s) and loads ``file.py:factory`` networks; how
+each torch call becomes lowering rules is ``torch_ops``'s, and the rules themselves are
+``lowering``'s.
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ try:
 except ImportError as e:  # pragma: no cover - torch is an optional extra
     raise ModelError("PyTorch import needs torch: pip install 'npusim[torch]'") from e
 
-from . import torch_concrete, torch_held, torch_inplace, torch_programs, torch_qat  # noqa: E402
+from . import (  # noqa: E402
+    torch_concrete,
+    torch_fallback,
+    torch_held,
+    torch_inplace,
+    torch_programs,
+    torch_qat,
+)
 from .torch_ops import Call, Parts, Ref  # noqa: E402
 from .torch_table import (  # noqa: E402
     MASK_READERS,
@@ -51,87 +59,6 @@ from .torch_table import (  # noqa: E402
 )
 
 DEFAULT_INPUT_SHAPE = (1, 3, 224, 224)
-
-
-@dataclass(frozen=True)
-class _Slot:
-    """Where input ``index`` of a fallback node goes among its call's arguments."""
-
-    index: int
-
-
-@dataclass(frozen=True, eq=False)
-class _TorchCall:
-    """A node's own torch call (module, function, or Tensor method by name) with the
-    network tensors as ``_Slot`` placeholders: numpy inputs in, float32 numpy out."""
-
-    fn: object
-    method: bool
-    args: tuple
-    kwargs: dict
-
-    def __call__(self, *arrays):
-        # copies: an in-place call must not change the array other nodes read
-        tensors = [torch.from_numpy(np.array(a, np.float32, order="C")) for a in arrays]
-        args, kwargs = torch.fx.node.map_aggregate(
-            (self.args, self.kwargs), lambda v: tensors[v.index] if isinstance(v, _Slot) else v)
-        with torch.no_grad():
-            out = getattr(args[0], self.fn)(*args[1:], **kwargs) if self.method \
-                else self.fn(*args, **kwargs)
-        return out.detach().cpu().to(torch.float32).numpy()
-
-
-def _fallback(build: Lowering, gm, n, kind: str, args, kwargs, shape,
-              dtype: str) -> str | None:
-    """Add node ``n`` as a ``Fallback`` running its own torch call; where it cannot be,
-    why not (``_no_fallback``)."""
-    cannot = _no_fallback(args, kwargs, shape, dtype)
-    if cannot is not None:
-        return cannot
-    refs: list[Ref] = []
-
-    def slot(v):
-        if isinstance(v, Ref):
-            refs.append(v)
-            return _Slot(len(refs) - 1)
-        return v
-
-    args, kwargs = torch.fx.node.map_aggregate((args, kwargs), slot)
-    fn = gm.get_submodule(n.target) if n.op == "call_module" else n.target
-    call = _TorchCall(fn, n.op == "call_method", tuple(args), dict(kwargs))
-    build.fallback(n.name, kind, call, [r.name for r in refs], [r.shape for r in refs], shape)
-    return None
-
-
-def _no_fallback(args, kwargs, shape, dtype: str) -> str | None:
-    """Why a node's own torch call cannot run it as a ``Fallback``, or None: it reads the
-    parts of a chunk or split, or a constant pad npusim holds for the conv or pool reading
-    it, or its result is not one tensor, or not a floating one (``dtype``: a mask from a
-    comparison, indices), or it reads no tensor of the network."""
-    found: list[str] = []
-
-    def look(v):
-        if isinstance(v, Parts):
-            found.append("it reads the parts of a chunk or split, which a torch call alone "
-                         "cannot take")
-        elif isinstance(v, Ref) and v.pad:
-            found.append("it reads a constant pad (F.pad, nn.ZeroPad2d...), which npusim holds "
-                         "for a conv or pool to absorb and a torch call alone cannot take")
-        elif isinstance(v, Ref):
-            found.append("")
-
-    torch.fx.node.map_aggregate((args, kwargs), look)
-    blocked = [f for f in found if f]
-    if blocked:
-        return blocked[0]
-    if not shape:
-        return "its result is not one tensor"
-    if not dtype.startswith(("float", "bfloat")):
-        return (f"its result is {dtype}, and the network's tensors are float32 (a mask or "
-                "indices would reach their reader as numbers)")
-    if not found:
-        return "it reads no tensor of the network"
-    return None
 
 
 # ---- tracing and recording --------------------------------------------------------------
@@ -290,8 +217,16 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
     it), but for a node taking a part of a refused call's several results (``unbind``'s,
     ``split``'s), which no converter can read: the call's refusal says it."""
     build = Lowering()
+    computed = {n for n in gm.graph.nodes if _needs_op(n, info)}
+    regions = torch_fallback.complex_regions(gm, info, computed)
     for n in gm.graph.nodes:
-        if not _needs_op(n, info):
+        if n not in computed:
+            continue
+        if n in regions:  # complex-valued: one fallback at the region's end
+            if not fallback and kind_and_converter(gm, n)[1] is None:
+                build.refuse(kind_and_converter(gm, n)[0], n.name)  # the fallback offered
+            elif fallback and n is regions[n][-1]:
+                _complex_region(build, gm, regions[n], info)
             continue
         refused = build.refused_nodes
         if any(a.name in refused and info[a].parts for a in n.all_input_nodes):
@@ -340,13 +275,13 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
             result, why = _converted(conv, Call(n.name, shape, build, info[n].parts), args,
                                      kwargs)
         if conv is None or why is not None:
-            if not fallback and (cannot := _no_fallback(args, kwargs, shape,
-                                                         info[n].dtype)) is not None:
+            if not fallback and (cannot := torch_fallback.cannot(
+                    args, kwargs, shape, info[n].dtype)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)  # not offered the fallback
             elif not fallback:
                 build.refuse(kind, n.name, why)
-            elif (cannot := _fallback(build, gm, n, kind, args, kwargs, shape,
-                                      info[n].dtype)) is not None:
+            elif (cannot := torch_fallback.node(build, gm, n, kind, args, kwargs, shape,
+                                                info[n].dtype)) is not None:
                 build.refuse_fallback(kind, n.name, why, cannot)
             continue
         if isinstance(result, Ref):  # a pass-through: its element type is the call's
@@ -388,6 +323,19 @@ def _padded(build: Lowering, reader: str, args, kwargs):
         return Ref(name, v.shape)
 
     return torch.fx.node.map_aggregate((args, kwargs), place)
+
+
+def _complex_region(build: Lowering, gm, nodes: tuple, info: dict) -> None:
+    """A complex-valued region (``torch_fallback.complex_regions``) as one fallback, or
+    each of its nodes refused saying why it cannot be."""
+    numbers = [a.name for n in nodes for a in n.all_input_nodes
+               if isinstance(info[a], _ValueNumber)]
+    cannot = (f"it reads {', '.join(numbers)}, a number taken from the input's values"
+              if numbers else torch_fallback.region(build, gm, nodes, info, info[nodes[-1]].shape))
+    if cannot is not None:
+        for n in nodes:
+            build.refuse_fallback(kind_and_converter(gm, n)[0], n.name, None,
+                                  f"part of a complex-valued region: {cannot}")
 
 
 def _refs(args, kwargs) -> list[Ref]:
