@@ -5,6 +5,8 @@ the module's own output (max error under 1e-4 of max |reference|). Refusals are
 pinned by message.
 """
 
+import collections
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -1190,3 +1192,58 @@ def test_a_compiled_or_data_parallel_module_imports_as_the_network_it_wraps(wrap
                        "    return torch.compile(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))\n")
     graph, module = load_model_and_module(f"{factory}:build", input_shape=(1, 3, 8, 8))
     assert type(module) is nn.Sequential and len(graph.conv_nodes) == 1
+
+
+@dataclasses.dataclass
+class HeadOutput:
+    """A head's outputs as detection and Hugging Face code return them."""
+
+    logits: torch.Tensor
+    boxes: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+
+
+Pair = collections.namedtuple("Pair", "scores features")
+
+
+class Optional(nn.Module):
+    """A forward with arguments after the input that have defaults, a branch on one being
+    None, and its outputs as a dataclass (``boxes`` given, ``loss`` left None) or a
+    namedtuple."""
+
+    def __init__(self, record: str):
+        super().__init__()
+        torch.manual_seed(7)
+        self.conv, self.box, self.record = nn.Conv2d(3, 6, 3), nn.Conv2d(6, 4, 1), record
+
+    def forward(self, x, mask=None, targets=None, scale: float = 2.0, with_boxes: bool = True):
+        f = self.conv(x)
+        if mask is not None:
+            f = f * mask
+        logits = f.mean((2, 3)) * scale
+        if self.record == "namedtuple":
+            return Pair(logits, f)
+        loss = None if targets is None else (logits - targets).square().mean()
+        return HeadOutput(logits, self.box(f) if with_boxes else None, loss)
+
+
+@pytest.mark.parametrize("record, labels", [("dataclass", ["logits", "boxes"]),
+                                            ("namedtuple", ["scores", "features"])])
+def test_default_arguments_are_traced_at_their_defaults_and_records_are_outputs(record, labels):
+    """fx traced ``if mask is not None`` into the branch (a proxy is not None) and the
+    recording run failed at ``f * mask``; a dataclass returned was "a constant", a
+    namedtuple an unsupported call."""
+    from npusim.report.check import check
+
+    net = Optional(record).eval()
+    x = photo((2, 3, 7, 9))
+    graph = from_torch(net, x)
+    assert list(graph.outputs) == labels
+    result = simulate(graph, x, keep_outputs=True)
+    outcome = check(graph, x, result, own=net)  # --check: the module's record, its fields
+    assert outcome.passed and outcome.module_error < 1e-5
+    with torch.no_grad():
+        out = net.double()(torch.from_numpy(x.astype(np.float64)))
+    want = [out.logits, out.boxes] if record == "dataclass" else list(out)
+    for label, ref in zip(labels, want, strict=True):
+        assert rel_err(result.named_outputs[label], ref.numpy()) < 1e-5, label

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import inspect
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -220,7 +221,7 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
     computed = {n for n in gm.graph.nodes if _needs_op(n, info)}
     regions = torch_fallback.complex_regions(gm, info, computed)
     for n in gm.graph.nodes:
-        if n not in computed:
+        if n not in computed or _returned_record(n):
             continue
         if n in regions:  # complex-valued: one fallback at the region's end
             if not fallback and kind_and_converter(gm, n)[1] is None:
@@ -325,6 +326,13 @@ def _padded(build: Lowering, reader: str, args, kwargs):
     return torch.fx.node.map_aggregate((args, kwargs), place)
 
 
+def _returned_record(n) -> bool:
+    """Whether fx node ``n`` makes the namedtuple or dataclass forward returns (its fields
+    are the outputs: ``_output``), and nothing else reads it."""
+    return n.op == "call_function" and _is_record(n.target) and all(
+        u.op == "output" for u in n.users)
+
+
 def _complex_region(build: Lowering, gm, nodes: tuple, info: dict) -> None:
     """A complex-valued region (``torch_fallback.complex_regions``) as one fallback, or
     each of its nodes refused saying why it cannot be."""
@@ -352,6 +360,7 @@ def _output(gm, info: dict, name: str, build: Lowering) -> dict[str, str]:
     (value,) = [n.args[0] for n in gm.graph.nodes if n.op == "output"]
     if isinstance(value, (tuple, list)) and len(value) == 1:
         value = value[0]
+    value = _record_fields(value) or value
     if isinstance(value, dict):
         items = [(str(k), v) for k, v in value.items()]
     elif isinstance(value, (tuple, list)):
@@ -364,6 +373,24 @@ def _output(gm, info: dict, name: str, build: Lowering) -> dict[str, str]:
                          "networks return tensors computed from the input")
     return {label: _output_ref(v, info, name, f"output {label!r} of forward is", build).name
             for label, v in items}
+
+
+def _record_fields(value) -> dict | None:
+    """The fields, by name in order, of the namedtuple or dataclass that fx node ``value``
+    makes (forward's ``return Output(logits=y, loss=None)``), those left None dropped (an
+    output the module does not give, as a Hugging Face ``ModelOutput`` drops it); else None."""
+    if not (isinstance(value, torch.fx.Node) and value.op == "call_function"
+            and _is_record(value.target)):
+        return None
+    bound = inspect.signature(value.target).bind(*value.args, **value.kwargs)
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if v is not None}
+
+
+def _is_record(target) -> bool:
+    """Whether ``target`` is a namedtuple or dataclass type."""
+    return isinstance(target, type) and (dataclasses.is_dataclass(target) or (
+        issubclass(target, tuple) and hasattr(target, "_fields")))
 
 
 def _output_ref(value, info: dict, name: str, what: str, build: Lowering) -> Ref:
@@ -386,7 +413,8 @@ def _output_ref(value, info: dict, name: str, what: str, build: Lowering) -> Ref
     if not isinstance(ref, Ref):
         kind = "a constant" if isinstance(value, torch.fx.Node) else type(value).__name__
         raise ModelError(f"{name}: {what} {kind}; npusim networks return tensors computed "
-                         "from the input (one, or a flat tuple, list or dict of them)")
+                         "from the input (one, or a flat tuple, list, dict, namedtuple or "
+                         "dataclass of them)")
     return ref
 
 
@@ -620,8 +648,12 @@ def module_outputs(module: nn.Module, x: np.ndarray) -> list[np.ndarray]:
     (``_output``: one tensor, a tuple or list in order, a dict's values in order)."""
     with inference(module), torch.no_grad():
         out = module(torch.from_numpy(np.array(x, np.float32)))
-    if isinstance(out, dict):
-        out = list(out.values())
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+    elif isinstance(out, tuple) and hasattr(out, "_fields"):
+        out = out._asdict()
+    if isinstance(out, dict):  # a record's fields left None are no outputs (_record_fields)
+        out = [v for v in out.values() if v is not None]
     out = list(out) if isinstance(out, (tuple, list)) else [out]
     return [t.detach().cpu().to(torch.float64).numpy() for t in out]
 

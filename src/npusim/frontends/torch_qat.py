@@ -27,6 +27,7 @@ scales it holds are the ones imported, and it is left as it was.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections import OrderedDict
 
 import torch
@@ -78,13 +79,28 @@ def trace(module, tracer: Tracer | None = None) -> torch.fx.GraphModule:
     ``nn.ConvTranspose2d``), which fx would trace into as the root, down to its Python's
     branches, is traced as the one layer of a container, named as its class is
     (``batchnorm2d``). A TorchScript function it calls is traced as the Python it was
-    compiled from."""
+    compiled from. Forward's arguments after the input that have defaults
+    (``mask=None``, ``return_loss=False``) are traced at their defaults (``defaults``)."""
     tracer = tracer or Tracer()
     if tracer.is_leaf_module(module, ""):
         module = torch.nn.Sequential(OrderedDict([(type(module).__name__.lower(), module)]))
     with torch_programs.functions_as_python():
-        graph = tracer.trace(module)
+        graph = tracer.trace(module, concrete_args=defaults(module) or None)
     return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+
+
+def defaults(module) -> dict:
+    """``module.forward``'s arguments after its first that have a default of a plain kind
+    (None, a bool, number or string), by name: the network is imported as it runs given
+    its input alone. fx would trace ``if mask is not None:`` with a proxy for ``mask`` (a
+    proxy is not None) and take a branch the module never takes."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):  # a builtin forward: no signature to read
+        return {}
+    return {p.name: p.default for p in parameters[1:]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and (p.default is None or isinstance(p.default, (bool, int, float, str)))}
 
 
 @contextlib.contextmanager
