@@ -296,12 +296,32 @@ class TwoParts(nn.Module):
         return z.real, z.imag
 
 
+class ImaginaryUnit(nn.Module):
+    """Complex values from ops the IR has rules for: ``|y + y i|``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return (y * 1j + y).abs()
+
+
 def test_complex_values_are_refused_offering_the_fallback_and_without_one_exit_refused():
-    from strategies import photo
+    from strategies import float64_output, photo
 
     with pytest.raises(ModelError, match=r"unsupported ops: torch._C._fft.fft_rfft2 x1 "
                                          r"\('fft_rfft2'\), .*fallback=True, --fallback"):
         from_torch(Spectral().eval(), photo((1, 3, 8, 8)))
+    with pytest.raises(ModelError, match=r"operator.mul x1 \(node 'mul': its result is "
+                                         r"complex64, which the IR's float32 tensors do not "
+                                         r"carry\), .*fallback=True, --fallback"):
+        from_torch(ImaginaryUnit().eval(), photo((1, 3, 8, 8)))
+    net, x = ImaginaryUnit().eval(), photo((2, 3, 8, 8))
+    graph = from_torch(net, x, fallback=True)
+    assert rel_err(simulate(graph, x).output, float64_output(net, x)) < 1e-5
     with pytest.raises(ModelError, match=r"node 'fft_rfft2': the fallback cannot run it: its "
                                          r"result is complex64"):
         from_torch(TwoParts(), photo((1, 3, 8, 8)), fallback=True)

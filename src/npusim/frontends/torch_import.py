@@ -224,10 +224,10 @@ def _convert(gm, info: dict, fallback: bool) -> Lowering:
         if n not in computed or _returned_record(n):
             continue
         if n in regions:  # complex-valued: one fallback at the region's end
-            if not fallback and kind_and_converter(gm, n)[1] is None:
-                build.refuse(kind_and_converter(gm, n)[0], n.name)  # the fallback offered
-            elif fallback and n is regions[n][-1]:
+            if fallback and n is regions[n][-1]:
                 _complex_region(build, gm, regions[n], info)
+            elif not fallback:
+                _refuse_in_region(build, gm, n, info)
             continue
         refused = build.refused_nodes
         if any(a.name in refused and info[a].parts for a in n.all_input_nodes):
@@ -331,6 +331,17 @@ def _returned_record(n) -> bool:
     are the outputs: ``_output``), and nothing else reads it."""
     return n.op == "call_function" and _is_record(n.target) and all(
         u.op == "output" for u in n.users)
+
+
+def _refuse_in_region(build: Lowering, gm, n, info: dict) -> None:
+    """Without the fallback, refuse node ``n`` of a complex-valued region, offering the
+    fallback, where the IR has no rule for it or its result is complex (``x * 1j``)."""
+    kind, conv = kind_and_converter(gm, n)
+    if conv is None:
+        build.refuse(kind, n.name)
+    elif info[n].dtype.startswith("complex"):
+        build.refuse(kind, n.name, f"its result is {info[n].dtype}, which the IR's float32 "
+                     "tensors do not carry")
 
 
 def _complex_region(build: Lowering, gm, nodes: tuple, info: dict) -> None:
