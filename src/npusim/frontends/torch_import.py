@@ -447,13 +447,14 @@ def from_torch(module, example_input, *, name: str | None = None,
     as it was); a quantisation-aware-training model with its observers off (its scales
     stay as they are: ``torch_qat``). The graph's input shape is ``example_input``'s
     (N x C x H x W). A forward returning a tuple, list or dict of tensors gives a graph
-    with several outputs, in order (``Graph.outputs``: labels 'output0', 'output1'... or
-    the dict's keys). Raises ``ModelError`` naming every unsupported call and parameter, with the
-    list of supported ones; with ``fallback``, each such call is instead computed by
-    torch itself (an ``ops.Fallback`` node, costed as vector work). A TorchScript module
-    (``torch.jit.script``, ``trace``) is imported through its ONNX export
-    (``torch_programs``); a Python module holding one is refused. A ``torch.compile`` or
-    data-parallel wrapper is the network it wraps (``unwrapped``).
+    with several outputs, in order (``Graph.outputs``: labels 'output0', 'output1'..., the
+    dict's keys, or a namedtuple's or dataclass's fields). Raises ``ModelError`` naming
+    every unsupported call and parameter, with the list of supported ones; with
+    ``fallback``, each such call is instead computed by torch itself (an ``ops.Fallback``
+    node, costed as vector work). A TorchScript module (``torch.jit.script``, ``trace``) is
+    imported through its ONNX export (``torch_programs``); a Python module holding one is
+    refused. A ``torch.compile`` or data-parallel wrapper is the network it wraps
+    (``unwrapped``).
     """
     if not isinstance(module, nn.Module):
         raise ModelError(f"from_torch: expected a torch nn.Module, got {type(module).__name__}")
@@ -660,7 +661,7 @@ def module_outputs(module: nn.Module, x: np.ndarray) -> list[np.ndarray]:
     with inference(module), torch.no_grad():
         out = module(torch.from_numpy(np.array(x, np.float32)))
     if dataclasses.is_dataclass(out) and not isinstance(out, type):
-        out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+        out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out) if f.init}
     elif isinstance(out, tuple) and hasattr(out, "_fields"):
         out = out._asdict()
     if isinstance(out, dict):  # a record's fields left None are no outputs (_record_fields)
